@@ -1,0 +1,77 @@
+"""User-facing errors.
+
+Every problem a user can cause (bad SQL, a broken policy file, a wrong flag) or that sqldp refuses on
+principle (a query it cannot analyse) is a :class:`SqldpError`.  The CLI prints ``str(err)`` as one line
+on stderr and exits with ``err.exit_code``; the proxy sends it as an ErrorResponse with ``err.sqlstate``.
+Nothing else about an error is shown to the user, so the message must say *what* and *where*.
+"""
+
+from __future__ import annotations
+
+
+class SqldpError(Exception):
+    """Base class: a one-line, user-facing problem."""
+
+    exit_code = 2
+    sqlstate = "XX000"
+
+    def __init__(self, message: str, *, where: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.where = where
+
+    def __str__(self) -> str:
+        text = " ".join(self.message.split())  # always one line
+        return f"{self.where}: {text}" if self.where else text
+
+
+class InputError(SqldpError):
+    """Malformed input: SQL, policy or schema files, command-line flags."""
+
+    sqlstate = "22023"  # invalid_parameter_value
+
+
+class SqlSyntaxError(InputError):
+    sqlstate = "42601"  # syntax_error
+
+
+class CatalogError(InputError):
+    """An unknown table or column."""
+
+    sqlstate = "42P01"  # undefined_table (42703 for columns, set per instance)
+
+    def __init__(self, message: str, *, where: str | None = None, sqlstate: str | None = None) -> None:
+        super().__init__(message, where=where)
+        if sqlstate:
+            self.sqlstate = sqlstate
+
+
+class PolicyError(InputError):
+    """A policy file that is missing, malformed or inconsistent with the catalog."""
+
+    sqlstate = "F0000"  # config_file_error
+
+
+class RefusedError(SqldpError):
+    """A query sqldp cannot answer with a privacy guarantee. It is never answered without noise."""
+
+    sqlstate = "0A000"  # feature_not_supported
+
+
+class ForbiddenError(RefusedError):
+    """The policy forbids what the query asks (e.g. releasing a private column)."""
+
+    sqlstate = "42501"  # insufficient_privilege
+
+
+class BudgetExhaustedError(SqldpError):
+    """The analyst's privacy budget does not cover the query."""
+
+    sqlstate = "53400"  # configuration_limit_exceeded: the closest standard class for a spent quota
+
+
+class DatabaseError(SqldpError):
+    """The database could not be reached or failed while running sqldp's own SQL."""
+
+    exit_code = 1
+    sqlstate = "08000"  # connection_exception
