@@ -77,8 +77,7 @@ class EmbeddedServer:
         except (OSError, subprocess.SubprocessError, AssertionError) as exc:
             log = self.pgdata / "log"
             raise DatabaseError(
-                f"could not start the embedded PostgreSQL in {self.pgdata} ({exc.__class__.__name__}); "
-                f"see {log}"
+                f"could not start the embedded PostgreSQL in {self.pgdata} ({exc.__class__.__name__}); see {log}"
             ) from exc
 
     def stop(self) -> bool:

@@ -1,0 +1,251 @@
+"""The catalog: tables, columns, types and keys.
+
+Read from PostgreSQL DDL files (parsed with sqlglot) or from a live database (``information_schema``).
+The front end qualifies queries against it; the analyses ask it for column kinds (a DATE counts in days,
+integer columns allow exact step functions for filters, NR §3.3.8.5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError
+
+from sqldp.errors import CatalogError, InputError, SqlSyntaxError
+
+ColumnKind = Literal["integer", "numeric", "date", "text", "boolean", "other"]
+
+_KINDS: dict[ColumnKind, frozenset[str]] = {
+    "integer": frozenset({"TINYINT", "SMALLINT", "INT", "BIGINT", "SERIAL", "BIGSERIAL", "SMALLSERIAL"}),
+    "numeric": frozenset({"DECIMAL", "FLOAT", "DOUBLE", "REAL", "MONEY", "BIGDECIMAL"}),
+    "date": frozenset({"DATE"}),
+    "text": frozenset({"CHAR", "VARCHAR", "TEXT", "NCHAR", "NVARCHAR", "NAME", "BPCHAR"}),
+    "boolean": frozenset({"BOOLEAN"}),
+}
+
+
+def kind_of(type_name: str) -> ColumnKind:
+    """Classify a SQL type name (sqlglot DataType name or information_schema data_type)."""
+    head = type_name.upper().split("(")[0].strip()
+    aliases = {
+        "INTEGER": "INT",
+        "INT4": "INT",
+        "INT8": "BIGINT",
+        "INT2": "SMALLINT",
+        "NUMERIC": "DECIMAL",
+        "DOUBLE PRECISION": "DOUBLE",
+        "FLOAT8": "DOUBLE",
+        "FLOAT4": "REAL",
+        "CHARACTER VARYING": "VARCHAR",
+        "CHARACTER": "CHAR",
+        "BOOL": "BOOLEAN",
+    }
+    head = aliases.get(head, head)
+    for kind, names in _KINDS.items():
+        if head in names:
+            return kind
+    return "other"
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type_sql: str
+    kind: ColumnKind
+    nullable: bool = True
+
+
+@dataclass(frozen=True)
+class ForeignKey:
+    columns: tuple[str, ...]
+    ref_table: str
+    ref_columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    columns: Mapping[str, Column]
+    primary_key: tuple[str, ...] = ()
+    foreign_keys: tuple[ForeignKey, ...] = ()
+
+    def column(self, name: str) -> Column:
+        try:
+            return self.columns[name]
+        except KeyError:
+            raise CatalogError(f"column {name!r} does not exist in table {self.name!r}", sqlstate="42703") from None
+
+
+@dataclass(frozen=True)
+class Catalog:
+    tables: Mapping[str, Table] = field(default_factory=dict)
+    source: str = "<catalog>"
+
+    def table(self, name: str) -> Table:
+        try:
+            return self.tables[name.lower()]
+        except KeyError:
+            raise CatalogError(f"table {name!r} does not exist") from None
+
+    def sqlglot_schema(self) -> dict[str, dict[str, str]]:
+        """The mapping sqlglot's ``qualify`` wants: table → column → type."""
+        return {t.name: {c.name: c.type_sql for c in t.columns.values()} for t in self.tables.values()}
+
+    # -- construction ---------------------------------------------------------------------------
+
+    @classmethod
+    def from_ddl(cls, text: str, *, source: str = "<ddl>") -> Catalog:
+        """Parse CREATE TABLE (and ALTER TABLE … ADD PRIMARY/FOREIGN KEY) statements."""
+        try:
+            statements = sqlglot.parse(text, read="postgres")
+        except ParseError as exc:
+            err = exc.errors[0] if exc.errors else {}
+            raise SqlSyntaxError(
+                f"cannot parse DDL: {err.get('description', exc)}",
+                where=f"{source}:{err.get('line', '?')}:{err.get('col', '?')}",
+            ) from None
+        tables: dict[str, dict] = {}
+        for stmt in statements:
+            if stmt is None:
+                continue
+            if isinstance(stmt, exp.Create) and str(stmt.args.get("kind", "")).upper() == "TABLE":
+                _add_create(tables, stmt, source)
+            elif isinstance(stmt, exp.Alter):
+                _add_alter(tables, stmt, source)
+            # other statements (CREATE INDEX, comments, SET …) do not change the catalog
+        if not tables:
+            raise InputError("no CREATE TABLE statement found", where=source)
+        return cls(
+            {name: Table(name, t["columns"], tuple(t["pk"]), tuple(t["fks"])) for name, t in tables.items()},
+            source,
+        )
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Catalog:
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"cannot read schema file: {exc.strerror}", where=str(p)) from None
+        return cls.from_ddl(text, source=str(p))
+
+    @classmethod
+    def from_database(cls, conn, schema: str = "public") -> Catalog:  # conn: psycopg.Connection
+        """Read tables, columns and keys of one schema of a live database."""
+        cols = conn.execute(
+            "SELECT table_name, column_name, data_type, is_nullable FROM information_schema.columns "
+            "WHERE table_schema = %s ORDER BY table_name, ordinal_position",
+            (schema,),
+        ).fetchall()
+        keys = conn.execute(
+            """
+            SELECT tc.table_name, tc.constraint_type, tc.constraint_name, kcu.column_name,
+                   ccu.table_name, ccu.column_name
+            FROM information_schema.table_constraints tc
+            JOIN information_schema.key_column_usage kcu
+              ON kcu.constraint_name = tc.constraint_name AND kcu.table_schema = tc.table_schema
+            LEFT JOIN information_schema.constraint_column_usage ccu
+              ON ccu.constraint_name = tc.constraint_name AND tc.constraint_type = 'FOREIGN KEY'
+            WHERE tc.table_schema = %s AND tc.constraint_type IN ('PRIMARY KEY', 'FOREIGN KEY')
+            ORDER BY tc.table_name, tc.constraint_name, kcu.ordinal_position
+            """,
+            (schema,),
+        ).fetchall()
+        tables: dict[str, dict] = {}
+        for table, column, dtype, nullable in cols:
+            t = tables.setdefault(table, {"columns": {}, "pk": [], "fks": {}})
+            t["columns"][column] = Column(column, dtype.upper(), kind_of(dtype), nullable == "YES")
+        for table, ctype, cname, column, ref_table, ref_column in keys:
+            t = tables.get(table)
+            if t is None:
+                continue
+            if ctype == "PRIMARY KEY":
+                if column not in t["pk"]:
+                    t["pk"].append(column)
+            else:
+                fk = t["fks"].setdefault(cname, ([], ref_table, []))
+                if column not in fk[0]:
+                    fk[0].append(column)
+                if ref_column not in fk[2]:
+                    fk[2].append(ref_column)
+        if not tables:
+            raise InputError(f"the database has no tables in schema {schema!r}", where="--dsn")
+        return cls(
+            {
+                name: Table(
+                    name,
+                    t["columns"],
+                    tuple(t["pk"]),
+                    tuple(ForeignKey(tuple(c), rt, tuple(rc)) for c, rt, rc in t["fks"].values()),
+                )
+                for name, t in tables.items()
+            },
+            f"database schema {schema}",
+        )
+
+
+def _ident(node: exp.Expression) -> str:
+    return node.name.lower()
+
+
+def _add_create(tables: dict[str, dict], stmt: exp.Create, source: str) -> None:
+    schema = stmt.this
+    if not isinstance(schema, exp.Schema):
+        raise InputError("CREATE TABLE … AS is not supported in schema files", where=source)
+    name = _ident(schema.this)
+    t = tables.setdefault(name, {"columns": {}, "pk": [], "fks": []})
+    for item in schema.expressions:
+        if isinstance(item, exp.ColumnDef):
+            col = _ident(item.this)
+            kind = item.args.get("kind")
+            type_sql = kind.sql(dialect="postgres") if kind is not None else "TEXT"
+            not_null = False
+            for constraint in item.args.get("constraints") or []:
+                ck = constraint.args.get("kind")
+                if isinstance(ck, exp.PrimaryKeyColumnConstraint):
+                    t["pk"].append(col)
+                    not_null = True
+                elif isinstance(ck, exp.NotNullColumnConstraint) and not ck.args.get("allow_null"):
+                    not_null = True
+                elif isinstance(ck, exp.Reference):
+                    ref = ck.this
+                    rt = _ident(ref.this) if isinstance(ref, exp.Schema) else _ident(ref)
+                    rc = [_ident(c) for c in ref.expressions] if isinstance(ref, exp.Schema) else []
+                    t["fks"].append(ForeignKey((col,), rt, tuple(rc)))
+            t["columns"][col] = Column(col, type_sql, kind_of(type_sql), not not_null)
+        else:
+            _add_constraint(t, item)
+
+
+def _add_constraint(t: dict, item: exp.Expression) -> None:
+    if isinstance(item, exp.Constraint):  # CONSTRAINT name PRIMARY KEY (…)
+        for inner in item.expressions:
+            _add_constraint(t, inner)
+    elif isinstance(item, exp.PrimaryKey):
+        t["pk"].extend(_ident(c) for c in item.expressions)
+    elif isinstance(item, exp.ForeignKey):
+        ref = item.args.get("reference")
+        target = ref.this if ref is not None else None
+        if isinstance(target, exp.Schema):
+            t["fks"].append(
+                ForeignKey(
+                    tuple(_ident(c) for c in item.expressions),
+                    _ident(target.this),
+                    tuple(_ident(c) for c in target.expressions),
+                )
+            )
+
+
+def _add_alter(tables: dict[str, dict], stmt: exp.Alter, source: str) -> None:
+    name = _ident(stmt.this)
+    if name not in tables:
+        raise CatalogError(f"ALTER TABLE of unknown table {name!r}", where=source)
+    for action in stmt.args.get("actions") or []:
+        if isinstance(action, exp.AddConstraint):
+            for item in action.expressions:
+                _add_constraint(tables[name], item)

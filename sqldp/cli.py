@@ -1,0 +1,117 @@
+"""The ``sqldp`` command line.
+
+``sqldp <command> [--dsn DSN] [--schema DDL.sql] [--policy POLICY.toml] [--format text|json] [QUERY | -f FILE]``
+
+Every user mistake ends as one line on stderr and exit code 2; a database that cannot be reached, exit 1.
+Set ``SQLDP_DEBUG=1`` to see tracebacks of internal errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from sqldp import __version__
+from sqldp.errors import InputError, SqldpError
+
+COMMAND_MODULES = ("db", "explain", "analyze", "demo", "epsilon", "budget", "proxy")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad flag as one line (and exit 2), not usage plus message."""
+
+    def error(self, message: str) -> NoReturn:
+        raise InputError(message, where=self.prog)
+
+
+def common_options(*, query: bool = True, policy: bool = True, schema: bool = True) -> argparse.ArgumentParser:
+    """Options shared by the commands (the CLI shape of issue 2, item 8)."""
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("database")
+    g.add_argument("--dsn", help="PostgreSQL connection string (default: $SQLDP_DSN, else the embedded server)")
+    g.add_argument("--data-dir", help="embedded server home (default: $SQLDP_HOME or the per-user data dir)")
+    if schema:
+        g.add_argument(
+            "--schema", metavar="DDL.sql", help="read tables and keys from a DDL file instead of the database"
+        )
+    if policy:
+        p.add_argument("--policy", metavar="POLICY.toml", help="privacy policy (default: every table private)")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    if query:
+        p.add_argument("query", nargs="?", help="the SQL query")
+        p.add_argument("-f", "--file", metavar="FILE", help="read the query from FILE ('-' for stdin)")
+    return p
+
+
+def read_query(args: argparse.Namespace) -> str:
+    if args.query and args.file:
+        raise InputError("give the query either as an argument or with -f, not both", where="-f")
+    if args.file:
+        if args.file == "-":
+            return sys.stdin.read()
+        try:
+            return Path(args.file).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"cannot read query file: {exc.strerror}", where=args.file) from None
+    if args.query:
+        return str(args.query)
+    raise InputError("no query given (pass it as an argument or with -f FILE)", where="sqldp")
+
+
+def emit(args: argparse.Namespace, payload: dict[str, Any], text: Callable[[dict[str, Any]], str]) -> None:
+    if args.format == "json":
+        print(json.dumps(payload, indent=2, default=str, allow_nan=False))
+    else:
+        print(text(payload))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="sqldp", description="Differentially private answers to PostgreSQL queries.")
+    parser.add_argument("--version", action="version", version=f"sqldp {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    import importlib
+
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"sqldp.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"sqldp.commands.{name}":
+                continue  # command not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help(sys.stderr)
+            return 2
+        return int(args.func(args) or 0)
+    except SqldpError as err:
+        print(f"sqldp: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("sqldp: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # a bug in sqldp: still one line unless asked for more
+        if os.environ.get("SQLDP_DEBUG"):
+            traceback.print_exc()
+        print(
+            f"sqldp: internal error: {exc.__class__.__name__}: {exc} (set SQLDP_DEBUG=1 for details)", file=sys.stderr
+        )
+        return 70
+
+
+if __name__ == "__main__":
+    sys.exit(main())

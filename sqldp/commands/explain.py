@@ -1,0 +1,71 @@
+"""``sqldp explain``: the relational algebra and the analysis form of a query, no database access needed
+with ``--schema``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from sqldp import algebra as ra
+from sqldp.cli import common_options, emit, read_query
+from sqldp.context import load_context
+from sqldp.errors import RefusedError
+from sqldp.form import describe
+from sqldp.frontend import parse
+from sqldp.normalize import PublicRelease, normalize
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("explain", parents=[common_options()], help="show the algebra and analysis form")
+    p.set_defaults(func=run)
+
+
+def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
+    parsed = parse(sql, catalog)
+    out: dict[str, Any] = {"algebra": ra.to_json(parsed.algebra), "algebra_text": ra.render(parsed.algebra)}
+    try:
+        form = normalize(parsed, catalog, policy)
+    except RefusedError as err:
+        out.update(analysis=None, public=False, refused={"reason": err.message, "where": err.where})
+        return out
+    if isinstance(form, PublicRelease):
+        out.update(analysis=None, public=True, refused=None, tables=list(form.tables))
+    else:
+        out.update(analysis=describe(form), public=False, refused=None)
+    return out
+
+
+def _text(out: dict[str, Any]) -> str:
+    lines = ["Relational algebra:", out["algebra_text"], ""]
+    if out["refused"]:
+        lines.append(f"Refused ({out['refused']['where']}): {out['refused']['reason']}")
+    elif out["public"]:
+        lines.append(f"Public: reads only public tables ({', '.join(out['tables'])}); answered exactly.")
+    else:
+        a = out["analysis"]
+        lines.append("Analysis form:")
+        lines.append("  uses:       " + ", ".join(f"{u['table']} AS {u['alias']}" for u in a["uses"]))
+        for c in a["conjuncts"]:
+            lines.append(f"  {'private' if c['private'] else 'public '}     {c['sql']}")
+        lines.append("  aggregates: " + ", ".join(a["aggregates"]))
+        if a["group_by"]:
+            lines.append("  group by:   " + ", ".join(a["group_by"]))
+        lines.append("  outputs:    " + ", ".join(f"{o['name']} = {o['expr']}" for o in a["outputs"]))
+        if a["order_by"] or a["limit"] is not None:
+            order = ", ".join(o["output"] + (" DESC" if o["desc"] else "") for o in a["order_by"])
+            lines.append(f"  after noise: ORDER BY {order or '-'} LIMIT {a['limit']}")
+        if a["rewrites"]:
+            lines.append("  rewrites:   " + "; ".join(a["rewrites"]))
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    sql = read_query(args)
+    ctx = load_context(
+        dsn=args.dsn, data_dir=args.data_dir, schema=args.schema, policy=args.policy, need_database=False
+    )
+    out = explain(sql, ctx.catalog, ctx.policy)
+    payload = dict(out)
+    payload.pop("algebra_text")
+    emit(args, payload, lambda _: _text(out))
+    return 0

@@ -1,0 +1,142 @@
+"""The analysis form: what ``normalize`` hands to the sensitivity analyses (DESIGN.md, step 2).
+
+A query in analysis form is ``aggregate(expr) over σθ(U1 × … × Un)`` (NR §3.3.7.2–3.3.7.3, §3.3.8.2):
+
+* ``uses`` — the table *uses* in the product. A table that occurs twice (a self-join, ``FROM nation n1,
+  nation n2``) is two uses with distinct aliases; the row analysis unifies their patterns (§3.3.7.3).
+* ``conjuncts`` — θ split at its top-level ANDs. Column references are qualified by the use alias
+  (``n1.n_name``); each conjunct is *private* when it reads a value-sensitive column (a column in its
+  table's norm, §4.3.3.3) and *public* otherwise.
+* ``aggregates`` — the distinct aggregates of the SELECT list; AVG is already split into SUM/COUNT.
+* ``outputs`` — the SELECT list: a group key, or an arithmetic expression over aggregate placeholders
+  (``exp.Column`` named ``__agg<i>``) such as ``__agg0 / __agg1`` for an AVG.
+* ``group_by`` — the grouping keys (expressions over uses); one noisy answer per group.
+* ``order_by`` / ``limit`` — applied to the noisy answers, never to true values.
+
+All expressions are sqlglot trees; they are shared, never mutated (copy before transforming).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from sqlglot import exp
+
+AggKind = Literal["count", "sum", "min", "max"]
+AGG_PREFIX = "__agg"
+
+
+@dataclass(frozen=True)
+class ColumnRef:
+    """A column of one table use."""
+
+    alias: str
+    column: str
+
+    def __str__(self) -> str:
+        return f"{self.alias}.{self.column}"
+
+
+@dataclass(frozen=True)
+class TableUse:
+    """One occurrence of a catalog table in the FROM product."""
+
+    alias: str
+    table: str
+
+
+@dataclass(frozen=True)
+class Conjunct:
+    """One top-level AND-part of the filter θ."""
+
+    expr: exp.Expression
+    columns: frozenset[ColumnRef]
+    private: bool
+
+    @property
+    def sql(self) -> str:
+        return self.expr.sql(dialect="postgres")
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """COUNT(*) (``arg`` is None), COUNT(e), SUM(e), MIN(e) or MAX(e) over the filtered product."""
+
+    kind: AggKind
+    arg: exp.Expression | None
+    columns: frozenset[ColumnRef] = frozenset()
+
+    @property
+    def sql(self) -> str:
+        inner = "*" if self.arg is None else self.arg.sql(dialect="postgres")
+        return f"{self.kind.upper()}({inner})"
+
+
+@dataclass(frozen=True)
+class Output:
+    """One column of the result: a group key or a combination of aggregates."""
+
+    name: str
+    expr: exp.Expression
+    aggregates: tuple[int, ...]  # indices into AnalysisForm.aggregates used by expr
+    group_key: int | None = None  # index into AnalysisForm.group_by when the output is a key
+
+    @property
+    def is_key(self) -> bool:
+        return self.group_key is not None
+
+
+@dataclass(frozen=True)
+class OrderKey:
+    output: int  # index into AnalysisForm.outputs
+    descending: bool = False
+
+
+@dataclass(frozen=True)
+class AnalysisForm:
+    uses: tuple[TableUse, ...]
+    conjuncts: tuple[Conjunct, ...]
+    aggregates: tuple[Aggregate, ...]
+    outputs: tuple[Output, ...]
+    group_by: tuple[exp.Expression, ...] = ()
+    order_by: tuple[OrderKey, ...] = ()
+    limit: int | None = None
+    notes: tuple[str, ...] = field(default=())  # rewrites applied (e.g. "AVG → SUM/COUNT")
+
+    def use(self, alias: str) -> TableUse:
+        for u in self.uses:
+            if u.alias == alias:
+                return u
+        raise KeyError(alias)
+
+    def uses_of(self, table: str) -> tuple[TableUse, ...]:
+        return tuple(u for u in self.uses if u.table == table)
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(u.table for u in self.uses))
+
+    def placeholder(self, index: int) -> exp.Column:
+        return exp.column(f"{AGG_PREFIX}{index}")
+
+
+def describe(form: AnalysisForm) -> dict:
+    """A JSON-serialisable summary of the analysis form (``sqldp explain``)."""
+
+    def sql(e: exp.Expression) -> str:
+        return e.sql(dialect="postgres")
+
+    return {
+        "tables": list(form.tables),
+        "uses": [{"alias": u.alias, "table": u.table} for u in form.uses],
+        "conjuncts": [
+            {"sql": c.sql, "private": c.private, "columns": sorted(str(r) for r in c.columns)} for c in form.conjuncts
+        ],
+        "aggregates": [a.sql for a in form.aggregates],
+        "outputs": [{"name": o.name, "expr": sql(o.expr), "group_key": o.is_key} for o in form.outputs],
+        "group_by": [sql(g) for g in form.group_by],
+        "order_by": [{"output": form.outputs[k.output].name, "desc": k.descending} for k in form.order_by],
+        "limit": form.limit,
+        "rewrites": list(dict.fromkeys(form.notes)),
+    }

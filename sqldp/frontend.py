@@ -1,0 +1,227 @@
+"""SQL text → relational algebra (DESIGN.md, step 1).
+
+Exactly one PostgreSQL statement is parsed with sqlglot, checked against the catalog (unknown tables and
+columns are refused with their position), qualified (every column gets its table use's alias; sqlglot's
+``qualify`` only names things, it does not rewrite semantics) and turned into :mod:`sqldp.algebra` nodes.
+sqlglot's *optimizer* rewrites are never used for SQL that runs (DESIGN.md: not always equivalent).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import OptimizeError, ParseError, TokenError
+from sqlglot.optimizer.qualify import qualify
+
+from sqldp import algebra as ra
+from sqldp.catalog import Catalog
+from sqldp.errors import CatalogError, RefusedError, SqlSyntaxError
+
+WHERE = "query"
+
+
+@dataclass(frozen=True)
+class ParsedQuery:
+    sql: str
+    tree: exp.Query  # qualified
+    algebra: ra.Node
+
+
+def position(sql: str, node: exp.Expression | None) -> str:
+    """``query:LINE:COL`` of a node's first character, or ``query`` when sqlglot kept no position."""
+    meta = None
+    # sqlglot keeps positions on identifiers and literals; take the first one inside the node
+    for candidate in node.walk(bfs=False) if node is not None else ():
+        if isinstance(candidate, exp.Expression) and candidate.meta.get("start") is not None:
+            meta = candidate.meta
+            break
+    if meta is None:
+        return WHERE
+    start = meta["start"]
+    line = sql.count("\n", 0, start) + 1
+    col = start - (sql.rfind("\n", 0, start) + 1) + 1
+    return f"{WHERE}:{line}:{col}"
+
+
+def parse_statement(sql: str) -> exp.Expression:
+    """Parse exactly one statement; syntax errors carry ``query:line:col``."""
+    if not sql.strip():
+        raise SqlSyntaxError("empty query", where=WHERE)
+    try:
+        statements = [s for s in sqlglot.parse(sql, read="postgres") if s is not None]
+    except ParseError as exc:
+        err = exc.errors[0] if exc.errors else {}
+        desc = err.get("description", "syntax error")
+        near = err.get("highlight")
+        detail = f"{desc} near {near!r}" if near else desc
+        raise SqlSyntaxError(
+            f"syntax error: {detail}", where=f"{WHERE}:{err.get('line', '?')}:{err.get('col', '?')}"
+        ) from None
+    except TokenError as exc:
+        raise SqlSyntaxError(f"syntax error: {exc}", where=WHERE) from None
+    if not statements:
+        raise SqlSyntaxError("empty query", where=WHERE)
+    if len(statements) > 1:
+        raise SqlSyntaxError(
+            f"expected exactly one statement, got {len(statements)}",
+            where=position(sql, statements[1]) if statements[1].meta else WHERE,
+        )
+    return statements[0]
+
+
+def _check_tables(sql: str, tree: exp.Expression, catalog: Catalog) -> None:
+    cte_names = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    for table in tree.find_all(exp.Table):
+        name = table.name.lower()
+        if not name or name in cte_names:
+            continue
+        if table.args.get("db") and table.args["db"].name.lower() not in ("public",):
+            raise CatalogError(
+                f"table {table.sql(dialect='postgres')!r} is not in the catalog", where=position(sql, table)
+            )
+        if name not in catalog.tables:
+            raise CatalogError(f"table {table.name!r} does not exist", where=position(sql, table))
+
+
+_POS = re.compile(r"Line: (\d+), Col: (\d+)")
+
+
+def _qualify(sql: str, tree: exp.Expression, catalog: Catalog) -> exp.Expression:
+    try:
+        return qualify(
+            tree.copy(),
+            schema=catalog.sqlglot_schema(),
+            dialect="postgres",
+            identify=False,
+            validate_qualify_columns=True,
+            quote_identifiers=False,
+        )
+    except OptimizeError as exc:
+        message = str(exc)
+        m = _POS.search(message)
+        where = f"{WHERE}:{m.group(1)}:{m.group(2)}" if m else WHERE
+        text = _POS.sub("", message).strip().rstrip(".")
+        unresolved = re.match(r"Column '(.+)' could not be resolved", text)
+        if unresolved:
+            raise CatalogError(
+                f"column {unresolved.group(1)!r} does not exist", where=where, sqlstate="42703"
+            ) from None
+        raise CatalogError(text[:1].lower() + text[1:], where=where, sqlstate="42703") from None
+
+
+def parse(sql: str, catalog: Catalog) -> ParsedQuery:
+    """Parse, check and qualify one query and build its algebra."""
+    tree = parse_statement(sql)
+    if not isinstance(tree, exp.Query):
+        kind = tree.key.upper()
+        raise RefusedError(f"only queries (SELECT) can be answered, not {kind}", where=position(sql, tree))
+    _check_tables(sql, tree, catalog)
+    qualified = _qualify(sql, tree, catalog)
+    assert isinstance(qualified, exp.Query)
+    return ParsedQuery(sql, qualified, Builder(sql).query(qualified, {}))
+
+
+class Builder:
+    """Builds algebra nodes from a qualified sqlglot tree."""
+
+    def __init__(self, sql: str) -> None:
+        self.sql = sql
+
+    def query(self, q: exp.Expression, ctes: dict[str, exp.Expression]) -> ra.Node:
+        with_ = q.args.get("with_") or q.args.get("with")
+        if with_ is not None:
+            ctes = dict(ctes)
+            if with_.args.get("recursive"):
+                raise RefusedError("WITH RECURSIVE is not supported", where=position(self.sql, with_))
+            for cte in with_.expressions:
+                ctes[cte.alias_or_name.lower()] = cte.this
+        if isinstance(q, exp.SetOperation):
+            op = {exp.Union: "UNION", exp.Intersect: "INTERSECT", exp.Except: "EXCEPT"}[type(q)]
+            node: ra.Node = ra.SetOp(
+                op, bool(q.args.get("distinct")), self.query(q.this, ctes), self.query(q.expression, ctes)
+            )
+            return self._sort(q, node)
+        if isinstance(q, exp.Subquery):
+            return self.query(q.this, ctes)
+        if not isinstance(q, exp.Select):
+            raise RefusedError(f"unsupported query form {q.key.upper()}", where=position(self.sql, q))
+        return self._select(q, ctes)
+
+    def _from_item(self, item: exp.Expression, ctes: dict[str, exp.Expression]) -> ra.Node:
+        if isinstance(item, exp.Table):
+            name = item.name.lower()
+            alias = item.alias_or_name.lower()
+            if name in ctes and not item.args.get("db"):
+                return ra.Rename(alias, self.query(ctes[name], ctes))
+            if isinstance(item.this, exp.Func) or not name:
+                raise RefusedError("table functions are not supported", where=position(self.sql, item))
+            return ra.Relation(name, alias)
+        if isinstance(item, exp.Subquery):
+            if item.args.get("lateral"):
+                raise RefusedError("LATERAL subqueries are not supported", where=position(self.sql, item))
+            return ra.Rename(item.alias_or_name.lower(), self.query(item.this, ctes))
+        raise RefusedError(f"unsupported FROM item {item.sql(dialect='postgres')!r}", where=position(self.sql, item))
+
+    def _select(self, q: exp.Select, ctes: dict[str, exp.Expression]) -> ra.Node:
+        from_ = q.args.get("from_") or q.args.get("from")
+        if from_ is None:
+            raise RefusedError("a query without FROM reads no table; nothing to protect or analyse", where=WHERE)
+        node = self._from_item(from_.this, ctes)
+        for join in q.args.get("joins") or []:
+            right = self._from_item(join.this, ctes)
+            side = (join.args.get("side") or "").upper()
+            kind = (join.args.get("kind") or "").upper()
+            on = join.args.get("on")
+            if join.args.get("using"):
+                raise RefusedError("JOIN … USING is not supported; write JOIN … ON", where=position(self.sql, join))
+            if side or kind in ("SEMI", "ANTI", "OUTER"):
+                node = ra.OuterJoin(" ".join(p for p in (side, kind) if p) or "OUTER", on, node, right)
+                continue
+            left_items = node.children if isinstance(node, ra.Product) else (node,)
+            node = ra.Product((*left_items, right))
+            if on is not None and not (isinstance(on, exp.Boolean) and on.this is True):
+                node = ra.Select(on, node)
+        where = q.args.get("where")
+        if where is not None:
+            node = ra.Select(where.this, node)
+        items = tuple((e.alias_or_name, e.unalias() if isinstance(e, exp.Alias) else e) for e in q.expressions)
+        group = q.args.get("group")
+        having = q.args.get("having")
+        has_agg = any(_has_aggregate(e) for _, e in items)
+        if group is not None or has_agg or having is not None:
+            groups = tuple(group.expressions) if group is not None else ()
+            node = ra.Aggregate(groups, items, having.this if having is not None else None, node)
+        else:
+            node = ra.Project(items, node)
+        if q.args.get("distinct"):
+            node = ra.Distinct(node)
+        return self._sort(q, node)
+
+    def _sort(self, q: exp.Expression, node: ra.Node) -> ra.Node:
+        order = q.args.get("order")
+        keys = tuple((o.this, bool(o.args.get("desc"))) for o in order.expressions) if order is not None else ()
+        limit = _int_arg(self.sql, q.args.get("limit"))
+        offset = _int_arg(self.sql, q.args.get("offset"))
+        if keys or limit is not None or offset is not None:
+            return ra.Sort(keys, limit, offset, node)
+        return node
+
+
+def _int_arg(sql: str, node: exp.Expression | None) -> int | None:
+    if node is None:
+        return None
+    value = node.args.get("expression") or node.this
+    if isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit():
+        return int(value.this)
+    raise RefusedError("LIMIT/OFFSET must be a non-negative integer constant", where=position(sql, node))
+
+
+def _has_aggregate(e: exp.Expression) -> bool:
+    """An aggregate function at this query level (not inside a subquery or window)."""
+    for node in e.walk(prune=lambda n: isinstance(n, (exp.Subquery, exp.Query, exp.Window))):
+        if isinstance(node, exp.AggFunc) and not isinstance(node.parent, exp.Window):
+            return True
+    return False

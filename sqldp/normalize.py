@@ -1,0 +1,266 @@
+"""Relational algebra → analysis form (DESIGN.md, step 2; the shapes of NR §3.3.7.3 and §3.3.8.2).
+
+The analyses handle ``aggregate(expr) over σθ(U1 × … × Un)``. This module flattens selections and
+products, inlines FROM-subqueries and WITH references that are plain select-project-join blocks (each
+reference becomes its own table uses, so a CTE used twice is a self-join), splits θ into conjuncts and marks
+each public or private, turns AVG into SUM/COUNT and keeps ORDER BY/LIMIT for after the noise. Everything
+else is refused with the reason and the position: sqldp never answers what it cannot analyse.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+
+from sqldp import algebra as ra
+from sqldp.catalog import Catalog
+from sqldp.errors import ForbiddenError, RefusedError
+from sqldp.form import AGG_PREFIX, Aggregate, AnalysisForm, ColumnRef, Conjunct, OrderKey, Output, TableUse
+from sqldp.frontend import ParsedQuery, position
+from sqldp.policy import Policy
+
+Exports = dict[str, dict[str, exp.Expression]]  # alias seen by the enclosing scope → column → expression
+
+
+@dataclass(frozen=True)
+class PublicRelease:
+    """A query that reads only public tables: the policy allows its exact answer."""
+
+    sql: str
+    tables: tuple[str, ...]
+
+
+@dataclass
+class _SPJ:
+    uses: list[TableUse] = field(default_factory=list)
+    conditions: list[exp.Expression] = field(default_factory=list)
+    exports: Exports = field(default_factory=dict)
+
+
+def columns_of(e: exp.Expression) -> frozenset[ColumnRef]:
+    return frozenset(ColumnRef(c.table, c.name) for c in e.find_all(exp.Column) if c.table)
+
+
+def split_and(e: exp.Expression) -> list[exp.Expression]:
+    if isinstance(e, exp.And):
+        return split_and(e.this) + split_and(e.expression)
+    if isinstance(e, exp.Paren) and isinstance(e.this, exp.And):
+        return split_and(e.this)
+    return [e]
+
+
+class Normalizer:
+    def __init__(self, parsed: ParsedQuery, catalog: Catalog, policy: Policy) -> None:
+        self.parsed = parsed
+        self.sql = parsed.sql
+        self.catalog = catalog
+        self.policy = policy
+        self.aliases: set[str] = set()
+        self.notes: list[str] = []
+
+    # -- errors ---------------------------------------------------------------------------------
+
+    def refuse(self, reason: str, node: exp.Expression | None = None) -> RefusedError:
+        return RefusedError(reason, where=position(self.sql, node) if node is not None else "query")
+
+    # -- select-project-join blocks -------------------------------------------------------------
+
+    def _fresh(self, alias: str) -> str:
+        name, n = alias, 1
+        while name in self.aliases:
+            n += 1
+            name = f"{alias}_{n}"
+        self.aliases.add(name)
+        return name
+
+    def _substitute(self, e: exp.Expression, exports: Exports) -> exp.Expression:
+        def swap(node: exp.Expression) -> exp.Expression:
+            if isinstance(node, exp.Column) and node.table:
+                scope = exports.get(node.table)
+                if scope is None or node.name not in scope:
+                    raise self.refuse(f"cannot resolve column {node.sql(dialect='postgres')}", node)
+                return scope[node.name].copy()
+            if isinstance(node, (exp.Subquery, exp.Exists)) or (isinstance(node, exp.In) and node.args.get("query")):
+                raise self.refuse(
+                    "subqueries inside expressions (EXISTS, IN (SELECT …), scalar subqueries) are not supported",
+                    node,
+                )
+            return node
+
+        return e.copy().transform(swap)
+
+    def spj(self, node: ra.Node) -> _SPJ:
+        if isinstance(node, ra.Relation):
+            alias = self._fresh(node.alias)
+            table = self.catalog.table(node.table)
+            out = _SPJ([TableUse(alias, node.table)])
+            out.exports[node.alias] = {c: exp.column(c, table=alias) for c in table.columns}
+            return out
+        if isinstance(node, ra.Select):
+            inner = self.spj(node.child)
+            inner.conditions.append(self._substitute(node.condition, inner.exports))
+            return inner
+        if isinstance(node, ra.Product):
+            out = _SPJ()
+            for child in node.children:
+                part = self.spj(child)
+                out.uses += part.uses
+                out.conditions += part.conditions
+                for alias, cols in part.exports.items():
+                    if alias in out.exports:
+                        raise self.refuse(f"the alias {alias!r} is used twice in one FROM clause")
+                    out.exports[alias] = cols
+            return out
+        if isinstance(node, ra.Rename):
+            child = node.child
+            if not isinstance(child, ra.Project):
+                raise self.refuse(_why_not_inlinable(child, node.alias))
+            inner = self.spj(child.child)
+            cols = {name: self._substitute(e, inner.exports) for name, e in child.items}
+            self.notes.append(f"inlined derived table {node.alias}")
+            return _SPJ(inner.uses, inner.conditions, {node.alias: cols})
+        if isinstance(node, ra.OuterJoin):
+            raise self.refuse(
+                f"{node.kind} JOIN is not supported: only inner joins have a sensitivity analysis (NR §3.3.7.2)",
+                node.condition,
+            )
+        raise self.refuse(_why_not_inlinable(node, None))
+
+    # -- the whole query ------------------------------------------------------------------------
+
+    def run(self) -> AnalysisForm | PublicRelease:
+        root = self.parsed.algebra
+        sort = root if isinstance(root, ra.Sort) else None
+        body = sort.child if sort is not None else root
+        tables = tuple(dict.fromkeys(r.table for r in ra.relations(root)))
+        if all(self.policy.table(t).public for t in tables):
+            return PublicRelease(self.sql, tables)
+        if not isinstance(body, ra.Aggregate):
+            private = [t for t in tables if not self.policy.table(t).public]
+            raise ForbiddenError(
+                f"the query releases rows of private table {private[0]!r}; only aggregates "
+                "(COUNT, SUM, AVG, MIN, MAX) over private tables can be answered"
+            )
+        if body.having is not None:
+            raise self.refuse(
+                "HAVING selects groups by their true aggregates, which would leak; not supported", body.having
+            )
+        block = self.spj(body.child)
+        conjuncts = []
+        for cond in block.conditions:
+            for part in split_and(cond):
+                cols = columns_of(part)
+                private = any(self._sensitive(block, c) for c in cols)
+                conjuncts.append(Conjunct(part, cols, private))
+        groups = tuple(self._substitute(g, block.exports) for g in body.groups)
+        for g in groups:
+            if isinstance(g, exp.Literal):
+                raise self.refuse("GROUP BY by position is not supported; name the expression", g)
+        aggregates: list[Aggregate] = []
+        outputs = tuple(self._output(name, e, block, groups, aggregates) for name, e in body.items)
+        order_by, limit = self._order(sort, outputs, body) if sort is not None else ((), None)
+        return AnalysisForm(
+            uses=tuple(block.uses),
+            conjuncts=tuple(conjuncts),
+            aggregates=tuple(aggregates),
+            outputs=outputs,
+            group_by=groups,
+            order_by=order_by,
+            limit=limit,
+            notes=tuple(self.notes),
+        )
+
+    def _sensitive(self, block: _SPJ, ref: ColumnRef) -> bool:
+        table = next(u.table for u in block.uses if u.alias == ref.alias)
+        return self.policy.is_sensitive(table, ref.column)
+
+    def _output(
+        self, name: str, e: exp.Expression, block: _SPJ, groups: tuple[exp.Expression, ...], aggs: list[Aggregate]
+    ) -> Output:
+        expr = self._substitute(e, block.exports)
+        for i, g in enumerate(groups):
+            if expr == g:
+                return Output(name, expr, (), group_key=i)
+        used: list[int] = []
+
+        def lift(node: exp.Expression) -> exp.Expression:
+            if not isinstance(node, exp.AggFunc):
+                return node
+            if isinstance(node.parent, exp.Window) or node.find_ancestor(exp.Window):
+                raise self.refuse("window functions are not supported", node)
+            arg = node.this
+            if isinstance(arg, exp.Distinct):
+                raise self.refuse(f"{node.key.upper()}(DISTINCT …) is not supported", node)
+            if isinstance(node, exp.Count):
+                star = arg is None or isinstance(arg, exp.Star)
+                return self._agg(
+                    Aggregate("count", None if star else arg, columns_of(arg) if not star else frozenset()), aggs, used
+                )
+            if isinstance(node, exp.Avg):
+                self.notes.append("AVG → SUM/COUNT")
+                s = self._agg(Aggregate("sum", arg, columns_of(arg)), aggs, used)
+                c = self._agg(Aggregate("count", arg, columns_of(arg)), aggs, used)
+                return exp.Paren(this=exp.Div(this=s, expression=c))
+            kinds = {exp.Sum: "sum", exp.Min: "min", exp.Max: "max"}
+            for cls, kind in kinds.items():
+                if type(node) is cls:
+                    return self._agg(Aggregate(kind, arg, columns_of(arg)), aggs, used)  # type: ignore[arg-type]
+            raise self.refuse(f"aggregate {node.key.upper()} is not supported (COUNT, SUM, AVG, MIN, MAX are)", node)
+
+        lifted = expr.transform(lift)
+        stray = [c for c in lifted.find_all(exp.Column) if c.table]
+        if stray:
+            raise self.refuse(
+                f"output {name!r} uses {stray[0].sql(dialect='postgres')} outside an aggregate and the GROUP BY keys", e
+            )
+        return Output(name, lifted, tuple(dict.fromkeys(used)))
+
+    @staticmethod
+    def _agg(agg: Aggregate, aggs: list[Aggregate], used: list[int]) -> exp.Column:
+        key = (agg.kind, agg.arg.sql(dialect="postgres") if agg.arg is not None else None)
+        for i, a in enumerate(aggs):
+            if (a.kind, a.arg.sql(dialect="postgres") if a.arg is not None else None) == key:
+                used.append(i)
+                return exp.column(f"{AGG_PREFIX}{i}")
+        aggs.append(agg)
+        used.append(len(aggs) - 1)
+        return exp.column(f"{AGG_PREFIX}{len(aggs) - 1}")
+
+    def _order(
+        self, sort: ra.Sort, outputs: tuple[Output, ...], body: ra.Aggregate
+    ) -> tuple[tuple[OrderKey, ...], int | None]:
+        if sort.offset:
+            raise self.refuse("OFFSET is not supported")
+        keys = []
+        for key, desc in sort.keys:
+            index = None
+            if isinstance(key, exp.Literal) and not key.is_string and key.this.isdigit():
+                index = int(key.this) - 1
+            elif isinstance(key, exp.Column) and not key.table:
+                index = next((i for i, o in enumerate(outputs) if o.name == key.name), None)
+            else:
+                for i, (_, item) in enumerate(body.items):
+                    if key == item:
+                        index = i
+            if index is None or not 0 <= index < len(outputs):
+                raise self.refuse("ORDER BY must name an output column of the query", key)
+            keys.append(OrderKey(index, desc))
+        return tuple(keys), sort.limit
+
+
+def _why_not_inlinable(node: ra.Node, alias: str | None) -> str:
+    what = f"derived table {alias!r}" if alias else "the query"
+    if isinstance(node, ra.Aggregate):
+        return f"{what} aggregates before the outer query does; nested aggregation is not supported"
+    if isinstance(node, ra.Distinct):
+        return f"{what} uses DISTINCT, whose sensitivity is not analysed"
+    if isinstance(node, ra.SetOp):
+        return f"{what} uses {node.op}; set operations are not supported"
+    if isinstance(node, ra.Sort):
+        return f"{what} uses ORDER BY/LIMIT inside; a LIMIT before aggregation is not supported"
+    return f"{what} has an unsupported shape ({type(node).__name__})"
+
+
+def normalize(parsed: ParsedQuery, catalog: Catalog, policy: Policy) -> AnalysisForm | PublicRelease:
+    return Normalizer(parsed, catalog, policy).run()
