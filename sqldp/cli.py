@@ -59,9 +59,9 @@ def read_query(args: argparse.Namespace) -> str:
             return Path(args.file).read_text(encoding="utf-8")
         except OSError as exc:
             raise InputError(f"cannot read query file: {exc.strerror}", where=args.file) from None
-    if args.query:
+    if args.query is not None:
         return str(args.query)
-    raise InputError("no query given (pass it as an argument or with -f FILE)", where="sqldp")
+    raise InputError("no query given (pass it as an argument or with -f FILE)")
 
 
 def emit(args: argparse.Namespace, payload: dict[str, Any], text: Callable[[dict[str, Any]], str]) -> None:

@@ -106,9 +106,10 @@ def _qualify(sql: str, tree: exp.Expression, catalog: Catalog) -> exp.Expression
         text = _POS.sub("", message).strip().rstrip(".")
         unresolved = re.match(r"Column '(.+)' could not be resolved", text)
         if unresolved:
-            raise CatalogError(
-                f"column {unresolved.group(1)!r} does not exist", where=where, sqlstate="42703"
-            ) from None
+            name = unresolved.group(1)
+            owners = [t.name for t in catalog.tables.values() if name.split(".")[-1].lower() in t.columns]
+            problem = "is ambiguous; qualify it with a table alias" if len(owners) > 1 else "does not exist"
+            raise CatalogError(f"column {name!r} {problem}", where=where, sqlstate="42703") from None
         raise CatalogError(text[:1].lower() + text[1:], where=where, sqlstate="42703") from None
 
 

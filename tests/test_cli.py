@@ -1,0 +1,93 @@
+"""The CLI's error contract: bad input → exit 2 and exactly one line on stderr, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DDL = "CREATE TABLE t (id INT PRIMARY KEY, faculty TEXT, time INT);\nCREATE TABLE u (k INT PRIMARY KEY, v INT);\n"
+
+
+def sqldp(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sqldp.cli", *args], capture_output=True, text=True, input=stdin, timeout=120
+    )
+
+
+@pytest.fixture
+def schema(tmp_path: Path) -> Path:
+    p = tmp_path / "schema.sql"
+    p.write_text(DDL)
+    return p
+
+
+def one_line_error(r: subprocess.CompletedProcess[str], code: int = 2) -> str:
+    assert r.returncode == code, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    return lines[0]
+
+
+def test_explain_json_self_join(schema: Path) -> None:
+    r = sqldp("explain", "--schema", str(schema), "--format", "json", "SELECT COUNT(*) FROM t a, t b WHERE a.id = b.id")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert [u["table"] for u in out["analysis"]["uses"]] == ["t", "t"]
+    assert out["algebra"]["op"] == "aggregate"
+
+
+def test_explain_reads_query_from_file_and_stdin(schema: Path, tmp_path: Path) -> None:
+    q = tmp_path / "q.sql"
+    q.write_text("SELECT SUM(time) FROM t")
+    assert sqldp("explain", "--schema", str(schema), "-f", str(q)).returncode == 0
+    r = sqldp("explain", "--schema", str(schema), "-f", "-", stdin="SELECT COUNT(*) FROM u")
+    assert r.returncode == 0 and "COUNT(*)" in r.stdout
+
+
+def test_refused_query_is_explained_with_reason(schema: Path) -> None:
+    r = sqldp("explain", "--schema", str(schema), "--format", "json", "SELECT COUNT(*) FROM t LEFT JOIN u ON id = k")
+    assert r.returncode == 0
+    assert "LEFT JOIN" in json.loads(r.stdout)["refused"]["reason"]
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("SELECT COUNT(* FROM t", "query:1:"),
+        ("SELECT 1 FROM t; SELECT 2 FROM t", "exactly one statement"),
+        ("SELECT COUNT(*) FROM missing", "table 'missing' does not exist"),
+        ("SELECT SUM(nope) FROM t", "column 'nope' does not exist"),
+        ("", "empty query"),
+    ],
+)
+def test_bad_sql(schema: Path, query: str, expected: str) -> None:
+    assert expected in one_line_error(sqldp("explain", "--schema", str(schema), query))
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        ("[tables.t\n", "invalid TOML"),
+        ("[tables.t]\nrows = 'maybe'\n", "tables.t.rows"),
+        ("[tables.t]\nnorm = 'l1(time, nope)'\n", "column 'nope' is not in table 't'"),
+        ("[tables.t]\nnorm = 'l7x(time)'\n", "tables.t.norm"),
+        ("[tables.zzz]\nrows = 'public'\n", "table 'zzz' is not in the schema"),
+        ("[defaults]\nepsilon = 'one'\n", "defaults.epsilon"),
+    ],
+)
+def test_broken_policy(schema: Path, tmp_path: Path, policy: str, expected: str) -> None:
+    p = tmp_path / "policy.toml"
+    p.write_text(policy)
+    line = one_line_error(sqldp("explain", "--schema", str(schema), "--policy", str(p), "SELECT COUNT(*) FROM t"))
+    assert expected in line and str(p) in line
+
+
+def test_bad_flag_and_missing_files(schema: Path) -> None:
+    assert "unrecognized arguments" in one_line_error(sqldp("explain", "--nope", "SELECT 1"))
+    assert "cannot read schema file" in one_line_error(sqldp("explain", "--schema", "missing.sql", "SELECT 1"))
+    assert "cannot read query file" in one_line_error(sqldp("explain", "--schema", str(schema), "-f", "missing.sql"))
