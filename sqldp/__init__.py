@@ -1,11 +1,30 @@
 """sqldp: differentially private answers to ordinary PostgreSQL queries.
 
 The pipeline (data flows one way): ``frontend`` (SQL text → relational algebra) → ``normalize``
-(algebra → analysis form) → ``sensitivity`` (analysis form + policy → plan) → ``privacy`` (noise) →
+(algebra → analysis form) → ``sensitivity`` (analysis form + policy → plan) → ``mechanisms`` (noise) →
 ``runner`` (the only module that talks to the database).
+
+    import sqldp
+    session = sqldp.connect(policy="policy.toml")      # embedded PostgreSQL, or a DSN
+    result = session.run("SELECT COUNT(*) FROM t", epsilon=1.0)
+    result.answer, result.to_json()["error"]
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from sqldp.errors import SqldpError
 
-__all__ = ["SqldpError"]
+if TYPE_CHECKING:
+    from sqldp.runner import Session
+
+__all__ = ["SqldpError", "connect"]
 __version__ = "0.1.0"
+
+
+def connect(dsn: str | None = None, policy: Any = None, **kwargs: Any) -> Session:
+    """Open a :class:`sqldp.runner.Session` on ``dsn`` (default: ``$SQLDP_DSN``, else the embedded server)."""
+    from sqldp.runner import Session
+
+    return Session(dsn, policy, **kwargs)

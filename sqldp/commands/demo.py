@@ -1,0 +1,119 @@
+"""``sqldp demo``: start the embedded database, load the cafeteria example and TPC-H (SF 0.01), and show a
+few noisy answers with their error bars. ``sqldp load tpch|cafeteria`` loads one data set."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from sqldp.cli import emit
+from sqldp.commands.analyze import format_text
+from sqldp.db import connect, resolve_dsn
+from sqldp.errors import InputError
+
+DEMO_QUERIES = (
+    ("cafeteria", "SELECT AVG(time) FROM t WHERE faculty = 'math'", "average eating time of math students (seed 001)"),
+    ("cafeteria", "SELECT COUNT(*) FROM t a, t b WHERE a.faculty = b.faculty AND a.name < b.name",
+     "pairs of students of one faculty (self-join)"),
+    ("tpch", "SELECT COUNT(*) FROM orders WHERE o_orderpriority = '1-URGENT'", "urgent orders"),
+    ("tpch", "SELECT l_returnflag, COUNT(*) AS n FROM lineitem WHERE l_shipdate <= date '1998-09-02' "
+     "GROUP BY l_returnflag ORDER BY l_returnflag", "line items per return flag (TPC-H Q1 shape)"),
+    ("tpch", "SELECT SUM(l_quantity) FROM lineitem, orders WHERE l_orderkey = o_orderkey "
+     "AND o_orderpriority = '1-URGENT'", "quantity ordered urgently (join)"),
+)
+
+
+class Progress:
+    """A one-line progress bar on stderr (only when stderr is a terminal, else one line per table)."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.last = ""
+
+    def __call__(self, table: str, done: int, total: int) -> None:
+        width = 30
+        frac = done / total if total else 1.0
+        if self.tty:
+            bar = "#" * int(frac * width)
+            print(f"\r  loading {table:<10} [{bar:<{width}}] {frac:4.0%}", end="", file=sys.stderr, flush=True)
+            if done >= total:
+                print(file=sys.stderr)
+        elif done >= total and table != self.last:
+            print(f"  loaded {table} ({total / 1e6:.1f} MB)", file=sys.stderr)
+            self.last = table
+
+
+def _has_table(dsn: str, table: str) -> bool:
+    with connect(dsn) as conn:
+        return conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"public.{table}",)).fetchone()[0]
+
+
+def load(dsn: str, dataset: str, scale: float, *, force: bool = False) -> None:
+    from sqldp import datasets
+
+    marker = "lineitem" if dataset == "tpch" else "t"
+    if _has_table(dsn, marker) and not force:
+        print(f"{dataset}: already loaded (use --reload to load again)", file=sys.stderr)
+        return
+    t0 = time.perf_counter()
+    if dataset == "tpch":
+        print(f"loading TPC-H at scale factor {scale:g} (tpchgen-cli, COPY)", file=sys.stderr)
+        counts = datasets.load_tpch(dsn, scale, progress=Progress(), replace=force)
+    else:
+        counts = datasets.load_cafeteria(dsn, replace=force)
+    total = sum(counts.values())
+    print(f"{dataset}: {total} rows in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("demo", help="load example data into the embedded database and answer a few queries")
+    p.add_argument("--dsn", help="use this database instead of the embedded one")
+    p.add_argument("--data-dir", help="embedded server home")
+    p.add_argument("--scale", type=float, default=0.01, help="TPC-H scale factor (default 0.01)")
+    p.add_argument("--epsilon", type=float, default=1.0, help="ε per query (default 1)")
+    p.add_argument("--reload", action="store_true", help="drop and load the data again")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=run_demo)
+
+    lp = sub.add_parser("load", help="load an example data set (tpch or cafeteria)")
+    lp.add_argument("dataset", choices=("tpch", "cafeteria"))
+    lp.add_argument("--dsn")
+    lp.add_argument("--data-dir")
+    lp.add_argument("--scale", type=float, default=0.01, help="TPC-H scale factor (default 0.01)")
+    lp.add_argument("--reload", action="store_true", help="drop and load again")
+    lp.set_defaults(func=run_load)
+
+
+def _check_scale(scale: float) -> None:
+    if not 0 < scale <= 100:
+        raise InputError(f"scale factor must be in (0, 100], got {scale}", where="--scale")
+
+
+def run_load(args: argparse.Namespace) -> int:
+    _check_scale(args.scale)
+    load(resolve_dsn(args.dsn, args.data_dir), args.dataset, args.scale, force=args.reload)
+    return 0
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from sqldp.datasets import dataset_path
+    from sqldp.runner import Session
+
+    _check_scale(args.scale)
+    dsn = resolve_dsn(args.dsn, args.data_dir)
+    load(dsn, "cafeteria", args.scale, force=args.reload)
+    load(dsn, "tpch", args.scale, force=args.reload)
+    sessions = {
+        name: Session(dsn, dataset_path(f"{name}.toml")) for name in ("cafeteria", "tpch")
+    }
+    outputs = []
+    for dataset, sql, title in DEMO_QUERIES:
+        result = sessions[dataset].run(sql, epsilon=args.epsilon).to_json()
+        outputs.append({"title": title, **result})
+        if args.format == "text":
+            print(f"\n== {title}\n   {sql}")
+            print("   " + format_text(result).replace("\n", "\n   "))
+    if args.format == "json":
+        emit(args, {"demo": outputs}, lambda p: "")
+    return 0

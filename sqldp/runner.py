@@ -1,0 +1,443 @@
+"""The runner: the only module that talks to the database (DESIGN.md, step 5).
+
+It parses and normalises a query, asks the analyses for their plan, runs the answer query and the
+sensitivity queries in one read-only REPEATABLE READ transaction (so the answer and its sensitivity see the
+same snapshot), calibrates and samples the noise, and returns a :class:`Result`. The CLI, the library API
+(:func:`sqldp.connect`) and the proxy all come through here.
+
+Composition (NR §3.3.10.4): the k aggregates of a query are k measurements and share ε and δ equally
+(sequential composition). The groups of a GROUP BY are answered with the full share when every private
+table's row can touch at most one group (parallel composition, disjoint groups) and with share/m otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlglot import exp
+
+from sqldp.catalog import Catalog
+from sqldp.db import connect, resolve_dsn
+from sqldp.errors import DatabaseError, InputError, RefusedError
+from sqldp.form import AGG_PREFIX, AnalysisForm, Output
+from sqldp.frontend import parse
+from sqldp.groups import all_groups, key_domains, normalise_key
+from sqldp.normalize import PublicRelease, normalize
+from sqldp.policy import Policy
+from sqldp.sqlgen import answer_query
+
+GAMMA = 4.0  # NR l.7595: the tool fixes γ = 4 for generalized Cauchy
+
+
+@dataclass(frozen=True)
+class PrivacyParams:
+    epsilon: float
+    delta: float | None
+    beta: float | None  # None: chosen per answer to minimise noise (Theorem 3.73)
+    mechanism: str
+    confidence: float
+    advantage: float | None = None
+    epsilon_source: str = "epsilon"
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def resolve_params(
+    policy: Policy,
+    *,
+    epsilon: float | None = None,
+    delta: float | None = None,
+    beta: float | None = None,
+    mechanism: str | None = None,
+    confidence: float | None = None,
+    advantage: float | None = None,
+    outputs: int = 1,
+) -> PrivacyParams:
+    """Explicit arguments win over the policy's ``[defaults]``; ε may come from an advantage target."""
+    d = policy.defaults
+    mech = mechanism or d.mechanism
+    if mech not in ("cauchy", "laplace"):
+        raise InputError(f"mechanism must be 'cauchy' or 'laplace', got {mech!r}", where="--mechanism")
+    conf = confidence if confidence is not None else d.confidence
+    if not 0 < conf < 1:
+        raise InputError(f"confidence must be in (0, 1), got {conf}", where="--confidence")
+    if epsilon is not None and advantage is not None:
+        raise InputError("give either --epsilon or --advantage, not both", where="--advantage")
+    source = "epsilon"
+    if epsilon is None and advantage is None:
+        epsilon, advantage = d.epsilon, None if d.epsilon is not None else d.advantage
+    if epsilon is None and advantage is not None:
+        from sqldp.advantage import epsilon_from_policy
+
+        epsilon = epsilon_from_policy(policy, advantage, outputs=outputs)
+        source = "advantage"
+    if epsilon is None:
+        raise InputError("no privacy level: pass --epsilon or --advantage, or set defaults.epsilon in the policy")
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise InputError(f"epsilon must be a positive number, got {epsilon}", where="--epsilon")
+    dlt = delta if delta is not None else d.delta
+    if mech == "laplace" and not dlt:
+        raise InputError("the Laplace mechanism gives (ε, δ)-DP: pass --delta (NR Thm 3.56)", where="--delta")
+    if dlt is not None and not 0 < dlt < 1:
+        raise InputError(f"delta must be in (0, 1), got {dlt}", where="--delta")
+    b = beta if beta is not None else d.beta
+    if b is not None and b < 0:
+        raise InputError(f"beta must be ≥ 0, got {b}", where="--beta")
+    return PrivacyParams(epsilon, dlt if mech == "laplace" else None, b, mech, conf, advantage, source)
+
+
+@dataclass
+class Measurement:
+    """One aggregate (for one group): its sensitivity, the calibrated noise and, for ``run``, the value."""
+
+    aggregate: str
+    epsilon: float
+    delta: float | None
+    beta: float
+    sensitivity: float
+    noise_scale: float
+    half_width: float
+    tables: Mapping[str, Any]
+    true_value: float | None = None  # never released; kept out of every serialisation
+    noisy_value: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: v for k, v in dataclasses.asdict(self).items() if k != "true_value"}
+        return out
+
+
+@dataclass
+class Result:
+    sql: str
+    params: PrivacyParams | None
+    public: bool = False
+    test_mode: bool = False
+    columns: list[str] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    measurements: list[list[Measurement]] = field(default_factory=list)  # [group][aggregate]
+    released: bool = False
+    timings: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    grouped: bool = False
+
+    @property
+    def answer(self) -> Any:
+        """The single noisy value of an ungrouped, single-output query."""
+        if self.grouped or not self.rows:
+            return None
+        values = [v for k, v in self.rows[0]["values"].items()]
+        return values[0] if len(values) == 1 else None
+
+    def table(self) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """The released answer as a result set: column names and rows in output order (for the proxy)."""
+        if not self.released:
+            raise RefusedError("nothing was released (analyze does not answer)")
+        if self.public:
+            return self.columns, [tuple(r[c] for c in self.columns) for r in self.rows]
+        out = []
+        for r in self.rows:
+            merged = {**r.get("key", {}), **r["values"]}
+            out.append(tuple(merged[c] for c in self.columns))
+        return self.columns, out
+
+    def _main(self) -> Measurement | None:
+        return max((m for group in self.measurements for m in group), key=lambda m: m.noise_scale, default=None)
+
+    def to_json(self) -> dict[str, Any]:
+        main = self._main()
+        p = self.params
+        out: dict[str, Any] = {
+            "query": self.sql,
+            "public": self.public,
+            "test_mode": self.test_mode,
+            "epsilon": p.epsilon if p else 0.0,
+            "delta": p.delta if p else None,
+            "beta": main.beta if main else None,
+            "mechanism": p.mechanism if p else None,
+            "epsilon_from": p.epsilon_source if p else None,
+            "advantage": p.advantage if p else None,
+            "sensitivity": main.sensitivity if main else 0.0,
+            "noise_scale": main.noise_scale if main else 0.0,
+            "error": self._error(main),
+            "tables": dict(main.tables) if main else {},
+            "measurements": [[m.to_json() for m in group] for group in self.measurements],
+            "timings_ms": {k: round(v * 1000, 3) for k, v in self.timings.items()},
+            "notes": self.notes,
+        }
+        if self.released:
+            if self.grouped or self.public:
+                out["rows"] = self.rows
+            else:
+                out["answer"] = self.answer
+                out["values"] = self.rows[0]["values"] if self.rows else {}
+        return out
+
+    def _error(self, main: Measurement | None) -> dict[str, Any]:
+        conf = self.params.confidence if self.params else None
+        if main is None:
+            return {"confidence": conf, "absolute": 0.0, "relative": 0.0}
+        rel = None
+        if main.noisy_value not in (None, 0):
+            rel = main.half_width / abs(main.noisy_value)  # type: ignore[arg-type]
+        return {"confidence": conf, "absolute": main.half_width, "relative": rel}
+
+
+def _evaluate(e: exp.Expression, values: Sequence[float | None]) -> float | None:
+    """Evaluate an output expression over (noisy) aggregate values: + − × / and constants."""
+    if isinstance(e, exp.Column) and e.name.startswith(AGG_PREFIX):
+        return values[int(e.name[len(AGG_PREFIX) :])]
+    if isinstance(e, exp.Literal) and not e.is_string:
+        return float(e.this)
+    if isinstance(e, exp.Paren):
+        return _evaluate(e.this, values)
+    if isinstance(e, exp.Neg):
+        v = _evaluate(e.this, values)
+        return None if v is None else -v
+    if isinstance(e, exp.Cast):
+        return _evaluate(e.this, values)
+    if isinstance(e, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
+        a, b = _evaluate(e.this, values), _evaluate(e.expression, values)
+        if a is None or b is None:
+            return None
+        if isinstance(e, exp.Add):
+            return a + b
+        if isinstance(e, exp.Sub):
+            return a - b
+        if isinstance(e, exp.Mul):
+            return a * b
+        return a / b if b != 0 else None
+    raise RefusedError(f"output expression {e.sql(dialect='postgres')} is not supported after aggregation")
+
+
+class Session:
+    """A connection-level handle: a database, its catalog and a policy."""
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        policy: Policy | str | Path | None = None,
+        *,
+        schema: Catalog | str | Path | None = None,
+        data_dir: str | Path | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.dsn = resolve_dsn(dsn, data_dir)
+        self.policy = policy if isinstance(policy, Policy) else Policy.from_file(policy) if policy else Policy()
+        if isinstance(schema, Catalog):
+            self.catalog = schema
+        elif schema is not None:
+            self.catalog = Catalog.from_file(schema)
+        else:
+            with connect(self.dsn) as conn:
+                self.catalog = Catalog.from_database(conn)
+        self.policy.validate(self.catalog)
+        from sqldp.mechanisms import NoiseSource
+
+        self.noise = NoiseSource.seeded(seed) if seed is not None else NoiseSource()
+
+    # -- public API ---------------------------------------------------------------------------
+
+    def analyze(self, sql: str, **privacy: Any) -> Result:
+        """Sensitivity and noise scale; no answer is released."""
+        return self._execute(sql, release=False, **privacy)
+
+    def run(self, sql: str, **privacy: Any) -> Result:
+        """The noisy answer."""
+        return self._execute(sql, release=True, **privacy)
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _execute(self, sql: str, *, release: bool, **privacy: Any) -> Result:
+        t0 = time.perf_counter()
+        parsed = parse(sql, self.catalog)
+        form = normalize(parsed, self.catalog, self.policy)
+        if isinstance(form, PublicRelease):
+            return self._public(form, release, t0)
+        aggs = [i for i, _ in enumerate(form.aggregates)]
+        params = resolve_params(self.policy, outputs=max(1, len(aggs)), **privacy)
+        from sqldp.sensitivity.rows import plan_rows
+
+        self._check_row_level(form)
+        domains = key_domains(form, self.policy)
+        plans = [plan_rows(_single(form, i), self.catalog, self.policy) for i in aggs]
+        t_plan = time.perf_counter()
+        with connect(self.dsn, autocommit=False) as conn:
+            try:
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                t1 = time.perf_counter()
+                answer_rows = conn.execute(answer_query(form).sql(dialect="postgres")).fetchall()
+                t_answer = time.perf_counter()
+                sens_results = [
+                    [conn.execute(q.sql(dialect="postgres")).fetchall() for q in plan.queries] for plan in plans
+                ]
+                t_sens = time.perf_counter()
+                domain_values = [
+                    d.values
+                    if d.values is not None
+                    else tuple(r[0] for r in conn.execute(d.query.sql(dialect="postgres")).fetchall())  # type: ignore[union-attr]
+                    for d in domains
+                ]
+                conn.rollback()
+            except Exception as exc:
+                import psycopg
+
+                if isinstance(exc, psycopg.Error):
+                    diag = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                    raise DatabaseError(f"PostgreSQL failed on the query: {diag}") from exc
+                raise
+        result = Result(sql, params, test_mode=self.noise.test_mode, notes=list(form.notes))
+        result.grouped = bool(form.group_by)
+        groups = all_groups([tuple(normalise_key(v) for v in vals) for vals in domain_values]) if form.group_by else [()]
+        by_key = {tuple(normalise_key(v) for v in row[: len(form.group_by)]): row for row in answer_rows}
+        share_eps = params.epsilon / len(aggs)
+        share_delta = params.delta / len(aggs) if params.delta else None
+        for g in groups:
+            row = by_key.get(g)
+            measured: list[Measurement] = []
+            for i, plan in enumerate(plans):
+                sens = plan.finish  # evaluated per β below
+                disjoint = getattr(sens_probe(plan, sens_results[i]), "disjoint_groups", False)
+                divisor = 1 if (not form.group_by or disjoint) else len(groups)
+                eps_i = share_eps / divisor
+                delta_i = share_delta / divisor if share_delta else None
+                m = self._measure(form.aggregates[i].sql, plan, sens_results[i], eps_i, delta_i, params, g)
+                if row is not None:
+                    raw = row[len(form.group_by) + i]
+                    m.true_value = float(raw) if raw is not None else None
+                else:
+                    m.true_value = 0.0 if form.aggregates[i].kind in ("count", "sum") else None
+                measured.append(m)
+            result.measurements.append(measured)
+        if release:
+            self._release(form, result, groups)
+        result.timings = {
+            "analysis": t_plan - t0,
+            "answer_query": t_answer - t1,
+            "sensitivity_queries": t_sens - t_answer,
+            "total": time.perf_counter() - t0,
+        }
+        return result
+
+    def _check_row_level(self, form: AnalysisForm) -> None:
+        """Row-level analysis protects tables whose rows are private. A table that only protects values
+        (rows public, a norm given) needs the column analysis of §3.3.8, which this build refuses."""
+        for u in form.uses:
+            tp = self.policy.table(u.table)
+            if not tp.rows_private and tp.norm is not None:
+                raise RefusedError(
+                    f"table {u.table!r} protects values ({tp.norm}) but not rows; value-level sensitivity "
+                    "(NR §3.3.8) is not available yet"
+                )
+
+    def _measure(
+        self, label: str, plan: Any, results: Any, eps: float, delta: float | None, params: PrivacyParams, group: tuple
+    ) -> Measurement:
+        from sqldp import mechanisms as mech
+
+        def smooth(beta: float) -> float:
+            return float(plan.finish(results, beta, group=group).sensitivity) if group else float(
+                plan.finish(results, beta).sensitivity
+            )
+
+        if params.beta is None:
+            cal = mech.optimise_beta(smooth, eps, params.mechanism, delta=delta, gamma=GAMMA)
+        elif params.mechanism == "laplace":
+            cal = mech.calibrate_laplace(smooth(params.beta), eps, delta, params.beta)
+        else:
+            cal = mech.calibrate_cauchy(smooth(params.beta), eps, params.beta, GAMMA)
+        detail = plan.finish(results, cal.beta, group=group) if group else plan.finish(results, cal.beta)
+        return Measurement(
+            aggregate=label,
+            epsilon=eps,
+            delta=delta,
+            beta=cal.beta,
+            sensitivity=cal.sensitivity,
+            noise_scale=cal.scale,
+            half_width=cal.half_width(params.confidence),
+            tables={t: _jsonable(term) for t, term in detail.tables.items()},
+        )
+
+    def _release(self, form: AnalysisForm, result: Result, groups: list[tuple]) -> None:
+        from sqldp import mechanisms as mech
+
+        rows: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        for g, measured in zip(groups, result.measurements, strict=True):
+            noisy = []
+            for m in measured:
+                if m.true_value is None:
+                    raise RefusedError(f"{m.aggregate} has no value for a group with no rows; not released")
+                kind = "cauchy" if result.params and result.params.mechanism == "cauchy" else "laplace"
+                eta = float(mech.sample(kind, self.noise, gamma=GAMMA))
+                m.noisy_value = m.true_value + m.noise_scale * eta
+                noisy.append(m.noisy_value)
+            values: dict[str, Any] = {}
+            keys: dict[str, Any] = {}
+            for o in form.outputs:
+                if o.is_key:
+                    keys[o.name] = g[o.group_key]  # type: ignore[index]
+                else:
+                    values[o.name] = _evaluate(o.expr, noisy)
+            rows.append((keys, values))
+        if form.order_by:
+            for key in reversed(form.order_by):
+                out: Output = form.outputs[key.output]
+                rows.sort(
+                    key=lambda kv, o=out: _sort_key(kv[0].get(o.name) if o.is_key else kv[1].get(o.name)),
+                    reverse=key.descending,
+                )
+        if form.limit is not None:
+            rows = rows[: form.limit]
+        result.columns = [o.name for o in form.outputs]
+        result.rows = [{"key": k, "values": v} if form.group_by else {"values": v} for k, v in rows]
+        result.released = True
+
+    def _public(self, form: PublicRelease, release: bool, t0: float) -> Result:
+        result = Result(form.sql, None, public=True, notes=[f"reads only public tables: {', '.join(form.tables)}"])
+        if release:
+            with connect(self.dsn, autocommit=False) as conn:
+                conn.execute("SET TRANSACTION READ ONLY")
+                cur = conn.execute(form.sql)
+                result.columns = [d.name for d in cur.description or []]
+                result.rows = [dict(zip(result.columns, r, strict=True)) for r in cur.fetchall()]
+                conn.rollback()
+            result.released = True
+        result.timings = {"total": time.perf_counter() - t0}
+        return result
+
+
+def sens_probe(plan: Any, results: Any) -> Any:
+    """The plan's sensitivity at β = 0 (cheap); used to read data-independent facts such as disjointness."""
+    return plan.finish(results, 0.0)
+
+
+def _single(form: AnalysisForm, index: int) -> AnalysisForm:
+    """The form restricted to one aggregate (each aggregate is its own measurement)."""
+    agg = form.aggregates[index]
+    out = Output(f"{AGG_PREFIX}0", exp.column(f"{AGG_PREFIX}0"), (0,))
+    keys = tuple(o for o in form.outputs if o.is_key)
+    return dataclasses.replace(form, aggregates=(agg,), outputs=(*keys, out), order_by=(), limit=None)
+
+
+def _sort_key(v: Any) -> tuple[int, Any]:
+    return (1, 0) if v is None else (0, v)
+
+
+def _jsonable(term: Any) -> Any:
+    if dataclasses.is_dataclass(term) and not isinstance(term, type):
+        return {k: _jsonable(v) for k, v in dataclasses.asdict(term).items()}
+    if isinstance(term, Mapping):
+        return {str(k): _jsonable(v) for k, v in term.items()}
+    if isinstance(term, (list, tuple)):
+        return [_jsonable(v) for v in term]
+    if isinstance(term, float) and not math.isfinite(term):
+        return str(term)
+    return term
+
+
