@@ -1,0 +1,66 @@
+"""The embedded server commands and the catalog read from a live database."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+
+from sqldp.catalog import Catalog
+from sqldp.db import resolve_dsn
+
+
+def sqldp(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sqldp.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_db_start_status_url_stop(tmp_path: Path) -> None:
+    home = str(tmp_path / "home")
+    assert sqldp("db", "status", "--data-dir", home).returncode == 3
+    started = sqldp("db", "start", "--data-dir", home)
+    assert started.returncode == 0, started.stderr
+    try:
+        status = sqldp("db", "status", "--data-dir", home)
+        assert status.returncode == 0 and "running" in status.stdout
+        url = sqldp("db", "url", "--data-dir", home).stdout.strip()
+        with psycopg.connect(url) as conn:  # the server survives the command that started it
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        assert sqldp("db", "start", "--data-dir", home).stdout.strip().endswith(url)  # idempotent
+    finally:
+        assert sqldp("db", "stop", "--data-dir", home).stdout.strip() == "stopped"
+    assert sqldp("db", "status", "--data-dir", home).returncode == 3
+
+
+def test_explicit_dsn_wins(monkeypatch) -> None:
+    monkeypatch.setenv("SQLDP_DSN", "postgresql://from-env/db")
+    assert resolve_dsn("postgresql://explicit/db") == "postgresql://explicit/db"
+    assert resolve_dsn(None) == "postgresql://from-env/db"
+
+
+def test_unreachable_database_is_one_line_exit_1(tmp_path: Path) -> None:
+    r = sqldp("explain", "--dsn", f"postgresql://nobody@/none?host={tmp_path}&port=1", "SELECT 1")
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
+    assert "cannot connect" in r.stderr
+
+
+def test_catalog_from_database_matches_ddl(pg_dsn: str) -> None:
+    ddl = (
+        "CREATE TABLE region (r_regionkey INT PRIMARY KEY, r_name CHAR(25) NOT NULL);"
+        "CREATE TABLE nation (n_nationkey INT PRIMARY KEY, n_name TEXT, n_regionkey INT REFERENCES region,"
+        " n_date DATE, n_amount DECIMAL(15,2));"
+    )
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(ddl)
+        live = Catalog.from_database(conn)
+    parsed = Catalog.from_ddl(ddl)
+    for name in ("region", "nation"):
+        assert {c: col.kind for c, col in live.table(name).columns.items()} == {
+            c: col.kind for c, col in parsed.table(name).columns.items()
+        }
+        assert live.table(name).primary_key == parsed.table(name).primary_key
+    fk = live.table("nation").foreign_keys[0]
+    assert (fk.columns, fk.ref_table, fk.ref_columns) == (("n_regionkey",), "region", ("r_regionkey",))
+    assert live.table("nation").columns["n_date"].kind == "date"
+    assert live.table("nation").columns["n_amount"].kind == "numeric"
