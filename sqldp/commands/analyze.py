@@ -16,7 +16,9 @@ def privacy_options() -> argparse.ArgumentParser:
     g.add_argument("--advantage", type=float, help="guessing-advantage target; ε is derived from the policy's goals")
     g.add_argument("--delta", type=float, help="δ of (ε, δ)-DP (Laplace mechanism)")
     g.add_argument("--beta", type=float, help="smoothing β (default: chosen to minimise the noise)")
-    g.add_argument("--mechanism", choices=("cauchy", "laplace"), help="generalized Cauchy (ε-DP) or Laplace ((ε, δ)-DP)")
+    g.add_argument(
+        "--mechanism", choices=("cauchy", "laplace"), help="generalized Cauchy (ε-DP) or Laplace ((ε, δ)-DP)"
+    )
     g.add_argument("--confidence", type=float, help="confidence level of the reported error (default 0.78)")
     g.add_argument("--seed", type=int, help="TEST MODE: seed the noise (output is marked test_mode)")
     return p

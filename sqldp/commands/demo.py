@@ -14,13 +14,23 @@ from sqldp.errors import InputError
 
 DEMO_QUERIES = (
     ("cafeteria", "SELECT AVG(time) FROM t WHERE faculty = 'math'", "average eating time of math students (seed 001)"),
-    ("cafeteria", "SELECT COUNT(*) FROM t a, t b WHERE a.faculty = b.faculty AND a.name < b.name",
-     "pairs of students of one faculty (self-join)"),
+    (
+        "cafeteria",
+        "SELECT COUNT(*) FROM t a, t b WHERE a.faculty = b.faculty AND a.name < b.name",
+        "pairs of students of one faculty (self-join)",
+    ),
     ("tpch", "SELECT COUNT(*) FROM orders WHERE o_orderpriority = '1-URGENT'", "urgent orders"),
-    ("tpch", "SELECT l_returnflag, COUNT(*) AS n FROM lineitem WHERE l_shipdate <= date '1998-09-02' "
-     "GROUP BY l_returnflag ORDER BY l_returnflag", "line items per return flag (TPC-H Q1 shape)"),
-    ("tpch", "SELECT SUM(l_quantity) FROM lineitem, orders WHERE l_orderkey = o_orderkey "
-     "AND o_orderpriority = '1-URGENT'", "quantity ordered urgently (join)"),
+    (
+        "tpch",
+        "SELECT l_returnflag, COUNT(*) AS n FROM lineitem WHERE l_shipdate <= date '1998-09-02' "
+        "GROUP BY l_returnflag ORDER BY l_returnflag",
+        "line items per return flag (TPC-H Q1 shape)",
+    ),
+    (
+        "tpch",
+        "SELECT SUM(l_quantity) FROM lineitem, orders WHERE l_orderkey = o_orderkey AND o_orderpriority = '1-URGENT'",
+        "quantity ordered urgently (join)",
+    ),
 )
 
 
@@ -104,9 +114,7 @@ def run_demo(args: argparse.Namespace) -> int:
     dsn = resolve_dsn(args.dsn, args.data_dir)
     load(dsn, "cafeteria", args.scale, force=args.reload)
     load(dsn, "tpch", args.scale, force=args.reload)
-    sessions = {
-        name: Session(dsn, dataset_path(f"{name}.toml")) for name in ("cafeteria", "tpch")
-    }
+    sessions = {name: Session(dsn, dataset_path(f"{name}.toml")) for name in ("cafeteria", "tpch")}
     outputs = []
     for dataset, sql, title in DEMO_QUERIES:
         result = sessions[dataset].run(sql, epsilon=args.epsilon).to_json()

@@ -1,0 +1,11 @@
+-- NAPLES Q1_4 (NR §4.3.3.4, listing lines 26–35). NAPLES: l_shipdate <= 230.3 - 30
+-- (day 6909 - 900 after 1980-01-01, see q01_1.sql).
+SELECT SUM(lineitem.l_extendedprice
+           *(1-lineitem.l_discount)
+           *(1+lineitem.l_tax))
+FROM lineitem
+WHERE
+  lineitem.l_shipdate <= date '1998-12-01' - interval '900' day
+  AND lineitem.l_returnflag = 'R'
+  AND lineitem.l_linestatus = 'F'
+;
