@@ -20,19 +20,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from sqlglot import exp
 
+from sqldp import mechanisms, sensitivity
 from sqldp.catalog import Catalog
 from sqldp.db import connect, resolve_dsn
 from sqldp.errors import DatabaseError, InputError, RefusedError
 from sqldp.form import AGG_PREFIX, AnalysisForm, Output
 from sqldp.frontend import parse
 from sqldp.groups import all_groups, key_domains, normalise_key
+from sqldp.mechanisms import NoiseSource
 from sqldp.normalize import PublicRelease, normalize
 from sqldp.policy import Policy
 from sqldp.sqlgen import answer_query
-
-GAMMA = 4.0  # NR l.7595: the tool fixes γ = 4 for generalized Cauchy
 
 
 @dataclass(frozen=True)
@@ -238,144 +239,138 @@ class Session:
             with connect(self.dsn) as conn:
                 self.catalog = Catalog.from_database(conn)
         self.policy.validate(self.catalog)
-        from sqldp.mechanisms import NoiseSource
-
         self.noise = NoiseSource.seeded(seed) if seed is not None else NoiseSource()
 
-    # -- public API ---------------------------------------------------------------------------
-
-    def analyze(self, sql: str, **privacy: Any) -> Result:
-        """Sensitivity and noise scale; no answer is released."""
-        return self._execute(sql, release=False, **privacy)
-
-    def run(self, sql: str, **privacy: Any) -> Result:
-        """The noisy answer."""
-        return self._execute(sql, release=True, **privacy)
-
-    # -- internals ----------------------------------------------------------------------------
-
-    def _execute(self, sql: str, *, release: bool, **privacy: Any) -> Result:
+    def prepare(self, sql: str, **privacy: Any) -> Prepared:
+        """Parse, normalise, plan and resolve the privacy parameters, refusing what cannot be analysed.
+        Reads no data: the proxy charges the analyst's budget between this and :meth:`Prepared.run`."""
         t0 = time.perf_counter()
         parsed = parse(sql, self.catalog)
         form = normalize(parsed, self.catalog, self.policy)
         if isinstance(form, PublicRelease):
-            return self._public(form, release, t0)
-        aggs = [i for i, _ in enumerate(form.aggregates)]
-        params = resolve_params(self.policy, outputs=max(1, len(aggs)), **privacy)
-        from sqldp.sensitivity.rows import plan_rows
-
-        self._check_row_level(form)
+            return Prepared(self, sql, form, None, (), (), t0)
+        params = resolve_params(self.policy, outputs=max(1, len(form.aggregates)), **privacy)
         domains = key_domains(form, self.policy)
-        plans = [plan_rows(_single(form, i), self.catalog, self.policy) for i in aggs]
+        plans = tuple(
+            sensitivity.plan(_single(form, i), self.catalog, self.policy) for i in range(len(form.aggregates))
+        )
+        return Prepared(self, sql, form, params, plans, domains, t0)
+
+    def analyze(self, sql: str, **privacy: Any) -> Result:
+        """Sensitivity and noise scale; no answer is released."""
+        return self.prepare(sql, **privacy).analyze()
+
+    def run(self, sql: str, **privacy: Any) -> Result:
+        """The noisy answer."""
+        return self.prepare(sql, **privacy).run()
+
+
+@dataclass
+class Prepared:
+    """A query that passed the analyses, with its privacy parameters; nothing has been read yet."""
+
+    session: Session
+    sql: str
+    form: AnalysisForm | PublicRelease
+    params: PrivacyParams | None  # None: public data, answered exactly
+    plans: tuple[Any, ...]  # one sensitivity plan per aggregate (the contract of sqldp.sensitivity)
+    domains: tuple[Any, ...]
+    started: float
+
+    @property
+    def public(self) -> bool:
+        return isinstance(self.form, PublicRelease)
+
+    def analyze(self) -> Result:
+        return self._execute(release=False)
+
+    def run(self) -> Result:
+        return self._execute(release=True)
+
+    def _execute(self, *, release: bool) -> Result:
+        if isinstance(self.form, PublicRelease):
+            return self._public(self.form, release)
+        form, params = self.form, self.params
+        assert params is not None
         t_plan = time.perf_counter()
-        with connect(self.dsn, autocommit=False) as conn:
+        answer_sql = answer_query(dataclasses.replace(form, aggregates=tuple(p.aggregate for p in self.plans)))
+        with connect(self.session.dsn, autocommit=False) as conn:
             try:
+                # one snapshot for the answer and its sensitivity (NR §4.3.4 ran them separately)
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 t1 = time.perf_counter()
-                answer_rows = conn.execute(answer_query(form).sql(dialect="postgres")).fetchall()
+                answer_rows = conn.execute(answer_sql.sql(dialect="postgres")).fetchall()
                 t_answer = time.perf_counter()
                 sens_results = [
-                    [conn.execute(q.sql(dialect="postgres")).fetchall() for q in plan.queries] for plan in plans
+                    [conn.execute(q.sql(dialect="postgres")).fetchall() for q in plan.queries] for plan in self.plans
                 ]
                 t_sens = time.perf_counter()
                 domain_values = [
                     d.values
                     if d.values is not None
-                    else tuple(r[0] for r in conn.execute(d.query.sql(dialect="postgres")).fetchall())  # type: ignore[union-attr]
-                    for d in domains
+                    else tuple(r[0] for r in conn.execute(d.query.sql(dialect="postgres")).fetchall())
+                    for d in self.domains
                 ]
                 conn.rollback()
-            except Exception as exc:
-                import psycopg
-
-                if isinstance(exc, psycopg.Error):
-                    diag = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                    raise DatabaseError(f"PostgreSQL failed on the query: {diag}") from exc
-                raise
-        result = Result(sql, params, test_mode=self.noise.test_mode, notes=list(form.notes))
+            except psycopg.Error as exc:
+                diag = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise DatabaseError(f"PostgreSQL failed on the query: {diag}") from exc
+        result = Result(self.sql, params, test_mode=self.session.noise.test_mode, notes=list(form.notes))
         result.grouped = bool(form.group_by)
-        groups = all_groups([tuple(normalise_key(v) for v in vals) for vals in domain_values]) if form.group_by else [()]
+        keys = [tuple(normalise_key(v) for v in vals) for vals in domain_values]
+        groups = all_groups(keys) if form.group_by else [()]
         by_key = {tuple(normalise_key(v) for v in row[: len(form.group_by)]): row for row in answer_rows}
-        share_eps = params.epsilon / len(aggs)
-        share_delta = params.delta / len(aggs) if params.delta else None
+        # NR §3.3.10.4: the aggregates share ε (sequential composition); groups get the full share when a
+        # neighbouring change touches one group only (parallel composition), else share/m.
+        n_aggs = len(self.plans)
+        calibrations = []
+        for plan, results in zip(self.plans, sens_results, strict=True):
+            divisor = 1 if (not form.group_by or plan.disjoint_groups) else len(groups)
+            eps = params.epsilon / n_aggs / divisor
+            delta = params.delta / n_aggs / divisor if params.delta else None
+            calibrations.append((eps, delta, _calibrate(plan, results, eps, delta, params)))
         for g in groups:
             row = by_key.get(g)
             measured: list[Measurement] = []
-            for i, plan in enumerate(plans):
-                sens = plan.finish  # evaluated per β below
-                disjoint = getattr(sens_probe(plan, sens_results[i]), "disjoint_groups", False)
-                divisor = 1 if (not form.group_by or disjoint) else len(groups)
-                eps_i = share_eps / divisor
-                delta_i = share_delta / divisor if share_delta else None
-                m = self._measure(form.aggregates[i].sql, plan, sens_results[i], eps_i, delta_i, params, g)
-                if row is not None:
-                    raw = row[len(form.group_by) + i]
-                    m.true_value = float(raw) if raw is not None else None
+            for i, (eps, delta, (cal, bound)) in enumerate(calibrations):
+                agg = form.aggregates[i]
+                m = Measurement(
+                    aggregate=agg.sql,
+                    epsilon=eps,
+                    delta=delta,
+                    beta=cal.beta,
+                    sensitivity=cal.sensitivity,
+                    noise_scale=cal.scale,
+                    half_width=cal.half_width(params.confidence),
+                    tables={t: _jsonable(term) for t, term in bound.tables.items()},
+                )
+                if row is not None and row[len(form.group_by) + i] is not None:
+                    m.true_value = float(row[len(form.group_by) + i])
                 else:
-                    m.true_value = 0.0 if form.aggregates[i].kind in ("count", "sum") else None
+                    # no rows: COUNT and SUM are 0 (SUM of nothing is NULL in SQL, 0 as a function)
+                    m.true_value = 0.0 if agg.kind in ("count", "sum") else None
                 measured.append(m)
             result.measurements.append(measured)
         if release:
             self._release(form, result, groups)
         result.timings = {
-            "analysis": t_plan - t0,
+            "analysis": t_plan - self.started,
             "answer_query": t_answer - t1,
             "sensitivity_queries": t_sens - t_answer,
-            "total": time.perf_counter() - t0,
+            "total": time.perf_counter() - self.started,
         }
         return result
 
-    def _check_row_level(self, form: AnalysisForm) -> None:
-        """Row-level analysis protects tables whose rows are private. A table that only protects values
-        (rows public, a norm given) needs the column analysis of §3.3.8, which this build refuses."""
-        for u in form.uses:
-            tp = self.policy.table(u.table)
-            if not tp.rows_private and tp.norm is not None:
-                raise RefusedError(
-                    f"table {u.table!r} protects values ({tp.norm}) but not rows; value-level sensitivity "
-                    "(NR §3.3.8) is not available yet"
-                )
-
-    def _measure(
-        self, label: str, plan: Any, results: Any, eps: float, delta: float | None, params: PrivacyParams, group: tuple
-    ) -> Measurement:
-        from sqldp import mechanisms as mech
-
-        def smooth(beta: float) -> float:
-            return float(plan.finish(results, beta, group=group).sensitivity) if group else float(
-                plan.finish(results, beta).sensitivity
-            )
-
-        if params.beta is None:
-            cal = mech.optimise_beta(smooth, eps, params.mechanism, delta=delta, gamma=GAMMA)
-        elif params.mechanism == "laplace":
-            cal = mech.calibrate_laplace(smooth(params.beta), eps, delta, params.beta)
-        else:
-            cal = mech.calibrate_cauchy(smooth(params.beta), eps, params.beta, GAMMA)
-        detail = plan.finish(results, cal.beta, group=group) if group else plan.finish(results, cal.beta)
-        return Measurement(
-            aggregate=label,
-            epsilon=eps,
-            delta=delta,
-            beta=cal.beta,
-            sensitivity=cal.sensitivity,
-            noise_scale=cal.scale,
-            half_width=cal.half_width(params.confidence),
-            tables={t: _jsonable(term) for t, term in detail.tables.items()},
-        )
-
     def _release(self, form: AnalysisForm, result: Result, groups: list[tuple]) -> None:
-        from sqldp import mechanisms as mech
-
+        assert result.params is not None
+        kind = result.params.mechanism
         rows: list[tuple[dict[str, Any], dict[str, Any]]] = []
         for g, measured in zip(groups, result.measurements, strict=True):
             noisy = []
             for m in measured:
                 if m.true_value is None:
                     raise RefusedError(f"{m.aggregate} has no value for a group with no rows; not released")
-                kind = "cauchy" if result.params and result.params.mechanism == "cauchy" else "laplace"
-                eta = float(mech.sample(kind, self.noise, gamma=GAMMA))
-                m.noisy_value = m.true_value + m.noise_scale * eta
+                m.noisy_value = m.true_value + m.noise_scale * mechanisms.sample(kind, self.session.noise)
                 noisy.append(m.noisy_value)
             values: dict[str, Any] = {}
             keys: dict[str, Any] = {}
@@ -385,36 +380,51 @@ class Session:
                 else:
                     values[o.name] = _evaluate(o.expr, noisy)
             rows.append((keys, values))
-        if form.order_by:
-            for key in reversed(form.order_by):
-                out: Output = form.outputs[key.output]
-                rows.sort(
-                    key=lambda kv, o=out: _sort_key(kv[0].get(o.name) if o.is_key else kv[1].get(o.name)),
-                    reverse=key.descending,
-                )
+        for key in reversed(form.order_by):  # ORDER BY and LIMIT act on the noisy answers only
+            out: Output = form.outputs[key.output]
+            rows.sort(
+                key=lambda kv, o=out: _sort_key(kv[0].get(o.name) if o.is_key else kv[1].get(o.name)),
+                reverse=key.descending,
+            )
         if form.limit is not None:
             rows = rows[: form.limit]
         result.columns = [o.name for o in form.outputs]
         result.rows = [{"key": k, "values": v} if form.group_by else {"values": v} for k, v in rows]
         result.released = True
 
-    def _public(self, form: PublicRelease, release: bool, t0: float) -> Result:
+    def _public(self, form: PublicRelease, release: bool) -> Result:
         result = Result(form.sql, None, public=True, notes=[f"reads only public tables: {', '.join(form.tables)}"])
         if release:
-            with connect(self.dsn, autocommit=False) as conn:
-                conn.execute("SET TRANSACTION READ ONLY")
-                cur = conn.execute(form.sql)
-                result.columns = [d.name for d in cur.description or []]
-                result.rows = [dict(zip(result.columns, r, strict=True)) for r in cur.fetchall()]
-                conn.rollback()
+            with connect(self.session.dsn, autocommit=False) as conn:
+                try:
+                    conn.execute("SET TRANSACTION READ ONLY")
+                    cur = conn.execute(form.sql)
+                    result.columns = [d.name for d in cur.description or []]
+                    result.rows = [dict(zip(result.columns, r, strict=True)) for r in cur.fetchall()]
+                    conn.rollback()
+                except psycopg.Error as exc:
+                    diag = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                    raise DatabaseError(f"PostgreSQL failed on the query: {diag}") from exc
             result.released = True
-        result.timings = {"total": time.perf_counter() - t0}
+        result.timings = {"total": time.perf_counter() - self.started}
         return result
 
 
-def sens_probe(plan: Any, results: Any) -> Any:
-    """The plan's sensitivity at β = 0 (cheap); used to read data-independent facts such as disjointness."""
-    return plan.finish(results, 0.0)
+def _calibrate(
+    plan: Any, results: Any, eps: float, delta: float | None, params: PrivacyParams
+) -> tuple[mechanisms.Calibration, Any]:
+    """The noise for one aggregate: β from the user, or chosen to minimise the noise (NR Theorem 3.73)."""
+
+    def smooth(beta: float) -> float:
+        return float(plan.finish(results, beta).sensitivity)
+
+    if params.beta is None:
+        cal = mechanisms.optimise_beta(smooth, eps, params.mechanism, delta=delta)
+    elif params.mechanism == "laplace":
+        cal = mechanisms.calibrate_laplace(smooth(params.beta), eps, delta, params.beta)
+    else:
+        cal = mechanisms.calibrate_cauchy(smooth(params.beta), eps, params.beta)
+    return cal, plan.finish(results, cal.beta)
 
 
 def _single(form: AnalysisForm, index: int) -> AnalysisForm:
@@ -439,5 +449,3 @@ def _jsonable(term: Any) -> Any:
     if isinstance(term, float) and not math.isfinite(term):
         return str(term)
     return term
-
-

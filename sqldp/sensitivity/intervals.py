@@ -1,0 +1,90 @@
+"""Value bounds of aggregated expressions by interval arithmetic over the policy's column ranges.
+
+Under row-level privacy, adding or removing one joined tuple moves SUM(e) by at most max |e|, so the
+derivative of SUM is bounded by max |e| times the derivative of COUNT (NR §3.3.7.3 treats COUNT; the report
+assumed a constant bound for SUM, sqldp derives it from the declared ranges, NR §3.3.11 "ranges"). The
+answer itself is computed over e with every column clamped to its declared range, so the bound holds for
+any data, including rows that break the declaration (fail closed).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from sqlglot import exp
+
+from sqldp.errors import RefusedError
+from sqldp.form import ColumnRef
+
+Interval = tuple[float, float]
+RangeOf = Callable[[ColumnRef], Interval | None]
+
+
+def _mul(a: Interval, b: Interval) -> Interval:
+    products = [x * y for x in a for y in b if not (math.isinf(x) and y == 0) and not (math.isinf(y) and x == 0)]
+    return min(products, default=0.0), max(products, default=0.0)
+
+
+def interval(e: exp.Expression, range_of: RangeOf) -> Interval:
+    """[lo, hi] ⊇ the values of ``e`` when every column lies in its declared range; refuse otherwise."""
+    if isinstance(e, exp.Paren):
+        return interval(e.this, range_of)
+    if isinstance(e, exp.Cast):
+        return interval(e.this, range_of)
+    if isinstance(e, exp.Column):
+        r = range_of(ColumnRef(e.table, e.name))
+        if r is None:
+            raise RefusedError(
+                f"SUM over {e.sql(dialect='postgres')} needs a value range: declare "
+                f"range = [low, high] for column {e.name!r} in the policy (row-level privacy bounds SUM by it)"
+            )
+        return r
+    if isinstance(e, exp.Literal) and not e.is_string:
+        v = float(e.this)
+        return v, v
+    if isinstance(e, exp.Neg):
+        lo, hi = interval(e.this, range_of)
+        return -hi, -lo
+    if isinstance(e, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
+        a = interval(e.this, range_of)
+        b = interval(e.expression, range_of)
+        if isinstance(e, exp.Add):
+            return a[0] + b[0], a[1] + b[1]
+        if isinstance(e, exp.Sub):
+            return a[0] - b[1], a[1] - b[0]
+        if isinstance(e, exp.Mul):
+            return _mul(a, b)
+        if b[0] <= 0 <= b[1]:
+            raise RefusedError(f"cannot bound {e.sql(dialect='postgres')}: the divisor's range {list(b)} contains 0")
+        return _mul(a, (1.0 / b[1], 1.0 / b[0]))
+    raise RefusedError(
+        f"cannot bound {e.sql(dialect='postgres')} for SUM under row-level privacy "
+        "(supported: columns with declared ranges, numbers, + − × /)"
+    )
+
+
+def magnitude(e: exp.Expression, range_of: RangeOf) -> float:
+    """max |e| over the declared ranges."""
+    lo, hi = interval(e, range_of)
+    return max(abs(lo), abs(hi))
+
+
+def clamp_columns(e: exp.Expression, range_of: RangeOf) -> exp.Expression:
+    """``e`` with each column c replaced by LEAST(GREATEST(c, lo), hi): the bound then holds for any data."""
+
+    def clamp(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column) and node.table:
+            r = range_of(ColumnRef(node.table, node.name))
+            if r is not None:
+                low = exp.Greatest(this=node.copy(), expressions=[_number(r[0])])
+                return exp.Least(this=low, expressions=[_number(r[1])])
+        return node
+
+    return e.copy().transform(clamp)
+
+
+def _number(v: float) -> exp.Expression:
+    text = repr(int(v)) if float(v).is_integer() else repr(v)
+    lit = exp.Literal.number(text.lstrip("-"))
+    return exp.Neg(this=lit) if v < 0 else lit

@@ -1,0 +1,391 @@
+"""Row-level sensitivity: derivative of COUNT/SUM over σθ(U1 × … × Un) w.r.t. row multiplicities, with
+self-join pattern unification and β-smoothing (NR §3.3.7.3; evaluation §4.3.4).
+
+For a private table T and each of its uses i, adding a row r to T changes the count by (NR §3.3.7.3, the
+product rule and θ[r/Ti])
+
+    ∂Count/∂x_{T;r} ≤ Σ_{i: Ti = T} Count(σθ[r/Ti](∏_{j≠i} Tj))(D).
+
+Only the columns of Ti that θ's equalities tie (transitively) to other uses matter: they form the *pattern*
+of r; every other column of Ti is existentially quantified (the conjuncts that still read it are dropped,
+which can only increase the count). The counts per pattern are computed by Postgres: θ with Ti's bound
+columns replaced by the column they are equal to, grouped by those columns. For a table used once only the
+largest count matters (the smoothing is increasing in the count); for a table used several times the
+pattern maps of its uses are unified (:mod:`sqldp.sensitivity.patterns`). The other uses may grow with the
+distance; :mod:`sqldp.sensitivity.smoothing` turns each count into its β-smooth bound max_k e^(−βk)·A(k).
+
+Units: one row of T is at distance G_T (policy ``weight``), so the sensitivity w.r.t. the metric is the
+multiplicity derivative divided by G_T; the query's bound is the maximum over its private tables.
+
+The plan runs one scalar query (all local counts and maxima, as scalar subqueries: one round trip) plus one
+grouped query per use of a self-joined private table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlglot import exp
+
+from sqldp.catalog import Catalog
+from sqldp.errors import RefusedError
+from sqldp.form import Aggregate, AnalysisForm, ColumnRef, Conjunct, TableUse
+from sqldp.policy import Policy
+from sqldp.sensitivity.intervals import clamp_columns, magnitude
+from sqldp.sensitivity.patterns import PatternMap, unify
+from sqldp.sensitivity.smoothing import Growth, smooth_count
+from sqldp.sqlgen import from_uses, where
+
+MAX_PRODUCT_PATTERNS = 200_000  # beyond this, a self-join's pattern map is bounded use by use (still sound)
+
+Rows = Sequence[Sequence[Any]]
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A β-smooth sensitivity bound and where it came from (the contract every analysis returns)."""
+
+    sensitivity: float
+    tables: dict[str, Any] = field(default_factory=dict)
+
+
+# -- equality closure -------------------------------------------------------------------------------
+
+
+class _Classes:
+    """Union-find over columns: the transitive closure of θ's column = column conjuncts (NR §3.3.7.3)."""
+
+    def __init__(self) -> None:
+        self.parent: dict[ColumnRef, ColumnRef] = {}
+
+    def find(self, c: ColumnRef) -> ColumnRef:
+        self.parent.setdefault(c, c)
+        while self.parent[c] != c:
+            self.parent[c] = self.parent[self.parent[c]]
+            c = self.parent[c]
+        return c
+
+    def union(self, a: ColumnRef, b: ColumnRef) -> None:
+        self.parent[self.find(a)] = self.find(b)
+
+    def members(self, c: ColumnRef) -> list[ColumnRef]:
+        root = self.find(c)
+        return [x for x in list(self.parent) if self.find(x) == root]
+
+
+def _equality(conj: Conjunct) -> tuple[ColumnRef, ColumnRef] | None:
+    e = conj.expr
+    while isinstance(e, exp.Paren):
+        e = e.this
+    if isinstance(e, exp.EQ) and isinstance(e.this, exp.Column) and isinstance(e.expression, exp.Column):
+        a, b = e.this, e.expression
+        if a.table and b.table:
+            return ColumnRef(a.table, a.name), ColumnRef(b.table, b.name)
+    return None
+
+
+def equality_classes(conjuncts: Sequence[Conjunct]) -> _Classes:
+    classes = _Classes()
+    for c in conjuncts:
+        pair = _equality(c)
+        if pair:
+            classes.union(*pair)
+    return classes
+
+
+# -- the per-use derivative query --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UseTerm:
+    """What is known about the derivative through one private use i."""
+
+    use: TableUse
+    others: tuple[TableUse, ...]
+    pattern: tuple[str, ...]  # columns of Ti bound by θ's equalities (NR: the non-* cells)
+    reps: tuple[exp.Expression, ...]  # for each, the column of another use it equals
+    conjuncts: tuple[exp.Expression, ...]  # θ[r/Ti] with the conjuncts that still read Ti dropped
+
+
+def use_term(form: AnalysisForm, use: TableUse, classes: _Classes) -> UseTerm:
+    others = tuple(u for u in form.uses if u.alias != use.alias)
+    other_aliases = {u.alias for u in others}
+    mapping: dict[str, exp.Expression] = {}
+    pattern: list[str] = []
+    for ref in sorted({r for c in form.conjuncts for r in c.columns if r.alias == use.alias}, key=str):
+        if ref not in classes.parent:
+            continue
+        peers = sorted((m for m in classes.members(ref) if m.alias in other_aliases), key=str)
+        if peers:
+            pattern.append(ref.column)
+            mapping[ref.column] = exp.column(peers[0].column, table=peers[0].alias)
+
+    def bind(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column) and node.table == use.alias and node.name in mapping:
+            return mapping[node.name].copy()
+        return node
+
+    kept = []
+    for c in form.conjuncts:
+        bound = c.expr.copy().transform(bind)
+        if any(col.table == use.alias for col in bound.find_all(exp.Column)):
+            continue  # reads a *-cell of Ti: existentially true (NR: sup over the extensions of r)
+        kept.append(bound)
+    return UseTerm(use, others, tuple(pattern), tuple(mapping[c] for c in pattern), tuple(kept))
+
+
+def _components(term: UseTerm) -> list[tuple[list[TableUse], list[exp.Expression], list[int]]]:
+    """Split the other uses into groups connected by the kept conjuncts: the count factorises over them
+    (a product of independent counts), which keeps the queries from forming cross products."""
+    aliases = [u.alias for u in term.others]
+    parent = {a: a for a in aliases}
+
+    def find(a: str) -> str:
+        while parent[a] != a:
+            a = parent[a]
+        return a
+
+    refs = [sorted({c.table for c in e.find_all(exp.Column) if c.table}) for e in term.conjuncts]
+    for r in refs:
+        for a, b in itertools.pairwise(r):
+            parent[find(a)] = find(b)
+    groups: dict[str, tuple[list[TableUse], list[exp.Expression], list[int]]] = {}
+    for u in term.others:
+        groups.setdefault(find(u.alias), ([], [], []))[0].append(u)
+    first = find(aliases[0])
+    for e, r in zip(term.conjuncts, refs, strict=True):
+        groups[find(r[0]) if r else first][1].append(e)
+    for k, rep in enumerate(term.reps):
+        groups[find(rep.table)][2].append(k)  # type: ignore[union-attr]
+    return list(groups.values())
+
+
+def _count_query(uses: list[TableUse], conds: list[exp.Expression], keys: list[exp.Expression]) -> exp.Select:
+    items: list[exp.Expression] = [exp.alias_(k.copy(), f"p{i}") for i, k in enumerate(keys)]
+    items.append(exp.alias_(exp.Count(this=exp.Star()), "n"))
+    q = where(from_uses(exp.select(*items), uses), conds)
+    if keys:
+        q = q.group_by(*(k.copy() for k in keys), copy=False)
+    return q
+
+
+def _max_count(q: exp.Select) -> exp.Select:
+    return exp.select(exp.func("COALESCE", exp.func("MAX", exp.column("n")), exp.Literal.number(0))).from_(
+        exp.Subquery(this=q, alias=exp.TableAlias(this=exp.to_identifier("s")))
+    )
+
+
+# -- the plan --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _UsePlan:
+    term: UseTerm
+    factors: tuple[tuple[int, ...], ...]  # per component: indices of its scalar query (max count) or pattern query
+    pattern_queries: tuple[int, ...] = ()  # for self-joins: indices into the plan's grouped queries
+    pattern_columns: tuple[tuple[int, ...], ...] = ()  # per pattern query: which pattern columns it returns
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    """SQL for Postgres and how to turn its results into a β-smooth bound (the plan contract)."""
+
+    form: AnalysisForm
+    aggregate: Aggregate  # the released aggregate (SUM over clamped columns)
+    multiplier: float  # max |e| for SUM(e), 1 for COUNT
+    scalars: tuple[exp.Expression, ...]  # scalar subqueries, run together as one SELECT
+    grouped: tuple[exp.Select, ...]  # pattern maps of self-joined uses
+    uses: tuple[_UsePlan, ...]
+    local: dict[str, int]  # use alias → index of its local count in the scalar row
+    weights: dict[str, float]  # private table → G
+    private: frozenset[str]
+    disjoint_groups: bool
+
+    @property
+    def queries(self) -> tuple[exp.Select, ...]:
+        head = []
+        if self.scalars:
+            head = [exp.select(*(exp.alias_(exp.Subquery(this=q), f"v{i}") for i, q in enumerate(self.scalars)))]
+        return (*head, *self.grouped)
+
+    def finish(self, results: Sequence[Rows], beta: float, group: tuple = ()) -> Bound:
+        """The bound at β from the query results (``group`` is accepted for the contract: the row bound
+        does not depend on it, it is an upper bound for every group)."""
+        scal = [float(v or 0) for v in results[0][0]] if self.scalars else []
+        grouped = results[1:] if self.scalars else results
+        terms: dict[str, dict[str, Any]] = {}
+        best = 0.0
+        for table in sorted(self.private):
+            plans = [p for p in self.uses if p.term.use.table == table]
+            vectors, growths = self._vectors(plans, scal, grouped)
+            smoothed = 0.0
+            witness: tuple[float, ...] = ()
+            for vec in vectors:
+                total = sum(smooth_count(c, g, beta)[0] for c, g in zip(vec, growths, strict=True))
+                if total >= smoothed:
+                    smoothed, witness = total, vec
+            g_t = self.weights[table]
+            sens = self.multiplier * smoothed / g_t
+            best = max(best, sens)
+            terms[table] = {
+                "uses": [p.term.use.alias for p in plans],
+                "weight": g_t,
+                "derivative": self.multiplier * sum(witness),  # the unsmoothed count derivative at D
+                "smooth_derivative": self.multiplier * smoothed,
+                "sensitivity": sens,
+            }
+        return Bound(best, terms)
+
+    def _growth(self, term: UseTerm, scal: list[float]) -> Growth:
+        by_table: dict[str, list[float]] = {}
+        public = 1.0
+        for u in term.others:
+            n = scal[self.local[u.alias]]
+            if u.table in self.private:
+                by_table.setdefault(u.table, []).append(n)
+            else:
+                public *= n
+        tables = tuple((max(ns), len(ns), self.weights[t]) for t, ns in sorted(by_table.items()))
+        return Growth(tables, public)
+
+    def _vectors(
+        self, plans: list[_UsePlan], scal: list[float], grouped: Sequence[Rows]
+    ) -> tuple[list[tuple[float, ...]], list[Growth]]:
+        growths = [self._growth(p.term, scal) for p in plans]
+        if len(plans) == 1:
+            p = plans[0]
+            count = 1.0 if not p.term.others else math.prod(scal[i] for f in p.factors for i in f)
+            return [(count,)], growths
+        maps = []
+        bounded_each = False
+        for p in plans:
+            if not p.term.others:
+                maps.append(PatternMap((), {(): 1.0}))
+                continue
+            constant = math.prod(scal[i] for f in p.factors for i in f)
+            parts = [(p.pattern_columns[k], grouped[q]) for k, q in enumerate(p.pattern_queries)]
+            size = math.prod(len(rows) for _, rows in parts)
+            if size > MAX_PRODUCT_PATTERNS:
+                bounded_each = True
+                break
+            counts: dict[tuple[Any, ...], float] = {(): constant}
+            columns: tuple[str, ...] = ()
+            for cols, rows in parts:
+                columns += tuple(p.term.pattern[c] for c in cols)
+                counts = {k + tuple(r[:-1]): v * float(r[-1]) for k, v in counts.items() for r in rows}
+            # the same column bound twice (i.c = j.d AND i.c = j.e) appears once per pattern
+            uniq = tuple(dict.fromkeys(columns))
+            cleaned: dict[tuple[Any, ...], float] = {}
+            for key, v in counts.items():
+                seen: dict[str, Any] = {}
+                if all(seen.setdefault(c, x) == x for c, x in zip(columns, key, strict=True)):
+                    k2 = tuple(seen[c] for c in uniq)
+                    cleaned[k2] = max(cleaned.get(k2, 0.0), v)
+            maps.append(PatternMap(uniq, cleaned))
+        if bounded_each:
+            # too many patterns to unify: every use at its own maximum (an upper bound of the unification)
+            maxima = []
+            for p in plans:
+                if not p.term.others:
+                    maxima.append(1.0)
+                    continue
+                constant = math.prod(scal[i] for f in p.factors for i in f)
+                for q in p.pattern_queries:
+                    constant *= max((float(r[-1]) for r in grouped[q]), default=0.0)
+                maxima.append(constant)
+            return [tuple(maxima)], growths
+        return unify(maps), growths
+
+
+def _local_conjuncts(form: AnalysisForm, alias: str) -> list[exp.Expression]:
+    return [c.expr for c in form.conjuncts if c.columns and all(r.alias == alias for r in c.columns)]
+
+
+def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
+    """The row-level plan for a form with exactly one aggregate."""
+    if len(form.aggregates) != 1:
+        raise ValueError("plan_rows takes a form with one aggregate")
+    agg = form.aggregates[0]
+    private = frozenset(u.table for u in form.uses if policy.table(u.table).rows_private)
+
+    def range_of(ref: ColumnRef) -> tuple[float, float] | None:
+        return policy.table(form.use(ref.alias).table).column(ref.column).range
+
+    if agg.kind == "count":
+        multiplier, released = 1.0, agg
+    elif agg.kind == "sum":
+        assert agg.arg is not None
+        multiplier = magnitude(agg.arg, range_of)
+        released = dataclasses.replace(agg, arg=clamp_columns(agg.arg, range_of))
+    else:
+        raise RefusedError(
+            f"{agg.sql}: MIN and MAX need the value-level analysis (NR §3.3.8); row-level privacy (§3.3.7) "
+            "covers COUNT, SUM and AVG"
+        )
+
+    classes = equality_classes(form.conjuncts)
+    scalars: list[exp.Expression] = []
+    grouped: list[exp.Select] = []
+    local: dict[str, int] = {}
+    needed = {o.alias for u in form.uses if u.table in private for o in form.uses if o.alias != u.alias}
+    for u in form.uses:
+        if u.alias in needed:  # n_j: the rows of use j that can join, for the growth of the others (A(k))
+            local[u.alias] = len(scalars)
+            scalars.append(_count_query([u], _local_conjuncts(form, u.alias), []))
+    counts_of_table = {t: len(form.uses_of(t)) for t in private}
+    plans = []
+    for u in form.uses:
+        if u.table not in private:
+            continue
+        term = use_term(form, u, classes)
+        if not term.others:
+            plans.append(_UsePlan(term, ()))
+            continue
+        factors: list[tuple[int, ...]] = []
+        pattern_queries: list[int] = []
+        pattern_columns: list[tuple[int, ...]] = []
+        for comp_uses, conds, keys in _components(term):
+            q = _count_query(comp_uses, conds, [term.reps[k] for k in keys])
+            if keys and counts_of_table[u.table] > 1:
+                pattern_queries.append(len(grouped))
+                pattern_columns.append(tuple(keys))
+                grouped.append(q)
+            else:
+                factors.append((len(scalars),))
+                scalars.append(_max_count(q) if keys else q)
+        plans.append(_UsePlan(term, tuple(factors), tuple(pattern_queries), tuple(pattern_columns)))
+    return RowPlan(
+        form=form,
+        aggregate=released,
+        multiplier=multiplier,
+        scalars=tuple(scalars),
+        grouped=tuple(grouped),
+        uses=tuple(plans),
+        local=local,
+        weights={t: policy.table(t).weight for t in private},
+        private=private,
+        disjoint_groups=_disjoint(form, private, classes),
+    )
+
+
+def _disjoint(form: AnalysisForm, private: frozenset[str], classes: _Classes) -> bool:
+    """Parallel composition over groups (NR §3.3.10.4) needs (1) each neighbouring change to move one group
+    only and (2) the noise scale of the other groups not to move. Both hold when exactly one use is private
+    (its derivative counts only public rows, so its bound is data-independent) and every group key is tied
+    to a column of that use."""
+    uses = [u for u in form.uses if u.table in private]
+    if len(uses) != 1 or not form.group_by:
+        return False
+    alias = uses[0].alias
+    for key in form.group_by:
+        if not isinstance(key, exp.Column) or not key.table:
+            return False
+        ref = ColumnRef(key.table, key.name)
+        if ref.alias != alias and not any(m.alias == alias for m in classes.members(ref)):
+            return False
+    return True

@@ -1,0 +1,117 @@
+"""β-smooth upper bounds of a count's derivative (NR §3.3.7.3, "Smoothing the derivative sensitivity").
+
+For one table use i and one pattern p, the derivative of the count is c = Count(σθ[p/Ti](∏_{j≠i} Tj))(D).
+Adding rows to the other uses moves it at most to
+
+    A(k) = c + ∏_{j≠i} (n_j + k_j) − ∏_{j≠i} n_j        with Σ_t G_t·k_t = k            (NR eq. after (33))
+
+where n_j bounds the rows of use j that can join (here: the rows passing the conjuncts that read use j
+alone). The β-smooth bound is max_k e^(−βk)·A(k).
+
+Self-joins: NR distributes k over *tables*; when one table has several uses among the j ≠ i, adding one row
+to it adds a row to each of those uses at once. We therefore group the other uses by table: table t has
+m_t uses with n_t = max of their n_j, and A(k) = c + P·∏_t (n_t + k_t)^(m_t) − P·∏_t n_t^(m_t), P the
+product of the (fixed) public uses' counts. For m_t = 1 this is exactly NR's formula. The k that maximises
+the product under Σ G_t k_t = k is water-filling: raise the tables with the smallest G_t(n_t + k_t)/m_t
+first (NR's "smallest modified count first", generalised), and along that path d ln ∏/dk = 1/λ where λ is
+the common level G_t(n_t + k_t)/m_t of the active tables. ln A(k) is concave, so L(k) = −βk + ln A(k) is
+unimodal and its maximum is found by bisection on L′ (NR: "binary search to find s").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Growth:
+    """How the other private uses can grow: per table, (n_t, m_t, G_t); plus the public product P."""
+
+    tables: tuple[tuple[float, int, float], ...] = ()
+    public: float = 1.0
+
+    @property
+    def static(self) -> bool:
+        """No private table joins with this use: the derivative cannot grow with distance."""
+        return not self.tables
+
+    def base(self) -> float:
+        """P·∏ n_t^(m_t): the product at distance 0."""
+        out = self.public
+        for n, m, _ in self.tables:
+            out *= n**m
+        return out
+
+    def level(self, k: float) -> tuple[float, float, float]:
+        """(λ, prod, extra) after distributing distance k by water-filling: prod = P·∏(n_t + k_t)^(m_t) and
+        extra = prod − P·∏ n_t^(m_t), computed without cancellation (A(k) = c + extra)."""
+        items = sorted(((g * n / m, n, m, g) for n, m, g in self.tables), key=lambda x: x[0])
+        # the distance needed to raise the active set to level λ is Σ_active (λ·m_t − G_t·n_t)
+        lam = items[0][0]
+        spent = 0.0
+        msum = 0.0
+        active = 0
+        while True:
+            while active < len(items) and items[active][0] <= lam:
+                msum += items[active][2]
+                active += 1
+            nxt = items[active][0] if active < len(items) else math.inf
+            step = (nxt - lam) * msum
+            if spent + step >= k:
+                lam += (k - spent) / msum
+                break
+            spent += step
+            lam = nxt
+        prod = self.public
+        log_growth = 0.0
+        for v, n, m, g in items:
+            size = max(n, lam * m / g) if v <= lam else n
+            prod *= size**m
+            if n > 0:
+                log_growth += m * math.log1p((size - n) / n)
+        base = self.base()
+        extra = prod if base == 0 else base * math.expm1(log_growth)
+        return lam, prod, extra
+
+
+def smooth_count(count: float, growth: Growth, beta: float) -> tuple[float, float]:
+    """max_k e^(−βk)·A(k) and the maximising k (NR §3.3.7.3). ``count`` is c for one (pattern, use)."""
+    if count < 0:
+        raise ValueError("a count is never negative")
+    if growth.static:
+        return count, 0.0
+    if beta <= 0:
+        return math.inf, math.inf
+
+    def slope(k: float) -> float:
+        """L′(k) = −β + (dA/dk)/A, with dA/dk = prod/λ along the water-filling path."""
+        lam, prod, extra = growth.level(k)
+        a = count + extra
+        if lam <= 0 or a <= 0:
+            return math.inf
+        return -beta + prod / (lam * a)
+
+    if slope(0.0) <= 0:
+        return count, 0.0
+    lo, hi = 0.0, 1.0
+    for _ in range(200):  # L′ → −β as k → ∞, so a sign change exists
+        if slope(hi) <= 0:
+            break
+        lo, hi = hi, hi * 2.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if slope(mid) > 0:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-12 * max(1.0, hi):
+            break
+    k = 0.5 * (lo + hi)
+    return math.exp(-beta * k) * (count + growth.level(k)[2]), k
+
+
+def grow_max(counts: Sequence[float], growth: Growth, beta: float) -> float:
+    """The smoothed value for the largest count: smoothing is increasing in c, so max_p s(c_p) = s(max_p c_p)."""
+    return smooth_count(max(counts, default=0.0), growth, beta)[0]
