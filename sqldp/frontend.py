@@ -188,7 +188,7 @@ class Builder:
         where = q.args.get("where")
         if where is not None:
             node = ra.Select(where.this, node)
-        items = tuple((e.alias_or_name, e.unalias() if isinstance(e, exp.Alias) else e) for e in q.expressions)
+        items = tuple((_output_name(e), e.unalias() if isinstance(e, exp.Alias) else e) for e in q.expressions)
         group = q.args.get("group")
         having = q.args.get("having")
         has_agg = any(_has_aggregate(e) for _, e in items)
@@ -226,3 +226,22 @@ def _has_aggregate(e: exp.Expression) -> bool:
         if isinstance(node, exp.AggFunc) and not isinstance(node.parent, exp.Window):
             return True
     return False
+
+
+def _output_name(item: exp.Expression) -> str:
+    """The column name PostgreSQL gives a SELECT item: its alias, else the column or function name (through
+    casts), else ``?column?``. sqlglot's qualifier names unaliased items ``_col_<i>``; clients (and the proxy's
+    result sets) expect Postgres' names."""
+    name = item.alias_or_name
+    if not re.fullmatch(r"_col_\d+", name or ""):
+        return name
+    e = item.unalias() if isinstance(item, exp.Alias) else item
+    while isinstance(e, (exp.Cast, exp.Paren)):
+        e = e.this
+    if isinstance(e, exp.Column):
+        return e.name
+    if isinstance(e, exp.Anonymous):
+        return str(e.this).lower()
+    if isinstance(e, exp.Func):
+        return e.sql_name().lower()
+    return "?column?"

@@ -71,12 +71,15 @@ def gencauchy_abs_cdf(a: float, gamma: float = GAMMA) -> float:
 
 
 def gencauchy_abs_quantile(p: float, gamma: float = GAMMA) -> float:
-    """The a with P(|η| ≤ a) = p (η ~ GenCauchy(γ)). Uses 1 − t = I⁻¹(1 − p; 1 − 1/γ, 1/γ) so that the
-    tail (p → 1) keeps its precision."""
+    """The a with P(|η| ≤ a) = p (η ~ GenCauchy(γ)): t = I⁻¹(p; 1/γ, 1 − 1/γ), a = (t/(1 − t))^(1/γ); for
+    p ≥ 1/2 through 1 − t = I⁻¹(1 − p; 1 − 1/γ, 1/γ), so that the tail (p → 1) keeps its precision."""
     if not 0.0 <= p < 1.0:
         raise ValueError(f"probability must be in [0, 1), got {p}")
     if p == 0.0:
         return 0.0
+    if p < 0.5:
+        t = float(special.betaincinv(1.0 / gamma, 1.0 - 1.0 / gamma, p))
+        return (t / (1.0 - t)) ** (1.0 / gamma)
     s = float(special.betaincinv(1.0 - 1.0 / gamma, 1.0 / gamma, 1.0 - p))  # s = 1 − t
     return ((1.0 - s) / s) ** (1.0 / gamma)
 

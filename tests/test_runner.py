@@ -1,0 +1,165 @@
+"""The runner end to end on a real PostgreSQL: answers with noise, the JSON contract, GROUP BY groups and
+composition, refusals, and the library API."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import sqldp
+from sqldp.errors import ForbiddenError, RefusedError
+
+DDL = """
+CREATE TABLE t (name TEXT PRIMARY KEY, faculty TEXT, time INT);
+CREATE TABLE f (faculty TEXT PRIMARY KEY, building TEXT);
+"""
+POLICY = """
+[defaults]
+epsilon = 1.0
+[tables.f]
+rows = "public"
+[tables.t.columns.time]
+range = [0, 60]
+[tables.t.columns.faculty]
+domain = ["math", "cs", "art"]
+"""
+
+
+@pytest.fixture
+def db(pg_dsn: str, tmp_path: Path) -> tuple[str, Path]:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+        conn.execute(
+            "INSERT INTO t SELECT 's' || g, CASE WHEN g % 3 = 0 THEN 'math' ELSE 'cs' END, g % 61 "
+            "FROM generate_series(1, 300) g"
+        )
+        conn.execute("INSERT INTO f VALUES ('math', 'X'), ('cs', 'Y'), ('art', 'Z')")
+    policy = tmp_path / "policy.toml"
+    policy.write_text(POLICY)
+    return pg_dsn, policy
+
+
+def test_count_is_noisy_and_calibrated(db: tuple[str, Path]) -> None:
+    dsn, policy = db
+    session = sqldp.connect(dsn, policy)
+    answers = [session.run("SELECT COUNT(*) FROM t").answer for _ in range(30)]
+    out = session.run("SELECT COUNT(*) FROM t").to_json()
+    for key in ("epsilon", "delta", "beta", "mechanism", "sensitivity", "noise_scale", "error", "tables", "answer"):
+        assert key in out
+    assert out["sensitivity"] == 1.0 and out["mechanism"] == "cauchy" and out["test_mode"] is False
+    # ε = 1, γ = 4, β chosen on the grid: scale = 1/(0.2 − β) with β ≤ 2e−5 (nothing to gain from smoothing)
+    assert out["noise_scale"] == pytest.approx(1 / (0.2 - out["beta"]))
+    assert out["error"]["absolute"] == pytest.approx(out["noise_scale"] * 0.998780, rel=1e-5)
+    assert len(set(answers)) == 30  # fresh noise every time
+    assert abs(statistics.median(answers) - 300) < 5 * out["noise_scale"]
+    assert "true_value" not in json.dumps(out)
+
+
+def test_seeded_runs_are_reproducible_and_marked(db: tuple[str, Path]) -> None:
+    dsn, policy = db
+    a = sqldp.connect(dsn, policy, seed=3).run("SELECT SUM(time) FROM t")
+    b = sqldp.connect(dsn, policy, seed=3).run("SELECT SUM(time) FROM t")
+    assert a.answer == b.answer and a.to_json()["test_mode"] is True
+    assert a.to_json()["sensitivity"] == 60.0  # max |time| over the declared range [0, 60]
+
+
+def test_group_by_answers_every_declared_group(db: tuple[str, Path]) -> None:
+    dsn, policy = db
+    out = sqldp.connect(dsn, policy).run("SELECT faculty, COUNT(*) AS n FROM t GROUP BY faculty ORDER BY faculty")
+    js = out.to_json()
+    keys = [r["key"]["faculty"] for r in js["rows"]]
+    assert keys == ["art", "cs", "math"]  # 'art' has no rows and is answered too; ORDER BY on the output
+    # one private use, groups tied to its row: parallel composition, each group gets the full ε
+    assert all(m["epsilon"] == 1.0 for group in js["measurements"] for m in group)
+    cols, rows = out.table()
+    assert cols == ["faculty", "n"] and len(rows) == 3
+
+
+def test_group_by_over_a_join_splits_epsilon(db: tuple[str, Path]) -> None:
+    dsn, policy = db
+    js = (
+        sqldp.connect(dsn, policy)
+        .analyze("SELECT a.faculty, COUNT(*) FROM t a, t b WHERE a.faculty = b.faculty GROUP BY a.faculty")
+        .to_json()
+    )
+    # a self-join: one row moves one group, but its data-dependent bound is shared → sequential, ε/3
+    assert all(m["epsilon"] == pytest.approx(1 / 3) for group in js["measurements"] for m in group)
+    assert "answer" not in js and "rows" not in js  # analyze releases nothing
+
+
+def test_avg_is_two_measurements(db: tuple[str, Path]) -> None:
+    dsn, policy = db
+    js = sqldp.connect(dsn, policy).run("SELECT AVG(time) FROM t WHERE faculty = 'math'").to_json()
+    assert [m["aggregate"] for m in js["measurements"][0]] == ["SUM(t.time)", "COUNT(t.time)"]
+    assert all(m["epsilon"] == 0.5 for m in js["measurements"][0])
+    assert "AVG → SUM/COUNT" in js["notes"]
+
+
+def test_public_tables_are_answered_exactly(db: tuple[str, Path]) -> None:
+    dsn, policy = db
+    out = sqldp.connect(dsn, policy).run("SELECT building FROM f WHERE faculty = 'cs'")
+    assert out.public and out.table() == (["building"], [("Y",)])
+
+
+@pytest.mark.parametrize(
+    ("sql", "error", "reason"),
+    [
+        ("SELECT name FROM t", ForbiddenError, "releases rows of private table"),
+        ("SELECT MAX(time) FROM t", RefusedError, "MIN and MAX need the value-level analysis"),
+        ("SELECT SUM(LENGTH(name)) FROM t", RefusedError, "cannot bound"),
+        ("SELECT building, COUNT(*) FROM t, f WHERE t.faculty = f.faculty GROUP BY building", None, None),
+        ("SELECT name, COUNT(*) FROM t GROUP BY name", RefusedError, "declare the column's domain"),
+    ],
+)
+def test_refusals_name_the_reason(db: tuple[str, Path], sql: str, error: type | None, reason: str | None) -> None:
+    dsn, policy = db
+    session = sqldp.connect(dsn, policy)
+    if error is None:
+        assert session.analyze(sql).to_json()["sensitivity"] > 0  # a public key column: allowed
+        return
+    with pytest.raises(error, match=reason):
+        session.analyze(sql)
+
+
+def test_value_sensitive_columns_fail_closed(db: tuple[str, Path], tmp_path: Path) -> None:
+    dsn, _ = db
+    policy = tmp_path / "values.toml"
+    policy.write_text('[tables.t]\nnorm = "l1(time)"\n[tables.t.columns.time]\nrange = [0, 60]\n')
+    session = sqldp.connect(dsn, policy)
+    assert session.analyze("SELECT COUNT(*) FROM t WHERE faculty = 'cs'", epsilon=1).to_json()["sensitivity"] == 1
+    with pytest.raises(RefusedError, match="value-sensitive"):
+        session.analyze("SELECT COUNT(*) FROM t WHERE time > 30", epsilon=1)
+
+
+def test_prepare_reads_no_data_and_refuses_early(db: tuple[str, Path]) -> None:
+    dsn, policy = db
+    session = sqldp.connect(dsn, policy)
+    prepared = session.prepare("SELECT COUNT(*) FROM t", epsilon=0.5)
+    assert prepared.params is not None and prepared.params.epsilon == 0.5 and not prepared.public
+    with pytest.raises(RefusedError):
+        session.prepare("SELECT MIN(time) FROM t")
+    assert prepared.run().released
+
+
+def test_cli_run_json_contract(db: tuple[str, Path]) -> None:
+    dsn, policy = db
+    r = subprocess.run(
+        [sys.executable, "-m", "sqldp.cli", "run", "--dsn", dsn, "--policy", str(policy), "--format", "json",
+         "--mechanism", "laplace", "--delta", "1e-6", "SELECT COUNT(*) FROM t"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["mechanism"] == "laplace" and out["delta"] == 1e-6 and isinstance(out["answer"], float)
+    r = subprocess.run(
+        [sys.executable, "-m", "sqldp.cli", "run", "--dsn", dsn, "--policy", str(policy), "--beta", "0.5",
+         "SELECT COUNT(*) FROM t"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "β = 0.5 is too large" in r.stderr
