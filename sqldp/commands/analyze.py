@@ -21,6 +21,9 @@ def privacy_options() -> argparse.ArgumentParser:
     )
     g.add_argument("--confidence", type=float, help="confidence level of the reported error (default 0.78)")
     g.add_argument("--seed", type=int, help="TEST MODE: seed the noise (output is marked test_mode)")
+    g.add_argument(
+        "--privacy-at-risk", action="store_true", help="Laplace only: add the (ε, γ) pairs of privacy at risk"
+    )
     return p
 
 
@@ -56,7 +59,7 @@ def format_text(out: dict[str, Any]) -> str:
         lines.append(f"sensitivity = {out['sensitivity']:.6g}, noise scale = {out['noise_scale']:.6g}")
         lines.append(f"error at {err['confidence']:.0%} confidence: ± {err['absolute']:.6g}")
         for table, term in out["tables"].items():
-            lines.append(f"  {table}: {term}")
+            lines.append(f"  {table}: {_describe_term(term)}")
     if "answer" in out:
         lines.append(f"answer = {out['answer']}")
         extra = {k: v for k, v in out.get("values", {}).items()}
@@ -70,9 +73,46 @@ def format_text(out: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _describe_term(term: Any) -> str:
+    """One table's contribution, e.g. ``sensitivity 7.41 (derivative 7 at the data, 7.41 smoothed; G = 1)``."""
+    if not isinstance(term, dict) or "sensitivity" not in term:
+        return str(term)
+    parts = [f"sensitivity {term['sensitivity']:.6g}"]
+    if "derivative" in term and "smooth_derivative" in term:
+        parts.append(f"(derivative {term['derivative']:.6g} at the data, {term['smooth_derivative']:.6g} smoothed;")
+        parts.append(f"G = {term.get('weight', 1):g}; uses {', '.join(term.get('uses', []))})")
+    extra = {
+        k: v for k, v in term.items() if k not in {"sensitivity", "derivative", "smooth_derivative", "weight", "uses"}
+    }
+    if extra:
+        parts.append(str(extra))
+    return " ".join(parts)
+
+
 def run(args: argparse.Namespace) -> int:
     sql = read_query(args)
     session = Session(args.dsn, args.policy, schema=args.schema, data_dir=args.data_dir, seed=args.seed)
     result = (session.run if args.release else session.analyze)(sql, **privacy_kwargs(args))
-    emit(args, result.to_json(), format_text)
+    out = result.to_json()
+    if getattr(args, "privacy_at_risk", False):
+        out["privacy_at_risk"] = privacy_at_risk_report(out)
+    emit(args, out, lambda o: format_text(o) + _risk_text(o.get("privacy_at_risk")))
     return 0
+
+
+def privacy_at_risk_report(out: dict[str, Any]) -> dict[str, Any] | None:
+    """Opt-in report (FORMULAS.md §4.3): for a Laplace mechanism at ε₀ = the result's ε with k outputs (the
+    aggregates of one group), the (ε, γ) pairs of Thm 4. Not defined for generalized Cauchy: None."""
+    if out.get("public") or out.get("mechanism") != "laplace" or not out.get("epsilon"):
+        return None
+    from sqldp.privacy_at_risk import pairs
+
+    k = max(1, max((len(group) for group in out.get("measurements", [])), default=1))
+    return {"epsilon0": out["epsilon"], "outputs": k, "pairs": pairs(out["epsilon"], k)}
+
+
+def _risk_text(r: dict[str, Any] | None) -> str:
+    if r is None:
+        return ""
+    rows = [f"  with probability {x['gamma']:g} the privacy loss is ≤ {x['epsilon']:.6g}" for x in r["pairs"]]
+    return "\n" + "\n".join([f"privacy at risk (Laplace, ε₀ = {r['epsilon0']:g}, k = {r['outputs']}):", *rows])
