@@ -228,8 +228,12 @@ class Session:
         schema: Catalog | str | Path | None = None,
         data_dir: str | Path | None = None,
         seed: int | None = None,
+        pool: Any = None,
     ) -> None:
         self.dsn = resolve_dsn(dsn, data_dir)
+        # optional psycopg_pool.ConnectionPool (non-autocommit): the proxy reuses connections because opening
+        # one per query costs milliseconds; without it every query opens its own connection, as before
+        self.pool = pool
         self.policy = policy if isinstance(policy, Policy) else Policy.from_file(policy) if policy else Policy()
         if isinstance(schema, Catalog):
             self.catalog = schema
@@ -240,6 +244,10 @@ class Session:
                 self.catalog = Catalog.from_database(conn)
         self.policy.validate(self.catalog)
         self.noise = NoiseSource.seeded(seed) if seed is not None else NoiseSource()
+
+    def connection(self) -> Any:
+        """A context manager giving a non-autocommit connection: from the pool if there is one, else new."""
+        return self.pool.connection() if self.pool is not None else connect(self.dsn, autocommit=False)
 
     def prepare(self, sql: str, **privacy: Any) -> Prepared:
         """Parse, normalise, plan and resolve the privacy parameters, refusing what cannot be analysed.
@@ -293,8 +301,15 @@ class Prepared:
         form, params = self.form, self.params
         assert params is not None
         t_plan = time.perf_counter()
-        answer_sql = answer_query(dataclasses.replace(form, aggregates=tuple(p.aggregate for p in self.plans)))
-        with connect(self.session.dsn, autocommit=False) as conn:
+        # a value-level plan may move private conjuncts into its aggregate (NR §3.3.8.4, q_m)
+        wheres = {tuple(c.sql for c in getattr(p, "conjuncts", form.conjuncts)) for p in self.plans}
+        if len(wheres) > 1:
+            raise RefusedError("the aggregates of this query need different continuous filters; ask them one by one")
+        conjuncts = getattr(self.plans[0], "conjuncts", form.conjuncts) if self.plans else form.conjuncts
+        answer_sql = answer_query(
+            dataclasses.replace(form, aggregates=tuple(p.aggregate for p in self.plans), conjuncts=conjuncts)
+        )
+        with self.session.connection() as conn:
             try:
                 # one snapshot for the answer and its sensitivity (NR §4.3.4 ran them separately)
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -395,7 +410,7 @@ class Prepared:
     def _public(self, form: PublicRelease, release: bool) -> Result:
         result = Result(form.sql, None, public=True, notes=[f"reads only public tables: {', '.join(form.tables)}"])
         if release:
-            with connect(self.session.dsn, autocommit=False) as conn:
+            with self.session.connection() as conn:
                 try:
                     conn.execute("SET TRANSACTION READ ONLY")
                     cur = conn.execute(form.sql)

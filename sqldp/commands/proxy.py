@@ -1,0 +1,70 @@
+"""``sqldp proxy``: serve analysts over the PostgreSQL protocol (see docs/proxy.md)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+
+from sqldp.cli import common_options
+from sqldp.db import resolve_dsn
+from sqldp.errors import InputError
+from sqldp.proxy.config import parse_listen
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "proxy",
+        parents=[common_options(query=False)],
+        help="serve noisy answers to PostgreSQL clients (psql, psycopg, BI tools)",
+    )
+    p.add_argument(
+        "--listen", metavar="HOST:PORT", help="address to listen on (default: [proxy] listen, else 127.0.0.1:6543)"
+    )
+    p.add_argument("--upstream", metavar="DSN", help="the database the analysts' queries run on (same as --dsn)")
+    p.add_argument("--ledger-dsn", metavar="DSN", help="database of the budget ledger (default: the upstream)")
+    p.add_argument("--log-level", choices=("info", "warning"), default="info", help="info: one JSON line per query")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.policy:
+        raise InputError(
+            "the proxy needs a policy with [analysts] (who may connect, with what budget)", where="--policy"
+        )
+    if args.upstream and args.dsn and args.upstream != args.dsn:
+        raise InputError("give the upstream either as --upstream or --dsn, not both", where="--upstream")
+    listen = parse_listen(args.listen, "--listen") if args.listen else None
+    from sqldp.proxy import build
+
+    logging.basicConfig(stream=sys.stderr, level=getattr(logging, args.log_level.upper()), format="%(message)s")
+    dsn = resolve_dsn(args.upstream or args.dsn, args.data_dir)
+    built = build(dsn, args.policy, schema=args.schema, ledger_dsn=args.ledger_dsn)
+    host, port = listen or built.config.listen
+    try:
+        asyncio.run(_serve(built, host, port))
+    finally:
+        built.close()
+    return 0
+
+
+async def _serve(built: object, host: str, port: int) -> None:
+    from sqldp.proxy import Built
+
+    assert isinstance(built, Built)
+    try:
+        server = await built.server.serve(host, port)
+    except OSError as exc:
+        raise InputError(f"cannot listen on {host}:{port}: {exc.strerror}", where="--listen") from None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    where = server.sockets[0].getsockname()
+    print(f"sqldp proxy listening on {where[0]}:{where[1]}", file=sys.stderr, flush=True)
+    async with server:
+        await stop.wait()

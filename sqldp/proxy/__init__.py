@@ -1,0 +1,119 @@
+"""A PostgreSQL wire-protocol proxy: analysts connect with psql, psycopg or a BI tool and get noisy answers.
+
+``protocol`` frames and parses messages, ``scram`` authenticates analysts, ``statements`` classifies what they
+send, ``harmless`` answers connection-time chatter, ``values`` encodes results and binds parameters,
+``ledger`` keeps the budget, ``config`` reads the policy's ``[proxy]`` and ``[analysts]`` sections and
+``server`` ties them together. :func:`build` assembles a server; :class:`ThreadedProxy` runs one in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqldp.errors import DatabaseError
+from sqldp.policy import Policy
+from sqldp.proxy import config as config_mod
+from sqldp.proxy import harmless, ledger
+from sqldp.proxy.server import ProxyServer
+
+
+@dataclass
+class Built:
+    server: ProxyServer
+    config: config_mod.ProxyConfig
+    pools: list[Any]
+
+    def close(self) -> None:
+        self.server.close()
+        for p in self.pools:
+            p.close()
+
+
+def _pool(dsn: str, size: int, *, autocommit: bool) -> Any:
+    from psycopg_pool import ConnectionPool
+
+    # psycopg_pool keeps connections open between queries: opening one costs milliseconds (authentication,
+    # backend start-up), which alone would exceed the proxy's overhead budget.
+    pool = ConnectionPool(
+        dsn, min_size=1, max_size=size, kwargs={"autocommit": autocommit, "connect_timeout": 10}, open=False
+    )
+    try:
+        pool.open(wait=True, timeout=15)
+    except Exception as exc:
+        pool.close()
+        raise DatabaseError(f"cannot connect to PostgreSQL: {exc}") from exc
+    return pool
+
+
+def build(
+    dsn: str,
+    policy: Policy | str | Path,
+    *,
+    schema: Any = None,
+    ledger_dsn: str | None = None,
+    seed: int | None = None,
+) -> Built:
+    from sqldp.runner import Session
+
+    pol = policy if isinstance(policy, Policy) else Policy.from_file(policy)
+    cfg = config_mod.load(pol)
+    runner_pool = _pool(dsn, cfg.pool_size, autocommit=False)
+    ledger_pool = _pool(ledger_dsn or dsn, max(2, cfg.pool_size // 2), autocommit=True)
+    pools = [runner_pool, ledger_pool]
+    try:
+        kwargs: dict[str, Any] = {"schema": schema, "seed": seed}
+        if "pool" in inspect.signature(Session).parameters:
+            kwargs["pool"] = runner_pool
+        session = Session(dsn, pol, **kwargs)
+        with ledger_pool.connection() as conn:
+            ledger.ensure(conn)
+            ledger.sync_limits(conn, [(a.name, a.epsilon_limit, a.delta_limit) for a in cfg.analysts.values()])
+            settings = harmless.server_settings(conn)
+        return Built(ProxyServer(session, cfg, ledger_pool, settings), cfg, pools)
+    except BaseException:
+        for p in pools:
+            p.close()
+        raise
+
+
+class ThreadedProxy:
+    """A proxy served by an event loop in a background thread (for tests, benchmarks and embedding)."""
+
+    def __init__(self, built: Built, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.built = built
+        self.host = host
+        self.port = port
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="sqldp-proxy-loop", daemon=True)
+        self._server: asyncio.Server | None = None
+
+    def start(self) -> ThreadedProxy:
+        self._thread.start()
+        fut = asyncio.run_coroutine_threadsafe(self.built.server.serve(self.host, self.port), self._loop)
+        self._server = fut.result(timeout=10)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    def stop(self) -> None:
+        async def _close() -> None:
+            if self._server is not None:
+                self._server.close()
+                for task in asyncio.all_tasks():
+                    if task is not asyncio.current_task():
+                        task.cancel()
+
+        asyncio.run_coroutine_threadsafe(_close(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self.built.close()
+
+    def __enter__(self) -> ThreadedProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,259 @@
+"""What clients send on connecting, answered without touching private data.
+
+``SELECT version()``, ``current_database()``, ``current_user``, constants (``SELECT 1`` as a liveness check),
+``SHOW`` of standard settings and ``SET`` of settings that change nothing sqldp releases. Values come from
+the upstream server once, at start-up (:func:`server_settings`), and from the analyst's own session. Every
+other SET is refused: a setting that could change what the runner computes is the data owner's to choose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError
+
+from sqldp.errors import ForbiddenError
+from sqldp.proxy import values as v
+
+# Settings a client may read; (name as PostgreSQL spells it in ParameterStatus, upstream or fixed value).
+SHOWABLE = (
+    "server_version",
+    "server_version_num",
+    "server_encoding",
+    "client_encoding",
+    "DateStyle",
+    "IntervalStyle",
+    "TimeZone",
+    "integer_datetimes",
+    "standard_conforming_strings",
+    "max_identifier_length",
+    "transaction_isolation",
+    "default_transaction_isolation",
+    "transaction_read_only",
+    "default_transaction_read_only",
+    "application_name",
+    "extra_float_digits",
+    "search_path",
+    "is_superuser",
+    "lc_collate",
+    "lc_ctype",
+    "lc_messages",
+    "lc_monetary",
+    "lc_numeric",
+    "bytea_output",
+    "client_min_messages",
+    "in_hot_standby",
+)
+FIXED = {
+    "client_encoding": "UTF8",
+    "server_encoding": "UTF8",
+    "DateStyle": "ISO, MDY",
+    "IntervalStyle": "postgres",
+    "integer_datetimes": "on",
+    "standard_conforming_strings": "on",
+    "transaction_read_only": "on",
+    "default_transaction_read_only": "on",
+    "is_superuser": "off",
+    "bytea_output": "hex",
+    "search_path": "public",
+    "in_hot_standby": "off",
+}
+# What the proxy announces in ParameterStatus after authentication (§55.2.7 lists the ones libpq expects).
+REPORTED = (
+    "server_version",
+    "server_encoding",
+    "client_encoding",
+    "DateStyle",
+    "IntervalStyle",
+    "TimeZone",
+    "integer_datetimes",
+    "standard_conforming_strings",
+    "application_name",
+    "is_superuser",
+    "default_transaction_read_only",
+    "in_hot_standby",
+)
+# SET that only changes the client's own view of the session; nothing sqldp computes depends on them.
+SETTABLE = {"application_name", "extra_float_digits", "client_min_messages"}
+_ALIASES = {"transaction isolation level": "transaction_isolation", "time zone": "TimeZone"}
+
+
+def server_settings(conn: Any) -> dict[str, str]:
+    """Read the showable settings and ``version()`` from the upstream (a psycopg connection)."""
+    out = {}
+    for name in SHOWABLE:
+        if name in FIXED:
+            out[name] = FIXED[name]
+            continue
+        row = conn.execute("SELECT current_setting(%s, true)", (name,)).fetchone()
+        out[name] = row[0] if row and row[0] is not None else ""
+    out["version"] = conn.execute("SELECT version()").fetchone()[0]
+    out["database"] = conn.execute("SELECT current_database()").fetchone()[0]
+    conn.rollback() if not conn.autocommit else None
+    return out
+
+
+@dataclass
+class Answer:
+    columns: list[str]
+    types: list[int]
+    rows: list[tuple[Any, ...]]
+    tag: str
+
+
+def _canonical(name: str) -> str | None:
+    low = " ".join(name.strip().strip('"').lower().split())
+    low = _ALIASES.get(low, low)
+    for known in SHOWABLE:
+        if known.lower() == low:
+            return known
+    return None
+
+
+def show(words: tuple[str, ...], settings: Mapping[str, str]) -> Answer:
+    name = " ".join(words[1:])
+    known = _canonical(name)
+    if known is None:
+        raise ForbiddenError(f"SHOW {name} is not available through sqldp (only standard client settings are)")
+    return Answer(
+        [known.lower() if known != "TimeZone" else "TimeZone"], [v.TEXT], [(settings.get(known, ""),)], "SHOW"
+    )
+
+
+def set_(sql: str, words: tuple[str, ...], session: dict[str, str]) -> tuple[str, str | None]:
+    """Apply a harmless SET/RESET to the session's own settings; return (name, new value or None for reset)."""
+    rest = [w for w in words[1:] if w not in ("session", "local")]
+    if words[0] == "reset":
+        name = " ".join(rest)
+        if name == "all":
+            return "all", None
+        if name in SETTABLE:
+            return name, None
+        raise ForbiddenError(f"RESET {name} is not allowed through sqldp")
+    name = rest[0] if rest else ""
+    if name not in SETTABLE:
+        if name == "client_encoding" and any(x in ("utf8", "unicode") for x in rest[1:]):
+            return "client_encoding", "UTF8"
+        if name == "datestyle" and "iso" in rest[1:]:
+            return "DateStyle", "ISO, MDY"
+        raise ForbiddenError(f"SET {name or '…'} is not allowed through sqldp (only {', '.join(sorted(SETTABLE))})")
+    try:
+        tree = sqlglot.parse_one(sql, read="postgres")
+        item = tree.find(exp.EQ) or tree.find(exp.SetItem)
+        value_node = item.expression if isinstance(item, exp.EQ) else None
+        value = value_node.name if value_node is not None else ""
+    except (ParseError, AttributeError):
+        value = ""
+    if not value:
+        raise ForbiddenError(f"SET {name}: could not read the value")
+    return name, value
+
+
+# -- constant SELECTs -----------------------------------------------------------------------------
+
+_FUNCS = {
+    "version": v.TEXT,
+    "current_database": v.NAME,
+    "current_user": v.NAME,
+    "session_user": v.NAME,
+    "user": v.NAME,
+    "current_schema": v.NAME,
+    "pg_backend_pid": v.INT4,
+}
+
+
+def _function_name(node: exp.Expression) -> str | None:
+    if isinstance(node, exp.Dot) and isinstance(node.this, exp.Identifier) and node.this.name.lower() == "pg_catalog":
+        node = node.expression
+    if isinstance(node, exp.CurrentVersion):
+        return "version"
+    if isinstance(node, exp.CurrentUser):
+        return "current_user"
+    if isinstance(node, exp.CurrentSchema):
+        return "current_schema"
+    if isinstance(node, exp.Anonymous) and not node.expressions:
+        return str(node.this).lower()
+    if (
+        isinstance(node, exp.Column)
+        and not node.table
+        and node.name.lower() in ("session_user", "user", "current_user")
+    ):
+        return node.name.lower()
+    if isinstance(node, exp.Func) and not node.args.get("this") and not node.expressions:
+        return node.sql_name().lower()
+    return None
+
+
+def constant_select(sql: str, context: Mapping[str, Any]) -> Answer | None:
+    """The answer to a SELECT without FROM whose items are constants or the functions above; None otherwise."""
+    try:
+        trees = sqlglot.parse(sql, read="postgres")
+    except ParseError:
+        return None
+    if len(trees) != 1 or not isinstance(trees[0], exp.Select):
+        return None
+    tree = trees[0]
+    if any(tree.args.get(k) for k in ("from_", "from", "where", "group", "having", "joins", "with", "order", "limit")):
+        return None
+    cols: list[str] = []
+    types: list[int] = []
+    row: list[Any] = []
+    for item in tree.expressions:
+        alias = item.alias if isinstance(item, exp.Alias) else None
+        node = item.this if isinstance(item, exp.Alias) else item
+        if isinstance(node, exp.Literal):
+            if node.is_string:
+                value, oid, name = node.this, v.TEXT, "?column?"
+            elif node.this.lstrip("-").isdigit() and abs(int(node.this)) < 2**31:
+                value, oid, name = int(node.this), v.INT4, "?column?"
+            else:
+                return None
+        elif isinstance(node, exp.Boolean):
+            value, oid, name = bool(node.this), v.BOOL, "bool"
+        elif isinstance(node, exp.Null):
+            value, oid, name = None, v.TEXT, "?column?"
+        else:
+            fn = _function_name(node)
+            if fn not in _FUNCS:
+                return None
+            value, oid, name = context[fn], _FUNCS[fn], fn
+        cols.append(alias or name)
+        types.append(oid)
+        row.append(value)
+    if not cols:
+        return None
+    return Answer(cols, types, [tuple(row)], "SELECT 1")
+
+
+# -- system catalogs ------------------------------------------------------------------------------
+
+SYSTEM_SCHEMAS = ("pg_catalog", "information_schema")
+
+
+def catalog_select(sql: str, is_user_table: Callable[[str], bool]) -> Answer | None:
+    """A SELECT that reads only system catalogs (``pg_type`` probes by drivers, e.g. psycopg's ``TypeInfo``)
+    is answered with no rows: the proxy does not expose the upstream's catalogs (``pg_stats`` alone holds
+    sampled column values), and "not found" is what drivers handle for optional types such as hstore."""
+    try:
+        trees = sqlglot.parse(sql, read="postgres")
+    except ParseError:
+        return None
+    if len(trees) != 1 or not isinstance(trees[0], exp.Select):
+        return None
+    tables = list(trees[0].find_all(exp.Table))
+    if not tables:
+        return None
+    for t in tables:
+        schema = t.db.lower() if t.db else ""
+        name = t.name.lower()
+        system = schema in SYSTEM_SCHEMAS or (not schema and name.startswith("pg_") and not is_user_table(name))
+        if not system:
+            return None
+    names = []
+    for item in trees[0].expressions:
+        names.append(item.alias_or_name or "?column?")
+    return Answer(names, [v.TEXT] * len(names), [], "SELECT 0")

@@ -1,0 +1,593 @@
+"""The asyncio server: one task per client connection, analyses and queries in a bounded thread pool.
+
+Message flow per the protocol documentation (PostgreSQL manual chapter 55): start-up and SSL negotiation
+(§55.2.1, §55.2.10), SASL/SCRAM authentication (§55.3), the simple query protocol (§55.2.2), the extended
+protocol (§55.2.3: Parse/Bind/Describe/Execute/Close/Flush/Sync, errors skip to the next Sync), cancel requests
+(§55.2.8) and Terminate (§55.2.9). A framing error closes that connection after an ErrorResponse; the server
+and the other connections go on.
+
+The order for every private answer is fixed: analyse (refusals here cost nothing) → charge the ledger and
+commit → run and add noise → send. So an answer never leaves without its charge being durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import secrets
+import ssl
+import struct
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqldp.errors import ForbiddenError, RefusedError, SqldpError, SqlSyntaxError
+from sqldp.proxy import harmless, ledger, statements
+from sqldp.proxy import protocol as pr
+from sqldp.proxy import values as v
+from sqldp.proxy.config import Analyst, ProxyConfig
+from sqldp.proxy.scram import MECHANISM, AuthFailed, ScramServer
+
+log = logging.getLogger("sqldp.proxy")
+AUTH_TIMEOUT = 30.0  # seconds a client has to finish start-up and authentication
+
+
+@dataclass
+class Outcome:
+    """What a statement produced: a result set (columns and types) or only a command tag."""
+
+    tag: str
+    columns: list[str] | None = None
+    types: list[int] | None = None
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+
+
+def prepare_query(session: Any, sql: str, privacy: Mapping[str, Any]) -> Any:
+    """The runner's two-step API: analyse now (no private data), run later. Falls back to an equivalent shim
+    while :meth:`Session.prepare` is not available."""
+    if hasattr(session, "prepare"):
+        return session.prepare(sql, **privacy)
+    return _PreparedShim(session, sql, dict(privacy))
+
+
+class _PreparedShim:
+    def __init__(self, session: Any, sql: str, privacy: dict[str, Any]) -> None:
+        from sqldp.frontend import parse
+        from sqldp.normalize import PublicRelease, normalize
+        from sqldp.runner import resolve_params
+
+        form = normalize(parse(sql, session.catalog), session.catalog, session.policy)
+        self.public = isinstance(form, PublicRelease)
+        self.params = (
+            None if self.public else resolve_params(session.policy, outputs=max(1, len(form.aggregates)), **privacy)  # type: ignore[union-attr]
+        )
+        self._run: Callable[[], Any] = lambda: session.run(sql, **privacy)
+
+    def run(self) -> Any:
+        return self._run()
+
+
+class ProxyServer:
+    """Serves analysts over the PostgreSQL protocol. ``session`` is a :class:`sqldp.runner.Session`;
+    ``ledger_pool`` a psycopg_pool.ConnectionPool of autocommit connections to the ledger's database."""
+
+    def __init__(self, session: Any, config: ProxyConfig, ledger_pool: Any, settings: Mapping[str, str]) -> None:
+        self.session = session
+        self.config = config
+        self.ledger_pool = ledger_pool
+        self.settings = dict(settings)
+        self.executor = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="sqldp-proxy")
+        self.connections: dict[tuple[int, int], Connection] = {}
+        self.mock_secret = secrets.token_bytes(32)
+        self.tls: ssl.SSLContext | None = None
+        if config.tls_cert and config.tls_key:
+            self.tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            self.tls.load_cert_chain(str(config.tls_cert), str(config.tls_key))
+        self._next_pid = 1000 + (os.getpid() % 1000) * 1000
+        self._lock = threading.Lock()
+
+    def new_pid(self) -> int:
+        with self._lock:
+            self._next_pid += 1
+            return self._next_pid
+
+    async def serve(self, host: str, port: int) -> asyncio.Server:
+        return await asyncio.start_server(self._client, host, port, limit=1 << 16)
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = Connection(self, reader, writer)
+        try:
+            await conn.run()
+        except (ConnectionError, EOFError, asyncio.IncompleteReadError, TimeoutError):
+            pass
+        except Exception:  # a bug must cost one connection, never the server
+            log.exception("internal error on a client connection")
+        finally:
+            self.connections.pop(conn.key, None)
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                writer.close()
+                await writer.wait_closed()
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+@dataclass
+class Portal:
+    sql: str
+    result_formats: tuple[int, ...]
+    outcome: Outcome | None = None
+    sent: int = 0
+
+
+def _log(analyst: str, fingerprint: str, decision: str, **extra: Any) -> None:
+    """One JSON line per statement: who, which query (fingerprint, never the text or any value), what happened."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    entry = {"event": "query", "analyst": analyst, "fingerprint": fingerprint, "decision": decision}
+    entry.update(extra)
+    log.info(json.dumps(entry, default=str))
+
+
+class Connection:
+    def __init__(self, server: ProxyServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.server = server
+        self.reader = reader
+        self.writer = writer
+        self.key = (0, 0)
+        self.analyst: Analyst | None = None
+        self.user = ""
+        self.database = ""
+        self.settings: dict[str, str] = {}
+        self.status = "I"  # ReadyForQuery: I idle, T in a transaction block, E failed transaction block
+        self.statements: dict[str, tuple[str, tuple[int, ...]]] = {}
+        self.portals: dict[str, Portal] = {}
+        self.cancel_requested = False
+
+    # -- start-up -----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            ok = await asyncio.wait_for(self._startup(), AUTH_TIMEOUT)
+        except pr.ProtocolError as exc:
+            await self._fatal("08P01", str(exc))
+            return
+        if ok:
+            await self._loop()
+
+    async def _startup(self) -> bool:
+        for _ in range(3):  # at most SSLRequest, GSSENCRequest, then the StartupMessage
+            code, body = await pr.read_startup(self.reader)
+            if code == pr.SSL_REQUEST:
+                if self.server.tls is not None:
+                    self.writer.write(b"S")
+                    await self.writer.drain()
+                    await self.writer.start_tls(self.server.tls)
+                else:
+                    self.writer.write(b"N")  # §55.2.10: continue unencrypted (the client may then give up)
+                    await self.writer.drain()
+                continue
+            if code == pr.GSSENC_REQUEST:
+                self.writer.write(b"N")
+                await self.writer.drain()
+                continue
+            if code == pr.CANCEL_REQUEST:
+                self._cancel(body)
+                return False
+            if code >> 16 != 3:
+                await self._fatal("0A000", f"unsupported frontend protocol {code >> 16}.{code & 0xFFFF}")
+                return False
+            params = pr.parse_startup_params(body)
+            if code & 0xFFFF:
+                # §55.2.1: answer a newer minor version with NegotiateProtocolVersion and go on with 3.0.
+                opts = [k for k in params if k.startswith("_pq_.")]
+                payload = struct.pack("!ii", pr.PROTOCOL_3_0, len(opts)) + b"".join(pr.cstr(o) for o in opts)
+                self.writer.write(pr.message(b"v", payload))
+            return await self._authenticate(params)
+        raise pr.ProtocolError("too many start-up requests")
+
+    def _cancel(self, body: bytes) -> None:
+        if len(body) < 8:
+            return
+        pid, key = struct.unpack("!iI", body[:8])
+        target = self.server.connections.get((pid, key))
+        if target is not None:
+            target.cancel_requested = True  # honoured before the next charge; a paid answer is still sent
+
+    async def _authenticate(self, params: dict[str, str]) -> bool:
+        user = params.get("user", "")
+        if not user:
+            await self._fatal("28000", "no user name given in the startup packet")
+            return False
+        self.user = user
+        self.database = params.get("database", user)
+        self.settings = {"application_name": params.get("application_name", "")}
+        analyst = self.server.config.analysts.get(user)
+        scram = ScramServer(analyst.verifier if analyst else None, user, self.server.mock_secret)
+        self.writer.write(pr.auth_sasl([MECHANISM]))
+        await self.writer.drain()
+        try:
+            kind, body = await pr.read_message(self.reader, 8192)
+            if kind != b"p":
+                raise pr.ProtocolError(f"expected a SASLInitialResponse, got message type {kind!r}")
+            buf = pr.Buffer(body, "SASLInitialResponse")
+            mech = buf.cstr()
+            n = buf.int32()
+            first = buf.bytes_(n) if n >= 0 else b""
+            buf.end()
+            if mech != MECHANISM:
+                raise AuthFailed(f"unsupported SASL mechanism {mech!r}")
+            self.writer.write(pr.auth_sasl_continue(scram.first(first)))
+            await self.writer.drain()
+            kind, body = await pr.read_message(self.reader, 8192)
+            if kind != b"p":
+                raise pr.ProtocolError(f"expected a SASLResponse, got message type {kind!r}")
+            final = scram.final(body)
+        except AuthFailed as exc:
+            log.info(json.dumps({"event": "auth", "analyst": user, "decision": "refused", "reason": str(exc)}))
+            await self._fatal("28P01", f'password authentication failed for user "{user}"')
+            return False
+        self.analyst = analyst
+        self.key = (self.server.new_pid(), secrets.randbits(32))
+        self.server.connections[self.key] = self
+        out = [pr.auth_sasl_final(final), pr.auth_ok()]
+        for name in harmless.REPORTED:
+            value = self.settings.get(name) or self.server.settings.get(name, "")
+            out.append(pr.parameter_status(name, value))
+        out += [pr.parameter_status("session_authorization", user), pr.backend_key_data(*self.key)]
+        out.append(pr.ready_for_query(self.status))
+        self.writer.write(b"".join(out))
+        await self.writer.drain()
+        log.info(json.dumps({"event": "auth", "analyst": user, "decision": "accepted"}))
+        return True
+
+    async def _fatal(self, sqlstate: str, text: str) -> None:
+        with contextlib.suppress(Exception):
+            self.writer.write(pr.error_response(sqlstate, text, severity="FATAL"))
+            await self.writer.drain()
+
+    # -- the query loop -----------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        skipping = False  # after an error in the extended protocol, until Sync (§55.2.3)
+        limit = self.server.config.max_message_bytes
+        while True:
+            try:
+                kind, body = await pr.read_message(self.reader, limit)
+            except pr.ProtocolError as exc:
+                await self._fatal("08P01", str(exc))
+                return
+            if kind == b"X":
+                return
+            try:
+                if kind == b"Q":
+                    skipping = False
+                    await self._simple(pr.parse_query(body))
+                elif kind == b"S":
+                    skipping = False
+                    self.writer.write(pr.ready_for_query(self.status))
+                elif kind == b"H":
+                    pass  # Flush: everything written is flushed below
+                elif kind in (b"P", b"B", b"D", b"E", b"C"):
+                    if not skipping:
+                        try:
+                            await self._extended(kind, body)
+                        except SqldpError as err:
+                            self._error(err)
+                            skipping = True
+                elif kind in (b"d", b"c", b"f"):
+                    pass  # CopyData/CopyDone/CopyFail outside COPY are ignored, as the server does
+                elif kind == b"F":
+                    if not skipping:
+                        self._error(ForbiddenError("the function call protocol is not available through sqldp"))
+                        skipping = True
+                else:
+                    raise pr.ProtocolError(f"invalid frontend message type {kind!r}")
+            except pr.ProtocolError as exc:
+                await self._fatal("08P01", str(exc))
+                return
+            await self.writer.drain()
+
+    def _error(self, err: SqldpError) -> None:
+        if self.status == "T":
+            self.status = "E"
+        self.writer.write(pr.error_response(err.sqlstate, str(err)))
+
+    async def _simple(self, sql: str) -> None:
+        try:
+            if not statements.split(sql):
+                self.writer.write(pr.empty_query())
+            else:
+                outcome = await self._answer(sql)
+                if outcome.columns is not None:
+                    types = outcome.types or []
+                    self.writer.write(pr.row_description(_fields(outcome.columns, types)))
+                    self.writer.write(
+                        b"".join(
+                            pr.data_row(v.encode_text(x, types[i]) for i, x in enumerate(row)) for row in outcome.rows
+                        )
+                    )
+                self.writer.write(pr.command_complete(outcome.tag))
+        except SqldpError as err:
+            self._error(err)
+        self.writer.write(pr.ready_for_query(self.status))
+
+    async def _extended(self, kind: bytes, body: bytes) -> None:
+        if kind == b"P":
+            msg = pr.parse_parse(body)
+            if len(statements.split(msg.query)) > 1:
+                raise RefusedError("cannot insert multiple commands into a prepared statement")
+            if msg.name and msg.name in self.statements:
+                raise SqlSyntaxError(f'prepared statement "{msg.name}" already exists')
+            self.statements[msg.name] = (msg.query, msg.param_types)
+            self.writer.write(pr.parse_complete())
+        elif kind == b"B":
+            bind = pr.parse_bind(body)
+            if bind.statement not in self.statements:
+                raise SqlSyntaxError(f'prepared statement "{bind.statement}" does not exist')
+            query, types = self.statements[bind.statement]
+            n = len(bind.params)
+            if n != statements.param_count(query):
+                raise SqlSyntaxError(
+                    f"bind message supplies {n} parameters, but prepared statement requires "
+                    f"{statements.param_count(query)}"
+                )
+            if len(bind.param_formats) not in (0, 1, n):
+                raise pr.ProtocolError("invalid number of parameter format codes in Bind message")
+
+            def fmt(i: int) -> int:
+                return bind.param_formats[0 if len(bind.param_formats) == 1 else i] if bind.param_formats else 0
+
+            sql = statements.bind(
+                query,
+                lambda k: v.literal(bind.params[k - 1], fmt(k - 1), types[k - 1] if k - 1 < len(types) else 0, k),
+            )
+            self.portals[bind.portal] = Portal(sql, bind.result_formats)
+            self.writer.write(pr.bind_complete())
+        elif kind == b"D":
+            target, name = pr.parse_describe_or_close(body, "Describe")
+            if target == "S":
+                self._describe_statement(name)
+            else:
+                portal = self._portal(name)
+                outcome = await self._outcome(portal)
+                if outcome.columns is None:
+                    self.writer.write(pr.no_data())
+                else:
+                    fields = _fields(outcome.columns, outcome.types or [])
+                    self.writer.write(pr.row_description(fields, _formats(portal.result_formats, len(fields))))
+        elif kind == b"E":
+            name, max_rows = pr.parse_execute(body)
+            portal = self._portal(name)
+            outcome = await self._outcome(portal)
+            if not statements.split(portal.sql):
+                self.writer.write(pr.empty_query())
+                return
+            if outcome.columns is not None:
+                types = outcome.types or []
+                formats = _formats(portal.result_formats, len(types))
+                end = len(outcome.rows) if max_rows <= 0 else min(len(outcome.rows), portal.sent + max_rows)
+                chunk = []
+                for row in outcome.rows[portal.sent : end]:
+                    chunk.append(
+                        pr.data_row(
+                            v.encode_binary(x, types[i]) if formats[i] else v.encode_text(x, types[i])
+                            for i, x in enumerate(row)
+                        )
+                    )
+                self.writer.write(b"".join(chunk))
+                portal.sent = end
+                if end < len(outcome.rows):
+                    self.writer.write(pr.portal_suspended())
+                    return
+            self.writer.write(pr.command_complete(outcome.tag))
+        else:  # Close
+            target, name = pr.parse_describe_or_close(body, "Close")
+            (self.statements if target == "S" else self.portals).pop(name, None)
+            self.writer.write(pr.close_complete())
+
+    def _portal(self, name: str) -> Portal:
+        portal = self.portals.get(name)
+        if portal is None:
+            raise SqlSyntaxError(f'portal "{name}" does not exist')
+        return portal
+
+    async def _outcome(self, portal: Portal) -> Outcome:
+        if portal.outcome is None:
+            portal.outcome = await self._answer(portal.sql) if statements.split(portal.sql) else Outcome("")
+        return portal.outcome
+
+    def _describe_statement(self, name: str) -> None:
+        """Parameter types as declared (unspecified ones as text) and, for a SELECT, the result columns as far as
+        they are known without running it: names from the select list, each typed text until executed."""
+        if name not in self.statements:
+            raise SqlSyntaxError(f'prepared statement "{name}" does not exist')
+        query, types = self.statements[name]
+        n = statements.param_count(query)
+        oids = [(types[i] if i < len(types) and types[i] else v.TEXT) for i in range(n)]
+        self.writer.write(pr.parameter_description(oids))
+        stmt = statements.classify(query)
+        if stmt.kind not in ("select", "show"):
+            self.writer.write(pr.no_data())
+            return
+        names = _select_names(statements.bind(query, lambda k: "NULL"))
+        if stmt.kind == "show":
+            names = [" ".join(stmt.words[1:])]
+        self.writer.write(pr.row_description(_fields(names, [v.TEXT] * len(names))))
+
+    # -- answering one statement --------------------------------------------------------------
+
+    async def _answer(self, sql: str) -> Outcome:
+        analyst = self.user
+        stmt = statements.classify(sql)
+        if self.status == "E" and stmt.kind not in ("rollback", "commit", "rollback_to"):
+            raise _InFailedTransaction()
+        if stmt.kind == "begin":
+            if self.status == "I":
+                self.status = "T"
+            return Outcome("BEGIN")
+        if stmt.kind in ("commit", "rollback"):
+            tag = "ROLLBACK" if stmt.kind == "rollback" or self.status == "E" else "COMMIT"
+            self.status = "I"
+            return Outcome(tag)
+        if stmt.kind in ("savepoint", "release", "rollback_to"):
+            if self.status == "I":
+                raise _NoTransaction(stmt.words[0].upper())
+            if stmt.kind == "rollback_to":
+                self.status = "T"
+            return Outcome({"savepoint": "SAVEPOINT", "release": "RELEASE", "rollback_to": "ROLLBACK"}[stmt.kind])
+        if stmt.kind == "show":
+            a = harmless.show(stmt.words, {**self.server.settings, **self.settings})
+            return Outcome(a.tag, a.columns, a.types, a.rows)
+        if stmt.kind in ("set", "reset"):
+            name, value = harmless.set_(sql, stmt.words, self.settings)
+            if name == "all":
+                self.settings = {}
+            elif value is None:
+                self.settings.pop(name, None)
+            else:
+                self.settings[name] = value
+                if name in harmless.REPORTED:
+                    self.writer.write(pr.parameter_status(name, value))
+            return Outcome(stmt.kind.upper())
+        if stmt.kind == "discard":
+            return Outcome("DISCARD ALL")
+        if stmt.kind == "deallocate":
+            target = stmt.words[-1] if len(stmt.words) > 1 else ""
+            if target == "all":
+                self.statements = {k: s for k, s in self.statements.items() if not k}
+            else:
+                self.statements.pop(target, None)
+            return Outcome("DEALLOCATE" + (" ALL" if target == "all" else ""))
+        context = {
+            "version": self.server.settings.get("version", ""),
+            "current_database": self.database,
+            "current_user": analyst,
+            "session_user": analyst,
+            "user": analyst,
+            "current_schema": "public",
+            "pg_backend_pid": self.key[0],
+        }
+        # cheap pre-filters on the statement's words spare the common case a second SQL parse
+        if "from" not in stmt.words:
+            constant = harmless.constant_select(stmt.sql, context)
+            if constant is not None:
+                return Outcome(constant.tag, constant.columns, constant.types, constant.rows)
+        tables = self.server.session.catalog.tables
+        if any(w.startswith("pg_") or w == "information_schema" for w in stmt.words):
+            probe = harmless.catalog_select(stmt.sql, lambda name: name in tables)
+            if probe is not None:
+                return Outcome(probe.tag, probe.columns, probe.types, probe.rows)
+        return await self._private(stmt.sql)
+
+    async def _private(self, sql: str) -> Outcome:
+        self.cancel_requested = False
+        loop = asyncio.get_running_loop()
+        t0 = time.perf_counter()
+        fp = statements.fingerprint(sql)
+        analyst = self.analyst
+        assert analyst is not None
+        try:
+            outcome, charged = await loop.run_in_executor(self.server.executor, self._run_private, sql, fp, analyst)
+        except SqldpError as err:
+            decision = "budget_exhausted" if err.sqlstate == "53400" else "refused"
+            _log(analyst.name, fp, decision, sqlstate=err.sqlstate, ms=round((time.perf_counter() - t0) * 1000, 3))
+            raise
+        except Exception as exc:  # a bug or a broken upstream: fail closed, keep the connection
+            log.exception("internal error answering a query")
+            _log(analyst.name, fp, "error", sqlstate="XX000")
+            raise _Internal(exc) from exc
+        eps, delta = charged
+        _log(
+            analyst.name,
+            fp,
+            "answered" if eps else "public",
+            epsilon=eps,
+            delta=delta,
+            rows=len(outcome.rows),
+            ms=round((time.perf_counter() - t0) * 1000, 3),
+        )
+        return outcome
+
+    def _run_private(self, sql: str, fingerprint: str, analyst: Analyst) -> tuple[Outcome, tuple[float, float]]:
+        """In a worker thread: analyse, charge (committed), run, and shape the answer."""
+        prepared = prepare_query(self.server.session, sql, analyst.privacy)
+        eps = delta = 0.0
+        if not prepared.public:
+            params = prepared.params
+            if params is None:
+                raise RefusedError("the query has no privacy parameters; not answered")
+            if self.cancel_requested:
+                raise _Cancelled()
+            eps, delta = float(params.epsilon), float(params.delta or 0.0)
+            with self.server.ledger_pool.connection() as conn:
+                ledger.charge(conn, analyst.name, eps, delta, fingerprint)
+        result = prepared.run()
+        columns, rows = result.table()
+        types = [v.infer_type([r[i] for r in rows]) for i in range(len(columns))]
+        return Outcome(f"SELECT {len(rows)}", list(columns), types, list(rows)), (eps, delta)
+
+
+class _InFailedTransaction(SqldpError):
+    sqlstate = "25P02"
+
+    def __init__(self) -> None:
+        super().__init__("current transaction is aborted, commands ignored until end of transaction block")
+
+
+class _NoTransaction(SqldpError):
+    sqlstate = "25P01"
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"{what} can only be used in transaction blocks")
+
+
+class _Internal(SqldpError):
+    sqlstate = "XX000"
+
+    def __init__(self, exc: Exception) -> None:
+        super().__init__(f"internal error in sqldp ({exc.__class__.__name__}); nothing was released")
+
+
+class _Cancelled(SqldpError):
+    sqlstate = "57014"
+
+    def __init__(self) -> None:
+        super().__init__("canceling statement due to user request")
+
+
+def _fields(columns: list[str], types: list[int]) -> list[pr.Field]:
+    return [pr.Field(c, t, v.TYPE_SIZE.get(t, -1)) for c, t in zip(columns, types, strict=True)]
+
+
+def _formats(codes: tuple[int, ...], n: int) -> list[int]:
+    if not codes:
+        return [0] * n
+    if len(codes) == 1:
+        return [codes[0]] * n
+    if len(codes) != n:
+        raise pr.ProtocolError(f"Bind message has {len(codes)} result formats but the query has {n} columns")
+    return list(codes)
+
+
+def _select_names(sql: str) -> list[str]:
+    import sqlglot
+    from sqlglot import exp
+
+    try:
+        tree = sqlglot.parse_one(sql, read="postgres")
+    except Exception:
+        return []
+    if not isinstance(tree, exp.Select):
+        return []
+    out = []
+    for item in tree.expressions:
+        name = item.alias_or_name if isinstance(item, (exp.Alias, exp.Column)) else ""
+        out.append(name or (item.sql_name().lower() if isinstance(item, exp.Func) else "?column?"))
+    return out

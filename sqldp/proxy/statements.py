@@ -1,0 +1,236 @@
+"""What kind of statement a client sent, and binding ``$n`` parameters into its text.
+
+A small lexer (PostgreSQL manual §4.1: string constants, quoted identifiers, dollar quoting, comments) finds
+statement boundaries and ``$n`` placeholders outside literals; the statement itself is analysed by the
+runner's own parser, which is the only judge of what a SELECT means.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from sqldp.errors import ForbiddenError, RefusedError, SqlSyntaxError
+
+_DOLLAR_TAG = re.compile(r"\$([A-Za-z_][A-Za-z_0-9]*)?\$")
+_PARAM = re.compile(r"\$(\d+)")
+_WORD = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+_PLAIN = re.compile(r"[^-/'\";$]+")  # a run of characters that cannot start a literal, comment or separator
+
+
+def _tokens(sql: str) -> Iterator[tuple[str, int, int]]:
+    """(kind, start, end) for 'code' characters, 'literal' spans, 'comment' spans and ';' separators."""
+    i, n = 0, len(sql)
+    while i < n:
+        c = sql[i]
+        if c == "-" and sql.startswith("--", i):
+            j = sql.find("\n", i)
+            j = n if j < 0 else j + 1
+            yield "comment", i, j
+            i = j
+        elif c == "/" and sql.startswith("/*", i):
+            depth, j = 1, i + 2  # block comments nest in PostgreSQL
+            while j < n and depth:
+                if sql.startswith("/*", j):
+                    depth, j = depth + 1, j + 2
+                elif sql.startswith("*/", j):
+                    depth, j = depth - 1, j + 2
+                else:
+                    j += 1
+            if depth:
+                raise SqlSyntaxError("unterminated /* comment", where=f"position {i + 1}")
+            yield "comment", i, j
+            i = j
+        elif c in "'\"":
+            escape = (
+                c == "'" and i > 0 and sql[i - 1] in "eE" and (i < 2 or not (sql[i - 2].isalnum() or sql[i - 2] == "_"))
+            )
+            j = i + 1
+            while True:
+                if j >= n:
+                    raise SqlSyntaxError(
+                        "unterminated " + ("string" if c == "'" else "quoted identifier"), where=f"position {i + 1}"
+                    )
+                if escape and sql[j] == "\\":
+                    j += 2
+                    continue
+                if sql[j] == c:
+                    if j + 1 < n and sql[j + 1] == c:
+                        j += 2
+                        continue
+                    break
+                j += 1
+            yield "literal", i, j + 1
+            i = j + 1
+        elif (
+            c == "$"
+            and (m := _DOLLAR_TAG.match(sql, i))
+            and not (i > 0 and (sql[i - 1].isalnum() or sql[i - 1] == "_"))
+        ):
+            tag = m.group(0)
+            end = sql.find(tag, m.end())
+            if end < 0:
+                raise SqlSyntaxError("unterminated dollar-quoted string", where=f"position {i + 1}")
+            yield "literal", i, end + len(tag)
+            i = end + len(tag)
+        elif c == ";":
+            yield ";", i, i + 1
+            i += 1
+        else:
+            m = _PLAIN.match(sql, i)
+            j = m.end() if m and m.end() > i else i + 1
+            yield "code", i, j
+            i = j
+
+
+def split(sql: str) -> list[str]:
+    """The non-empty statements of a query string (comments kept inside each)."""
+    out, start = [], 0
+    for kind, s, _e in _tokens(sql):
+        if kind == ";":
+            out.append(sql[start:s])
+            start = s + 1
+    out.append(sql[start:])
+    return [s for s in out if _code(s).strip()]
+
+
+def _code(sql: str) -> str:
+    """The statement with comments blanked and literals replaced by a placeholder."""
+    parts = []
+    for kind, s, e in _tokens(sql):
+        if kind == "code" or kind == ";":
+            parts.append(sql[s:e])
+        elif kind == "literal":
+            parts.append(" 'x' ")
+        else:
+            parts.append(" ")
+    return "".join(parts)
+
+
+def bind(sql: str, value_of: Callable[[int], str]) -> str:
+    """Replace each ``$n`` outside literals and comments by ``value_of(n)`` (a validated SQL literal)."""
+    parts, last = [], 0
+    for kind, s, _e in _tokens(sql):
+        if kind != "code" or sql[s] != "$":
+            continue
+        m = _PARAM.match(sql, s)
+        if m and (s == 0 or not (sql[s - 1].isalnum() or sql[s - 1] == "_")):
+            parts.append(sql[last:s])
+            parts.append(value_of(int(m.group(1))))
+            last = m.end()
+    parts.append(sql[last:])
+    return "".join(parts)
+
+
+def param_count(sql: str) -> int:
+    seen = [0]
+
+    def note(n: int) -> str:
+        seen[0] = max(seen[0], n)
+        return ""
+
+    bind(sql, note)
+    return seen[0]
+
+
+def fingerprint(sql: str) -> str:
+    """A short hash of the statement's shape (whitespace and comments ignored, literals kept out of the logs)."""
+    norm = " ".join(_code(sql).lower().split())
+    return hashlib.sha256(norm.encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Statement:
+    kind: str  # empty, select, show, set, reset, begin, commit, rollback, discard, deallocate
+    sql: str
+    words: tuple[str, ...]
+
+
+_TX = {
+    "begin": "begin",
+    "start": "begin",
+    "commit": "commit",
+    "end": "commit",
+    "rollback": "rollback",
+    "abort": "rollback",
+}
+_REFUSE = {
+    "insert",
+    "update",
+    "delete",
+    "merge",
+    "copy",
+    "create",
+    "drop",
+    "alter",
+    "truncate",
+    "grant",
+    "revoke",
+    "vacuum",
+    "analyze",
+    "analyse",
+    "cluster",
+    "reindex",
+    "lock",
+    "comment",
+    "security",
+    "refresh",
+    "call",
+    "do",
+    "import",
+    "load",
+    "listen",
+    "notify",
+    "unlisten",
+    "prepare",
+    "execute",
+    "declare",
+    "fetch",
+    "move",
+    "close",
+    "checkpoint",
+    "explain",
+    "reassign",
+    "savepoint",
+    "release",
+}
+
+
+def classify(sql: str) -> Statement:
+    """One statement's kind; several statements, and anything that could write or change what matters, refused."""
+    stmts = split(sql)
+    if not stmts:
+        return Statement("empty", sql, ())
+    if len(stmts) > 1:
+        raise RefusedError("several statements in one query are not accepted; send one statement at a time")
+    code = _code(stmts[0])
+    words = tuple(w.lower() for w in _WORD.findall(code))
+    first = words[0] if words else code.strip()[:1]
+    if first in ("select", "with", "values", "table") or code.lstrip().startswith("("):
+        if {"into", "for"} & set(words) and re.search(r"\b(into|for\s+(update|share|no\s+key|key))\b", code, re.I):
+            raise ForbiddenError("SELECT … INTO and row locks write or lock data; only reading queries are answered")
+        return Statement("select", stmts[0], words)
+    if first == "show":
+        return Statement("show", stmts[0], words)
+    if first in ("set", "reset"):
+        return Statement(first, stmts[0], words)  # which settings may change is decided by the session
+    if first == "savepoint" or first == "release" or (first in ("rollback", "abort") and "to" in words[1:3]):
+        # savepoints inside a read-only transaction block; SQLAlchemy uses them around its type probes
+        return Statement(
+            "savepoint" if first == "savepoint" else first if first == "release" else "rollback_to", stmts[0], words
+        )
+    if first in _TX:
+        if "write" in words:
+            raise ForbiddenError("transactions that write are not allowed through sqldp (READ WRITE)")
+        return Statement(_TX[first], stmts[0], words)
+    if first == "discard":
+        return Statement("discard", stmts[0], words)
+    if first == "deallocate":
+        return Statement("deallocate", stmts[0], words)
+    if first in _REFUSE:
+        raise ForbiddenError(f"{first.upper()} is not allowed through sqldp: only SELECT queries are answered")
+    if not _WORD.match(first or ""):
+        raise SqlSyntaxError(f"syntax error at or near {first!r}", where="position 1")
+    raise SqlSyntaxError(f"syntax error at or near {first!r}: only SELECT queries are answered", where="position 1")
