@@ -220,8 +220,12 @@ def optimise_beta(
         return calibrate_laplace(smooth(beta), epsilon, delta, beta)
     best: Calibration | None = None
     for beta in beta_grid(epsilon, mechanism, gamma=gamma):
-        cal = calibrate_cauchy(smooth(beta), epsilon, beta, gamma)
+        c = smooth(beta)
+        if not math.isfinite(c):  # some analyses have no bound for very small β: skip those family members
+            continue
+        cal = calibrate_cauchy(c, epsilon, beta, gamma)
         if best is None or cal.scale < best.scale:
             best = cal
-    assert best is not None
+    if best is None:
+        raise RefusedError("the sensitivity is unbounded for this query at every β; nothing is released")
     return best

@@ -15,6 +15,9 @@ The plan contract, shared by every analysis and relied on by the runner:
 Analyses:
 
 * :mod:`sqldp.sensitivity.rows` — adding/removing rows of private tables (NR §3.3.7).
+* :mod:`sqldp.sensitivity.columns` — changing values of sensitive columns (NR §3.3.8), combined with the
+  row-level bound when rows are private too (NR §3.3.9); its expression and filter bounds are in
+  :mod:`sqldp.sensitivity.expressions` and :mod:`sqldp.sensitivity.filters`.
 """
 
 from __future__ import annotations
@@ -22,30 +25,25 @@ from __future__ import annotations
 from sqlglot import exp
 
 from sqldp.catalog import Catalog
-from sqldp.errors import RefusedError
 from sqldp.form import AnalysisForm, ColumnRef
 from sqldp.policy import Policy
+from sqldp.sensitivity.columns import ColumnPlan, plan_columns
 from sqldp.sensitivity.rows import Bound, RowPlan, plan_rows
 
-__all__ = ["Bound", "RowPlan", "plan", "plan_rows"]
+__all__ = ["Bound", "ColumnPlan", "RowPlan", "plan", "plan_columns", "plan_rows"]
 
 
-def plan(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
+def plan(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan | ColumnPlan:
     """The plan for a form with one aggregate, from the analysis the policy calls for.
 
-    Fail closed: a table whose policy protects values (a ``norm``) needs the value-level analysis of
-    NR §3.3.8 for every query that reads one of its sensitive columns; this build answers such queries only
-    when the answer cannot depend on those values."""
+    * the query reads no value-sensitive column (a column of a table's ``norm``): the row-level plan (§3.3.7);
+    * it does, and no table in it has private rows: the value-level plan (§3.3.8);
+    * it does, and some table has private rows: the combined plan (§3.3.9).
+    Shapes the analyses do not cover are refused by them with the reason (fail closed)."""
     reads = {ref for agg in form.aggregates for ref in agg.columns}
     reads |= {ref for c in form.conjuncts for ref in c.columns}
     reads |= {ColumnRef(k.table, k.name) for g in form.group_by for k in g.find_all(exp.Column) if k.table}
-    for ref in sorted(reads, key=str):
-        table = form.use(ref.alias).table
-        tp = policy.table(table)
-        if ref.column in tp.sensitive_columns:
-            raise RefusedError(
-                f"{ref} is a value-sensitive column of {table!r} (norm {tp.norm}); answering a query that "
-                "reads it needs the value-level sensitivity of NR §3.3.8, which this build does not have"
-            )
+    if any(ref.column in policy.table(form.use(ref.alias).table).sensitive_columns for ref in reads):
+        return plan_columns(form, catalog, policy)
     # a table with public rows and private values contributes nothing when none of its values is read
     return plan_rows(form, catalog, policy)

@@ -1,0 +1,99 @@
+"""The 21 NAPLES TPC-H queries under value-level privacy (NR §4.3.3), beside NR Tables 16 and 17.
+
+For each query: the plain query's time t_i (PostgreSQL, median of 3 after a warm-up), the time of the whole
+noisy answer (``Session.run``: parse, plan, answer query and sensitivity queries in one snapshot, noise),
+their ratio, the β-smooth sensitivity q_s at ε = 1, β = 0.1, and %noise = 100·10·q_s/q_i, the bound the
+Cauchy noise stays below with probability 78% (NR Table 17's definition, ξ = q_s/(ε/(γ+1) − β) = 10·q_s;
+every filter here is an exact step, so q_m = q_i). The policy is ``sqldp/data/schemas/tpch.toml`` with all
+rows public: NAPLES' §4.3.3 metric (values of every row protected, rows not added or removed).
+
+    python benchmarks/naples_bench.py --scale 0.1 [--dsn DSN] > benchmarks/results/naples.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+import sqldp
+from benchmarks.common import QUERIES, ROOT, machine, markdown_table, median_time, tpch_database
+from sqldp.db import connect
+from sqldp.errors import SqldpError
+from sqldp.policy import Policy
+
+# NR Table 16, SF 0.1 (ms): t_i, t_m, t_s
+TABLE16 = {
+    "q01_1": (152.8, 534.59, 763.19), "q01_2": (151.8, 559.58, 1040), "q01_3": (168.08, 590.1, 2050),
+    "q01_4": (184.24, 574.28, 2200), "q01_5": (149.96, 527.38, 520.85), "q02_1": (19.68, 45.3, 144.78),
+    "q02_2": (29.04, 49.37, 165.62), "q03": (111.92, 117.41, 391.47), "q04": (131.52, 379.05, 778.47),
+    "q05": (6660, 204.08, 2180), "q06": (118.31, 3120, 13210), "q07": (238.74, 137.21, 713.28),
+    "q08": (308.08, 117.53, 782.37), "q09": (133.34, 128.58, 3820), "q10": (131.97, 137.03, 483.38),
+    "q11": (10.74, 10.16, 42.12), "q12_1": (215.13, 736.64, 1270), "q12_2": (148.5, 473.72, 877.42),
+    "q16": (22.14, 174.35, 303.68), "q17": (111.7, 88.31, 276.69), "q19": (139.16, 296.41, 1420),
+}  # fmt: skip
+# NR Table 17, SF 0.1: q_s and %noise
+TABLE17 = {
+    "q01_1": (50.0, 0.01), "q01_2": (95890, 0.02), "q01_3": (107360, 0.02), "q01_4": (114870, 0.02),
+    "q01_5": (1.0, 0.0067), "q02_1": (100.0, 93460), "q02_2": (100.0, 100.0), "q03": (41280, 11400),
+    "q04": (7.0, 2.4), "q05": (260440, 48.53), "q06": (125000, 7.14), "q07": (106130, 4.81),
+    "q08": (145150, 308.31), "q09": (40000, 1.32), "q10": (357710, 3570), "q11": (199980, 0.12),
+    "q12_1": (3.0, 0.96), "q12_2": (3.0, 2.33), "q16": (4.0, 0.4), "q17": (16800, 533), "q19": (651720, 4200),
+}  # fmt: skip
+
+
+def value_policy() -> Policy:
+    text = (ROOT / "sqldp" / "data" / "schemas" / "tpch.toml").read_text(encoding="utf-8")
+    return Policy.from_toml(text.replace('rows = "private"', 'rows = "public"'), source="tpch.toml, rows public")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--scale", type=float, default=0.1)
+    ap.add_argument("--dsn", default=None)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    dsn = tpch_database(args.scale, args.dsn)
+    session = sqldp.connect(dsn, policy=value_policy(), seed=7)
+    rows: list[list[Any]] = []
+    ratios: list[float] = []
+    for path in sorted((QUERIES / "naples").glob("q*.sql")):
+        name = path.stem
+        text = path.read_text(encoding="utf-8")
+
+        def plain(text: str = text) -> float:
+            with connect(dsn) as conn:
+                return float(conn.execute(text.rstrip().rstrip(";")).fetchone()[0] or 0.0)
+
+        t_i, q_i = median_time(plain, args.repeat)
+        n_ti, n_tm, n_ts = TABLE16[name]
+        n_qs, n_noise = TABLE17[name]
+        try:
+            t_n, res = median_time(lambda text=text: session.run(text, epsilon=1.0, beta=0.1), args.repeat)
+        except SqldpError as exc:
+            rows.append(
+                [name, t_i * 1e3, None, None, None, None, n_ti, (n_tm + n_ts) / n_ti, n_qs, n_noise, str(exc)[:90]]
+            )
+            continue
+        out = res.to_json()
+        q_s = float(out["sensitivity"])
+        noise = 100.0 * 10.0 * q_s / abs(q_i) if q_i else float("inf")
+        ratio = t_n / t_i
+        ratios.append(ratio)
+        rows.append([name, t_i * 1e3, t_n * 1e3, ratio, q_s, noise, n_ti, (n_tm + n_ts) / n_ti, n_qs, n_noise, ""])
+    header = [
+        "query", "t_i ms", "noisy ms", "ratio", "q_s", "%noise", "NR t_i", "NR (t_m+t_s)/t_i", "NR q_s",
+        "NR %noise", "note",
+    ]  # fmt: skip
+    print(f"# NAPLES TPC-H queries, value-level privacy, SF {args.scale:g}\n")
+    print(f"Machine: {machine()}. Date: {time.strftime('%Y-%m-%d')}.\n")
+    print(f"Command: `python benchmarks/naples_bench.py --scale {args.scale:g}` (ε = 1, β = 0.1, γ = 4).\n")
+    print(markdown_table(header, rows))
+    if ratios:
+        print(f"\nnoisy/plain time ratio: median {statistics.median(ratios):.2f}, worst {max(ratios):.2f} "
+              f"over {len(ratios)} answered queries.")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

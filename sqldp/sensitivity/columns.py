@@ -1,0 +1,331 @@
+"""Value-level ("column") sensitivity of COUNT/SUM over σθ(U1 × … × Un) (NR §3.3.8), and its combination with
+row-level sensitivity (NR §3.3.9).
+
+The metric (NR §3.3.8.2, §4.3.3.1): each table with a ``norm`` is a Banach space whose rows are measured by
+that composite norm and combined with ℓ1; the tables are combined with ℓ1. The query becomes a continuous
+function (§3.3.8.4): public conjuncts filter the product in SQL; private conjuncts become the [0, 1]-valued
+s(r) of :mod:`sqldp.sensitivity.filters`, so that
+
+    COUNT = Σ_r s(r),        SUM(e) = Σ_r e(r)·s(r)        (r over the product rows passing the public filter).
+
+Derivative w.r.t. one row t of table T (use i): the rows of the product that contain t change with it, and
+they are combined with ℓ∞ (NR §3.3.8.2, "Database as a Banach space"), so the bound is Σ_{r ∋ t} D_i(r) with
+D_i(r) the dual row norm (Lemmas 3.64–3.66) of the per-column bounds
+
+    |∂(e·s)/∂v| ≤ ub(e)·slope_v(s) + d_v(e)        (product rule, s ≤ 1)        |∂s/∂v| ≤ slope_v(s).
+
+Rows combine with ℓ1, so the table's bound is max_t; tables combine with ℓ1, so the query's is max_T; the uses
+of a self-joined table add up. Every ub and d is β-smooth (:mod:`sqldp.sensitivity.expressions`), and sums
+and maxima of β-smooth functions are β-smooth, so the result c0 is a β-smooth upper bound.
+
+β: the bounds depend on β through the smoothing floors; Postgres evaluates them on a fixed grid in one scan
+per use, and ``finish(β)`` takes the largest grid point β′ ≤ β (a β′-smooth bound is β-smooth, NR Def. 3.56).
+
+Combined (§3.3.9.3, "Combined sensitivity w.r.t. multiple tables"), when the policy also protects rows:
+
+    c = max(c1, max_i c2_i),  c2_i = max(c0_i, e^(−βG_i)·c3_i·c4_i, max_{j≠i} e^(−βG_j)·(c0_i + c3_i·c4_j))
+
+with c1 the row-level bound (:mod:`sqldp.sensitivity.rows`) and c4_j the smoothed count derivative of adding
+a row to table j, both computed with the private conjuncts dropped (so they do not depend on sensitive
+values, §3.3.9.3), and c3_i the data-independent maximum of D_i over the declared ranges.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlglot import exp
+
+from sqldp.catalog import Catalog
+from sqldp.errors import RefusedError
+from sqldp.form import Aggregate, AnalysisForm, ColumnRef, Conjunct, TableUse
+from sqldp.policy import Policy
+from sqldp.sensitivity.expressions import RangeOps, SqlOps, bound, column_weights, dual
+from sqldp.sensitivity.filters import Filter, approximate
+from sqldp.sensitivity.intervals import clamp_columns
+from sqldp.sensitivity.rows import Bound, RowPlan, plan_rows
+from sqldp.sqlgen import from_uses, where
+
+# β values evaluated in SQL; finish(β) uses the largest one ≤ β. 0.1 is NR Table 17's β.
+BETA_GRID: tuple[float, ...] = (1e-6, 1e-5, 1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
+REFERENCE_BETA = 0.1  # the per-column breakdown in the JSON is evaluated at this β
+
+Rows = Sequence[Sequence[Any]]
+
+
+@dataclass(frozen=True)
+class _UseQuery:
+    alias: str
+    table: str
+    query: int  # index into ColumnPlan.queries
+    grid_cols: tuple[int, ...]  # per grid β: the column of the query's single row
+    column_cols: dict[str, int]  # per sensitive column: its dual-scaled term at REFERENCE_BETA
+
+
+@dataclass(frozen=True)
+class ColumnPlan:
+    """Value-level (and optionally combined) plan; follows the contract of :mod:`sqldp.sensitivity`."""
+
+    form: AnalysisForm
+    aggregate: Aggregate
+    conjuncts: tuple[Conjunct, ...]  # the answer query's WHERE (private sigmoid conjuncts moved into q_m)
+    value_queries: tuple[exp.Select, ...]
+    uses: tuple[_UseQuery, ...]
+    tables_info: dict[str, dict[str, Any]]
+    row_plan: RowPlan | None = None  # c1 (combined only)
+    count_plan: RowPlan | None = None  # c4 (combined only)
+    c3: dict[str, float] = field(default_factory=dict)
+    weights: dict[str, float] = field(default_factory=dict)  # row-private table → G
+    disjoint_groups: bool = False
+
+    @property
+    def queries(self) -> tuple[exp.Select, ...]:
+        out = list(self.value_queries)
+        for p in (self.row_plan, self.count_plan):
+            if p is not None:
+                out.extend(p.queries)
+        return tuple(out)
+
+    def value_bounds(self, results: Sequence[Rows], beta: float) -> dict[str, float]:
+        """c0 per value-sensitive table at β (NR §3.3.8.2: uses of one table add up)."""
+        idx = max((k for k, b in enumerate(BETA_GRID) if b <= beta * (1 + 1e-12)), default=None)
+        out: dict[str, float] = {t: 0.0 for t in self.tables_info}
+        for u in self.uses:
+            if idx is None:
+                out[u.table] = math.inf
+                continue
+            v = results[u.query][0][u.grid_cols[idx]] if results[u.query] else None
+            out[u.table] += float(v or 0.0)
+        return out
+
+    def finish(self, results: Sequence[Rows], beta: float, group: tuple = ()) -> Bound:
+        n = len(self.value_queries)
+        c0 = self.value_bounds(results, beta)
+        tables: dict[str, Any] = {}
+        for t, info in self.tables_info.items():
+            cols = {}
+            for u in self.uses:
+                if u.table != t:
+                    continue
+                for col, k in u.column_cols.items():
+                    v = results[u.query][0][k] if results[u.query] else None
+                    cols[col] = cols.get(col, 0.0) + float(v or 0.0)
+            tables[t] = {
+                **info,
+                "value_sensitivity": c0[t],
+                "column_terms": {"at_beta": REFERENCE_BETA, "terms": cols},
+            }
+        best = max(c0.values(), default=0.0)
+        if self.row_plan is not None and self.count_plan is not None:
+            k = len(self.row_plan.queries)
+            row_bound = self.row_plan.finish(results[n : n + k], beta)
+            count_bound = self.count_plan.finish(results[n + k :], beta)
+            c4 = {t: float(v["smooth_derivative"]) for t, v in count_bound.tables.items()}
+            c2: dict[str, float] = {}
+            for i, c0_i in c0.items():
+                terms = [c0_i]
+                if i in self.weights:
+                    terms.append(math.exp(-beta * self.weights[i]) * self.c3[i] * c4.get(i, 0.0))
+                for j, g_j in self.weights.items():
+                    if j != i:
+                        terms.append(math.exp(-beta * g_j) * (c0_i + self.c3[i] * c4.get(j, 0.0)))
+                c2[i] = max(terms)
+                tables[i]["combined_sensitivity"] = c2[i]
+                tables[i]["c3"] = self.c3[i]
+            for t, v in row_bound.tables.items():
+                tables.setdefault(t, {})["rows"] = v
+            best = max([row_bound.sensitivity, *c2.values()])
+        return Bound(best, tables)
+
+
+def _grain(type_sql: str, kind: str) -> float | None:
+    if kind in ("integer", "date"):
+        return 1.0
+    if kind == "numeric" and "(" in type_sql and type_sql.upper().startswith(("DECIMAL", "NUMERIC")):
+        args = type_sql[type_sql.index("(") + 1 : type_sql.rindex(")")].split(",")
+        scale = int(args[1]) if len(args) > 1 else 0
+        return 10.0**-scale
+    return None
+
+
+def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy) -> ColumnPlan:
+    """The value-level plan (NR §3.3.8), combined with the row-level one (NR §3.3.9) when rows are private."""
+    if len(form.aggregates) != 1:
+        raise ValueError("plan_columns takes a form with one aggregate")
+    agg = form.aggregates[0]
+    if agg.kind not in ("count", "sum"):
+        raise RefusedError(
+            f"{agg.sql}: MIN and MAX under value-level privacy (NR §3.3.8.4) are not implemented in this build; "
+            "COUNT, SUM and AVG are"
+        )
+    weights_of = {t: column_weights(policy.table(t).norm) for t in form.tables if policy.table(t).norm is not None}  # type: ignore[arg-type]
+
+    def weight(ref: ColumnRef) -> float | None:
+        return weights_of.get(form.use(ref.alias).table, {}).get(ref.column)
+
+    def info(ref: ColumnRef) -> tuple[str, float | None, float, bool]:
+        table = form.use(ref.alias).table
+        col = catalog.table(table).column(ref.column)
+        dpu = policy.table(table).column(ref.column).days_per_unit if col.kind == "date" else 1.0
+        return col.kind, _grain(col.type_sql, col.kind), dpu, weight(ref) is not None
+
+    for g in form.group_by:
+        for c in g.find_all(exp.Column):
+            if c.table and weight(ColumnRef(c.table, c.name)) is not None:
+                raise RefusedError(f"GROUP BY {c.sql()} reads a value-sensitive column; groups would leak it")
+
+    private = [c for c in form.conjuncts if c.private]
+    public = [c for c in form.conjuncts if not c.private]
+    filters = [(c, approximate(c.expr, info)) for c in private]
+    slopes: dict[ColumnRef, float] = {}
+    for _, f in filters:
+        for k, v in f.slopes.items():
+            slopes[k] = max(slopes.get(k, 0.0), v)
+    soft = [f for _, f in filters if not f.exact]
+
+    row_private = sorted({u.table for u in form.uses if policy.table(u.table).rows_private})
+    combined = bool(row_private)
+    row_plan = count_plan = None
+    arg = agg.arg
+    if combined:
+        public_form = dataclasses.replace(form, conjuncts=tuple(public))
+        row_plan = plan_rows(public_form, catalog, policy)  # c1: no sensitive value read (NR §3.3.9.3)
+        count_form = dataclasses.replace(public_form, aggregates=(Aggregate("count", None),))
+        count_plan = plan_rows(count_form, catalog, policy)  # c4
+        if agg.kind == "sum":
+            assert arg is not None
+            arg = clamp_columns(arg, lambda r: policy.table(form.use(r.alias).table).column(r.column).range)
+
+    # the released aggregate q_m: exact step filters stay in WHERE (they equal the indicator on the grid)
+    if soft:
+        s_sql: exp.Expression = (
+            soft[0].sql if len(soft) == 1 else exp.Least(this=soft[0].sql, expressions=[f.sql for f in soft[1:]])
+        )
+        body = (
+            s_sql if agg.kind == "count" else exp.Mul(this=exp.Paren(this=arg.copy()), expression=exp.Paren(this=s_sql))
+        )  # type: ignore[union-attr]
+        if agg.kind == "count" and agg.arg is not None:
+            body = exp.Case(
+                ifs=[exp.If(this=exp.Is(this=agg.arg.copy(), expression=exp.Null()), true=exp.Literal.number(0))],
+                default=s_sql,
+            )
+        released = Aggregate("sum", body, agg.columns)
+        kept = tuple(public) + tuple(c for c, f in filters if f.exact)
+    else:
+        released = dataclasses.replace(agg, arg=arg) if agg.kind == "sum" else agg
+        kept = form.conjuncts
+
+    value_tables = sorted(
+        {form.use(r.alias).table for r in set(slopes) | ({r for r in agg.columns if weight(r) is not None})}
+    )
+    if combined:
+        for t in value_tables:
+            if len(form.uses_of(t)) > 1:
+                raise RefusedError(
+                    f"{t!r} is self-joined: combined row and value privacy (NR §3.3.9.3) is implemented for "
+                    "tables used once"
+                )
+
+    def parts_for(alias: str, beta: float, ops: Any) -> dict[str, Any]:
+        if agg.kind == "count":
+            out = {r.column: ops.const(v) for r, v in slopes.items() if r.alias == alias}
+            return out
+        assert arg is not None
+        ub, d = bound(arg, weight, ops, beta)
+        out = {}
+        cols = {r.column for r in (set(d) | set(slopes)) if r.alias == alias}
+        for c in sorted(cols):
+            ref = ColumnRef(alias, c)
+            term = ops.mul(ub, ops.const(slopes[ref])) if ref in slopes else ops.const(0.0)
+            if ref in d:
+                term = ops.add(term, d[ref])
+            out[c] = term
+        return out
+
+    queries: list[exp.Select] = []
+    uses: list[_UseQuery] = []
+    tables_info: dict[str, dict[str, Any]] = {}
+    c3: dict[str, float] = {}
+    sql_ops = SqlOps()
+    for t in value_tables:
+        tp = policy.table(t)
+        assert tp.norm is not None
+        w = weights_of[t]
+        tables_info[t] = {
+            "norm": str(tp.norm),
+            "rows": "private" if tp.rows_private else "public",
+            "columns": {
+                c: {
+                    "norm_weight": w[c],
+                    "filter_slope": max(
+                        (v for r, v in slopes.items() if r.column == c and form.use(r.alias).table == t), default=0.0
+                    ),
+                }
+                for c in sorted(
+                    {
+                        r.column
+                        for u in form.uses_of(t)
+                        for r in set(slopes) | set(agg.columns)
+                        if r.alias == u.alias and r.column in w
+                    }
+                )
+            },
+        }
+        if combined:
+            range_ops = RangeOps(lambda r: policy.table(form.use(r.alias).table).column(r.column).range)
+            glob = dual(tp.norm, parts_for(form.uses_of(t)[0].alias, 1.0, range_ops), "float")
+            c3[t] = float(glob or 0.0)
+        for u in form.uses_of(t):
+            items: list[exp.Expression] = []
+            seen: dict[str, int] = {}
+            grid_cols = []
+            for b in BETA_GRID:
+                d_sql = dual(tp.norm, parts_for(u.alias, b, sql_ops))
+                if d_sql is None:
+                    d_sql = exp.Literal.number(0)
+                key = d_sql.sql(dialect="postgres")
+                if key not in seen:
+                    seen[key] = len(items)
+                    items.append(d_sql)
+                grid_cols.append(seen[key])
+            column_cols = {}
+            for c, term in parts_for(u.alias, REFERENCE_BETA, sql_ops).items():
+                column_cols[c] = len(items)
+                items.append(exp.Mul(this=exp.Paren(this=term), expression=exp.Literal.number(repr(1.0 / w[c]))))
+            queries.append(_max_query(form, u, items, public, catalog))
+            uses.append(_UseQuery(u.alias, t, len(queries) - 1, tuple(grid_cols), column_cols))
+
+    return ColumnPlan(
+        form=form,
+        aggregate=released,
+        conjuncts=tuple(kept),
+        value_queries=tuple(queries),
+        uses=tuple(uses),
+        tables_info=tables_info,
+        row_plan=row_plan,
+        count_plan=count_plan,
+        c3=c3,
+        weights={t: policy.table(t).weight for t in row_private},
+    )
+
+
+def _max_query(
+    form: AnalysisForm, use: TableUse, items: list[exp.Expression], public: list[Conjunct], catalog: Catalog
+) -> exp.Select:
+    """max over rows t of the use of Σ_{r ∋ t} D(r): one scan (NR §3.3.8.2, rows of t_r combined with ℓ∞)."""
+    if len(form.uses) == 1:
+        sel = exp.select(*(exp.alias_(exp.Max(this=e), f"v{k}") for k, e in enumerate(items)))
+        return where(from_uses(sel, form.uses), public)
+    pk = catalog.table(use.table).primary_key
+    keys = [exp.column(c, table=use.alias) for c in pk] if pk else [exp.column("ctid", table=use.alias)]
+    inner = exp.select(*(exp.alias_(exp.Sum(this=e), f"s{k}") for k, e in enumerate(items)))
+    inner = where(from_uses(inner, form.uses), public).group_by(*keys, copy=False)
+    outer = exp.select(*(exp.alias_(exp.Max(this=exp.column(f"s{k}")), f"v{k}") for k in range(len(items))))
+    return outer.from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("per_row"))))
+
+
+__all__ = ["BETA_GRID", "ColumnPlan", "Filter", "plan_columns"]

@@ -1,0 +1,275 @@
+"""Continuous approximations of private filters (NR §3.3.8.4, Table 9; §3.3.8.5 "integer" step functions).
+
+A private conjunct (one that reads a value-sensitive column) cannot be applied in SQL as a hard filter: the
+query must be a continuous function of the sensitive values. Each comparison ``lhs OP rhs`` is rewritten as
+``d = lhs − rhs`` with ``d`` linear in the columns and replaced by a function with values in [0, 1]:
+
+* exact steps when ``d`` lives on a grid of width g (integer and DATE columns: g = 1 day; DECIMAL(p, s):
+  g = 10^−s; NR §3.3.8.5: "if the filtered values are integers … min(1, max(0, x − y))", and for reals with
+  a bounded precision d(x, x′) ≥ 1/k, "the sensitivity … will be k times larger"). On the grid these equal
+  the indicator exactly, so the released answer is the plain query's (q_m = q_i). Slope: 1/g per unit of d;
+* sigmoid ``1/(1 + e^(−α·d))`` for ``d ≥ 0`` and tauoid ``2/(e^(αd) + e^(−αd))`` for ``d = 0`` otherwise
+  (Table 9), slopes α/4 and α/2 (the maxima of |σ′| and |τ′|: constants, hence β-smooth for every β).
+
+AND is ``min``, OR is ``max`` and NOT is ``1 − ·``: exact on {0, 1}, and the derivative of a min/max is the
+derivative of one argument, so its bound per column is the maximum of the arguments' bounds (NR §3.3.8.3,
+"Min / max"). Atoms that read no sensitive column are evaluated exactly (derivative 0). Only linear
+comparisons are supported: their derivative bounds are constants, which keeps every bound smooth.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from sqlglot import exp
+
+from sqldp.errors import RefusedError
+from sqldp.form import ColumnRef
+from sqldp.policy import EPOCH
+
+SIGMOID_ALPHA = 5.0  # NR §4.3.3.1: sigmoid precision α = 5 (Table 17)
+
+# For a column: (kind, grain or None, days per unit if DATE else 1.0, sensitive)
+ColumnInfo = Callable[[ColumnRef], tuple[str, float | None, float, bool]]
+
+
+@dataclass(frozen=True)
+class Linear:
+    """Σ coef·column + const; ``grid`` is g such that the column part is always a multiple of g (or None)."""
+
+    coefs: dict[ColumnRef, float] = field(default_factory=dict)
+    const: float = 0.0
+    grid: Fraction | None = Fraction(1)
+
+    def scale(self, c: float) -> Linear:
+        grid = None if self.grid is None else self.grid * abs(Fraction(c).limit_denominator(10**9))
+        if c == 0:
+            return Linear({}, 0.0, Fraction(1))
+        return Linear({k: v * c for k, v in self.coefs.items()}, self.const * c, grid)
+
+    def add(self, other: Linear) -> Linear:
+        coefs = dict(self.coefs)
+        for k, v in other.coefs.items():
+            coefs[k] = coefs.get(k, 0.0) + v
+        coefs = {k: v for k, v in coefs.items() if v != 0}
+        return Linear(
+            coefs, self.const + other.const, _grid_gcd(self.grid, other.grid, bool(self.coefs), bool(other.coefs))
+        )
+
+
+def _grid_gcd(a: Fraction | None, b: Fraction | None, a_used: bool, b_used: bool) -> Fraction | None:
+    if not a_used:
+        return b
+    if not b_used:
+        return a
+    if a is None or b is None:
+        return None
+    # gcd of two rationals: gcd(numerators over a common denominator)
+    den = a.denominator * b.denominator // math.gcd(a.denominator, b.denominator)
+    return Fraction(math.gcd(int(a * den), int(b * den)), den)
+
+
+@dataclass(frozen=True)
+class Filter:
+    """A [0, 1]-valued SQL expression approximating a condition, with per-column slope bounds."""
+
+    sql: exp.Expression
+    slopes: dict[ColumnRef, float]  # bound on |∂ filter / ∂ column| (column in its norm unit)
+    exact: bool  # equals the condition's indicator on every database of the column types
+
+
+def _num(v: float) -> exp.Expression:
+    if float(v).is_integer() and abs(v) < 1e15:
+        lit = exp.Literal.number(str(abs(int(v))))
+    else:
+        lit = exp.Literal.number(repr(abs(float(v))))
+    return exp.Neg(this=lit) if v < 0 else lit
+
+
+def _interval_days(node: exp.Interval) -> float:
+    text = node.this.name if isinstance(node.this, exp.Literal) else node.this.sql()
+    unit = node.args.get("unit")
+    parts = text.split()
+    unit_name = (unit.name if unit is not None else (parts[1] if len(parts) > 1 else "")).upper()
+    if unit_name not in ("DAY", "DAYS"):
+        raise RefusedError(
+            f"interval {node.sql(dialect='postgres')}: only day intervals are supported in private filters"
+        )
+    return float(parts[0])
+
+
+def linear(e: exp.Expression, info: ColumnInfo) -> Linear:
+    """The linear form of a comparison operand; refuse anything else (NR §3.3.8.4 needs continuity)."""
+    if isinstance(e, exp.Paren):
+        return linear(e.this, info)
+    if isinstance(e, exp.Cast):
+        if e.to.this == exp.DataType.Type.DATE and isinstance(e.this, exp.Literal) and e.this.is_string:
+            days = (dt.date.fromisoformat(e.this.name) - EPOCH).days
+            return Linear({}, float(days))
+        return linear(e.this, info)
+    if isinstance(e, exp.Literal) and not e.is_string:
+        return Linear({}, float(e.this))
+    if isinstance(e, exp.Interval):
+        return Linear({}, _interval_days(e))
+    if isinstance(e, exp.Column) and e.table:
+        ref = ColumnRef(e.table, e.name)
+        kind, grain, _, _ = info(ref)
+        if kind not in ("integer", "numeric", "date"):
+            raise RefusedError(f"{ref} is not a number or a date; it cannot be compared continuously")
+        g = None if grain is None else Fraction(grain).limit_denominator(10**9)
+        return Linear({ref: 1.0}, 0.0, g)
+    if isinstance(e, exp.Neg):
+        return linear(e.this, info).scale(-1.0)
+    if isinstance(e, (exp.Add, exp.Sub)):
+        a, b = linear(e.this, info), linear(e.expression, info)
+        return a.add(b if isinstance(e, exp.Add) else b.scale(-1.0))
+    if isinstance(e, exp.Mul):
+        a, b = linear(e.this, info), linear(e.expression, info)
+        if not a.coefs:
+            return b.scale(a.const)
+        if not b.coefs:
+            return a.scale(b.const)
+    if isinstance(e, exp.Div):
+        a, b = linear(e.this, info), linear(e.expression, info)
+        if not b.coefs and b.const != 0:
+            return a.scale(1.0 / b.const)
+    raise RefusedError(
+        f"private filter term {e.sql(dialect='postgres')} is not linear in the columns "
+        "(NR §3.3.8.4: supported are columns, numbers, dates, day intervals, + −, × and / by constants)"
+    )
+
+
+def _column_sql(ref: ColumnRef, info: ColumnInfo) -> exp.Expression:
+    col = exp.column(ref.column, table=ref.alias)
+    if info(ref)[0] == "date":
+        # dates count in days (policy unit conversions are applied to the slopes)
+        return exp.Paren(this=exp.Sub(this=col, expression=exp.cast(exp.Literal.string(EPOCH.isoformat()), "DATE")))
+    return col
+
+
+def _linear_sql(lin: Linear, info: ColumnInfo, const: float) -> exp.Expression:
+    out: exp.Expression | None = None
+    for ref, c in sorted(lin.coefs.items(), key=lambda kv: str(kv[0])):
+        term = _column_sql(ref, info)
+        if c != 1:
+            term = exp.Mul(this=_num(c), expression=term)
+        out = term if out is None else exp.Add(this=out, expression=term)
+    if const != 0 or out is None:
+        out = _num(const) if out is None else exp.Add(this=out, expression=_num(const))
+    return exp.Paren(this=out)
+
+
+def _clamp01(e: exp.Expression) -> exp.Expression:
+    return exp.Least(this=_num(1), expressions=[exp.Greatest(this=_num(0), expressions=[e])])
+
+
+def _slopes(lin: Linear, info: ColumnInfo, per_unit: float) -> dict[ColumnRef, float]:
+    out = {}
+    for ref, c in lin.coefs.items():
+        _, _, days_per_unit, sensitive = info(ref)
+        if sensitive:
+            out[ref] = abs(c) * days_per_unit * per_unit
+    return out
+
+
+def _on_grid(x: float, g: Fraction) -> tuple[float, bool]:
+    """x/g rounded when it is within float noise of an integer, and whether it is one."""
+    k = x / float(g)
+    r = round(k)
+    if abs(k - r) <= 1e-9 * max(1.0, abs(k)):
+        return float(r), True
+    return k, False
+
+
+def compare(op: type[exp.Expression], lhs: exp.Expression, rhs: exp.Expression, info: ColumnInfo) -> Filter:
+    """``lhs OP rhs`` as a step (on a grid) or sigmoid/tauoid (NR Table 9, §3.3.8.5)."""
+    d = linear(lhs, info).add(linear(rhs, info).scale(-1.0))
+    if op in (exp.LT, exp.LTE):  # d < 0 ⇔ −d > 0
+        d = d.scale(-1.0)
+        op = exp.GT if op is exp.LT else exp.GTE
+    if not d.coefs:
+        raise RefusedError("a private filter compares constants only")
+    g = d.grid
+    if g is not None and g > 0:
+        var = Linear(d.coefs, 0.0, g)
+        slopes = _slopes(var, info, 1.0 / float(g))
+        if op in (exp.GT, exp.GTE):
+            k, integral = _on_grid(-d.const, g)
+            # smallest grid value L_min of the column part L with L + C OP 0
+            steps = (k + 1 if integral else math.ceil(k)) if op is exp.GT else (k if integral else math.ceil(k))
+            lmin = steps * float(g)
+            sql = _clamp01(
+                exp.Add(this=exp.Div(this=_linear_sql(var, info, -lmin), expression=_num(float(g))), expression=_num(1))
+            )
+            return Filter(sql, slopes, True)
+        _, integral = _on_grid(-d.const, g)
+        if not integral:  # L + C = 0 never holds on the grid
+            const = exp.Literal.number(0 if op is exp.EQ else 1)
+            return Filter(const, {}, True)
+        dist = exp.Least(
+            this=_num(1),
+            expressions=[exp.Div(this=exp.Abs(this=_linear_sql(var, info, d.const)), expression=_num(float(g)))],
+        )
+        sql = exp.Sub(this=_num(1), expression=dist) if op is exp.EQ else dist
+        return Filter(sql, slopes, True)
+    a = SIGMOID_ALPHA
+    arg = _linear_sql(d, info, d.const)
+    if op in (exp.GT, exp.GTE):
+        z = _clip(exp.Mul(this=_num(-a), expression=arg))
+        sql = exp.Div(this=_num(1), expression=exp.Paren(this=exp.Add(this=_num(1), expression=exp.Exp(this=z))))
+        return Filter(sql, _slopes(d, info, a / 4), False)
+    z = _clip(exp.Mul(this=_num(a), expression=arg))
+    tau = exp.Div(
+        this=_num(2),
+        expression=exp.Paren(this=exp.Add(this=exp.Exp(this=z), expression=exp.Exp(this=exp.Neg(this=z.copy())))),
+    )
+    sql = tau if op is exp.EQ else exp.Sub(this=_num(1), expression=tau)
+    return Filter(sql, _slopes(d, info, a / 2), False)
+
+
+def _clip(e: exp.Expression) -> exp.Expression:
+    """exp() overflows in PostgreSQL beyond ≈ 709; the approximation is flat there anyway."""
+    return exp.Least(this=_num(700), expressions=[exp.Greatest(this=_num(-700), expressions=[e])])
+
+
+def _combine(kind: str, parts: list[Filter]) -> Filter:
+    slopes: dict[ColumnRef, float] = {}
+    for p in parts:
+        for k, v in p.slopes.items():
+            slopes[k] = max(slopes.get(k, 0.0), v)
+    cls = exp.Least if kind == "and" else exp.Greatest
+    sql = parts[0].sql if len(parts) == 1 else cls(this=parts[0].sql, expressions=[p.sql for p in parts[1:]])
+    return Filter(sql, slopes, all(p.exact for p in parts))
+
+
+def approximate(cond: exp.Expression, info: ColumnInfo) -> Filter:
+    """The continuous approximation of a boolean condition (NR §3.3.8.4)."""
+    reads_sensitive = any(c.table and info(ColumnRef(c.table, c.name))[3] for c in cond.find_all(exp.Column))
+    if not reads_sensitive:
+        case = exp.Case(ifs=[exp.If(this=cond.copy(), true=exp.Literal.number(1))], default=exp.Literal.number(0))
+        return Filter(case, {}, True)
+    if isinstance(cond, exp.Paren):
+        return approximate(cond.this, info)
+    if isinstance(cond, exp.And):
+        return _combine("and", [approximate(cond.this, info), approximate(cond.expression, info)])
+    if isinstance(cond, exp.Or):
+        return _combine("or", [approximate(cond.this, info), approximate(cond.expression, info)])
+    if isinstance(cond, exp.Not):
+        inner = approximate(cond.this, info)
+        return Filter(exp.Sub(this=_num(1), expression=exp.Paren(this=inner.sql)), inner.slopes, inner.exact)
+    if isinstance(cond, (exp.GT, exp.GTE, exp.LT, exp.LTE, exp.EQ, exp.NEQ)):
+        return compare(type(cond), cond.this, cond.expression, info)
+    if isinstance(cond, exp.Between):
+        lo = compare(exp.GTE, cond.this, cond.args["low"], info)
+        hi = compare(exp.LTE, cond.this, cond.args["high"], info)
+        return _combine("and", [lo, hi])
+    if isinstance(cond, exp.In) and cond.expressions and not cond.args.get("query"):
+        return _combine("or", [compare(exp.EQ, cond.this, v, info) for v in cond.expressions])
+    raise RefusedError(
+        f"private filter {cond.sql(dialect='postgres')} has no continuous approximation "
+        "(NR §3.3.8.4: comparisons <, ≤, >, ≥, =, <>, BETWEEN and IN of linear terms, combined by AND/OR/NOT)"
+    )

@@ -1,0 +1,204 @@
+"""Value-level sensitivity (NR §3.3.8) against independent oracles.
+
+* Finite differences on random small databases (real PostgreSQL): sensitive values are changed by small
+  random amounts, the true change of the query is measured and compared with the analysis. By Lemma 3.78,
+  |f(x′) − f(x)| ≤ e^(β‖x′−x‖)·c(x)·‖x′ − x‖ for the continuous q_m; with exact step filters q_m equals the
+  query on every database of the column types, so the plain query's change must obey it. Smoothness:
+  c(x) ≤ e^(β‖x−x′‖)·c(x′) in both directions.
+* Hypothesis: the Table 10 / Fig. 41 bounds, evaluated by a small independent evaluator of the generated
+  SQL expressions, are upper bounds of |e| and |∂e/∂v| and are β-smooth.
+* Routing: refusals are one line; queries without sensitive columns keep the row plan.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import psycopg
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlglot import exp
+
+import sqldp
+from sqldp.errors import RefusedError
+from sqldp.form import ColumnRef
+from sqldp.policy import Policy, parse_norm
+from sqldp.sensitivity.columns import ColumnPlan
+from sqldp.sensitivity.expressions import SqlOps, bound, column_weights, dual
+
+DDL = """
+CREATE TABLE t (id INT PRIMARY KEY, k INT, a INT, x NUMERIC(6,2), d DATE);
+CREATE TABLE u (id INT PRIMARY KEY, k INT, b INT);
+"""
+POLICY = """
+[tables.t]
+rows = "public"
+norm = "l1(a, 0.5*x, linf(d))"
+[tables.u]
+rows = "public"
+norm = "l2(b)"
+"""
+BETA = 0.1
+QUERIES = [
+    "SELECT SUM(t.x) FROM t WHERE t.a >= 2",
+    "SELECT COUNT(*) FROM t WHERE t.a > 1 AND t.d < date '2020-01-05'",
+    "SELECT SUM(t.x * t.a) FROM t WHERE t.a <= 3 OR t.x > 1.5",
+    "SELECT COUNT(*) FROM t, u WHERE t.k = u.k AND t.a > u.b",
+    "SELECT SUM(t.x * u.b) FROM t, u WHERE t.k = u.k AND u.b < 2",
+    "SELECT SUM(t.a - 2 * t.x) FROM t WHERE t.x BETWEEN 0.5 AND 2.5 AND NOT t.a = 1",
+]
+
+
+def _load(dsn: str, t_rows: list[tuple], u_rows: list[tuple]) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("TRUNCATE t, u")
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO t VALUES (%s, %s, %s, %s, date '2020-01-01' + %s)", t_rows)
+            cur.executemany("INSERT INTO u VALUES (%s, %s, %s)", u_rows)
+
+
+def _value(dsn: str, q: str) -> float:
+    with psycopg.connect(dsn) as conn:
+        v = conn.execute(q).fetchone()[0]  # type: ignore[index]
+    return float(v or 0.0)
+
+
+def _distance(t0: list[tuple], t1: list[tuple], u0: list[tuple], u1: list[tuple]) -> float:
+    """The policy metric: ℓ1 over rows of l1(a, 0.5·x, linf(d)) and of l2(b); ℓ1 over tables."""
+    dt = sum(abs(r[2] - s[2]) + 0.5 * abs(r[3] - s[3]) + abs(r[4] - s[4]) for r, s in zip(t0, t1, strict=True))
+    du = sum(abs(r[2] - s[2]) for r, s in zip(u0, u1, strict=True))
+    return dt + du
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_finite_differences_never_exceed_the_bound(pg_dsn: str, query: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+    session = sqldp.connect(pg_dsn, policy=Policy.from_toml(POLICY))
+    rng = random.Random(hash(query) & 0xFFFF)
+    for _ in range(3):
+        t0 = [
+            (i, rng.randint(0, 2), rng.randint(0, 4), round(rng.uniform(0, 3), 2), rng.randint(0, 8)) for i in range(6)
+        ]
+        u0 = [(i, rng.randint(0, 2), rng.randint(0, 3)) for i in range(4)]
+        _load(pg_dsn, t0, u0)
+        c0, f0 = session.analyze(query, epsilon=1.0, beta=BETA).to_json()["sensitivity"], _value(pg_dsn, query)
+        for _ in range(4):
+            t1 = [list(r) for r in t0]
+            u1 = [list(r) for r in u0]
+            for _ in range(rng.randint(1, 2)):  # one or two small changes of sensitive values
+                if rng.random() < 0.7:
+                    r = rng.choice(t1)
+                    col = rng.choice([2, 3, 4])
+                    r[col] = (
+                        r[col] + rng.choice([-1, 1]) if col != 3 else round(r[3] + rng.choice([-0.01, 0.01, 0.5]), 2)
+                    )
+                else:
+                    rng.choice(u1)[2] += rng.choice([-1, 1])
+            t1t, u1t = [tuple(r) for r in t1], [tuple(r) for r in u1]
+            dist = _distance(t0, t1t, u0, u1t)
+            _load(pg_dsn, t1t, u1t)
+            c1, f1 = session.analyze(query, epsilon=1.0, beta=BETA).to_json()["sensitivity"], _value(pg_dsn, query)
+            slack = 1e-9 * max(1.0, abs(f0))
+            assert abs(f1 - f0) <= math.exp(BETA * dist) * c0 * dist + slack, (t0, t1t, u0, u1t)
+            assert abs(f1 - f0) <= math.exp(BETA * dist) * c1 * dist + slack
+            assert c0 <= math.exp(BETA * dist) * c1 * (1 + 1e-9) and c1 <= math.exp(BETA * dist) * c0 * (1 + 1e-9)
+            _load(pg_dsn, t0, u0)
+
+
+# -- the expression bounds, by an evaluator independent of PostgreSQL -----------------------------------
+
+
+def _eval(e: exp.Expression, env: dict[str, float]) -> float:
+    if isinstance(e, (exp.Paren, exp.Cast)):
+        return _eval(e.this, env)
+    if isinstance(e, exp.Literal):
+        return float(e.this)
+    if isinstance(e, exp.Neg):
+        return -_eval(e.this, env)
+    if isinstance(e, exp.Column):
+        return env[e.name]
+    if isinstance(e, exp.Abs):
+        return abs(_eval(e.this, env))
+    if isinstance(e, exp.Exp):
+        return math.exp(_eval(e.this, env))
+    if isinstance(e, (exp.Greatest, exp.Least)):
+        vals = [_eval(x, env) for x in [e.this, *e.expressions]]
+        return max(vals) if isinstance(e, exp.Greatest) else min(vals)
+    a, b = _eval(e.this, env), _eval(e.expression, env)
+    return {exp.Add: a + b, exp.Sub: a - b, exp.Mul: a * b, exp.Div: a / b if b else math.nan}[type(e)]
+
+
+EXPRESSIONS = {
+    "t.x": lambda x, y: (x, {"x": 1.0, "y": 0.0}),
+    "t.x * t.y": lambda x, y: (x * y, {"x": y, "y": x}),
+    "t.x * (1 - t.y) * 3": lambda x, y: (3 * x * (1 - y), {"x": 3 * (1 - y), "y": -3 * x}),
+    "(t.x + 2 * t.y) / 4": lambda x, y: ((x + 2 * y) / 4, {"x": 0.25, "y": 0.5}),
+    "POWER(t.x, 2) - t.y": lambda x, y: (x * x - y, {"x": 2 * x, "y": -1.0}),
+    "GREATEST(t.x, t.y)": lambda x, y: (max(x, y), {"x": float(x > y), "y": float(y >= x)}),
+}
+WEIGHTS = {"x": 1.0, "y": 0.25}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(sorted(EXPRESSIONS)),
+    st.floats(-60, 60),
+    st.floats(-60, 60),
+    st.floats(-3, 3),
+    st.floats(-3, 3),
+    st.sampled_from([0.01, 0.1, 0.5]),
+)
+def test_expression_bounds_are_smooth_upper_bounds(
+    text: str, x: float, y: float, dx: float, dy: float, beta: float
+) -> None:
+    import sqlglot
+
+    e = sqlglot.parse_one(text, read="postgres")
+    ub, d = bound(e, lambda r: WEIGHTS.get(r.column), SqlOps(), beta)
+    env0, env1 = {"x": x, "y": y}, {"x": x + dx, "y": y + dy}
+    dist = WEIGHTS["x"] * abs(dx) + WEIGHTS["y"] * abs(dy)
+    value, grad = EXPRESSIONS[text](x, y)
+    u0, u1 = _eval(ub, env0), _eval(ub, env1)
+    assert abs(value) <= u0 * (1 + 1e-9) + 1e-9
+    assert u0 <= math.exp(beta * dist) * u1 * (1 + 1e-9) + 1e-12
+    for v in ("x", "y"):
+        ref = ColumnRef("t", v)
+        d0 = _eval(d[ref], env0) if ref in d else 0.0
+        d1 = _eval(d[ref], env1) if ref in d else 0.0
+        assert abs(grad[v]) <= d0 * (1 + 1e-9) + 1e-9
+        assert d0 <= math.exp(beta * dist) * d1 * (1 + 1e-9) + 1e-12
+
+
+def test_dual_norm_of_the_lineitem_norm() -> None:
+    # NR Lemmas 3.64–3.66: l1(q, 1e-4·p, 50·disc, linf(dates)) has dual max(|∂q|, 1e4·|∂p|, |∂disc|/50, Σ|∂date|)
+    norm = parse_norm("l1(q, 0.0001*p, 50*disc, linf(s, c, r))", "test")
+    parts = {"q": 1.0, "p": 2.0, "disc": 100.0, "s": 1.0, "c": 1.0, "r": 1.0}
+    assert dual(norm, parts, "float") == pytest.approx(max(1.0, 2e4, 2.0, 3.0))
+    assert column_weights(norm) == {"q": 1.0, "p": 0.0001, "disc": 50.0, "s": 1.0, "c": 1.0, "r": 1.0}
+
+
+# -- routing and refusals ----------------------------------------------------------------------------
+
+
+def test_plans_refusals_and_breakdown(pg_dsn: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+    _load(pg_dsn, [(1, 0, 2, 1.5, 3), (2, 1, 4, 0.25, 1)], [(1, 0, 1)])
+    session = sqldp.connect(pg_dsn, policy=Policy.from_toml(POLICY))
+    prepared = session.prepare("SELECT SUM(t.x) FROM t WHERE t.a >= 2", epsilon=1.0, beta=BETA)
+    assert isinstance(prepared.plans[0], ColumnPlan)
+    out = session.analyze("SELECT SUM(t.x) FROM t WHERE t.a >= 2", epsilon=1.0, beta=BETA).to_json()
+    cols = out["tables"]["t"]["columns"]
+    assert set(cols) == {"a", "x"} and cols["x"]["norm_weight"] == 0.5
+    # the answer of an exact-step query is the plain query's
+    res = sqldp.connect(pg_dsn, policy=Policy.from_toml(POLICY), seed=1).run(
+        "SELECT COUNT(*) FROM t WHERE t.a >= 3", epsilon=1e9
+    )
+    assert abs(res.answer - 1.0) < 1e-3
+    for bad in ("SELECT MIN(t.x) FROM t", "SELECT SUM(t.x / t.a) FROM t", "SELECT COUNT(*) FROM t WHERE t.a * t.x > 1"):
+        with pytest.raises(RefusedError) as err:
+            session.analyze(bad, epsilon=1.0)
+        assert "\n" not in str(err.value)
