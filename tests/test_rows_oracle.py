@@ -55,6 +55,7 @@ QUERIES = [
     ("SELECT COUNT(*) FROM r, s WHERE r.a < s.c", False),
     ("SELECT COUNT(*) FROM r, s, p WHERE r.b = s.b AND s.c = p.b", False),
     ("SELECT SUM(r.a) FROM r, s WHERE r.b = s.b", False),
+    ("SELECT SUM(CASE WHEN s.c = 1 THEN 2 WHEN r.b > 0 THEN r.a END) FROM r, s WHERE r.b = s.b", False),
     ("SELECT COUNT(*) FROM r r1, r r2 WHERE r1.b = r2.b", True),
     ("SELECT COUNT(*) FROM r r1, r r2 WHERE r1.a = r2.b", True),
     ("SELECT COUNT(*) FROM r r1, r r2, s WHERE r1.b = s.b AND r2.a = s.c", True),

@@ -58,9 +58,16 @@ def interval(e: exp.Expression, range_of: RangeOf) -> Interval:
         if b[0] <= 0 <= b[1]:
             raise RefusedError(f"cannot bound {e.sql(dialect='postgres')}: the divisor's range {list(b)} contains 0")
         return _mul(a, (1.0 / b[1], 1.0 / b[0]))
+    if isinstance(e, exp.Case) and e.this is None:
+        # CASE WHEN … THEN v1 … ELSE v0 END takes one of its branch values (a missing ELSE is NULL, which SUM
+        # skips): the hull of the branches bounds it, whatever the conditions read
+        branches = [interval(i.args["true"], range_of) for i in e.args.get("ifs", [])]
+        default = e.args.get("default")
+        branches.append(interval(default, range_of) if default is not None else (0.0, 0.0))
+        return min(b[0] for b in branches), max(b[1] for b in branches)
     raise RefusedError(
         f"cannot bound {e.sql(dialect='postgres')} for SUM under row-level privacy "
-        "(supported: columns with declared ranges, numbers, + − × /)"
+        "(supported: columns with declared ranges, numbers, + − × /, CASE over such branches)"
     )
 
 
