@@ -328,8 +328,7 @@ class Prepared:
                 ]
                 conn.rollback()
             except psycopg.Error as exc:
-                diag = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise DatabaseError(f"PostgreSQL failed on the query: {diag}") from exc
+                raise _database_error(exc) from exc
         result = Result(self.sql, params, test_mode=self.session.noise.test_mode, notes=list(form.notes))
         result.grouped = bool(form.group_by)
         keys = [tuple(normalise_key(v) for v in vals) for vals in domain_values]
@@ -418,11 +417,16 @@ class Prepared:
                     result.rows = [dict(zip(result.columns, r, strict=True)) for r in cur.fetchall()]
                     conn.rollback()
                 except psycopg.Error as exc:
-                    diag = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                    raise DatabaseError(f"PostgreSQL failed on the query: {diag}") from exc
+                    raise _database_error(exc) from exc
             result.released = True
         result.timings = {"total": time.perf_counter() - self.started}
         return result
+
+
+def _database_error(exc: psycopg.Error) -> DatabaseError:
+    """One line from PostgreSQL's message (its first line says what failed)."""
+    diag = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return DatabaseError(f"PostgreSQL failed on the query: {diag}")
 
 
 def _calibrate(
