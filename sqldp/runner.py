@@ -256,13 +256,21 @@ class Session:
         parsed = parse(sql, self.catalog)
         form = normalize(parsed, self.catalog, self.policy)
         if isinstance(form, PublicRelease):
-            return Prepared(self, sql, form, None, (), (), t0)
+            return Prepared(self, sql, form, None, (), (), t0, None)
         params = resolve_params(self.policy, outputs=max(1, len(form.aggregates)), **privacy)
         domains = key_domains(form, self.policy)
         plans = tuple(
             sensitivity.plan(_single(form, i), self.catalog, self.policy) for i in range(len(form.aggregates))
         )
-        return Prepared(self, sql, form, params, plans, domains, t0)
+        # a value-level plan may move private conjuncts into its aggregate (NR §3.3.8.4, q_m); the aggregates
+        # share one answer query, so they must agree on what stays in WHERE
+        wheres = [getattr(p, "conjuncts", form.conjuncts) for p in plans]
+        if len({tuple(c.sql for c in w) for w in wheres}) > 1:
+            raise RefusedError("the aggregates of this query need different continuous filters; ask them one by one")
+        answer = answer_query(
+            dataclasses.replace(form, aggregates=tuple(p.aggregate for p in plans), conjuncts=wheres[0])
+        )
+        return Prepared(self, sql, form, params, plans, domains, t0, answer)
 
     def analyze(self, sql: str, **privacy: Any) -> Result:
         """Sensitivity and noise scale; no answer is released."""
@@ -284,6 +292,7 @@ class Prepared:
     plans: tuple[Any, ...]  # one sensitivity plan per aggregate (the contract of sqldp.sensitivity)
     domains: tuple[Any, ...]
     started: float
+    answer: exp.Select | None  # the answer query (keys and released aggregates); None for public data
 
     @property
     def public(self) -> bool:
@@ -299,22 +308,14 @@ class Prepared:
         if isinstance(self.form, PublicRelease):
             return self._public(self.form, release)
         form, params = self.form, self.params
-        assert params is not None
+        assert params is not None and self.answer is not None
         t_plan = time.perf_counter()
-        # a value-level plan may move private conjuncts into its aggregate (NR §3.3.8.4, q_m)
-        wheres = {tuple(c.sql for c in getattr(p, "conjuncts", form.conjuncts)) for p in self.plans}
-        if len(wheres) > 1:
-            raise RefusedError("the aggregates of this query need different continuous filters; ask them one by one")
-        conjuncts = getattr(self.plans[0], "conjuncts", form.conjuncts) if self.plans else form.conjuncts
-        answer_sql = answer_query(
-            dataclasses.replace(form, aggregates=tuple(p.aggregate for p in self.plans), conjuncts=conjuncts)
-        )
         with self.session.connection() as conn:
             try:
                 # one snapshot for the answer and its sensitivity (NR §4.3.4 ran them separately)
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 t1 = time.perf_counter()
-                answer_rows = conn.execute(answer_sql.sql(dialect="postgres")).fetchall()
+                answer_rows = conn.execute(self.answer.sql(dialect="postgres")).fetchall()
                 t_answer = time.perf_counter()
                 sens_results = [
                     [conn.execute(q.sql(dialect="postgres")).fetchall() for q in plan.queries] for plan in self.plans
@@ -337,19 +338,15 @@ class Prepared:
         # NR §3.3.10.4: the aggregates share ε (sequential composition); groups get the full share when a
         # neighbouring change touches one group only (parallel composition), else share/m.
         n_aggs = len(self.plans)
-        calibrations = []
-        for plan, results in zip(self.plans, sens_results, strict=True):
+        templates = []
+        for i, (plan, results) in enumerate(zip(self.plans, sens_results, strict=True)):
             divisor = 1 if (not form.group_by or plan.disjoint_groups) else len(groups)
             eps = params.epsilon / n_aggs / divisor
             delta = params.delta / n_aggs / divisor if params.delta else None
-            calibrations.append((eps, delta, _calibrate(plan, results, eps, delta, params)))
-        for g in groups:
-            row = by_key.get(g)
-            measured: list[Measurement] = []
-            for i, (eps, delta, (cal, bound)) in enumerate(calibrations):
-                agg = form.aggregates[i]
-                m = Measurement(
-                    aggregate=agg.sql,
+            cal, bound = _calibrate(plan, results, eps, delta, params)
+            templates.append(
+                Measurement(
+                    aggregate=form.aggregates[i].sql,
                     epsilon=eps,
                     delta=delta,
                     beta=cal.beta,
@@ -358,6 +355,13 @@ class Prepared:
                     half_width=cal.half_width(params.confidence),
                     tables={t: _jsonable(term) for t, term in bound.tables.items()},
                 )
+            )
+        for g in groups:
+            row = by_key.get(g)
+            measured: list[Measurement] = []
+            for i, template in enumerate(templates):  # a plan's bound covers every group of the query
+                agg = form.aggregates[i]
+                m = dataclasses.replace(template)
                 if row is not None and row[len(form.group_by) + i] is not None:
                     m.true_value = float(row[len(form.group_by) + i])
                 else:
@@ -434,8 +438,10 @@ def _calibrate(
 ) -> tuple[mechanisms.Calibration, Any]:
     """The noise for one aggregate: β from the user, or chosen to minimise the noise (NR Theorem 3.73)."""
 
+    bound_at = plan.bind(results)  # the β-independent work once; then one cheap evaluation per β
+
     def smooth(beta: float) -> float:
-        return float(plan.finish(results, beta).sensitivity)
+        return float(bound_at(beta).sensitivity)
 
     if params.beta is None:
         cal = mechanisms.optimise_beta(smooth, eps, params.mechanism, delta=delta)
@@ -443,7 +449,7 @@ def _calibrate(
         cal = mechanisms.calibrate_laplace(smooth(params.beta), eps, delta, params.beta)
     else:
         cal = mechanisms.calibrate_cauchy(smooth(params.beta), eps, params.beta)
-    return cal, plan.finish(results, cal.beta)
+    return cal, bound_at(cal.beta)
 
 
 def _single(form: AnalysisForm, index: int) -> AnalysisForm:

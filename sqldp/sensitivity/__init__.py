@@ -6,9 +6,11 @@ The plan contract, shared by every analysis and relied on by the runner:
   handed back to ``finish`` in the same order.
 * ``plan.aggregate`` — the aggregate actually released (e.g. SUM over clamped columns); the runner computes
   the answer from it.
-* ``plan.finish(results, beta, group=()) -> Bound`` — the β-smooth sensitivity bound for that β (and group),
-  with a JSON-serialisable breakdown per table. It is called for many β on the same results (β is chosen to
-  minimise the noise, NR Theorem 3.73), so it must not touch the database.
+* ``plan.bind(results) -> Callable[[float], Bound]`` — reads the results once (everything that does not
+  depend on β) and returns the β-smooth sensitivity bound as a function of β, with a JSON-serialisable
+  breakdown per table. The runner evaluates it on the whole β grid (β is chosen to minimise the noise, NR
+  Theorem 3.73). ``plan.finish(results, beta)`` is ``bind(results)(beta)``. Neither touches the database.
+  The bound covers every group of a GROUP BY.
 * ``plan.disjoint_groups`` — True when a neighbouring change can move the answer and the bound of at most
   one group (parallel composition over the groups, NR §3.3.10.4).
 

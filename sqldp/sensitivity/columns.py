@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,44 +102,55 @@ class ColumnPlan:
             out[u.table] += float(v or 0.0)
         return out
 
-    def finish(self, results: Sequence[Rows], beta: float, group: tuple = ()) -> Bound:
+    def bind(self, results: Sequence[Rows]) -> Callable[[float], Bound]:
+        """The bound as a function of β; the row-level parts (§3.3.9: c1 and c4) read their results once."""
         n = len(self.value_queries)
-        c0 = self.value_bounds(results, beta)
-        tables: dict[str, Any] = {}
-        for t, info in self.tables_info.items():
-            cols = {}
-            for u in self.uses:
-                if u.table != t:
-                    continue
-                for col, k in u.column_cols.items():
-                    v = results[u.query][0][k] if results[u.query] else None
-                    cols[col] = cols.get(col, 0.0) + float(v or 0.0)
-            tables[t] = {
-                **info,
-                "value_sensitivity": c0[t],
-                "column_terms": {"at_beta": REFERENCE_BETA, "terms": cols},
-            }
-        best = max(c0.values(), default=0.0)
+        row_at = count_at = None
         if self.row_plan is not None and self.count_plan is not None:
             k = len(self.row_plan.queries)
-            row_bound = self.row_plan.finish(results[n : n + k], beta)
-            count_bound = self.count_plan.finish(results[n + k :], beta)
-            c4 = {t: float(v["smooth_derivative"]) for t, v in count_bound.tables.items()}
-            c2: dict[str, float] = {}
-            for i, c0_i in c0.items():
-                terms = [c0_i]
-                if i in self.weights:
-                    terms.append(math.exp(-beta * self.weights[i]) * self.c3[i] * c4.get(i, 0.0))
-                for j, g_j in self.weights.items():
-                    if j != i:
-                        terms.append(math.exp(-beta * g_j) * (c0_i + self.c3[i] * c4.get(j, 0.0)))
-                c2[i] = max(terms)
-                tables[i]["combined_sensitivity"] = c2[i]
-                tables[i]["c3"] = self.c3[i]
-            for t, v in row_bound.tables.items():
-                tables.setdefault(t, {})["rows"] = v
-            best = max([row_bound.sensitivity, *c2.values()])
-        return Bound(best, tables)
+            row_at = self.row_plan.bind(results[n : n + k])
+            count_at = self.count_plan.bind(results[n + k :])
+
+        def at(beta: float) -> Bound:
+            c0 = self.value_bounds(results, beta)
+            tables: dict[str, Any] = {}
+            for t, info in self.tables_info.items():
+                cols = {}
+                for u in self.uses:
+                    if u.table != t:
+                        continue
+                    for col, k in u.column_cols.items():
+                        v = results[u.query][0][k] if results[u.query] else None
+                        cols[col] = cols.get(col, 0.0) + float(v or 0.0)
+                tables[t] = {
+                    **info,
+                    "value_sensitivity": c0[t],
+                    "column_terms": {"at_beta": REFERENCE_BETA, "terms": cols},
+                }
+            best = max(c0.values(), default=0.0)
+            if row_at is not None and count_at is not None:
+                row_bound = row_at(beta)
+                c4 = {t: float(v["smooth_derivative"]) for t, v in count_at(beta).tables.items()}
+                c2: dict[str, float] = {}
+                for i, c0_i in c0.items():
+                    terms = [c0_i]
+                    if i in self.weights:
+                        terms.append(math.exp(-beta * self.weights[i]) * self.c3[i] * c4.get(i, 0.0))
+                    for j, g_j in self.weights.items():
+                        if j != i:
+                            terms.append(math.exp(-beta * g_j) * (c0_i + self.c3[i] * c4.get(j, 0.0)))
+                    c2[i] = max(terms)
+                    tables[i]["combined_sensitivity"] = c2[i]
+                    tables[i]["c3"] = self.c3[i]
+                for t, v in row_bound.tables.items():
+                    tables.setdefault(t, {})["rows"] = v
+                best = max([row_bound.sensitivity, *c2.values()])
+            return Bound(best, tables)
+
+        return at
+
+    def finish(self, results: Sequence[Rows], beta: float) -> Bound:
+        return self.bind(results)(beta)
 
 
 def _grain(type_sql: str, kind: str) -> float | None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -213,33 +213,44 @@ class RowPlan:
             head = [exp.select(*(exp.alias_(exp.Subquery(this=q), f"v{i}") for i, q in enumerate(self.scalars)))]
         return (*head, *self.grouped)
 
-    def finish(self, results: Sequence[Rows], beta: float, group: tuple = ()) -> Bound:
-        """The bound at β from the query results (``group`` is accepted for the contract: the row bound
-        does not depend on it, it is an upper bound for every group)."""
+    def bind(self, results: Sequence[Rows]) -> Callable[[float], Bound]:
+        """Read the query results once — the counts, the unified pattern maps of self-joined tables, the
+        growth of the other uses, none of which depends on β — and return the bound as a function of β
+        (the runner evaluates it on the whole β grid of Theorem 3.73)."""
         scal = [float(v or 0) for v in results[0][0]] if self.scalars else []
         grouped = results[1:] if self.scalars else results
-        terms: dict[str, dict[str, Any]] = {}
-        best = 0.0
+        per_table = []
         for table in sorted(self.private):
             plans = [p for p in self.uses if p.term.use.table == table]
-            vectors, growths = self._vectors(plans, scal, grouped)
-            smoothed = 0.0
-            witness: tuple[float, ...] = ()
-            for vec in vectors:
-                total = sum(smooth_count(c, g, beta)[0] for c, g in zip(vec, growths, strict=True))
-                if total >= smoothed:
-                    smoothed, witness = total, vec
-            g_t = self.weights[table]
-            sens = self.multiplier * smoothed / g_t
-            best = max(best, sens)
-            terms[table] = {
-                "uses": [p.term.use.alias for p in plans],
-                "weight": g_t,
-                "derivative": self.multiplier * sum(witness),  # the unsmoothed count derivative at D
-                "smooth_derivative": self.multiplier * smoothed,
-                "sensitivity": sens,
-            }
-        return Bound(best, terms)
+            per_table.append((table, plans, *self._vectors(plans, scal, grouped)))
+
+        def at(beta: float) -> Bound:
+            terms: dict[str, dict[str, Any]] = {}
+            best = 0.0
+            for table, plans, vectors, growths in per_table:
+                smoothed = 0.0
+                witness: tuple[float, ...] = ()
+                for vec in vectors:
+                    total = sum(smooth_count(c, g, beta)[0] for c, g in zip(vec, growths, strict=True))
+                    if total >= smoothed:
+                        smoothed, witness = total, vec
+                g_t = self.weights[table]
+                sens = self.multiplier * smoothed / g_t
+                best = max(best, sens)
+                terms[table] = {
+                    "uses": [p.term.use.alias for p in plans],
+                    "weight": g_t,
+                    "derivative": self.multiplier * sum(witness),  # the unsmoothed count derivative at D
+                    "smooth_derivative": self.multiplier * smoothed,
+                    "sensitivity": sens,
+                }
+            return Bound(best, terms)
+
+        return at
+
+    def finish(self, results: Sequence[Rows], beta: float) -> Bound:
+        """The bound at one β; it does not depend on the group, it is an upper bound for every group."""
+        return self.bind(results)(beta)
 
     def _growth(self, term: UseTerm, scal: list[float]) -> Growth:
         by_table: dict[str, list[float]] = {}
