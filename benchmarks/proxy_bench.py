@@ -15,9 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -33,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from sqldp.db import resolve_dsn  # noqa: E402
 from sqldp.proxy.scram import make_verifier  # noqa: E402
+from tests.proxy_support import start_proxy  # noqa: E402
 
 PASSWORD = "bench-password"
 WORKLOADS = {
@@ -77,36 +76,6 @@ def write_policy(directory: Path, clients: int) -> Path:
         encoding="utf-8",
     )
     return path
-
-
-def start_proxy(upstream: str, policy: Path) -> tuple[subprocess.Popen[str], int]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "sqldp.cli",
-            "proxy",
-            "--upstream",
-            upstream,
-            "--policy",
-            str(policy),
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--log-level",
-            "warning",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stderr is not None
-    line = proc.stderr.readline()
-    if "listening" not in line:
-        proc.kill()
-        raise SystemExit(f"proxy did not start: {line}{proc.stderr.read()}")
-    return proc, port
 
 
 def run_clients(dsn: str, query: str, clients: int, seconds: float) -> tuple[float, list[float]]:

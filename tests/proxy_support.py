@@ -9,6 +9,8 @@ import hmac
 import secrets
 import socket
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import psycopg
@@ -115,3 +117,23 @@ def raw_login(port: int, user: str = "alice", password: str = PASSWORD) -> socke
             raise PermissionError(error_fields(payload).get("M"))
         if kind == b"Z":
             return sock
+
+
+def start_proxy(upstream: str, policy: Path) -> tuple[subprocess.Popen[str], int]:
+    """``sqldp proxy`` as a subprocess on a free loopback port, returned once it says it is listening."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = ["proxy", "--upstream", upstream, "--policy", str(policy), "--listen", f"127.0.0.1:{port}"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sqldp.cli", *argv, "--log-level", "warning"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    line = proc.stderr.readline()
+    if "listening" not in line:
+        proc.kill()
+        raise RuntimeError(f"proxy did not start: {line}{proc.stderr.read()}")
+    return proc, port

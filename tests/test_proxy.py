@@ -19,6 +19,7 @@ from proxy_support import (
     make_tables,
     raw_login,
     recv_message,
+    start_proxy,
     write_policy,
 )
 from psycopg import errors as pg_errors
@@ -321,37 +322,12 @@ def test_concurrent_sessions_never_overspend(upstream: str, tmp_path: Path) -> N
 def test_kill_9_mid_run_leaves_a_consistent_ledger(upstream: str, tmp_path: Path) -> None:
     import os
     import signal
-    import sys
     import threading
     import time
 
     policy = write_policy(tmp_path / "p.toml", {"dave": {"epsilon_limit": 1000.0, "epsilon": 0.25}})
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "sqldp.cli",
-            "proxy",
-            "--upstream",
-            upstream,
-            "--policy",
-            str(policy),
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--log-level",
-            "warning",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc, port = start_proxy(upstream, policy)
     try:
-        assert proc.stderr is not None
-        line = proc.stderr.readline()
-        assert "listening" in line, line
         received = [0]
         lock = threading.Lock()
         stop = threading.Event()
