@@ -56,14 +56,42 @@ def _with_dbname(dsn: str, dbname: str) -> str:
     return psycopg.conninfo.make_conninfo(**params)
 
 
+def create_database(server_dsn: str, prefix: str = "sqldp_test") -> str:
+    """A new, empty database on the server behind ``server_dsn``; returns its DSN."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return _with_dbname(server_dsn, name)
+
+
+def drop_database(server_dsn: str, dsn: str) -> None:
+    name = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
 @pytest.fixture
 def pg_dsn(pg_server_dsn: str) -> Iterator[str]:
     """A fresh, empty database for one test."""
-    name = f"sqldp_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    dsn = create_database(pg_server_dsn)
     try:
-        yield _with_dbname(pg_server_dsn, name)
+        yield dsn
     finally:
-        with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        drop_database(pg_server_dsn, dsn)
+
+
+@pytest.fixture(scope="session")
+def tpch_dsn(pg_server_dsn: str) -> Iterator[tuple[str, dict[str, int], dict[str, list[tuple[int, int]]]]]:
+    """TPC-H at SF 0.01 (tpchgen-cli, about two seconds), loaded once per test session into a database of its
+    own and shared by read-only tests; also the loader's returned counts and the progress reports it made."""
+    from sqldp import datasets
+
+    dsn = create_database(pg_server_dsn, "sqldp_tpch")
+    reports: dict[str, list[tuple[int, int]]] = {}
+    try:
+        counts = datasets.load_tpch(
+            dsn, 0.01, progress=lambda t, done, total: reports.setdefault(t, []).append((done, total))
+        )
+        yield dsn, counts, reports
+    finally:
+        drop_database(pg_server_dsn, dsn)

@@ -1,8 +1,8 @@
 """The example datasets: TPC-H DDL, policy and queries, the cafeteria example, and their loaders.
 
-The loaders run against a real PostgreSQL (see conftest.py). TPC-H is generated once per module at
-SF 0.01 (about two seconds) into a database of its own; tests that must start from an empty database use
-``pg_dsn``.
+The loaders run against a real PostgreSQL (see conftest.py). TPC-H is generated once per test session at
+SF 0.01 into a database of its own (the ``tpch_dsn`` fixture); tests that must start from an empty database
+use ``pg_dsn``.
 """
 
 from __future__ import annotations
@@ -10,8 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import math
 import tomllib
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -24,7 +22,7 @@ from sqldp.catalog import Catalog
 from sqldp.errors import DatabaseError, InputError, SqlSyntaxError
 from sqldp.policy import Policy
 
-SF = 0.01
+SF = 0.01  # the scale factor of conftest's tpch_dsn fixture
 QUERIES = Path(__file__).resolve().parents[1] / "benchmarks" / "tpch" / "queries"
 TPCH_QUERIES = sorted(QUERIES.glob("q*.sql"))
 NAPLES_QUERIES = sorted((QUERIES / "naples").glob("q*.sql"))
@@ -34,27 +32,6 @@ def _tables(dsn: str) -> set[str]:
     with psycopg.connect(dsn) as conn:
         rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()
     return {r[0] for r in rows}
-
-
-@pytest.fixture(scope="module")
-def tpch_dsn(pg_server_dsn: str) -> Iterator[tuple[str, dict[str, int], dict[str, list[tuple[int, int]]]]]:
-    """A database with TPC-H at SF 0.01, shared by this module's read-only tests; also the loader's
-    returned counts and the progress reports it made."""
-    name = f"sqldp_tpch_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    params = psycopg.conninfo.conninfo_to_dict(pg_server_dsn)
-    params["dbname"] = name
-    dsn = psycopg.conninfo.make_conninfo(**params)
-    reports: dict[str, list[tuple[int, int]]] = {}
-    try:
-        counts = datasets.load_tpch(
-            dsn, SF, progress=lambda t, done, total: reports.setdefault(t, []).append((done, total))
-        )
-        yield dsn, counts, reports
-    finally:
-        with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 # -- files (no database) --------------------------------------------------------------------------

@@ -8,21 +8,15 @@ q_s is the β-smooth derivative sensitivity c(x) at β = 0.1 (Table 17's caption
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
-from psycopg import sql
 
 import sqldp
-from sqldp import datasets
 from sqldp.policy import Policy
 
 ROOT = Path(__file__).resolve().parent.parent
 NAPLES = ROOT / "benchmarks" / "tpch" / "queries" / "naples"
-SF = 0.01
 
 
 def value_policy() -> Policy:
@@ -30,29 +24,13 @@ def value_policy() -> Policy:
     return Policy.from_toml(text.replace('rows = "private"', 'rows = "public"'), source="tpch-values")
 
 
-@pytest.fixture(scope="module")
-def tpch(pg_server_dsn: str) -> Iterator[str]:
-    name = f"sqldp_t17_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    params = psycopg.conninfo.conninfo_to_dict(pg_server_dsn)
-    params["dbname"] = name
-    dsn = psycopg.conninfo.make_conninfo(**params)
-    try:
-        datasets.load_tpch(dsn, SF)
-        yield dsn
-    finally:
-        with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-
-
 # NR Table 17, column q_s(x), identical for SF 0.1, 0.5 and 1.0 and equal to the "non-std." global sensitivity
 TABLE17 = {"q01_1": 50.0, "q01_5": 1.0, "q04": 7.0, "q12_1": 3.0, "q12_2": 3.0, "q16": 4.0}
 
 
 @pytest.mark.parametrize("query", sorted(TABLE17))
-def test_table17_data_independent_sensitivities(tpch: str, query: str) -> None:
-    session = sqldp.connect(tpch, policy=value_policy())
+def test_table17_data_independent_sensitivities(tpch_dsn: tuple[str, object, object], query: str) -> None:
+    session = sqldp.connect(tpch_dsn[0], policy=value_policy())
     text = (NAPLES / f"{query}.sql").read_text(encoding="utf-8")
     result = session.analyze(text, epsilon=1.0, beta=0.1)
     assert result.to_json()["sensitivity"] == pytest.approx(TABLE17[query], rel=1e-9)
