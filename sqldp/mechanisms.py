@@ -191,10 +191,10 @@ def calibrate_laplace(sensitivity: float, epsilon: float, delta: float | None, b
     return Calibration("laplace", epsilon, delta, beta, b, c, c / b)
 
 
-def beta_grid(epsilon: float, mechanism: str, *, delta: float | None = None, gamma: float = GAMMA) -> list[float]:
-    """The fixed, data-independent family of β values of Theorem 3.73: geometric steps inside the feasible
-    interval (0, β_max), where β_max makes b = 0."""
-    limit = epsilon / (gamma + 1.0) if mechanism == "cauchy" else laplace_beta_limit(epsilon, delta or 1e-300)
+def beta_grid(epsilon: float, gamma: float = GAMMA) -> list[float]:
+    """The fixed, data-independent family of β values of Theorem 3.73 for generalized Cauchy: geometric steps
+    inside the feasible interval (0, ε/(γ + 1)), where β = ε/(γ + 1) would make b = 0."""
+    limit = epsilon / (gamma + 1.0)
     # from β_max/10⁴ up to 0.98·β_max: small β suits data far from its worst case, large β the rest
     lo, hi = limit * 1e-4, limit * 0.98
     n = BETA_GRID_SIZE
@@ -219,7 +219,7 @@ def optimise_beta(
         beta = 0.5 * laplace_beta_limit(epsilon, delta)
         return calibrate_laplace(smooth(beta), epsilon, delta, beta)
     best: Calibration | None = None
-    for beta in beta_grid(epsilon, mechanism, gamma=gamma):
+    for beta in beta_grid(epsilon, gamma):
         c = smooth(beta)
         if not math.isfinite(c):  # some analyses have no bound for very small β: skip those family members
             continue

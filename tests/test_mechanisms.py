@@ -103,8 +103,8 @@ def test_unbounded_sensitivity_is_refused() -> None:
 
 def test_beta_optimisation_picks_the_least_noise_on_a_fixed_grid() -> None:
     """Theorem 3.73: h(x) = min_I c_I(x)/b_I over a data-independent family."""
-    grid = m.beta_grid(1.0, "cauchy")
-    assert grid == m.beta_grid(1.0, "cauchy") and max(grid) < 1.0 / 5
+    grid = m.beta_grid(1.0)
+    assert grid == m.beta_grid(1.0) and max(grid) < 1.0 / 5
 
     def smooth(beta: float) -> float:  # a bound that grows as β shrinks, like A(k) smoothing
         return 1.0 + 0.05 / beta

@@ -21,7 +21,6 @@ unimodal and its maximum is found by bisection on L′ (NR: "binary search to fi
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -110,8 +109,3 @@ def smooth_count(count: float, growth: Growth, beta: float) -> tuple[float, floa
             break
     k = 0.5 * (lo + hi)
     return math.exp(-beta * k) * (count + growth.level(k)[2]), k
-
-
-def grow_max(counts: Sequence[float], growth: Growth, beta: float) -> float:
-    """The smoothed value for the largest count: smoothing is increasing in c, so max_p s(c_p) = s(max_p c_p)."""
-    return smooth_count(max(counts, default=0.0), growth, beta)[0]
