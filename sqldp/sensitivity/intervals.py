@@ -84,14 +84,8 @@ def clamp_columns(e: exp.Expression, range_of: RangeOf) -> exp.Expression:
         if isinstance(node, exp.Column) and node.table:
             r = range_of(ColumnRef(node.table, node.name))
             if r is not None:
-                low = exp.Greatest(this=node.copy(), expressions=[_number(r[0])])
-                return exp.Least(this=low, expressions=[_number(r[1])])
+                lo, hi = (exp.Literal.number(int(v) if float(v).is_integer() else v) for v in r)
+                return exp.Least(this=exp.Greatest(this=node.copy(), expressions=[lo]), expressions=[hi])
         return node
 
     return e.copy().transform(clamp)
-
-
-def _number(v: float) -> exp.Expression:
-    text = repr(int(v)) if float(v).is_integer() else repr(v)
-    lit = exp.Literal.number(text.lstrip("-"))
-    return exp.Neg(this=lit) if v < 0 else lit
