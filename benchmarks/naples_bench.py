@@ -14,11 +14,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script, like the other benchmarks
+
+from common import QUERIES, ROOT, machine, markdown_table, median_time, tpch_database
+
 import sqldp
-from benchmarks.common import QUERIES, ROOT, machine, markdown_table, median_time, tpch_database
 from sqldp.db import connect
 from sqldp.errors import SqldpError
 from sqldp.policy import Policy
