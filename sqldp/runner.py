@@ -260,7 +260,8 @@ class Session:
         params = resolve_params(self.policy, outputs=max(1, len(form.aggregates)), **privacy)
         domains = key_domains(form, self.policy)
         plans = tuple(
-            sensitivity.plan(_single(form, i), self.catalog, self.policy) for i in range(len(form.aggregates))
+            sensitivity.plan(_single(form, i), self.catalog, self.policy, params.beta)
+            for i in range(len(form.aggregates))
         )
         # a value-level plan may move private conjuncts into its aggregate (NR §3.3.8.4, q_m); the aggregates
         # share one answer query, so they must agree on what stays in WHERE

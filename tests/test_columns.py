@@ -26,7 +26,7 @@ from sqldp.errors import RefusedError
 from sqldp.form import ColumnRef
 from sqldp.policy import Policy, parse_norm
 from sqldp.sensitivity.columns import ColumnPlan
-from sqldp.sensitivity.expressions import SqlOps, bound, column_weights, dual
+from sqldp.sensitivity.expressions import SqlOps, bound, column_weights, dual, norm_separates
 
 DDL = """
 CREATE TABLE t (id INT PRIMARY KEY, k INT, a INT, x NUMERIC(6,2), d DATE);
@@ -150,16 +150,25 @@ WEIGHTS = {"x": 1.0, "y": 0.25}
     st.floats(-3, 3),
     st.floats(-3, 3),
     st.sampled_from([0.01, 0.1, 0.5]),
+    st.sampled_from(["l1", "linf", "l2"]),
 )
 def test_expression_bounds_are_smooth_upper_bounds(
-    text: str, x: float, y: float, dx: float, dy: float, beta: float
+    text: str, x: float, y: float, dx: float, dy: float, beta: float, p: str
 ) -> None:
+    """Under ℓ1, x and y are separated (a product keeps the whole β in each factor); under ℓ∞ and ℓ2 they
+    are not (β is split). The distance is the norm's own, so a wrong separation fails the smoothness check."""
     import sqlglot
 
+    norm = parse_norm(f"{p}(x, 0.25*y)", "test")
     e = sqlglot.parse_one(text, read="postgres")
-    ub, d = bound(e, lambda r: WEIGHTS.get(r.column), SqlOps(), beta)
+
+    def separated(a: frozenset[ColumnRef], b: frozenset[ColumnRef]) -> bool:
+        return norm_separates(norm, {r.column for r in a}, {r.column for r in b})
+
+    ub, d = bound(e, lambda r: WEIGHTS.get(r.column), SqlOps(), beta, separated)
     env0, env1 = {"x": x, "y": y}, {"x": x + dx, "y": y + dy}
-    dist = WEIGHTS["x"] * abs(dx) + WEIGHTS["y"] * abs(dy)
+    parts = (WEIGHTS["x"] * abs(dx), WEIGHTS["y"] * abs(dy))
+    dist = {"l1": sum(parts), "linf": max(parts), "l2": math.hypot(*parts)}[p]
     value, grad = EXPRESSIONS[text](x, y)
     u0, u1 = _eval(ub, env0), _eval(ub, env1)
     assert abs(value) <= u0 * (1 + 1e-9) + 1e-9
@@ -170,6 +179,15 @@ def test_expression_bounds_are_smooth_upper_bounds(
         d1 = _eval(d[ref], env1) if ref in d else 0.0
         assert abs(grad[v]) <= d0 * (1 + 1e-9) + 1e-9
         assert d0 <= math.exp(beta * dist) * d1 * (1 + 1e-9) + 1e-12
+
+
+def test_norm_separation() -> None:
+    # NR §4.3.3.3's lineitem norm: an ℓ1 node separates its terms; inside linf(dates) nothing is separated
+    norm = parse_norm("l1(q, 0.0001*p, 50*disc, linf(s, c, r))", "test")
+    assert norm_separates(norm, {"p"}, {"disc"}) and norm_separates(norm, {"p", "q"}, {"disc", "s"})
+    assert not norm_separates(norm, {"s"}, {"c"}) and not norm_separates(norm, {"p"}, {"p"})
+    assert norm_separates(parse_norm("linf(a, l1(b, c))", "test"), {"b"}, {"c"})
+    assert not norm_separates(parse_norm("l2(a, l1(b, c))", "test"), {"a"}, {"b"})
 
 
 def test_dual_norm_of_the_lineitem_norm() -> None:
@@ -198,7 +216,11 @@ def test_plans_refusals_and_breakdown(pg_dsn: str) -> None:
         "SELECT COUNT(*) FROM t WHERE t.a >= 3", epsilon=1e9
     )
     assert abs(res.answer - 1.0) < 1e-3
-    for bad in ("SELECT MIN(t.x) FROM t", "SELECT SUM(t.x / t.a) FROM t", "SELECT COUNT(*) FROM t WHERE t.a * t.x > 1"):
+    for bad in (
+        "SELECT MIN(t.x) FROM t WHERE t.a >= 2",  # MIN/MAX with a private filter (NR §3.3.8.4's Δ)
+        "SELECT SUM(t.x / t.a) FROM t",
+        "SELECT COUNT(*) FROM t WHERE t.a * t.x > 1",
+    ):
         with pytest.raises(RefusedError) as err:
             session.analyze(bad, epsilon=1.0)
         assert "\n" not in str(err.value)

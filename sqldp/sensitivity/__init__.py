@@ -35,17 +35,18 @@ from sqldp.sensitivity.rows import Bound, RowPlan, plan_rows
 __all__ = ["Bound", "ColumnPlan", "RowPlan", "plan", "plan_columns", "plan_rows"]
 
 
-def plan(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan | ColumnPlan:
+def plan(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | None = None) -> RowPlan | ColumnPlan:
     """The plan for a form with one aggregate, from the analysis the policy calls for.
 
     * the query reads no value-sensitive column (a column of a table's ``norm``): the row-level plan (§3.3.7);
     * it does, and no table in it has private rows: the value-level plan (§3.3.8);
     * it does, and some table has private rows: the combined plan (§3.3.9).
-    Shapes the analyses do not cover are refused by them with the reason (fail closed)."""
+    Shapes the analyses do not cover are refused by them with the reason (fail closed).
+    ``beta`` is the β the user fixed (None: the runner optimises it); the value plan then evaluates only it."""
     reads = {ref for agg in form.aggregates for ref in agg.columns}
     reads |= {ref for c in form.conjuncts for ref in c.columns}
     reads |= {ColumnRef(k.table, k.name) for g in form.group_by for k in g.find_all(exp.Column) if k.table}
     if any(ref.column in policy.table(form.use(ref.alias).table).sensitive_columns for ref in reads):
-        return plan_columns(form, catalog, policy)
+        return plan_columns(form, catalog, policy, beta)
     # a table with public rows and private values contributes nothing when none of its values is read
     return plan_rows(form, catalog, policy)

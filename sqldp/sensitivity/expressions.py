@@ -10,8 +10,14 @@ w_v·δ (w_v = the norm of the unit vector of v, :func:`column_weight`). The rul
 * sensitive column x: |x| is β-smooth where |x| ≥ 1/(β·w); max(|x|, 1/(β·w)) is a β-smooth upper bound
   (Lemma 3.67, Table 10 "x^r", r = 1, with the exponential part bounded by its end value); ∂x/∂x = 1;
 * e1 ± e2: (ub1 + ub2, d1 + d2) (Fig. 41 (+_S), (+_D); Lemma 3.70.1);
-* e1 · e2: (ub1·ub2, ub1·d2 + ub2·d1) with β split between the factors by their number of sensitive
-  occurrences, so that each product of bounds is β-smooth (Lemma 3.70.2, Fig. 41 (*_S), product rule);
+* e1 · e2: (ub1·ub2, ub1·d2 + ub2·d1) (Lemma 3.70.2, Fig. 41 (*_S), product rule). A product of β1- and
+  β2-smooth bounds is (β1 + β2)-smooth, so in general β is split between the factors by their number of
+  sensitive occurrences. When the factors read *separated* column sets S1, S2 — the metric satisfies
+  d(x, x′) ≥ d_S1(x, x′) + d_S2(x, x′), as for columns of different tables (tables and rows combine with ℓ1)
+  or different columns under an ℓ1 node of the table norm (:func:`separated`) — each factor is β-smooth
+  w.r.t. its own part of the distance and the product is β-smooth with no split: e^(β·d_S1)·e^(β·d_S2)
+  ≤ e^(β·d). Every bound here is smooth w.r.t. the distance restricted to the columns it reads, which is
+  what makes this compose;
 * e / c for a non-zero constant, −e, ABS, CAST: as e; e^k (integer k ≤ 8) as a product;
 * GREATEST/LEAST(e1, …): (max ub, max d) (NR §3.3.8.3 "Min / max").
 
@@ -32,6 +38,8 @@ from sqldp.form import ColumnRef
 from sqldp.policy import Norm
 
 Sensitive = Callable[[ColumnRef], float | None]  # the column's weight w_v if value-sensitive, else None
+# whether two disjoint sets of sensitive columns are separated by the metric (see the module docstring)
+Separated = Callable[[frozenset[ColumnRef], frozenset[ColumnRef]], bool]
 
 
 class Ops(Protocol):
@@ -140,14 +148,26 @@ class RangeOps:
         return min(parts)
 
 
-def occurrences(e: exp.Expression, sensitive: Sensitive) -> int:
-    return sum(1 for c in e.find_all(exp.Column) if c.table and sensitive(ColumnRef(c.table, c.name)) is not None)
+def _sensitive_refs(e: exp.Expression, sensitive: Sensitive) -> list[ColumnRef]:
+    refs = (ColumnRef(c.table, c.name) for c in e.find_all(exp.Column) if c.table)
+    return [r for r in refs if sensitive(r) is not None]
 
 
-def bound(e: exp.Expression, sensitive: Sensitive, ops: Ops, beta: float) -> tuple[Any, dict[ColumnRef, Any]]:
-    """(ub, d): β-smooth upper bounds of |e| and of |∂e/∂v| per sensitive column v (module docstring)."""
+def bound(
+    e: exp.Expression, sensitive: Sensitive, ops: Ops, beta: float, separated: Separated | None = None
+) -> tuple[Any, dict[ColumnRef, Any]]:
+    """(ub, d): β-smooth upper bounds of |e| and of |∂e/∂v| per sensitive column v (module docstring).
+    ``separated`` tells which products may keep the whole β in each factor; None: always split β."""
+    if separated is not None:
+        return _bound(e, sensitive, ops, beta, separated)
+    return _bound(e, sensitive, ops, beta, lambda a, b: False)
+
+
+def _bound(
+    e: exp.Expression, sensitive: Sensitive, ops: Ops, beta: float, separated: Separated
+) -> tuple[Any, dict[ColumnRef, Any]]:
     if isinstance(e, (exp.Paren, exp.Cast, exp.Abs, exp.Neg)):
-        return bound(e.this, sensitive, ops, beta)
+        return _bound(e.this, sensitive, ops, beta, separated)
     if isinstance(e, exp.Literal) and not e.is_string:
         return ops.const(float(e.this)), {}
     if isinstance(e, exp.Column) and e.table:
@@ -159,38 +179,38 @@ def bound(e: exp.Expression, sensitive: Sensitive, ops: Ops, beta: float) -> tup
             return ops.const(math.inf), {ref: ops.const(1.0)}
         return ops.sensitive(ref, e, 1.0 / (beta * w)), {ref: ops.const(1.0)}
     if isinstance(e, (exp.Add, exp.Sub)):
-        u1, d1 = bound(e.this, sensitive, ops, beta)
-        u2, d2 = bound(e.expression, sensitive, ops, beta)
+        u1, d1 = _bound(e.this, sensitive, ops, beta, separated)
+        u2, d2 = _bound(e.expression, sensitive, ops, beta, separated)
         d = dict(d1)
         for k, v in d2.items():
             d[k] = ops.add(d[k], v) if k in d else v
         return ops.add(u1, u2), d
     if isinstance(e, exp.Mul):
-        return _product(e.this, e.expression, sensitive, ops, beta)
+        return _product(e.this, e.expression, sensitive, ops, beta, separated)
     if isinstance(e, exp.Div):
         den = e.expression
         while isinstance(den, (exp.Paren, exp.Cast)):
             den = den.this
         if isinstance(den, exp.Literal) and not den.is_string and float(den.this) != 0:
             inv = ops.const(1.0 / abs(float(den.this)))
-            u, d = bound(e.this, sensitive, ops, beta)
+            u, d = _bound(e.this, sensitive, ops, beta, separated)
             return ops.mul(u, inv), {k: ops.mul(v, inv) for k, v in d.items()}
     if isinstance(e, exp.Pow):
         k = e.expression
         if isinstance(k, exp.Literal) and not k.is_string and float(k.this).is_integer() and 1 <= float(k.this) <= 8:
             n = int(float(k.this))
             if n == 1:
-                return bound(e.this, sensitive, ops, beta)
+                return _bound(e.this, sensitive, ops, beta, separated)
             rest = exp.Pow(this=e.this.copy(), expression=exp.Literal.number(n - 1))
-            return _product(e.this, rest, sensitive, ops, beta)
+            return _product(e.this, rest, sensitive, ops, beta, separated)
     clamp = _clamp(e)
     if clamp is not None:
         # |clamp(x, lo, hi)| ≤ min(max(|x|, |lo|), max(|lo|, |hi|)); a min of β-smooth bounds is β-smooth
         x, lo, hi = clamp
-        u, d = bound(x, sensitive, ops, beta)
+        u, d = _bound(x, sensitive, ops, beta, separated)
         return ops.least([ops.greatest([u, ops.const(lo)]), ops.const(max(abs(lo), abs(hi)))]), d
     if isinstance(e, (exp.Greatest, exp.Least)):
-        parts = [bound(x, sensitive, ops, beta) for x in [e.this, *e.expressions]]
+        parts = [_bound(x, sensitive, ops, beta, separated) for x in [e.this, *e.expressions]]
         keys = {k for _, d in parts for k in d}
         return ops.greatest([u for u, _ in parts]), {
             k: ops.greatest([d[k] for _, d in parts if k in d]) for k in sorted(keys, key=str)
@@ -223,13 +243,18 @@ def _clamp(e: exp.Expression) -> tuple[exp.Expression, float, float] | None:
 
 
 def _product(
-    a: exp.Expression, b: exp.Expression, sensitive: Sensitive, ops: Ops, beta: float
+    a: exp.Expression, b: exp.Expression, sensitive: Sensitive, ops: Ops, beta: float, separated: Separated
 ) -> tuple[Any, dict[ColumnRef, Any]]:
-    # Lemma 3.70.2: a product of β1- and β2-smooth bounds is (β1 + β2)-smooth; split β by occurrences
-    na, nb = occurrences(a, sensitive), occurrences(b, sensitive)
-    ba, bb = (beta, beta) if na + nb == 0 else (beta * na / (na + nb), beta * nb / (na + nb))
-    u1, d1 = bound(a, sensitive, ops, ba)
-    u2, d2 = bound(b, sensitive, ops, bb)
+    # Lemma 3.70.2: a product of β1- and β2-smooth bounds is (β1 + β2)-smooth; split β by occurrences,
+    # unless the factors' columns are separated by the metric (module docstring)
+    ra, rb = _sensitive_refs(a, sensitive), _sensitive_refs(b, sensitive)
+    na, nb = len(ra), len(rb)
+    if na + nb == 0 or (na and nb and separated(frozenset(ra), frozenset(rb))):
+        ba, bb = beta, beta
+    else:
+        ba, bb = beta * na / (na + nb), beta * nb / (na + nb)
+    u1, d1 = _bound(a, sensitive, ops, ba, separated)
+    u2, d2 = _bound(b, sensitive, ops, bb, separated)
     d: dict[ColumnRef, Any] = {}
     for k in sorted(set(d1) | set(d2), key=str):
         terms = []
@@ -258,6 +283,38 @@ def column_weights(norm: Norm) -> dict[str, float]:
 
     walk(norm, 1.0)
     return out
+
+
+def norm_separates(norm: Norm, first: set[str], second: set[str]) -> bool:
+    """‖Δ‖ ≥ ‖Δ restricted to ``first``‖ + ‖Δ restricted to ``second``‖ for every change Δ of one row (two
+    disjoint column sets; columns outside the norm are not sensitive and do not matter).
+
+    True at an ℓ1 node when every term reads one side only or separates them itself (the node's sum splits),
+    and at any node where one term holds every column of both sides and separates them (the other terms
+    only add to ‖Δ‖); a column the norm repeats is counted wherever it appears."""
+    if first & second:
+        return False
+
+    def columns(t: Any) -> set[str]:
+        if t.column is not None:
+            return {t.column}
+        out: set[str] = set()
+        for u in t.norm.terms:
+            out |= columns(u)
+        return out
+
+    touching = []
+    for t in norm.terms:
+        cols = columns(t)
+        a, b = bool(cols & first), bool(cols & second)
+        if a or b:
+            touching.append((t, a and b))
+    if len(touching) == 1:
+        t, mixed = touching[0]
+        return not mixed or (t.norm is not None and norm_separates(t.norm, first, second))
+    if norm.p != 1:
+        return False
+    return all(not mixed or (t.norm is not None and norm_separates(t.norm, first, second)) for t, mixed in touching)
 
 
 def dual(norm: Norm, parts: dict[str, Any], ops_kind: str = "sql") -> Any:
