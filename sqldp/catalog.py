@@ -138,7 +138,8 @@ class Catalog:
     def from_database(cls, conn, schema: str = "public") -> Catalog:  # conn: psycopg.Connection
         """Read tables, columns and keys of one schema of a live database."""
         cols = conn.execute(
-            "SELECT table_name, column_name, data_type, is_nullable FROM information_schema.columns "
+            "SELECT table_name, column_name, data_type, is_nullable, numeric_precision, numeric_scale "
+            "FROM information_schema.columns "
             "WHERE table_schema = %s ORDER BY table_name, ordinal_position",
             (schema,),
         ).fetchall()
@@ -157,9 +158,13 @@ class Catalog:
             (schema,),
         ).fetchall()
         tables: dict[str, dict] = {}
-        for table, column, dtype, nullable in cols:
+        for table, column, dtype, nullable, precision, scale in cols:
             t = tables.setdefault(table, {"columns": {}, "pk": [], "fks": {}})
-            t["columns"][column] = Column(column, dtype.upper(), kind_of(dtype), nullable == "YES")
+            type_sql = dtype.upper()
+            if type_sql == "NUMERIC" and precision is not None:
+                # keep DECIMAL(p, s): its grid 10^−s decides how a private filter is approximated (filters.py)
+                type_sql = f"NUMERIC({precision},{scale or 0})"
+            t["columns"][column] = Column(column, type_sql, kind_of(dtype), nullable == "YES")
         for table, ctype, cname, column, ref_table, ref_column in keys:
             t = tables.get(table)
             if t is None:

@@ -14,13 +14,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psycopg
+import psycopg.sql
 from sqlglot import exp
 
 from sqldp import mechanisms, sensitivity
@@ -34,6 +39,9 @@ from sqldp.mechanisms import NoiseSource
 from sqldp.normalize import PublicRelease, normalize
 from sqldp.policy import Policy
 from sqldp.sqlgen import answer_query
+
+IDLE_CONNECTIONS = 2  # kept open per session: the answer's and the sensitivity queries'
+PREPARED_CACHE = 256  # analysed queries kept per session
 
 
 @dataclass(frozen=True)
@@ -244,15 +252,86 @@ class Session:
                 self.catalog = Catalog.from_database(conn)
         self.policy.validate(self.catalog)
         self.noise = NoiseSource.seeded(seed) if seed is not None else NoiseSource()
+        # opening a connection costs ≈ 6 ms, more than many plain queries: keep the last few open
+        self._idle: list[psycopg.Connection] = []
+        self._lock = threading.Lock()
+        # prepare() reads no data and depends only on the text, the privacy arguments, the catalog and the
+        # policy (fixed for a session), so a repeated query skips parsing and analysis
+        self._prepared: OrderedDict[tuple[str, tuple[tuple[str, Any], ...]], Prepared] = OrderedDict()
 
-    def connection(self) -> Any:
-        """A context manager giving a non-autocommit connection: from the pool if there is one, else new."""
-        return self.pool.connection() if self.pool is not None else connect(self.dsn, autocommit=False)
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection]:
+        """A non-autocommit connection: from the pool if there is one, else one this session keeps open."""
+        if self.pool is not None:
+            with self.pool.connection() as conn:
+                yield conn
+            return
+        with self._lock:
+            conn = self._idle.pop() if self._idle else None
+        if conn is None or conn.closed:
+            conn = connect(self.dsn, autocommit=False)
+        try:
+            yield conn
+        except BaseException:
+            conn.close()
+            raise
+        if conn.closed or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.close()
+            return
+        with self._lock:
+            if len(self._idle) < IDLE_CONNECTIONS:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def _spare_connection(self) -> Any:
+        """A second connection for the sensitivity queries, or None when the pool has none free right now (the
+        caller then runs them on its own connection; waiting could deadlock a full pool)."""
+        if self.pool is None:
+            return self.connection()
+        from psycopg_pool import PoolTimeout
+
+        try:
+            conn = self.pool.getconn(timeout=0.001)
+        except PoolTimeout:
+            return None
+        pool = self.pool
+
+        @contextmanager
+        def borrowed() -> Iterator[psycopg.Connection]:
+            try:
+                yield conn
+            finally:
+                pool.putconn(conn)
+
+        return borrowed()
+
+    def close(self) -> None:
+        """Close the connections this session keeps (a pool given by the caller stays the caller's)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
 
     def prepare(self, sql: str, **privacy: Any) -> Prepared:
         """Parse, normalise, plan and resolve the privacy parameters, refusing what cannot be analysed.
         Reads no data: the proxy charges the analyst's budget between this and :meth:`Prepared.run`."""
         t0 = time.perf_counter()
+        key = (sql, tuple(sorted(privacy.items())))
+        with self._lock:
+            cached = self._prepared.get(key)
+            if cached is not None:
+                self._prepared.move_to_end(key)
+        if cached is not None:
+            return dataclasses.replace(cached, started=t0)
+        prepared = self._prepare(sql, t0, **privacy)
+        with self._lock:
+            self._prepared[key] = prepared
+            while len(self._prepared) > PREPARED_CACHE:
+                self._prepared.popitem(last=False)
+        return prepared
+
+    def _prepare(self, sql: str, t0: float, **privacy: Any) -> Prepared:
         parsed = parse(sql, self.catalog)
         form = normalize(parsed, self.catalog, self.policy)
         if isinstance(form, PublicRelease):
@@ -294,6 +373,18 @@ class Prepared:
     domains: tuple[Any, ...]
     started: float
     answer: exp.Select | None  # the answer query (keys and released aggregates); None for public data
+    # the SQL texts, generated once here: sqlglot's generator costs milliseconds per run on large bounds
+    answer_sql: str = ""
+    queries_sql: tuple[str, ...] = ()  # every plan's queries, in plan order
+    domains_sql: tuple[str | None, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.answer is not None and not self.answer_sql:
+            self.answer_sql = self.answer.sql(dialect="postgres")
+            self.queries_sql = tuple(q.sql(dialect="postgres") for plan in self.plans for q in plan.queries)
+            self.domains_sql = tuple(
+                None if d.values is not None else d.query.sql(dialect="postgres") for d in self.domains
+            )
 
     @property
     def public(self) -> bool:
@@ -315,18 +406,15 @@ class Prepared:
             try:
                 # one snapshot for the answer and its sensitivity (NR §4.3.4 ran them separately)
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                t1 = time.perf_counter()
-                answer_rows = conn.execute(self.answer.sql(dialect="postgres")).fetchall()
-                t_answer = time.perf_counter()
-                sens_results = [
-                    [conn.execute(q.sql(dialect="postgres")).fetchall() for q in plan.queries] for plan in self.plans
-                ]
-                t_sens = time.perf_counter()
+                flat, t_answer, t_sens = self._answer_and_sensitivity(conn, list(self.queries_sql))
+                answer_rows = flat.pop(0)
+                sens_results = []
+                for plan in self.plans:
+                    sens_results.append(flat[: len(plan.queries)])
+                    del flat[: len(plan.queries)]
                 domain_values = [
-                    d.values
-                    if d.values is not None
-                    else tuple(r[0] for r in conn.execute(d.query.sql(dialect="postgres")).fetchall())
-                    for d in self.domains
+                    d.values if d.values is not None else tuple(r[0] for r in conn.execute(text).fetchall())  # type: ignore[arg-type]
+                    for d, text in zip(self.domains, self.domains_sql, strict=True)
                 ]
                 conn.rollback()
             except psycopg.Error as exc:
@@ -374,11 +462,45 @@ class Prepared:
             self._release(form, result, groups)
         result.timings = {
             "analysis": t_plan - self.started,
-            "answer_query": t_answer - t1,
-            "sensitivity_queries": t_sens - t_answer,
+            "answer_query": t_answer,
+            "sensitivity_queries": t_sens,
             "total": time.perf_counter() - self.started,
         }
         return result
+
+    def _answer_and_sensitivity(self, conn: psycopg.Connection, queries: list[str]) -> tuple[list[Any], float, float]:
+        """The answer query's rows followed by each sensitivity query's, and how long the answer query and the
+        sensitivity queries took. With a spare connection, the sensitivity queries run beside the answer query in the
+        same snapshot (pg_export_snapshot / SET TRANSACTION SNAPSHOT), so the wall time is the longer of the
+        two rather than their sum."""
+        answer_sql = self.answer_sql
+        spare = self.session._spare_connection() if queries else None
+        t0 = time.perf_counter()
+        if spare is None:
+            answer_rows = conn.execute(answer_sql).fetchall()
+            t_answer = time.perf_counter()
+            sens = [conn.execute(q).fetchall() for q in queries]
+            return [answer_rows, *sens], t_answer - t0, time.perf_counter() - t_answer
+        snapshot = conn.execute("SELECT pg_export_snapshot()").fetchone()[0]  # type: ignore[index]
+        done: dict[str, float] = {}
+
+        def side() -> list[Any]:
+            with spare as other:
+                other.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                other.execute(psycopg.sql.SQL("SET TRANSACTION SNAPSHOT {}").format(psycopg.sql.Literal(snapshot)))
+                out = [other.execute(q).fetchall() for q in queries]
+                other.rollback()
+                done["sens"] = time.perf_counter()
+                return out
+
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            future = pool.submit(side)
+            try:
+                answer_rows = conn.execute(answer_sql).fetchall()
+                done["answer"] = time.perf_counter()
+            finally:
+                sens = future.result()  # the snapshot must outlive the side transaction's import
+        return [answer_rows, *sens], done["answer"] - t0, done["sens"] - t0
 
     def _release(self, form: AnalysisForm, result: Result, groups: list[tuple]) -> None:
         assert result.params is not None

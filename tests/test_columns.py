@@ -27,6 +27,7 @@ from sqldp.form import ColumnRef
 from sqldp.policy import Policy, parse_norm
 from sqldp.sensitivity.columns import ColumnPlan
 from sqldp.sensitivity.expressions import SqlOps, bound, column_weights, dual, norm_separates
+from sqldp.sensitivity.filters import SIGMOID_ALPHA, approximate
 
 DDL = """
 CREATE TABLE t (id INT PRIMARY KEY, k INT, a INT, x NUMERIC(6,2), d DATE);
@@ -206,6 +207,7 @@ def test_plans_refusals_and_breakdown(pg_dsn: str) -> None:
         conn.execute(DDL)
     _load(pg_dsn, [(1, 0, 2, 1.5, 3), (2, 1, 4, 0.25, 1)], [(1, 0, 1)])
     session = sqldp.connect(pg_dsn, policy=Policy.from_toml(POLICY))
+    assert session.catalog.table("t").column("x").type_sql == "NUMERIC(6,2)"  # the scale survives the catalog
     prepared = session.prepare("SELECT SUM(t.x) FROM t WHERE t.a >= 2", epsilon=1.0, beta=BETA)
     assert isinstance(prepared.plans[0], ColumnPlan)
     out = session.analyze("SELECT SUM(t.x) FROM t WHERE t.a >= 2", epsilon=1.0, beta=BETA).to_json()
@@ -224,3 +226,18 @@ def test_plans_refusals_and_breakdown(pg_dsn: str) -> None:
         with pytest.raises(RefusedError) as err:
             session.analyze(bad, epsilon=1.0)
         assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("grain", "exact", "slope"),
+    [(1.0, True, 1.0), (0.01, False, SIGMOID_ALPHA / 4), (0.5, False, SIGMOID_ALPHA / 4), (None, False, 1.25)],
+)
+def test_a_step_filter_is_used_only_where_it_is_not_steeper_than_the_sigmoid(
+    grain: float | None, exact: bool, slope: float
+) -> None:
+    # NR §3.3.8.5: a grid of width g gives an exact step of slope 1/g; DECIMAL(15, 2) would give 100
+    import sqlglot
+
+    ref = ColumnRef("t", "x")
+    f = approximate(sqlglot.parse_one("t.x > 3"), lambda r: ("numeric", grain, 1.0, True))
+    assert f.exact is exact and f.slopes[ref] == pytest.approx(slope)

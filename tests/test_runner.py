@@ -169,3 +169,32 @@ def test_cli_run_json_contract(db: tuple[str, Path]) -> None:
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "β = 0.5 is too large" in r.stderr
+
+
+def test_a_repeated_query_reuses_its_analysis(db: tuple[str, Path]) -> None:
+    dsn, policy = db
+    session = sqldp.connect(dsn, policy=policy, seed=3)
+    first = session.prepare("SELECT COUNT(*) FROM t WHERE time > 10", epsilon=1.0)
+    again = session.prepare("SELECT COUNT(*) FROM t WHERE time > 10", epsilon=1.0)
+    other = session.prepare("SELECT COUNT(*) FROM t WHERE time > 10", epsilon=0.5)
+    assert again.plans is first.plans and again.answer_sql == first.answer_sql
+    assert other.plans is not first.plans and other.params.epsilon == 0.5  # type: ignore[union-attr]
+    assert again.run().timings["analysis"] < first.run().timings["analysis"]
+    session.close()
+
+
+def test_sensitivity_queries_read_the_answers_snapshot(db: tuple[str, Path]) -> None:
+    """The sensitivity queries run on a second connection that imports the answer's snapshot: a row committed
+    after the snapshot was taken is seen by neither."""
+    dsn, policy = db
+    session = sqldp.connect(dsn, policy=policy, seed=3)
+    prepared = session.prepare("SELECT COUNT(*) FROM t", epsilon=1.0)
+    with session.connection() as conn:
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        before = conn.execute("SELECT COUNT(*) FROM t").fetchone()[0]  # the snapshot is taken here
+        with psycopg.connect(dsn, autocommit=True) as writer:
+            writer.execute("INSERT INTO t VALUES ('late', 'math', 5)")
+        rows, _, _ = prepared._answer_and_sensitivity(conn, ["SELECT COUNT(*) FROM t", "SELECT 1"])
+        conn.rollback()
+    assert rows[0] == [(before,)] and rows[1] == [(before,)] and rows[2] == [(1,)]
+    session.close()

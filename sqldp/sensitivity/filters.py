@@ -7,7 +7,9 @@ query must be a continuous function of the sensitive values. Each comparison ``l
 * exact steps when ``d`` lives on a grid of width g (integer and DATE columns: g = 1 day; DECIMAL(p, s):
   g = 10^−s; NR §3.3.8.5: "if the filtered values are integers … min(1, max(0, x − y))", and for reals with
   a bounded precision d(x, x′) ≥ 1/k, "the sensitivity … will be k times larger"). On the grid these equal
-  the indicator exactly, so the released answer is the plain query's (q_m = q_i). Slope: 1/g per unit of d;
+  the indicator exactly, so the released answer is the plain query's (q_m = q_i). Slope: 1/g per unit of d.
+  Used when that slope is not above the sigmoid's (g ≥ 4/α for <, >; g ≥ 2/α for =): finer grids would make
+  the noise larger than the sigmoid's, as §3.3.8.5 warns;
 * sigmoid ``1/(1 + e^(−α·d))`` for ``d ≥ 0`` and tauoid ``2/(e^(αd) + e^(−αd))`` for ``d = 0`` otherwise
   (Table 9), slopes α/4 and α/2 (the maxima of |σ′| and |τ′|: constants, hence β-smooth for every β).
 
@@ -194,7 +196,13 @@ def compare(op: type[exp.Expression], lhs: exp.Expression, rhs: exp.Expression, 
     if not d.coefs:
         raise RefusedError("a private filter compares constants only")
     g = d.grid
-    if g is not None and g > 0:
+    # the exact step's slope is 1/g per unit, the sigmoid's α/4 (tauoid α/2): on a fine grid (DECIMAL(15, 2):
+    # slope 100) the step would cost far more noise than the sigmoid, so it is used only where it is not steeper
+    step_allowed = (
+        g is not None and g > 0 and 1.0 / float(g) <= SIGMOID_ALPHA / (4.0 if op in (exp.GT, exp.GTE) else 2.0)
+    )
+    if step_allowed:
+        assert g is not None
         var = Linear(d.coefs, 0.0, g)
         slopes = _slopes(var, info, 1.0 / float(g))
         if op in (exp.GT, exp.GTE):
