@@ -48,6 +48,7 @@ QUERIES = [
     "SELECT SUM(t.x * t.a) FROM t WHERE t.a <= 3 OR t.x > 1.5",
     "SELECT COUNT(*) FROM t, u WHERE t.k = u.k AND t.a > u.b",
     "SELECT SUM(t.x * u.b) FROM t, u WHERE t.k = u.k AND u.b < 2",
+    "SELECT SUM(t.x + u.b) FROM t, u WHERE t.k = u.id AND t.a > 1",  # u's key fixed: t's bound needs no GROUP BY
     "SELECT SUM(t.a - 2 * t.x) FROM t WHERE t.x BETWEEN 0.5 AND 2.5 AND NOT t.a = 1",
 ]
 
@@ -241,3 +242,20 @@ def test_a_step_filter_is_used_only_where_it_is_not_steeper_than_the_sigmoid(
     ref = ColumnRef("t", "x")
     f = approximate(sqlglot.parse_one("t.x > 3"), lambda r: ("numeric", grain, 1.0, True))
     assert f.exact is exact and f.slopes[ref] == pytest.approx(slope)
+
+
+def test_a_use_whose_joins_fix_every_other_key_is_in_one_product_row(pg_dsn: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+    session = sqldp.connect(pg_dsn, policy=Policy.from_toml(POLICY))
+    plan = session.prepare("SELECT SUM(t.x + u.b) FROM t, u WHERE t.k = u.id", epsilon=1.0, beta=BETA).plans[0]
+    by_alias = {u.alias: plan.value_queries[u.query].sql() for u in plan.uses}
+    assert "GROUP BY" not in by_alias["t"] and "GROUP BY" in by_alias["u"]  # t.k = u.id fixes u's key only
+    plan = session.prepare("SELECT SUM(t.x + u.b) FROM t, u WHERE t.k = u.k", epsilon=1.0, beta=BETA).plans[0]
+    assert all("GROUP BY" in plan.value_queries[u.query].sql() for u in plan.uses)
+    # one t row in three product rows: ∂SUM/∂x = 3, in the norm's unit 3/0.5 = 6 (a MAX would say 2)
+    _load(pg_dsn, [(1, 1, 2, 1.5, 3)], [(1, 1, 1), (2, 1, 1), (3, 1, 1)])
+    out = session.analyze("SELECT SUM(t.x) FROM t, u WHERE t.k = u.k", epsilon=1.0, beta=BETA).to_json()
+    assert out["tables"]["t"]["value_sensitivity"] == pytest.approx(6.0)
+    out = session.analyze("SELECT SUM(t.x) FROM t, u WHERE t.k = u.id", epsilon=1.0, beta=BETA).to_json()
+    assert out["tables"]["t"]["value_sensitivity"] == pytest.approx(2.0)

@@ -25,7 +25,16 @@ def value_policy() -> Policy:
 
 
 # NR Table 17, column q_s(x), identical for SF 0.1, 0.5 and 1.0 and equal to the "non-std." global sensitivity
-TABLE17 = {"q01_1": 50.0, "q01_5": 1.0, "q04": 7.0, "q12_1": 3.0, "q12_2": 3.0, "q16": 4.0}
+TABLE17 = {
+    "q01_1": 50.0,
+    "q01_5": 1.0,
+    "q02_1": 100.0,  # MIN(ps_supplycost): d = 1, dual of the weight 0.01 → 100 (NR §3.3.8.3, Min / max)
+    "q02_2": 100.0,  # MAX(ps_supplycost): as q02_1
+    "q04": 7.0,
+    "q12_1": 3.0,
+    "q12_2": 3.0,
+    "q16": 4.0,
+}
 
 
 @pytest.mark.parametrize("query", sorted(TABLE17))

@@ -1,5 +1,5 @@
-"""Value-level ("column") sensitivity of COUNT/SUM over σθ(U1 × … × Un) (NR §3.3.8), and its combination with
-row-level sensitivity (NR §3.3.9).
+"""Value-level ("column") sensitivity of COUNT/SUM/MIN/MAX over σθ(U1 × … × Un) (NR §3.3.8), and the combination
+of COUNT/SUM with row-level sensitivity (NR §3.3.9).
 
 The metric (NR §3.3.8.2, §4.3.3.1): each table with a ``norm`` is a Banach space whose rows are measured by
 that composite norm and combined with ℓ1; the tables are combined with ℓ1. The query becomes a continuous
@@ -18,16 +18,33 @@ Rows combine with ℓ1, so the table's bound is max_t; tables combine with ℓ1,
 of a self-joined table add up. Every ub and d is β-smooth (:mod:`sqldp.sensitivity.expressions`), and sums
 and maxima of β-smooth functions are β-smooth, so the result c0 is a β-smooth upper bound.
 
+MIN/MAX (NR §3.3.8.3, "Min / max"), when every conjunct is public and every table's rows are public: f =
+min_r e(r) over the product rows passing the filter, and |min_r a_r − min_r b_r| ≤ max_r |a_r − b_r| (min and
+max are 1-Lipschitz in ℓ∞), so the bound w.r.t. use i is max_r D_i(r) — a maximum over the product rows, where
+SUM adds up Σ_{r ∋ t} D_i(r) — with D_i(r) the dual norm of the d_v(e) (no filter slopes). The uses of a
+self-joined table add up (an upper bound of max_r Σ_i D_i(r)); maxima of β-smooth functions are β-smooth. The
+released aggregate is MIN/MAX(e) itself. Refused: a private conjunct (§3.3.8.4's f + (1 − σ)·Δ with a
+data-dependent Δ is not implemented) and private rows (adding a row can move MIN/MAX by the whole range; no
+combined §3.3.9 bound for MIN/MAX).
+
 β: the bounds depend on β through the smoothing floors; Postgres evaluates them on a fixed grid in one scan
 per use, and ``finish(β)`` takes the largest grid point β′ ≤ β (a β′-smooth bound is β-smooth, NR Def. 3.56).
 
 Combined (§3.3.9.3, "Combined sensitivity w.r.t. multiple tables"), when the policy also protects rows:
 
-    c = max(c1, max_i c2_i),  c2_i = max(c0_i, e^(−βG_i)·c3_i·c4_i, max_{j≠i} e^(−βG_j)·(c0_i + c3_i·c4_j))
+    c = max(c1, max_i c2_i),  c2_i = max(ĉ0_i, max_{j≠i} e^(−βG_j)·(ĉ0_i + c3_i·c4_j)),  ĉ0_i = c3_i·c4_i
 
 with c1 the row-level bound (:mod:`sqldp.sensitivity.rows`) and c4_j the smoothed count derivative of adding
 a row to table j, both computed with the private conjuncts dropped (so they do not depend on sensitive
-values, §3.3.9.3), and c3_i the data-independent maximum of D_i over the declared ranges.
+values, §3.3.9.3), and c3_i the data-independent maximum of D_i over the declared ranges. NR's c2 uses the
+value-level bound c0_i in place of ĉ0_i; c0_i reads the rows and jumps additively when one is added, so that
+c2 is not β-smooth in the combined metric (tests/test_combined_oracle.py found databases where it is not).
+ĉ0_i ≥ Σ_{r ∋ t} D_i(r) for every row t (at most c4_i product rows contain t, each with D_i ≤ c3_i), does not
+move when values change and is β-smooth under row changes; NR's e^(−βG_i)·c3_i·c4_i term is below it.
+
+Speed: when the equalities of the public filter fix a primary key of every other use, starting from use i
+(a foreign key chain such as lineitem → orders → customer), each row of use i is in at most one product row,
+so Σ_{r ∋ t} D_i(r) = max_{r ∋ t} D_i(r) and the per-use query is a MAX over the join with no GROUP BY.
 """
 
 from __future__ import annotations
@@ -44,7 +61,7 @@ from sqldp.catalog import Catalog
 from sqldp.errors import RefusedError
 from sqldp.form import Aggregate, AnalysisForm, ColumnRef, Conjunct, TableUse
 from sqldp.policy import Policy
-from sqldp.sensitivity.expressions import RangeOps, SqlOps, bound, column_weights, dual
+from sqldp.sensitivity.expressions import RangeOps, SqlOps, bound, column_weights, dual, norm_separates
 from sqldp.sensitivity.filters import Filter, approximate
 from sqldp.sensitivity.intervals import clamp_columns
 from sqldp.sensitivity.rows import Bound, RowPlan, plan_rows
@@ -80,6 +97,8 @@ class ColumnPlan:
     count_plan: RowPlan | None = None  # c4 (combined only)
     c3: dict[str, float] = field(default_factory=dict)
     weights: dict[str, float] = field(default_factory=dict)  # row-private table → G
+    grid: tuple[float, ...] = BETA_GRID  # the β values the queries evaluate
+    reference_beta: float = REFERENCE_BETA  # the β of the per-column breakdown
     disjoint_groups: bool = False
 
     @property
@@ -92,7 +111,7 @@ class ColumnPlan:
 
     def value_bounds(self, results: Sequence[Rows], beta: float) -> dict[str, float]:
         """c0 per value-sensitive table at β (NR §3.3.8.2: uses of one table add up)."""
-        idx = max((k for k, b in enumerate(BETA_GRID) if b <= beta * (1 + 1e-12)), default=None)
+        idx = max((k for k, b in enumerate(self.grid) if b <= beta * (1 + 1e-12)), default=None)
         out: dict[str, float] = {t: 0.0 for t in self.tables_info}
         for u in self.uses:
             if idx is None:
@@ -125,23 +144,27 @@ class ColumnPlan:
                 tables[t] = {
                     **info,
                     "value_sensitivity": c0[t],
-                    "column_terms": {"at_beta": REFERENCE_BETA, "terms": cols},
+                    "column_terms": {"at_beta": self.reference_beta, "terms": cols},
                 }
             best = max(c0.values(), default=0.0)
             if row_at is not None and count_at is not None:
                 row_bound = row_at(beta)
                 c4 = {t: float(v["smooth_derivative"]) for t, v in count_at(beta).tables.items()}
                 c2: dict[str, float] = {}
-                for i, c0_i in c0.items():
+                for i in c0:
+                    # c0_i reads the data and jumps when a row is added (a new row, or new product rows with
+                    # an existing one), so it is not β-smooth in the combined metric; c3_i·c4_i is: it bounds
+                    # Σ_{r ∋ t} D_i(r) ≤ #{r ∋ t}·max D_i, does not move with values, and c4_i is β-smooth
+                    # under row changes (tests/test_combined_oracle.py found the jump)
+                    c0_i = self.c3[i] * c4[i]
                     terms = [c0_i]
-                    if i in self.weights:
-                        terms.append(math.exp(-beta * self.weights[i]) * self.c3[i] * c4.get(i, 0.0))
                     for j, g_j in self.weights.items():
                         if j != i:
                             terms.append(math.exp(-beta * g_j) * (c0_i + self.c3[i] * c4.get(j, 0.0)))
                     c2[i] = max(terms)
                     tables[i]["combined_sensitivity"] = c2[i]
                     tables[i]["c3"] = self.c3[i]
+                    tables[i]["c4"] = c4[i]
                 for t, v in row_bound.tables.items():
                     tables.setdefault(t, {})["rows"] = v
                 best = max([row_bound.sensitivity, *c2.values()])
@@ -163,20 +186,49 @@ def _grain(type_sql: str, kind: str) -> float | None:
     return None
 
 
-def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy) -> ColumnPlan:
-    """The value-level plan (NR §3.3.8), combined with the row-level one (NR §3.3.9) when rows are private."""
+def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | None = None) -> ColumnPlan:
+    """The value-level plan (NR §3.3.8), combined with the row-level one (NR §3.3.9) when rows are private.
+
+    ``beta``: the β the user fixed, if any; the queries then evaluate the bound at that β only, instead of on
+    the whole grid (each grid point is one more expression per row of the scan)."""
+    grid = (beta,) if beta is not None and beta > 0 else BETA_GRID
+    reference = grid[0] if len(grid) == 1 else REFERENCE_BETA
     if len(form.aggregates) != 1:
         raise ValueError("plan_columns takes a form with one aggregate")
     agg = form.aggregates[0]
-    if agg.kind not in ("count", "sum"):
-        raise RefusedError(
-            f"{agg.sql}: MIN and MAX under value-level privacy (NR §3.3.8.4) are not implemented in this build; "
-            "COUNT, SUM and AVG are"
-        )
+    extremum = agg.kind in ("min", "max")  # NR §3.3.8.3, "Min / max"
+    if agg.kind not in ("count", "sum") and not extremum:
+        raise RefusedError(f"{agg.sql}: aggregate {agg.kind.upper()} is not supported under value-level privacy")
+    if extremum:
+        # NR §3.3.8.4 turns a private filter into f + (1 − σ)·Δ for the filtered-out values, with Δ data-dependent
+        hidden = next((c for c in form.conjuncts if c.private), None)
+        if hidden is not None:
+            raise RefusedError(
+                f"{agg.sql}: MIN/MAX with a filter on a value-sensitive column ({hidden.sql}) is not implemented: "
+                "NR §3.3.8.4 replaces filtered-out values by f + (1 − σ)·Δ with a data-dependent Δ"
+            )
+        # NR §3.3.9: adding or removing a row can move MIN/MAX by the whole range of the expression
+        hidden_rows = sorted({u.table for u in form.uses if policy.table(u.table).rows_private})
+        if hidden_rows:
+            raise RefusedError(
+                f"{agg.sql}: MIN/MAX over a table with private rows ({', '.join(hidden_rows)}) is not implemented: "
+                "adding a row can move MIN/MAX by the whole range, and the combined bound (NR §3.3.9) covers "
+                "COUNT, SUM and AVG only"
+            )
     weights_of = {t: column_weights(policy.table(t).norm) for t in form.tables if policy.table(t).norm is not None}  # type: ignore[arg-type]
 
     def weight(ref: ColumnRef) -> float | None:
         return weights_of.get(form.use(ref.alias).table, {}).get(ref.column)
+
+    def separated(first: frozenset[ColumnRef], second: frozenset[ColumnRef]) -> bool:
+        # tables (and rows) combine with ℓ1 in the metric, so only columns of one table can be entangled;
+        # the uses of a self-joined table are the same rows, hence compared by column name
+        for t in {form.use(r.alias).table for r in first} & {form.use(r.alias).table for r in second}:
+            a = {r.column for r in first if form.use(r.alias).table == t}
+            b = {r.column for r in second if form.use(r.alias).table == t}
+            if not norm_separates(policy.table(t).norm, a, b):  # type: ignore[arg-type]
+                return False
+        return True
 
     def info(ref: ColumnRef) -> tuple[str, float | None, float, bool]:
         table = form.use(ref.alias).table
@@ -205,8 +257,6 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy) -> Column
     if combined:
         public_form = dataclasses.replace(form, conjuncts=tuple(public))
         row_plan = plan_rows(public_form, catalog, policy)  # c1: no sensitive value read (NR §3.3.9.3)
-        count_form = dataclasses.replace(public_form, aggregates=(Aggregate("count", None),))
-        count_plan = plan_rows(count_form, catalog, policy)  # c4
         if agg.kind == "sum":
             assert arg is not None
             arg = clamp_columns(arg, lambda r: policy.table(form.use(r.alias).table).column(r.column).range)
@@ -240,13 +290,25 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy) -> Column
                     f"{t!r} is self-joined: combined row and value privacy (NR §3.3.9.3) is implemented for "
                     "tables used once"
                 )
+        # c4_t for every value-sensitive table t too (treated as row-private for this count only): it bounds
+        # #{r ∋ t}, the product rows one row of t is in, and does not move when values change
+        count_policy = dataclasses.replace(
+            policy,
+            tables={
+                **policy.tables,
+                **{t: dataclasses.replace(policy.table(t), rows_private=True) for t in value_tables},
+            },
+        )
+        count_form = dataclasses.replace(form, conjuncts=tuple(public), aggregates=(Aggregate("count", None),))
+        count_plan = plan_rows(count_form, catalog, count_policy)  # c4
 
     def parts_for(alias: str, beta: float, ops: Any) -> dict[str, Any]:
         if agg.kind == "count":
             out = {r.column: ops.const(v) for r, v in slopes.items() if r.alias == alias}
             return out
+        # SUM, and MIN/MAX (whose slopes are empty: no private conjunct): the per-column d_v(e) (+ ub·slope_v)
         assert arg is not None
-        ub, d = bound(arg, weight, ops, beta)
+        ub, d = bound(arg, weight, ops, beta, separated)
         out = {}
         cols = {r.column for r in (set(d) | set(slopes)) if r.alias == alias}
         for c in sorted(cols):
@@ -294,7 +356,7 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy) -> Column
             items: list[exp.Expression] = []
             seen: dict[str, int] = {}
             grid_cols = []
-            for b in BETA_GRID:
+            for b in grid:
                 d_sql = dual(tp.norm, parts_for(u.alias, b, sql_ops))
                 if d_sql is None:
                     d_sql = exp.Literal.number(0)
@@ -304,10 +366,11 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy) -> Column
                     items.append(d_sql)
                 grid_cols.append(seen[key])
             column_cols = {}
-            for c, term in parts_for(u.alias, REFERENCE_BETA, sql_ops).items():
+            for c, term in parts_for(u.alias, reference, sql_ops).items():
                 column_cols[c] = len(items)
                 items.append(exp.Mul(this=exp.Paren(this=term), expression=exp.Literal.number(repr(1.0 / w[c]))))
-            queries.append(_max_query(form, u, items, public, catalog))
+            per_row_sum = not extremum and not _key_determined(form, u.alias, public, catalog)
+            queries.append(_max_query(form, u, items, public, catalog, per_row_sum=per_row_sum))
             uses.append(_UseQuery(u.alias, t, len(queries) - 1, tuple(grid_cols), column_cols))
 
     return ColumnPlan(
@@ -321,14 +384,56 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy) -> Column
         count_plan=count_plan,
         c3=c3,
         weights={t: policy.table(t).weight for t in row_private},
+        grid=grid,
+        reference_beta=reference,
     )
 
 
+def _key_determined(form: AnalysisForm, start: str, public: list[Conjunct], catalog: Catalog) -> bool:
+    """Whether every use is reached from ``start`` through public equalities (to a reached use's column or to
+    a constant) that fix its whole primary key: then a row of ``start`` is in at most one product row."""
+    fixed: dict[str, set[tuple[str, str | None]]] = {}  # alias → (its column, the other side's alias or None)
+    for c in public:
+        e = c.expr
+        if not isinstance(e, exp.EQ):
+            continue
+        sides = [e.this, e.expression]
+        cols = [x for x in sides if isinstance(x, exp.Column) and x.table]
+        if len(cols) == 2:
+            a, b = cols
+            fixed.setdefault(a.table, set()).add((a.name, b.table))
+            fixed.setdefault(b.table, set()).add((b.name, a.table))
+        elif len(cols) == 1 and any(isinstance(x, exp.Literal) for x in sides):
+            fixed.setdefault(cols[0].table, set()).add((cols[0].name, None))
+    reached = {start}
+    grew = True
+    while grew:
+        grew = False
+        for u in form.uses:
+            pk = set(catalog.table(u.table).primary_key)
+            if u.alias in reached or not pk:
+                continue
+            if pk <= {col for col, other in fixed.get(u.alias, ()) if other is None or other in reached}:
+                reached.add(u.alias)
+                grew = True
+    return len(reached) == len(form.uses)
+
+
 def _max_query(
-    form: AnalysisForm, use: TableUse, items: list[exp.Expression], public: list[Conjunct], catalog: Catalog
+    form: AnalysisForm,
+    use: TableUse,
+    items: list[exp.Expression],
+    public: list[Conjunct],
+    catalog: Catalog,
+    *,
+    per_row_sum: bool = True,
 ) -> exp.Select:
-    """max over rows t of the use of Σ_{r ∋ t} D(r): one scan (NR §3.3.8.2, rows of t_r combined with ℓ∞)."""
-    if len(form.uses) == 1:
+    """max over rows t of the use of Σ_{r ∋ t} D(r): one scan (NR §3.3.8.2, rows of t_r combined with ℓ∞).
+
+    ``per_row_sum=False`` (MIN/MAX): max_r D(r) over the product rows, without grouping by t's key. NR §3.3.8.3,
+    Min / max: min and max are 1-Lipschitz in ℓ∞, so a change of t moves MIN/MAX by at most the largest change
+    of e over the product rows r ∋ t, instead of the sum of them (SUM)."""
+    if len(form.uses) == 1 or not per_row_sum:
         sel = exp.select(*(exp.alias_(exp.Max(this=e), f"v{k}") for k, e in enumerate(items)))
         return where(from_uses(sel, form.uses), public)
     pk = catalog.table(use.table).primary_key
