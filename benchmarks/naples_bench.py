@@ -53,7 +53,8 @@ TABLE17 = {
 
 def value_policy() -> Policy:
     text = (ROOT / "sqldp" / "data" / "schemas" / "tpch.toml").read_text(encoding="utf-8")
-    return Policy.from_toml(text.replace('rows = "private"', 'rows = "public"'), source="tpch.toml, rows public")
+    text = text.replace('rows = "private"', 'rows = "public"').replace("\nbeta = 0.1\n", "\n")  # β* is chosen
+    return Policy.from_toml(text, source="tpch.toml, rows public")
 
 
 def main() -> None:
@@ -66,13 +67,13 @@ def main() -> None:
     session = sqldp.connect(dsn, policy=value_policy(), seed=7)
     rows: list[list[Any]] = []
     ratios: list[float] = []
+    conn = connect(dsn)  # the plain queries get a connection kept open, as the session keeps its own
     for path in sorted((QUERIES / "naples").glob("q*.sql")):
         name = path.stem
         text = path.read_text(encoding="utf-8")
 
         def plain(text: str = text) -> float:
-            with connect(dsn) as conn:
-                return float(conn.execute(text.rstrip().rstrip(";")).fetchone()[0] or 0.0)
+            return float(conn.execute(text.rstrip().rstrip(";")).fetchone()[0] or 0.0)
 
         t_i, q_i = median_time(plain, args.repeat)
         n_ti, n_tm, n_ts = TABLE16[name]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import random
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from scipy import special
@@ -208,8 +208,12 @@ def optimise_beta(
     *,
     delta: float | None = None,
     gamma: float = GAMMA,
+    extra: Sequence[float] = (),
 ) -> Calibration:
     """Choose β to minimise the noise scale c_β(x)/b_β over the fixed grid (NR Theorem 3.73).
+
+    ``extra``: more data-independent β values to try (an analysis that evaluates its bound on its own grid
+    passes those points, where its bound is tightest); the feasible ones join the family.
 
     Theorem 3.73 is proved for generalized Cauchy. For Laplace it is not, so the Laplace mechanism uses one
     data-independent β: the one that spends half of ε on b (b = ε/2)."""
@@ -219,7 +223,8 @@ def optimise_beta(
         beta = 0.5 * laplace_beta_limit(epsilon, delta)
         return calibrate_laplace(smooth(beta), epsilon, delta, beta)
     best: Calibration | None = None
-    for beta in beta_grid(epsilon, gamma):
+    limit = epsilon / (gamma + 1.0)
+    for beta in sorted({*beta_grid(epsilon, gamma), *(b for b in extra if 0 < b < limit)}):
         c = smooth(beta)
         if not math.isfinite(c):  # some analyses have no bound for very small β: skip those family members
             continue

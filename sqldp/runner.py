@@ -567,7 +567,8 @@ def _calibrate(
         return float(bound_at(beta).sensitivity)
 
     if params.beta is None:
-        cal = mechanisms.optimise_beta(smooth, eps, params.mechanism, delta=delta)
+        extra = getattr(plan, "grid", ())  # a value plan's bound is tightest on its own grid points
+        cal = mechanisms.optimise_beta(smooth, eps, params.mechanism, delta=delta, extra=extra)
     elif params.mechanism == "laplace":
         cal = mechanisms.calibrate_laplace(smooth(params.beta), eps, delta, params.beta)
     else:

@@ -112,3 +112,12 @@ def test_beta_optimisation_picks_the_least_noise_on_a_fixed_grid() -> None:
     cal = m.optimise_beta(smooth, 1.0, "cauchy")
     assert cal.scale == pytest.approx(min(smooth(b) / (0.2 - b) for b in grid))
     assert cal.sensitivity == pytest.approx(smooth(cal.beta))
+
+
+def test_optimise_beta_tries_the_analysis_grid_points_too() -> None:
+    # a value plan's bound is tightest on its own grid points (it rounds β down to one of them)
+    def smooth(beta: float) -> float:
+        return 1.0 if beta == 0.1 else 100.0
+
+    assert m.optimise_beta(smooth, 1.0, "cauchy").beta != 0.1
+    assert m.optimise_beta(smooth, 1.0, "cauchy", extra=(0.1, 0.3)).beta == 0.1  # 0.3 ≥ ε/(γ+1)
