@@ -27,8 +27,9 @@ released aggregate is MIN/MAX(e) itself. Refused: a private conjunct (§3.3.8.4'
 data-dependent Δ is not implemented) and private rows (adding a row can move MIN/MAX by the whole range; no
 combined §3.3.9 bound for MIN/MAX).
 
-β: the bounds depend on β through the smoothing floors; Postgres evaluates them on a fixed grid in one scan
-per use, and ``finish(β)`` takes the largest grid point β′ ≤ β (a β′-smooth bound is β-smooth, NR Def. 3.56).
+β: the bounds depend on β through the smoothing floors; Postgres evaluates them at the user's β, or on a fixed
+grid in one scan per use, and ``finish(β)`` takes the largest grid point β′ ≤ β (a β′-smooth bound is
+β-smooth, NR Def. 3.56); the runner's β optimisation tries these grid points too.
 
 Combined (§3.3.9.3, "Combined sensitivity w.r.t. multiple tables"), when the policy also protects rows:
 
