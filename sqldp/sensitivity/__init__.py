@@ -11,6 +11,8 @@ The plan contract, shared by every analysis and relied on by the runner:
   breakdown per table. The runner evaluates it on the whole β grid (β is chosen to minimise the noise, NR
   Theorem 3.73). ``plan.finish(results, beta)`` is ``bind(results)(beta)``. Neither touches the database.
   The bound covers every group of a GROUP BY.
+* ``plan.grid`` (optional) — β values where the plan's bound is evaluated exactly (the value plan rounds
+  other β down to them); the runner's β optimisation adds them to its family (Theorem 3.73).
 * ``plan.disjoint_groups`` — True when a neighbouring change can move the answer and the bound of at most
   one group (parallel composition over the groups, NR §3.3.10.4).
 

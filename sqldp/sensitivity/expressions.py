@@ -295,17 +295,9 @@ def norm_separates(norm: Norm, first: set[str], second: set[str]) -> bool:
     if first & second:
         return False
 
-    def columns(t: Any) -> set[str]:
-        if t.column is not None:
-            return {t.column}
-        out: set[str] = set()
-        for u in t.norm.terms:
-            out |= columns(u)
-        return out
-
     touching = []
     for t in norm.terms:
-        cols = columns(t)
+        cols = {t.column} if t.column is not None else t.norm.columns
         a, b = bool(cols & first), bool(cols & second)
         if a or b:
             touching.append((t, a and b))
