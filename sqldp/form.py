@@ -19,6 +19,7 @@ All expressions are sqlglot trees; they are shared, never mutated (copy before t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 from sqlglot import exp
@@ -54,7 +55,7 @@ class Conjunct:
     columns: frozenset[ColumnRef]
     private: bool
 
-    @property
+    @cached_property  # generated once: sqlglot's generator costs ≈ 0.5 ms, on every run of a cached query
     def sql(self) -> str:
         return self.expr.sql(dialect="postgres")
 
@@ -67,7 +68,7 @@ class Aggregate:
     arg: exp.Expression | None
     columns: frozenset[ColumnRef] = frozenset()
 
-    @property
+    @cached_property
     def sql(self) -> str:
         inner = "*" if self.arg is None else self.arg.sql(dialect="postgres")
         return f"{self.kind.upper()}({inner})"

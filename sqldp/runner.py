@@ -40,6 +40,8 @@ from sqldp.normalize import PublicRelease, normalize
 from sqldp.policy import Policy
 from sqldp.sqlgen import answer_query
 
+# below this (seconds), a query's answer and sensitivity queries are pipelined on one connection
+SERIAL_BELOW = 0.02
 IDLE_CONNECTIONS = 2  # kept open per session: the answer's and the sensitivity queries'
 PREPARED_CACHE = 256  # analysed queries kept per session
 
@@ -375,13 +377,19 @@ class Prepared:
     answer: exp.Select | None  # the answer query (keys and released aggregates); None for public data
     # the SQL texts, generated once here: sqlglot's generator costs milliseconds per run on large bounds
     answer_sql: str = ""
-    queries_sql: tuple[str, ...] = ()  # every plan's queries, in plan order
+    queries_sql: tuple[str, ...] = ()  # the plans' queries (in plan order) that run on their own
     domains_sql: tuple[str | None, ...] = ()
+    # plan query (its index over all plans' queries) → the answer row's columns that hold its one result row
+    folded: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # how long the queries took last time; shared by the copies the session's cache hands out
+    speed: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.answer is not None and not self.answer_sql:
-            self.answer_sql = self.answer.sql(dialect="postgres")
-            self.queries_sql = tuple(q.sql(dialect="postgres") for plan in self.plans for q in plan.queries)
+            answer, self.folded = _fold(self.form, self.answer, self.plans)  # type: ignore[arg-type]
+            self.answer_sql = answer.sql(dialect="postgres")
+            every = [q for plan in self.plans for q in plan.queries]
+            self.queries_sql = tuple(q.sql(dialect="postgres") for i, q in enumerate(every) if i not in self.folded)
             self.domains_sql = tuple(
                 None if d.values is not None else d.query.sql(dialect="postgres") for d in self.domains
             )
@@ -404,10 +412,14 @@ class Prepared:
         t_plan = time.perf_counter()
         with self.session.connection() as conn:
             try:
-                # one snapshot for the answer and its sensitivity (NR §4.3.4 ran them separately)
-                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 flat, t_answer, t_sens = self._answer_and_sensitivity(conn, list(self.queries_sql))
                 answer_rows = flat.pop(0)
+                if self.folded:  # one row (no GROUP BY): the answer's aggregates, then the folded queries' items
+                    row = answer_rows[0]
+                    for i in sorted(self.folded):
+                        start, stop = self.folded[i]
+                        flat.insert(i, [tuple(row[start:stop])])
+                    answer_rows = [row[: len(form.aggregates)]]
                 sens_results = []
                 for plan in self.plans:
                     sens_results.append(flat[: len(plan.queries)])
@@ -470,37 +482,57 @@ class Prepared:
 
     def _answer_and_sensitivity(self, conn: psycopg.Connection, queries: list[str]) -> tuple[list[Any], float, float]:
         """The answer query's rows followed by each sensitivity query's, and how long the answer query and the
-        sensitivity queries took. With a spare connection, the sensitivity queries run beside the answer query in the
-        same snapshot (pg_export_snapshot / SET TRANSACTION SNAPSHOT), so the wall time is the longer of the
-        two rather than their sum."""
-        answer_sql = self.answer_sql
-        spare = self.session._spare_connection() if queries else None
+        sensitivity queries took, all in one snapshot (NR §4.3.4 ran them separately).
+
+        Two ways, chosen by how long the last run of this query took: small queries are pipelined on one
+        connection (one round trip for all of them; the fixed cost of a second connection, a thread and a
+        snapshot export would dominate); larger ones are shared between this connection and a spare one
+        that imports the snapshot (pg_export_snapshot / SET TRANSACTION SNAPSHOT), so the wall time is about
+        the longer half rather than the sum."""
+        begin = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY"
+        serial = not queries or self.speed.get("last", 0.0) < SERIAL_BELOW
+        spare = None if serial else self.session._spare_connection()
         t0 = time.perf_counter()
         if spare is None:
-            answer_rows = conn.execute(answer_sql).fetchall()
-            t_answer = time.perf_counter()
-            sens = [conn.execute(q).fetchall() for q in queries]
-            return [answer_rows, *sens], t_answer - t0, time.perf_counter() - t_answer
+            with conn.pipeline():
+                conn.execute(begin)
+                cursors = [conn.execute(q) for q in (self.answer_sql, *queries)]
+                if not any(self.domains_sql):
+                    conn.rollback()  # nothing else to read: end the transaction in the same round trip
+            out = [c.fetchall() for c in cursors]
+            elapsed = time.perf_counter() - t0
+            self.speed["last"] = elapsed
+            return out, elapsed, elapsed  # pipelined: they ran together
+        conn.execute(begin)
         snapshot = conn.execute("SELECT pg_export_snapshot()").fetchone()[0]  # type: ignore[index]
+        # round robin: the spare connection takes the first query, this one the answer and then the second …
+        mine, theirs = queries[1::2], queries[0::2]
         done: dict[str, float] = {}
 
         def side() -> list[Any]:
+            started = time.perf_counter()
             with spare as other:
-                other.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                other.execute(begin)
                 other.execute(psycopg.sql.SQL("SET TRANSACTION SNAPSHOT {}").format(psycopg.sql.Literal(snapshot)))
-                out = [other.execute(q).fetchall() for q in queries]
+                out = [other.execute(q).fetchall() for q in theirs]
                 other.rollback()
                 done["sens"] = time.perf_counter()
+                done["side"] = done["sens"] - started
                 return out
 
         with ThreadPoolExecutor(max_workers=1) as pool:
             future = pool.submit(side)
             try:
-                answer_rows = conn.execute(answer_sql).fetchall()
+                answer_rows = conn.execute(self.answer_sql).fetchall()
                 done["answer"] = time.perf_counter()
+                own = [conn.execute(q).fetchall() for q in mine]
             finally:
-                sens = future.result()  # the snapshot must outlive the side transaction's import
-        return [answer_rows, *sens], done["answer"] - t0, done["sens"] - t0
+                other_rows = future.result()  # the snapshot must outlive the side transaction's import
+        # what the queries would take one after the other: this connection's share plus the spare's
+        self.speed["last"] = time.perf_counter() - t0 + done["side"]
+        sens: list[Any] = [None] * len(queries)
+        sens[0::2], sens[1::2] = other_rows, own
+        return [answer_rows, *sens], done["answer"] - t0, max(done["sens"], time.perf_counter()) - t0
 
     def _release(self, form: AnalysisForm, result: Result, groups: list[tuple]) -> None:
         assert result.params is not None
@@ -548,6 +580,60 @@ class Prepared:
             result.released = True
         result.timings = {"total": time.perf_counter() - self.started}
         return result
+
+
+def _fold(
+    form: AnalysisForm, answer: exp.Select, plans: Sequence[Any]
+) -> tuple[exp.Select, dict[int, tuple[int, int]]]:
+    """The answer query with the one-row sensitivity queries that scan the same product computed in its scan
+    (the issue's "both in one scan where possible"; NR §4.3.4 ran q_m and q_s separately, Table 16). Such a
+    query reads ``FROM <uses> WHERE <scan conjuncts>``, a subset of the answer's WHERE: the merged query keeps
+    that WHERE and moves the answer's other conjuncts into FILTER clauses of its aggregates. Grouped answers
+    are not folded (the bounds are over the whole scan, not per group)."""
+    if form.group_by:
+        return answer, {}
+    where_node = answer.args.get("where")
+    kept = {_key(c): c for c in _conjuncts(where_node.this)} if where_node is not None else {}
+    scan: set[str] | None = None
+    picked: list[tuple[int, exp.Select]] = []
+    offset = 0
+    for plan in plans:
+        inline = getattr(plan, "inline", ())
+        mine = {_key(c.expr) for c in getattr(plan, "scan_conjuncts", ())}
+        for j, q in enumerate(plan.queries):
+            if j < len(inline) and inline[j] and mine <= kept.keys() and (scan is None or mine == scan):
+                scan = mine
+                picked.append((offset + j, q))
+        offset += len(plan.queries)
+    if scan is None:
+        return answer, {}
+    merged = answer.copy()
+    extra = [c for k, c in kept.items() if k not in scan]
+    if extra:
+        condition = exp.Where(this=exp.and_(*(c.copy() for c in extra)))
+        for item in merged.expressions:
+            item.set("this", exp.Filter(this=item.this, expression=condition.copy()))
+    merged.set("where", exp.Where(this=exp.and_(*(kept[k].copy() for k in kept if k in scan))) if scan else None)
+    folded: dict[int, tuple[int, int]] = {}
+    width = len(merged.expressions)
+    for i, q in picked:
+        items = [e.this if isinstance(e, exp.Alias) else e for e in q.expressions]
+        merged = merged.select(*(exp.alias_(e.copy(), f"__s{i}_{k}") for k, e in enumerate(items)), copy=False)
+        folded[i] = (width, width + len(items))
+        width += len(items)
+    return merged, folded
+
+
+def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
+    while isinstance(e, exp.Paren):
+        e = e.this
+    return [*_conjuncts(e.this), *_conjuncts(e.expression)] if isinstance(e, exp.And) else [e]
+
+
+def _key(e: exp.Expression) -> str:
+    while isinstance(e, exp.Paren):
+        e = e.this
+    return e.sql(dialect="postgres")
 
 
 def _database_error(exc: psycopg.Error) -> DatabaseError:

@@ -1,0 +1,208 @@
+"""How the value-level bounds are scanned: the reductions of a per-row maximum (skyline, corner), the public
+envelope of a private filter, and the answer query that computes one-row bounds in its own scan.
+
+Oracles: the per-row maximum ``SELECT MAX(D(r))`` evaluated by PostgreSQL over every row (the definition the
+reductions replace), the approximation of a filter evaluated row by row, and the same analysis with folding
+or pipelining switched off.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+import psycopg
+import pytest
+import sqlglot
+from sqlglot import exp
+
+import sqldp
+from sqldp import runner
+from sqldp.form import ColumnRef
+from sqldp.policy import Policy
+from sqldp.sensitivity import columns
+from sqldp.sensitivity.expressions import SqlOps, bound
+from sqldp.sensitivity.filters import approximate, envelope
+
+DDL = "CREATE TABLE t (id INT PRIMARY KEY, p INT, a INT, x NUMERIC(6,2), c INT)"
+POLICY = """
+[tables.t]
+rows = "public"
+norm = "l1(a, 0.5*x, c)"
+[tables.t.columns.a]
+range = [-5, 5]
+[tables.t.columns.c]
+range = [0, 3]
+[tables.t.columns.p]
+domain = [0, 1, 2, 3]
+"""
+BETA = 0.1
+WEIGHTS = {"a": 1.0, "x": 0.5, "c": 1.0}
+
+
+def _rows(rng: random.Random, n: int) -> list[tuple]:
+    return [
+        (i, rng.randint(0, 3), rng.randint(-5, 5), round(rng.uniform(-40, 40), 2), rng.randint(0, 3)) for i in range(n)
+    ]
+
+
+def _load(conn: psycopg.Connection, rows: list[tuple]) -> None:
+    conn.execute("TRUNCATE t")
+    with conn.cursor() as cur:
+        cur.executemany("INSERT INTO t VALUES (%s, %s, %s, %s, %s)", rows)
+
+
+def _items(text: str) -> list[exp.Expression]:
+    """The kinds of per-row bounds a plan scans: ub(e), each d_v(e), and a constant floor."""
+    e = sqlglot.parse_one(text, read="postgres")
+    ub, d = bound(e, lambda r: WEIGHTS.get(r.column), SqlOps(), BETA, lambda a, b: True)
+    return [ub, *d.values(), exp.Greatest(this=exp.Literal.number(1), expressions=[ub.copy()])]
+
+
+def _form(dsn: str, sql: str) -> Any:
+    return sqldp.connect(dsn, policy=Policy.from_toml(POLICY)).prepare(sql, epsilon=1.0).form
+
+
+def _one(conn: psycopg.Connection, q: exp.Select) -> list[float | None]:
+    rows = conn.execute(q.sql(dialect="postgres")).fetchall()
+    return [None if v is None else float(v) for v in rows[0]] if rows else []
+
+
+@pytest.mark.parametrize("text", ["t.a * t.x + t.c", "t.x * (1 - t.a)", "t.a + t.c", "t.x"])
+def test_skyline_is_the_per_row_maximum_and_the_corner_a_smooth_bound_of_it(pg_dsn: str, text: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+        form = _form(pg_dsn, f"SELECT SUM({text}) FROM t")
+        items = _items(text)
+        per_row = exp.select(*(exp.Max(this=e.copy()) for e in items)).from_("t")
+        rng = random.Random(text)
+        for _ in range(6):
+            rows = _rows(rng, rng.randint(1, 12))
+            _load(conn, rows)
+            truth = _one(conn, per_row)
+            for order in ({"a": 11.0, "c": 4.0, "x": math.inf}, {"a": math.inf, "c": 4.0, "x": 3.0}):
+                sky, flat = columns._extreme_query(form, items, [], lambda r, o=order: o[r.column], corner=False)
+                assert not flat or len({c.name for c in sqlglot.parse_one(text).find_all(exp.Column)}) == 1
+                for got, want in zip(_one(conn, sky), truth, strict=True):
+                    assert got == pytest.approx(want, rel=1e-12), (rows, order)
+            corner, flat = columns._extreme_query(form, items, [], lambda r: 1.0, corner=True)
+            assert flat
+            at = _one(conn, corner)
+            for got, want in zip(at, truth, strict=True):
+                assert got >= want * (1 - 1e-12)
+            # β-smoothness of the corner: one or two rows change by a random amount; the distance is the
+            # policy's (ℓ1 over rows of l1(a, 0.5·x, c))
+            changed = [list(r) for r in rows]
+            dist = 0.0
+            for _ in range(rng.randint(1, 2)):
+                r = rng.choice(changed)
+                col = rng.choice([2, 3, 4])
+                step = rng.choice([-3, -1, 1, 2]) if col != 3 else round(rng.uniform(-30, 30), 2)
+                r[col] += step
+                dist += abs(step) * (0.5 if col == 3 else 1.0)
+            _load(conn, [tuple(r) for r in changed])
+            moved = _one(conn, corner)
+            for c0, c1 in zip(at, moved, strict=True):
+                assert c0 <= math.exp(BETA * dist) * c1 * (1 + 1e-9) and c1 <= math.exp(BETA * dist) * c0 * (1 + 1e-9)
+
+
+def test_a_scan_with_no_row_bounds_nothing(pg_dsn: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+        form = _form(pg_dsn, "SELECT SUM(t.a) FROM t")
+        items = [*_items("t.a * t.x"), exp.Literal.number(2)]
+        for corner in (False, True):
+            q, _ = columns._extreme_query(form, items, [], lambda r: 1.0, corner=corner)
+            assert all(v is None for v in _one(conn, q))  # as MAX over no rows: no bound, not the floor
+        q, _ = columns._extreme_query(form, [exp.Literal.number(2)], [], lambda r: 1.0)
+        assert _one(conn, q) == []
+        _load(conn, [(0, 0, 1, 1.0, 0)])
+        assert _one(conn, q) == [2.0]
+
+
+def test_a_bound_that_is_not_monotone_in_its_leaves_is_scanned_row_by_row(pg_dsn: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+        form = _form(pg_dsn, "SELECT SUM(t.a) FROM t")
+        signed = sqlglot.parse_one("t.a * 2", read="postgres")  # a signed column, not |a|
+        for e in (signed, exp.Sub(this=exp.Literal.number(5), expression=exp.Abs(this=exp.column("a", "t")))):
+            assert not columns._monotone(e)[0]
+            q, flat = columns._extreme_query(form, [e], [], lambda r: 1.0, corner=True)
+            assert not flat and "GROUP BY" not in q.sql() and "MAX(ABS" not in q.sql()
+
+
+# -- the public envelope of a private filter ---------------------------------------------------------------
+
+
+def _info(ref: ColumnRef) -> tuple[str, float | None, float, bool]:
+    return ("integer", 1.0, 1.0, ref.column in WEIGHTS)
+
+
+@pytest.mark.parametrize(
+    ("cond", "expected"),
+    [
+        ("(t.p = 1 AND t.a > 2) OR (t.p = 2 AND t.x < 1)", "t.p = 1 OR t.p = 2"),
+        ("t.p IN (1, 3) AND t.a BETWEEN 0 AND 2", "t.p IN (1, 3)"),
+        ("(t.p = 1 AND t.a > 2) OR t.x < 1", None),  # a branch with no public part: any row may count
+        ("NOT (t.p = 1 AND t.a > 2)", None),  # 1 − s is 1 where s is 0
+        ("t.a > 2", None),
+    ],
+)
+def test_the_envelope_of_a_filter(pg_dsn: str, cond: str, expected: str | None) -> None:
+    e = sqlglot.parse_one(cond, read="postgres")
+    env = envelope(e, _info)
+    assert (None if env is None else env.sql(dialect="postgres").replace("(", "").replace(")", "")) == (
+        None if expected is None else expected.replace("(", "").replace(")", "")
+    )
+    if env is None:
+        return
+    # oracle: wherever the envelope is false, the approximation is 0 for every value of the private columns
+    s = approximate(e, lambda r: ("numeric", None, 1.0, r.column in WEIGHTS)).sql
+    grid = "(VALUES (-3), (0), (1), (2), (3), (7)) AS g(v)"
+    q = (
+        f"SELECT MAX(ABS({s.sql(dialect='postgres')})) FROM (SELECT p.v AS p, a.v AS a, x.v AS x "
+        f"FROM {grid.replace('g(v)', 'p(v)')}, {grid.replace('g(v)', 'a(v)')}, {grid.replace('g(v)', 'x(v)')}) AS t "
+        f"WHERE NOT ({env.sql(dialect='postgres')})"
+    )
+    with psycopg.connect(pg_dsn) as conn:
+        assert float(conn.execute(q).fetchone()[0]) == 0.0  # type: ignore[index]
+
+
+# -- the answer query that also computes the one-row bounds -------------------------------------------------
+
+QUERIES = [
+    "SELECT SUM(t.a * t.x) FROM t WHERE t.c <= 2",  # exact step filter: FILTER clause in the merged scan
+    "SELECT SUM(t.x) FROM t WHERE t.x > 1.5 AND t.p = 1",  # sigmoid: the answer is q_m
+    "SELECT COUNT(*), AVG(t.a) FROM t WHERE (t.p = 1 AND t.a > 0) OR (t.p = 2 AND t.c < 2)",
+    "SELECT t.p, SUM(t.a) FROM t WHERE t.c >= 1 GROUP BY t.p",  # grouped: not folded
+    "SELECT MAX(t.x * t.a) FROM t WHERE t.p <> 0",
+]
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_folding_and_pipelining_do_not_change_the_analysis(
+    pg_dsn: str, query: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+        _load(conn, _rows(random.Random(query), 30))
+
+    def results(session: sqldp.Session, *, parallel: bool) -> list[tuple]:
+        prepared = session.prepare(query, epsilon=3.0, beta=BETA)
+        prepared.speed["last"] = 10.0 if parallel else 0.0  # the mode the next run takes
+        out = prepared.analyze()
+        return [(m.true_value, m.sensitivity) for row in out.measurements for m in row]
+
+    folded = sqldp.connect(pg_dsn, policy=Policy.from_toml(POLICY))
+    prepared = folded.prepare(query, epsilon=3.0, beta=BETA)
+    assert bool(prepared.folded) == ("GROUP BY" not in query)
+    want = results(folded, parallel=False)
+    assert results(folded, parallel=True) == want
+    monkeypatch.setattr(runner, "_fold", lambda form, answer, plans: (answer, {}))
+    apart = sqldp.connect(pg_dsn, policy=Policy.from_toml(POLICY))
+    assert not apart.prepare(query, epsilon=3.0, beta=BETA).folded
+    for got, expected in zip(results(apart, parallel=False), want, strict=True):
+        assert got == pytest.approx(expected, rel=1e-12)
+    folded.close()
+    apart.close()
