@@ -1,6 +1,6 @@
 """The 21 NAPLES TPC-H queries under value-level privacy (NR §4.3.3), beside NR Tables 16 and 17.
 
-For each query: the plain query's time t_i (PostgreSQL, median of 3 after a warm-up), the time of the whole
+For each query: the plain query's time t_i (PostgreSQL, median of 5 after a warm-up), the time of the whole
 noisy answer (``Session.run``: parse, plan, answer query and sensitivity queries in one snapshot, noise),
 their ratio, the β-smooth sensitivity q_s at ε = 1, β = 0.1, and %noise = 100·10·q_s/q_i, the bound the
 Cauchy noise stays below with probability 78% (NR Table 17's definition, ξ = q_s/(ε/(γ+1) − β) = 10·q_s;
@@ -61,7 +61,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--scale", type=float, default=0.1)
     ap.add_argument("--dsn", default=None)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     dsn = tpch_database(args.scale, args.dsn)
     session = sqldp.connect(dsn, policy=value_policy(), seed=7)

@@ -599,7 +599,7 @@ def _fold(
     offset = 0
     for plan in plans:
         inline = getattr(plan, "inline", ())
-        mine = {_key(c.expr) for c in getattr(plan, "scan_conjuncts", ())}
+        mine = {_key(x) for c in getattr(plan, "scan_conjuncts", ()) for x in _conjuncts(c.expr)}
         for j, q in enumerate(plan.queries):
             if j < len(inline) and inline[j] and mine <= kept.keys() and (scan is None or mine == scan):
                 scan = mine

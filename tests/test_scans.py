@@ -206,3 +206,43 @@ def test_folding_and_pipelining_do_not_change_the_analysis(
         assert got == pytest.approx(expected, rel=1e-12)
     folded.close()
     apart.close()
+
+
+# -- a key-bounded fan-out instead of the GROUP BY per row (COUNT) ------------------------------------------
+
+FANOUT_DDL = """
+CREATE TABLE o (id INT PRIMARY KEY, pri INT, d INT);
+CREATE TABLE l (ok INT, ln INT, c INT, PRIMARY KEY (ok, ln));
+"""
+FANOUT_POLICY = """
+[tables.o]
+rows = "public"
+norm = "l1(d)"
+[tables.l]
+rows = "public"
+norm = "l1(c)"
+[tables.l.columns.ln]
+range = [1, 3]
+"""
+FANOUT_QUERY = "SELECT COUNT(*) FROM o, l WHERE l.ok = o.id AND o.pri = 1 AND o.d >= 5 AND l.c < 2"
+
+
+def test_an_order_has_at_most_as_many_lines_as_line_numbers(pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NR §3.3.8.2: Σ_{r ∋ t} D(r) for a row t of o is D·#{r ∋ t}; with l's key (ok, ln) and ln in [1, 3],
+    #{r ∋ t} ≤ 3 for any data once ``l.ln BETWEEN 1 AND 3`` is in the WHERE (rows outside it are not counted)."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(FANOUT_DDL)
+        conn.execute("INSERT INTO o VALUES (1, 1, 6), (2, 1, 4), (3, 0, 9)")
+        conn.execute("INSERT INTO l VALUES (1, 1, 0), (1, 2, 5), (2, 1, 1), (2, 9, 1), (3, 1, 0), (3, 2, 0), (3, 3, 0)")
+    policy = Policy.from_toml(FANOUT_POLICY)
+    session = sqldp.connect(pg_dsn, policy=policy)
+    prepared = session.prepare(FANOUT_QUERY, epsilon=1.0, beta=BETA)
+    assert "GROUP BY" not in " ".join(prepared.queries_sql) and "l.ln BETWEEN 1 AND 3" in prepared.answer_sql
+    out = prepared.analyze()
+    m = out.measurements[0][0]
+    assert m.true_value == 1.0  # (1, 1, 0); (2, 9, 1) is outside ln's range and not counted
+    # the GROUP BY path (no fan-out, no range conjunct): o's rows have 2 lines each in the scan, slope 1 each
+    monkeypatch.setattr(columns, "_fanout", lambda form, start, public, catalog, bounded=None: None)
+    exact = sqldp.connect(pg_dsn, policy=policy).analyze(FANOUT_QUERY, epsilon=1.0, beta=BETA)
+    assert m.tables["o"]["value_sensitivity"] == pytest.approx(3.0)
+    assert exact.measurements[0][0].tables["o"]["value_sensitivity"] == pytest.approx(2.0)

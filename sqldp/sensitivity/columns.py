@@ -46,6 +46,8 @@ move when values change and is β-smooth under row changes; NR's e^(−βG_i)·c
 Speed: when the equalities of the public filter fix a primary key of every other use, starting from use i
 (a foreign key chain such as lineitem → orders → customer), each row of use i is in at most one product row,
 so Σ_{r ∋ t} D_i(r) = max_{r ∋ t} D_i(r) and the per-use query is a MAX over the join with no GROUP BY.
+For COUNT (constant D), key columns left free but bounded by the policy multiply that count instead
+(:func:`_fanout`). The maxima themselves are reduced to a few aggregates (:func:`_extreme_query`).
 """
 
 from __future__ import annotations
@@ -343,6 +345,35 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
             return math.inf
         return (cp.range[1] - cp.range[0]) / grain + 1
 
+    def bounded(u: TableUse, col: str) -> tuple[float, exp.Expression] | None:
+        """A free key column's number of values, and the conjunct that keeps it in them (public columns)."""
+        if weight(ColumnRef(u.alias, col)) is not None or catalog.table(u.table).column(col).kind != "integer":
+            return None
+        cp = policy.table(u.table).column(col)
+        ref = exp.column(col, table=u.alias)
+        if cp.domain is not None and all(isinstance(v, int) for v in cp.domain):
+            values = [exp.Literal.number(v) for v in cp.domain]
+            return float(len(set(cp.domain))), exp.In(this=ref, expressions=values)
+        if cp.range is not None:
+            lo, hi = math.ceil(cp.range[0]), math.floor(cp.range[1])
+            cond = exp.Between(this=ref, low=exp.Literal.number(lo), high=exp.Literal.number(hi))
+            return float(max(hi - lo + 1, 0)), cond
+        return None
+
+    # COUNT's per-row bounds are constants: a key-bounded fan-out replaces the GROUP BY per row of a use
+    # (TPC-H Q4: an order has at most 7 lines, (l_orderkey, l_linenumber) being lineitem's key and
+    # l_linenumber in [1, 7]); the conjuncts that keep the free key columns in range join the WHERE first
+    fanout_bound = bounded if agg.kind == "count" and not combined else None
+    if fanout_bound is not None:
+        for t in value_tables:
+            for u in form.uses_of(t):
+                fan = _fanout(form, u.alias, public, catalog, fanout_bound)
+                for cond in fan[1] if fan is not None else ():
+                    if all(cond.sql() != c.expr.sql() for c in public):
+                        refs = frozenset(ColumnRef(x.table, x.name) for x in cond.find_all(exp.Column))
+                        public.append(Conjunct(cond, refs, False))
+        kept = tuple(c for c in public if c not in kept) + tuple(kept)
+
     queries: list[exp.Select] = []
     inline: list[bool] = []
     uses: list[_UseQuery] = []
@@ -394,7 +425,12 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
             for c, term in parts_for(u.alias, reference, sql_ops).items():
                 column_cols[c] = len(items)
                 items.append(exp.Mul(this=exp.Paren(this=term), expression=exp.Literal.number(repr(1.0 / w[c]))))
-            per_row_sum = not extremum and not _key_determined(form, u.alias, public, catalog)
+            fan = _fanout(form, u.alias, public, catalog, fanout_bound)
+            if fan is not None and fan[0] > 1 and not extremum:
+                # constants (COUNT): Σ_{r ∋ t} D = D·#{r ∋ t} ≤ N·D wherever the scan has a row
+                items = [exp.Mul(this=exp.Literal.number(repr(fan[0])), expression=exp.Paren(this=e)) for e in items]
+                fan = (1.0, [])
+            per_row_sum = not extremum and not (fan is not None and fan[0] == 1)
             if per_row_sum and len(form.uses) > 1:
                 queries.append(_max_query(form, u, items, public, catalog))
                 inline.append(False)
@@ -422,9 +458,20 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
     )
 
 
-def _key_determined(form: AnalysisForm, start: str, public: list[Conjunct], catalog: Catalog) -> bool:
-    """Whether every use is reached from ``start`` through public equalities (to a reached use's column or to
-    a constant) that fix its whole primary key: then a row of ``start`` is in at most one product row."""
+Bounded = Callable[[TableUse, str], tuple[float, exp.Expression] | None]
+
+
+def _fanout(
+    form: AnalysisForm, start: str, public: list[Conjunct], catalog: Catalog, bounded: Bounded | None = None
+) -> tuple[float, list[exp.Expression]] | None:
+    """An upper bound N of #{r ∋ t}, the product rows one row t of ``start`` is in, from the keys; None when
+    some use is not reached.
+
+    A use is reached through public equalities (to a reached use's column or to a constant) that fix its
+    whole primary key: one row per reached combination. With ``bounded``, a primary key column left free may
+    also be one whose values are bounded (a declared integer range or domain of a column the metric does not
+    protect): then at most that many rows share the fixed part of the key, and the conjunct that keeps the
+    column in its range must join the WHERE (so the bound holds for any data, as SUM arguments are clamped)."""
     fixed: dict[str, set[tuple[str, str | None]]] = {}  # alias → (its column, the other side's alias or None)
     for c in public:
         e = c.expr
@@ -439,17 +486,33 @@ def _key_determined(form: AnalysisForm, start: str, public: list[Conjunct], cata
         elif len(cols) == 1 and any(isinstance(x, exp.Literal) for x in sides):
             fixed.setdefault(cols[0].table, set()).add((cols[0].name, None))
     reached = {start}
-    grew = True
-    while grew:
-        grew = False
+    n = 1.0
+    conditions: list[exp.Expression] = []
+    while len(reached) < len(form.uses):
+        best: tuple[float, str, list[exp.Expression]] | None = None
         for u in form.uses:
             pk = set(catalog.table(u.table).primary_key)
             if u.alias in reached or not pk:
                 continue
-            if pk <= {col for col, other in fixed.get(u.alias, ()) if other is None or other in reached}:
-                reached.add(u.alias)
-                grew = True
-    return len(reached) == len(form.uses)
+            free = pk - {col for col, other in fixed.get(u.alias, ()) if other is None or other in reached}
+            if free and bounded is None:
+                continue
+            size, conds = 1.0, []
+            for col in sorted(free):
+                b = bounded(u, col) if bounded is not None else None
+                if b is None:
+                    break
+                size *= b[0]
+                conds.append(b[1])
+            else:
+                if best is None or size < best[0]:
+                    best = (size, u.alias, conds)
+        if best is None:
+            return None
+        n *= best[0]
+        reached.add(best[1])
+        conditions.extend(best[2])
+    return n, conditions
 
 
 def _max_query(
