@@ -625,15 +625,12 @@ def _fold(
 
 
 def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
-    while isinstance(e, exp.Paren):
-        e = e.this
+    e = e.unnest()
     return [*_conjuncts(e.this), *_conjuncts(e.expression)] if isinstance(e, exp.And) else [e]
 
 
 def _key(e: exp.Expression) -> str:
-    while isinstance(e, exp.Paren):
-        e = e.this
-    return e.sql(dialect="postgres")
+    return e.unnest().sql(dialect="postgres")
 
 
 def _database_error(exc: psycopg.Error) -> DatabaseError:

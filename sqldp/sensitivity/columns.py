@@ -288,10 +288,10 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
                 default=s_sql,
             )
         released = Aggregate("sum", body, agg.columns)
-        kept = tuple(public) + tuple(c for c, f in filters if f.exact)
+        hard = tuple(c for c, f in filters if f.exact)
     else:
         released = dataclasses.replace(agg, arg=arg) if agg.kind == "sum" else agg
-        kept = tuple(public) + tuple(private)
+        hard = tuple(private)
 
     value_tables = sorted(
         {form.use(r.alias).table for r in set(slopes) | ({r for r in agg.columns if weight(r) is not None})}
@@ -363,16 +363,17 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
     # COUNT's per-row bounds are constants: a key-bounded fan-out replaces the GROUP BY per row of a use
     # (TPC-H Q4: an order has at most 7 lines, (l_orderkey, l_linenumber) being lineitem's key and
     # l_linenumber in [1, 7]); the conjuncts that keep the free key columns in range join the WHERE first
+    # (_fanout reads only the equalities, so the range conjuncts added here do not change its answers)
     fanout_bound = bounded if agg.kind == "count" and not combined else None
-    if fanout_bound is not None:
-        for t in value_tables:
-            for u in form.uses_of(t):
-                fan = _fanout(form, u.alias, public, catalog, fanout_bound)
-                for cond in fan[1] if fan is not None else ():
-                    if all(cond.sql() != c.expr.sql() for c in public):
-                        refs = frozenset(ColumnRef(x.table, x.name) for x in cond.find_all(exp.Column))
-                        public.append(Conjunct(cond, refs, False))
-        kept = tuple(c for c in public if c not in kept) + tuple(kept)
+    fans = {
+        u.alias: _fanout(form, u.alias, public, catalog, fanout_bound) for t in value_tables for u in form.uses_of(t)
+    }
+    for fan in fans.values():
+        for cond in fan[1] if fan is not None else ():
+            if all(cond.sql() != c.expr.sql() for c in public):
+                refs = frozenset(ColumnRef(x.table, x.name) for x in cond.find_all(exp.Column))
+                public.append(Conjunct(cond, refs, False))
+    kept = tuple(public) + hard  # the answer's WHERE (private sigmoid conjuncts moved into q_m)
 
     queries: list[exp.Select] = []
     inline: list[bool] = []
@@ -425,13 +426,11 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
             for c, term in parts_for(u.alias, reference, sql_ops).items():
                 column_cols[c] = len(items)
                 items.append(exp.Mul(this=exp.Paren(this=term), expression=exp.Literal.number(repr(1.0 / w[c]))))
-            fan = _fanout(form, u.alias, public, catalog, fanout_bound)
-            if fan is not None and fan[0] > 1 and not extremum:
+            fan = fans[u.alias]
+            if fan is not None and fan[0] > 1:
                 # constants (COUNT): Σ_{r ∋ t} D = D·#{r ∋ t} ≤ N·D wherever the scan has a row
                 items = [exp.Mul(this=exp.Literal.number(repr(fan[0])), expression=exp.Paren(this=e)) for e in items]
-                fan = (1.0, [])
-            per_row_sum = not extremum and not (fan is not None and fan[0] == 1)
-            if per_row_sum and len(form.uses) > 1:
+            if not extremum and fan is None and len(form.uses) > 1:
                 queries.append(_max_query(form, u, items, public, catalog))
                 inline.append(False)
             else:
@@ -595,18 +594,22 @@ def _extreme_query(
     in the leaves and non-decreasing, and a change of the database moves the vector of maxima by at most
     Σ_t |Δx_t| per column, whose norm is at most the distance (rows and tables combine with ℓ1, the table norms
     are absolute). A table used twice would count one change twice, so self-joins keep the skyline."""
+
+    def per_row() -> tuple[exp.Select, bool]:
+        sel = exp.select(*(exp.alias_(exp.Max(this=e), f"v{k}") for k, e in enumerate(items)))
+        return where(from_uses(sel, form.uses), public), False
+
     leaves: dict[ColumnRef, exp.Column] = {}
-    columns = 0
+    columns = in_leaves = 0
     for it in items:
         columns += sum(1 for _ in it.find_all(exp.Column))
         for node in it.find_all(exp.Abs):
             col = _leaf(node)
             if col is not None:
+                in_leaves += 1
                 leaves[ColumnRef(col.table, col.name)] = col
-    n_leaves = sum(1 for it in items for node in it.find_all(exp.Abs) if _leaf(node) is not None)
-    if columns != n_leaves or not all(_monotone(it)[0] for it in items):
-        sel = exp.select(*(exp.alias_(exp.Max(this=e), f"v{k}") for k, e in enumerate(items)))
-        return where(from_uses(sel, form.uses), public), False
+    if columns != in_leaves or not all(_monotone(it)[0] for it in items):
+        return per_row()
 
     def substitute(e: exp.Expression, at: dict[ColumnRef, exp.Expression]) -> exp.Expression:
         def swap(node: exp.Expression) -> exp.Expression:
@@ -638,8 +641,7 @@ def _extreme_query(
         return where(from_uses(sel, form.uses), public), True
     keys, free = refs[:-1], refs[-1]
     if math.prod(distinct(r) for r in keys) > SKYLINE_GROUPS:
-        sel = exp.select(*(exp.alias_(exp.Max(this=e), f"v{k}") for k, e in enumerate(items)))
-        return where(from_uses(sel, form.uses), public), False
+        return per_row()
     inner = exp.select(
         *(exp.alias_(absolute(leaves[r]), f"g{i}") for i, r in enumerate(keys)),
         exp.alias_(exp.Max(this=absolute(leaves[free])), "m"),
