@@ -44,6 +44,13 @@ from sqldp.sqlgen import answer_query
 SERIAL_BELOW = 0.02
 IDLE_CONNECTIONS = 2  # kept open per session: the answer's and the sensitivity queries'
 PREPARED_CACHE = 256  # analysed queries kept per session
+# Session connections are autocommit and read-only by default: a single statement is its own transaction (one
+# round trip; explicit BEGIN/COMMIT cost ≈ 0.5 ms, as much as a small query), several share one snapshot
+# between BEGIN and COMMIT. COMMIT, not ROLLBACK, ends them: the same for a read-only transaction, but psycopg
+# forgets the connection's prepared statements on ROLLBACK, and re-planning the analysis queries costs more
+# than running them when the plain query takes a millisecond.
+READ_ONLY = "SET default_transaction_read_only = on"
+BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 
 @dataclass(frozen=True)
@@ -241,8 +248,8 @@ class Session:
         pool: Any = None,
     ) -> None:
         self.dsn = resolve_dsn(dsn, data_dir)
-        # optional psycopg_pool.ConnectionPool (non-autocommit): the proxy reuses connections because opening
-        # one per query costs milliseconds; without it every query opens its own connection, as before
+        # optional psycopg_pool.ConnectionPool of autocommit connections configured with READ_ONLY: the proxy
+        # reuses connections because opening one per query costs milliseconds
         self.pool = pool
         self.policy = policy if isinstance(policy, Policy) else Policy.from_file(policy) if policy else Policy()
         if isinstance(schema, Catalog):
@@ -263,7 +270,7 @@ class Session:
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
-        """A non-autocommit connection: from the pool if there is one, else one this session keeps open."""
+        """An autocommit, read-only connection: from the pool if there is one, else one this session keeps."""
         if self.pool is not None:
             with self.pool.connection() as conn:
                 yield conn
@@ -271,7 +278,8 @@ class Session:
         with self._lock:
             conn = self._idle.pop() if self._idle else None
         if conn is None or conn.closed:
-            conn = connect(self.dsn, autocommit=False)
+            conn = connect(self.dsn)
+            conn.execute(READ_ONLY)
         try:
             yield conn
         except BaseException:
@@ -428,7 +436,7 @@ class Prepared:
                     d.values if d.values is not None else tuple(r[0] for r in conn.execute(text).fetchall())  # type: ignore[arg-type]
                     for d, text in zip(self.domains, self.domains_sql, strict=True)
                 ]
-                conn.rollback()
+                _end(conn)
             except psycopg.Error as exc:
                 raise _database_error(exc) from exc
         result = Result(self.sql, params, test_mode=self.session.noise.test_mode, notes=list(form.notes))
@@ -489,21 +497,25 @@ class Prepared:
         snapshot export would dominate); larger ones are shared between this connection and a spare one
         that imports the snapshot (pg_export_snapshot / SET TRANSACTION SNAPSHOT), so the wall time is about
         the longer half rather than the sum."""
-        begin = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY"
         serial = not queries or self.speed.get("last", 0.0) < SERIAL_BELOW
         spare = None if serial else self.session._spare_connection()
+        domains = any(self.domains_sql)
         t0 = time.perf_counter()
+        if not queries and not domains:  # one statement: its own snapshot
+            out = [conn.execute(self.answer_sql).fetchall()]
+            self.speed["last"] = elapsed = time.perf_counter() - t0
+            return out, elapsed, elapsed
         if spare is None:
             with conn.pipeline():
-                conn.execute(begin)
+                conn.execute(BEGIN)
                 cursors = [conn.execute(q) for q in (self.answer_sql, *queries)]
-                if not any(self.domains_sql):
-                    conn.rollback()  # nothing else to read: end the transaction in the same round trip
+                if not domains:
+                    conn.execute("COMMIT")  # nothing else to read: end the transaction in the same round trip
             out = [c.fetchall() for c in cursors]
             elapsed = time.perf_counter() - t0
             self.speed["last"] = elapsed
             return out, elapsed, elapsed  # pipelined: they ran together
-        conn.execute(begin)
+        conn.execute(BEGIN)
         snapshot = conn.execute("SELECT pg_export_snapshot()").fetchone()[0]  # type: ignore[index]
         # round robin: the spare connection takes the first query, this one the answer and then the second …
         mine, theirs = queries[1::2], queries[0::2]
@@ -512,10 +524,10 @@ class Prepared:
         def side() -> list[Any]:
             started = time.perf_counter()
             with spare as other:
-                other.execute(begin)
+                other.execute(BEGIN)
                 other.execute(psycopg.sql.SQL("SET TRANSACTION SNAPSHOT {}").format(psycopg.sql.Literal(snapshot)))
                 out = [other.execute(q).fetchall() for q in theirs]
-                other.rollback()
+                other.execute("COMMIT")
                 done["sens"] = time.perf_counter()
                 done["side"] = done["sens"] - started
                 return out
@@ -570,11 +582,9 @@ class Prepared:
         if release:
             with self.session.connection() as conn:
                 try:
-                    conn.execute("SET TRANSACTION READ ONLY")
-                    cur = conn.execute(form.sql)
+                    cur = conn.execute(form.sql)  # one statement, read only (READ_ONLY)
                     result.columns = [d.name for d in cur.description or []]
                     result.rows = [dict(zip(result.columns, r, strict=True)) for r in cur.fetchall()]
-                    conn.rollback()
                 except psycopg.Error as exc:
                     raise _database_error(exc) from exc
             result.released = True
@@ -585,25 +595,36 @@ class Prepared:
 def _fold(
     form: AnalysisForm, answer: exp.Select, plans: Sequence[Any]
 ) -> tuple[exp.Select, dict[int, tuple[int, int]]]:
-    """The answer query with the one-row sensitivity queries that scan the same product computed in its scan
-    (the issue's "both in one scan where possible"; NR §4.3.4 ran q_m and q_s separately, Table 16). Such a
-    query reads ``FROM <uses> WHERE <scan conjuncts>``, a subset of the answer's WHERE: the merged query keeps
-    that WHERE and moves the answer's other conjuncts into FILTER clauses of its aggregates. Grouped answers
-    are not folded (the bounds are over the whole scan, not per group)."""
+    """The answer query with the sensitivity queries that scan the same product computed in its scan (the
+    issue's "both in one scan where possible"; NR §4.3.4 ran q_m and q_s separately, Table 16).
+
+    Two shapes of plan query fold (the plan says which, ``inline`` and ``grouped``): one-row queries
+    ``FROM <uses> WHERE <scan conjuncts>``, whose items join the answer's; and ``MAX`` over a ``GROUP BY`` of
+    that scan (max over rows t of Σ_{r ∋ t} D(r), NR §3.3.8.2), which becomes the merged query's inner level:
+    the answer's aggregates are computed per group there and re-aggregated outside (SUM and COUNT add up, MIN
+    and MAX of the groups' MIN and MAX), so one scan of the join serves both. The scan conjuncts are a subset
+    of the answer's WHERE: the merged query keeps them and moves the answer's other conjuncts into FILTER
+    clauses of its aggregates. Grouped answers are not folded (the bounds are over the whole scan)."""
     if form.group_by:
         return answer, {}
     where_node = answer.args.get("where")
     kept = {_key(c): c for c in _conjuncts(where_node.this)} if where_node is not None else {}
     scan: set[str] | None = None
-    picked: list[tuple[int, exp.Select]] = []
+    rows: list[tuple[int, exp.Select]] = []  # one-row queries
+    grouped: list[tuple[int, exp.Select]] = []  # MAX over one GROUP BY of the scan
     offset = 0
     for plan in plans:
-        inline = getattr(plan, "inline", ())
+        inline, per_group = getattr(plan, "inline", ()), getattr(plan, "grouped", ())
         mine = {_key(x) for c in getattr(plan, "scan_conjuncts", ()) for x in _conjuncts(c.expr)}
         for j, q in enumerate(plan.queries):
-            if j < len(inline) and inline[j] and mine <= kept.keys() and (scan is None or mine == scan):
+            if not (mine <= kept.keys() and (scan is None or mine == scan)):
+                continue
+            if j < len(inline) and inline[j]:
                 scan = mine
-                picked.append((offset + j, q))
+                rows.append((offset + j, q))
+            elif j < len(per_group) and per_group[j] and _same_groups(q, grouped):
+                scan = mine
+                grouped.append((offset + j, q))
         offset += len(plan.queries)
     if scan is None:
         return answer, {}
@@ -616,12 +637,78 @@ def _fold(
     merged.set("where", exp.Where(this=exp.and_(*(kept[k].copy() for k in kept if k in scan))) if scan else None)
     folded: dict[int, tuple[int, int]] = {}
     width = len(merged.expressions)
-    for i, q in picked:
+    for i, q in rows:
         items = [e.this if isinstance(e, exp.Alias) else e for e in q.expressions]
         merged = merged.select(*(exp.alias_(e.copy(), f"__s{i}_{k}") for k, e in enumerate(items)), copy=False)
         folded[i] = (width, width + len(items))
         width += len(items)
+    if grouped:
+        two = _per_group(merged, grouped)
+        if two is None:  # an aggregate that does not re-aggregate: the grouped queries run on their own
+            return (merged, folded) if rows else (answer, {})
+        merged = two
+        for i, q in grouped:
+            folded[i] = (width, width + len(q.expressions))
+            width += len(q.expressions)
     return merged, folded
+
+
+# how an aggregate of the groups' aggregates gives the aggregate of all rows (COUNT of nothing is 0, not NULL)
+_REAGGREGATE = {exp.Sum: exp.Sum, exp.Count: exp.Sum, exp.Min: exp.Min, exp.Max: exp.Max}
+
+
+def _inner(q: exp.Select) -> exp.Select:
+    """The grouped level of ``SELECT MAX(s0) … FROM (SELECT … GROUP BY …) AS per_row``."""
+    return q.args["from_"].this.this
+
+
+def _same_groups(q: exp.Select, grouped: list[tuple[int, exp.Select]]) -> bool:
+    return not grouped or _inner(q).args["group"].sql() == _inner(grouped[0][1]).args["group"].sql()
+
+
+def _per_group(merged: exp.Select, grouped: list[tuple[int, exp.Select]]) -> exp.Select | None:
+    """``merged`` (one row) computed as an aggregate over the groups of the grouped queries' inner level, with
+    their MAX items appended; None when one of its aggregates cannot be re-aggregated (COUNT DISTINCT, …)."""
+    inner = exp.select().from_(merged.args["from_"].copy(), copy=False)
+    for j in merged.args.get("joins") or ():
+        inner.append("joins", j.copy())
+    if merged.args.get("where") is not None:
+        inner.set("where", merged.args["where"].copy())
+    inner.set("group", _inner(grouped[0][1]).args["group"].copy())
+    outer_items = []
+    names: dict[str, str] = {}
+    for item in merged.expressions:
+        item = item.copy()
+        aggs = [a for a in item.find_all(exp.AggFunc) if not isinstance(a.parent, exp.Filter)]
+        aggs += [f for f in item.find_all(exp.Filter)]
+        for node in aggs:
+            agg = node.this if isinstance(node, exp.Filter) else node
+            outer = _REAGGREGATE.get(type(agg))
+            if outer is None or isinstance(agg.this, exp.Distinct) or agg.find_ancestor(exp.AggFunc):
+                return None
+            key = node.sql()
+            if key not in names:  # the bounds repeat MAX(ABS(x)) and COUNT(*): computed once per group
+                names[key] = f"__g{len(names)}"
+                inner.select(exp.alias_(node.copy(), names[key]), copy=False)
+            again: exp.Expression = outer(this=exp.column(names[key]))
+            if isinstance(agg, exp.Count):
+                again = exp.func("COALESCE", again, exp.Literal.number(0))
+            item = again if node is item else item  # an item that is the aggregate itself has no parent
+            node.replace(again)
+        outer_items.append(item)
+    for i, q in grouped:
+        sums = {s.alias: s for s in _inner(q).expressions}
+        for k, item in enumerate(q.expressions):  # MAX(s<k>) AS v<k>
+            column = item.this.this.name
+            inner.select(exp.alias_(sums[column].this.copy(), f"__p{i}_{column}"), copy=False)
+            outer_items.append(exp.alias_(exp.Max(this=exp.column(f"__p{i}_{column}")), f"__s{i}_{k}"))
+    return exp.select(*outer_items).from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("g"))))
+
+
+def _end(conn: psycopg.Connection) -> None:
+    """End the snapshot's transaction, if one was begun (see READ_ONLY: COMMIT keeps prepared statements)."""
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        conn.execute("COMMIT")
 
 
 def _conjuncts(e: exp.Expression) -> list[exp.Expression]:

@@ -8,12 +8,15 @@ import math
 import statistics
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
 import pytest
 
 import sqldp
+from sqldp import runner
 from sqldp.errors import ForbiddenError, RefusedError
 
 DDL = """
@@ -183,18 +186,51 @@ def test_a_repeated_query_reuses_its_analysis(db: tuple[str, Path]) -> None:
     session.close()
 
 
-def test_sensitivity_queries_read_the_answers_snapshot(db: tuple[str, Path]) -> None:
+def test_sensitivity_queries_read_the_answers_snapshot(db: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     """The sensitivity queries run on a second connection that imports the answer's snapshot: a row committed
-    after the snapshot was taken is seen by neither."""
+    after the snapshot was exported (here, just before the second connection starts) is seen by neither."""
     dsn, policy = db
     session = sqldp.connect(dsn, policy=policy, seed=3)
     prepared = session.prepare("SELECT COUNT(*) FROM t", epsilon=1.0)
-    with session.connection() as conn:
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        before = conn.execute("SELECT COUNT(*) FROM t").fetchone()[0]  # the snapshot is taken here
+    prepared.speed["last"] = 10.0  # a slow query: the two-connection path
+    spare = session._spare_connection
+
+    @contextmanager
+    def late() -> Iterator[psycopg.Connection]:
         with psycopg.connect(dsn, autocommit=True) as writer:
             writer.execute("INSERT INTO t VALUES ('late', 'math', 5)")
+        with spare() as conn:
+            yield conn
+
+    monkeypatch.setattr(session, "_spare_connection", late)
+    with session.connection() as conn:
+        before = conn.execute("SELECT COUNT(*) FROM t").fetchone()[0]
         rows, _, _ = prepared._answer_and_sensitivity(conn, ["SELECT COUNT(*) FROM t", "SELECT 1"])
-        conn.rollback()
-    assert rows[0] == [(before,)] and rows[1] == [(before,)] and rows[2] == [(1,)]
+        runner._end(conn)
+        after = conn.execute("SELECT COUNT(*) FROM t").fetchone()[0]
+    assert rows == [[(before,)], [(before,)], [(1,)]] and after == before + 1
+    session.close()
+
+
+def test_session_connections_are_read_only_and_keep_their_prepared_statements(db: tuple[str, Path]) -> None:
+    """The session reads through autocommit connections with default_transaction_read_only (a write fails,
+    in a statement of its own or in the snapshot's transaction); its transactions end with COMMIT, which,
+    unlike psycopg's rollback(), keeps the statements psycopg prepared after a few runs (re-planning the
+    analysis queries would cost more than running them on small queries)."""
+    dsn, policy = db
+    session = sqldp.connect(dsn, policy=policy, seed=3)
+    query = "SELECT f.building, COUNT(*) FROM t, f WHERE t.faculty = f.faculty GROUP BY f.building"
+    prepared = session.prepare(query, epsilon=1.0)
+    assert prepared.queries_sql or any(prepared.domains_sql)  # several statements: BEGIN … COMMIT
+    for _ in range(8):
+        session.run(query, epsilon=1.0)
+    with session.connection() as conn:
+        prepared = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0]
+        assert prepared >= 1
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            conn.execute("CREATE TABLE written (a int)")
+        conn.execute(runner.BEGIN)
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            conn.execute("INSERT INTO t VALUES ('x', 'math', 1)")
+        conn.execute("ROLLBACK")
     session.close()

@@ -246,3 +246,75 @@ def test_an_order_has_at_most_as_many_lines_as_line_numbers(pg_dsn: str, monkeyp
     exact = sqldp.connect(pg_dsn, policy=policy).analyze(FANOUT_QUERY, epsilon=1.0, beta=BETA)
     assert m.tables["o"]["value_sensitivity"] == pytest.approx(3.0)
     assert exact.measurements[0][0].tables["o"]["value_sensitivity"] == pytest.approx(2.0)
+
+
+# -- the answer computed per group of the GROUP BY that bounds Σ_{r ∋ t} D(r) ------------------------------
+
+JOIN_POLICY = """
+[tables.o]
+rows = "public"
+norm = "l1(d)"
+[tables.l]
+rows = "public"
+norm = "l1(c)"
+[tables.l.columns.c]
+range = [-4, 4]
+"""
+JOIN_QUERIES = [
+    "SELECT SUM(l.c) FROM o, l WHERE l.ok = o.id AND o.pri = 1 AND o.d >= 5",  # private date-like filter
+    "SELECT COUNT(*) FROM o, l WHERE l.ok = o.id AND o.d < 5 AND l.c > 0",
+    "SELECT AVG(l.c), COUNT(l.c) FROM o, l WHERE l.ok = o.id AND o.pri <> 1 AND o.d BETWEEN 2 AND 6",
+    "SELECT COUNT(*) FROM o, l WHERE l.ok = o.id AND o.pri = 7 AND o.d > 2",  # no row: COUNT 0, not NULL
+]
+
+
+@pytest.mark.parametrize("query", JOIN_QUERIES)
+def test_the_answer_computed_per_group_is_the_answer(pg_dsn: str, query: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The grouped fold (runner._per_group) re-aggregates the answer's SUM/COUNT/MIN/MAX over the groups of
+    the per-row bound query: same answers and bounds as the queries run apart."""
+    rng = random.Random(query)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(FANOUT_DDL)
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO o VALUES (%s, %s, %s)", [(i, rng.randint(0, 2), rng.randint(0, 9)) for i in range(12)]
+            )
+            cur.executemany(
+                "INSERT INTO l VALUES (%s, %s, %s)",
+                [(i, n, rng.randint(-4, 4)) for i in range(12) for n in range(rng.randint(0, 4))],
+            )
+    policy = Policy.from_toml(JOIN_POLICY)
+
+    def results(session: sqldp.Session) -> list[tuple]:
+        out = session.analyze(query, epsilon=3.0, beta=BETA)
+        return [(m.true_value, m.sensitivity) for row in out.measurements for m in row]
+
+    one = sqldp.connect(pg_dsn, policy=policy)
+    prepared = one.prepare(query, epsilon=3.0, beta=BETA)
+    assert not prepared.queries_sql and "GROUP BY o.id" in prepared.answer_sql  # one statement in all
+    want = results(one)
+    monkeypatch.setattr(runner, "_fold", lambda form, answer, plans: (answer, {}))
+    apart = sqldp.connect(pg_dsn, policy=policy)
+    assert apart.prepare(query, epsilon=3.0, beta=BETA).queries_sql
+    got = results(apart)
+    assert [g[0] for g in got] == [w[0] for w in want]  # the answers: exact (integer sums)
+    for g, w in zip(got, want, strict=True):
+        assert g[1] == pytest.approx(w[1], rel=1e-12)
+    if "pri = 7" in query:
+        assert want[0][0] == 0.0
+    one.close()
+    apart.close()
+
+
+def test_an_aggregate_that_does_not_add_up_over_groups_is_not_folded() -> None:
+    merged = sqlglot.parse_one("SELECT COUNT(DISTINCT l.c) FROM o CROSS JOIN l WHERE l.ok = o.id", read="postgres")
+    per_row = sqlglot.parse_one(
+        "SELECT MAX(s0) AS v0 FROM (SELECT SUM(1) AS s0 FROM o CROSS JOIN l WHERE l.ok = o.id GROUP BY o.id) AS pr",
+        read="postgres",
+    )
+    assert runner._per_group(merged, [(0, per_row)]) is None
+    merged = sqlglot.parse_one("SELECT SUM(l.c) FILTER (WHERE o.d > 1), MAX(l.c) FROM o CROSS JOIN l WHERE l.ok = o.id")
+    two = runner._per_group(merged, [(0, per_row)])
+    assert two is not None
+    sql = two.sql(dialect="postgres")
+    assert "SUM(__g0)" in sql and "MAX(__g1)" in sql and "MAX(__p0_s0) AS __s0_0" in sql and "GROUP BY o.id" in sql

@@ -34,13 +34,18 @@ class Built:
             p.close()
 
 
-def _pool(dsn: str, size: int, *, autocommit: bool) -> Any:
+def _pool(dsn: str, size: int, *, configure: Any = None) -> Any:
     from psycopg_pool import ConnectionPool
 
     # psycopg_pool keeps connections open between queries: opening one costs milliseconds (authentication,
     # backend start-up), which alone would exceed the proxy's overhead budget.
     pool = ConnectionPool(
-        dsn, min_size=1, max_size=size, kwargs={"autocommit": autocommit, "connect_timeout": 10}, open=False
+        dsn,
+        min_size=1,
+        max_size=size,
+        kwargs={"autocommit": True, "connect_timeout": 10},
+        configure=configure,
+        open=False,
     )
     try:
         pool.open(wait=True, timeout=15)
@@ -58,12 +63,12 @@ def build(
     ledger_dsn: str | None = None,
     seed: int | None = None,
 ) -> Built:
-    from sqldp.runner import Session
+    from sqldp.runner import READ_ONLY, Session
 
     pol = policy if isinstance(policy, Policy) else Policy.from_file(policy)
     cfg = config_mod.load(pol)
-    runner_pool = _pool(dsn, cfg.pool_size, autocommit=False)
-    ledger_pool = _pool(ledger_dsn or dsn, max(2, cfg.pool_size // 2), autocommit=True)
+    runner_pool = _pool(dsn, cfg.pool_size, configure=lambda conn: conn.execute(READ_ONLY))  # as Session's own
+    ledger_pool = _pool(ledger_dsn or dsn, max(2, cfg.pool_size // 2))
     pools = [runner_pool, ledger_pool]
     try:
         kwargs: dict[str, Any] = {"schema": schema, "seed": seed}

@@ -107,6 +107,9 @@ class ColumnPlan:
     # <scan_conjuncts>`` with one result row, so a runner may compute its items inside the answer query's
     # scan (the answer's WHERE adds conjuncts to these, which then become FILTER clauses)
     inline: tuple[bool, ...] = ()
+    # per value query: True when it is ``SELECT MAX(s0) AS v0, … FROM (SELECT SUM(…) AS s0, … FROM <the form's
+    # uses> WHERE <scan_conjuncts> GROUP BY <keys>) AS per_row``, so a runner may compute the answer per group
+    grouped: tuple[bool, ...] = ()
     scan_conjuncts: tuple[Conjunct, ...] = ()
 
     @property
@@ -377,6 +380,7 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
 
     queries: list[exp.Select] = []
     inline: list[bool] = []
+    grouped: list[bool] = []
     uses: list[_UseQuery] = []
     tables_info: dict[str, dict[str, Any]] = {}
     c3: dict[str, float] = {}
@@ -433,10 +437,12 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
             if not extremum and fan is None and len(form.uses) > 1:
                 queries.append(_max_query(form, u, items, public, catalog))
                 inline.append(False)
+                grouped.append(True)
             else:
                 query, flat = _extreme_query(form, items, public, distinct, corner=not form.group_by)
                 queries.append(query)
                 inline.append(flat)
+                grouped.append(False)
             uses.append(_UseQuery(u.alias, t, len(queries) - 1, tuple(grid_cols), column_cols))
 
     return ColumnPlan(
@@ -453,6 +459,7 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
         grid=grid,
         reference_beta=reference,
         inline=tuple(inline),
+        grouped=tuple(grouped),
         scan_conjuncts=tuple(public),
     )
 
@@ -585,8 +592,8 @@ def _extreme_query(
     maximum over rows is reached where the leaves are largest. One leaf: max_r D(|x_r|) = D(max_r |x_r|),
     which is MAX(ABS(x)) — no per-row exp(), and the answer query can compute it in its own scan. Several
     leaves: grouped by all of them but the one with the most values, the largest |x| per group gives the
-    same maximum (a skyline) from a handful of rows. No leaf: the constants, if the scan has a row (LIMIT 1).
-    These are the exact maximum.
+    same maximum (a skyline) from a handful of rows. No leaf: the constants, if the scan has a row (LIMIT 1, or
+    ``CASE WHEN COUNT(*) > 0`` with ``corner``). These are the exact maximum.
 
     ``corner`` (the answer has no GROUP BY, so a one-row query can share its scan): several leaves also get
     D(max_r |x_r|, max_r |y_r|, …), which is ≥ the maximum (equal when one row holds every maximum; on the
@@ -625,11 +632,12 @@ def _extreme_query(
         return exp.Abs(this=col.copy())
 
     refs = sorted(leaves, key=lambda r: (distinct(r), str(r)))
-    if not refs:  # constants: their maximum over a non-empty scan is themselves; one row says it is not empty
+    if not refs and not corner:  # constants: their maximum over a non-empty scan is themselves (one row)
         sel = exp.select(*(exp.alias_(e.copy(), f"v{k}") for k, e in enumerate(items)))
         return where(from_uses(sel, form.uses), public).limit(1, copy=False), False
     tables = [form.use(r.alias).table for r in refs]
-    if len(refs) == 1 or (corner and all(len(form.uses_of(t)) == 1 for t in tables)):
+    if len(refs) <= 1 or (corner and all(len(form.uses_of(t)) == 1 for t in tables)):
+        # one aggregate row: also for constants when the answer's scan can compute it
         at = {r: double(exp.Max(this=absolute(leaves[r]))) for r in refs}
         any_row = exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(0))
         sel = exp.select(
