@@ -41,11 +41,14 @@ def tpch_database(scale: float, dsn: str | None = None) -> str:
     return target
 
 
-def median_time(fn: Callable[[], Any], repeat: int = 3) -> tuple[float, Any]:
-    """Median wall time of ``repeat`` calls (after one warm-up) and the last result."""
+def median_time(fn: Callable[[], Any], repeat: int = 3, min_seconds: float = 0.0) -> tuple[float, Any]:
+    """Median wall time of at least ``repeat`` calls (after one warm-up), and of more until they took
+    ``min_seconds`` in all (a single sub-millisecond run moves by 2× with the machine's other work), and the
+    last result."""
     fn()
-    times, out = [], None
-    for _ in range(repeat):
+    times: list[float] = []
+    out = None
+    while len(times) < repeat or (sum(times) < min_seconds and len(times) < 10_000):
         t0 = time.perf_counter()
         out = fn()
         times.append(time.perf_counter() - t0)

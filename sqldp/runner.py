@@ -53,6 +53,13 @@ READ_ONLY = "SET default_transaction_read_only = on"
 BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 
+def configure(conn: psycopg.Connection) -> None:
+    """Set up a connection the session reads through (autocommit): read only, and statements prepared from
+    their first run, since an analysed query runs the same SQL texts every time (the session caches them)."""
+    conn.execute(READ_ONLY)
+    conn.prepare_threshold = 0
+
+
 @dataclass(frozen=True)
 class PrivacyParams:
     epsilon: float
@@ -248,7 +255,7 @@ class Session:
         pool: Any = None,
     ) -> None:
         self.dsn = resolve_dsn(dsn, data_dir)
-        # optional psycopg_pool.ConnectionPool of autocommit connections configured with READ_ONLY: the proxy
+        # optional psycopg_pool.ConnectionPool of autocommit connections set up by ``configure``: the proxy
         # reuses connections because opening one per query costs milliseconds
         self.pool = pool
         self.policy = policy if isinstance(policy, Policy) else Policy.from_file(policy) if policy else Policy()
@@ -279,7 +286,7 @@ class Session:
             conn = self._idle.pop() if self._idle else None
         if conn is None or conn.closed:
             conn = connect(self.dsn)
-            conn.execute(READ_ONLY)
+            configure(conn)
         try:
             yield conn
         except BaseException:

@@ -63,11 +63,11 @@ def build(
     ledger_dsn: str | None = None,
     seed: int | None = None,
 ) -> Built:
-    from sqldp.runner import READ_ONLY, Session
+    from sqldp.runner import Session, configure
 
     pol = policy if isinstance(policy, Policy) else Policy.from_file(policy)
     cfg = config_mod.load(pol)
-    runner_pool = _pool(dsn, cfg.pool_size, configure=lambda conn: conn.execute(READ_ONLY))  # as Session's own
+    runner_pool = _pool(dsn, cfg.pool_size, configure=configure)  # as the Session's own connections
     ledger_pool = _pool(ledger_dsn or dsn, max(2, cfg.pool_size // 2))
     pools = [runner_pool, ledger_pool]
     try:

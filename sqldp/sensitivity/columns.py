@@ -428,8 +428,13 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
                 grid_cols.append(seen[key])
             column_cols = {}
             for c, term in parts_for(u.alias, reference, sql_ops).items():
-                column_cols[c] = len(items)
-                items.append(exp.Mul(this=exp.Paren(this=term), expression=exp.Literal.number(repr(1.0 / w[c]))))
+                if w[c] != 1.0:
+                    term = exp.Mul(this=exp.Paren(this=term), expression=exp.Literal.number(repr(1.0 / w[c])))
+                key = term.sql(dialect="postgres")
+                if key not in seen:  # one column of weight 1: its term is often the dual norm itself
+                    seen[key] = len(items)
+                    items.append(term)
+                column_cols[c] = seen[key]
             fan = fans[u.alias]
             if fan is not None and fan[0] > 1:
                 # constants (COUNT): Σ_{r ∋ t} D = D·#{r ∋ t} ≤ N·D wherever the scan has a row
@@ -592,8 +597,8 @@ def _extreme_query(
     maximum over rows is reached where the leaves are largest. One leaf: max_r D(|x_r|) = D(max_r |x_r|),
     which is MAX(ABS(x)) — no per-row exp(), and the answer query can compute it in its own scan. Several
     leaves: grouped by all of them but the one with the most values, the largest |x| per group gives the
-    same maximum (a skyline) from a handful of rows. No leaf: the constants, if the scan has a row (LIMIT 1, or
-    ``CASE WHEN COUNT(*) > 0`` with ``corner``). These are the exact maximum.
+    same maximum (a skyline) from a handful of rows. No leaf: the constants, if the scan has a row (LIMIT 1).
+    These are the exact maximum.
 
     ``corner`` (the answer has no GROUP BY, so a one-row query can share its scan): several leaves also get
     D(max_r |x_r|, max_r |y_r|, …), which is ≥ the maximum (equal when one row holds every maximum; on the
@@ -632,12 +637,13 @@ def _extreme_query(
         return exp.Abs(this=col.copy())
 
     refs = sorted(leaves, key=lambda r: (distinct(r), str(r)))
-    if not refs and not corner:  # constants: their maximum over a non-empty scan is themselves (one row)
+    if not refs:
+        # constants: their maximum over a non-empty scan is themselves, and the first row says it is not empty
+        # (not folded into the answer: that would scan the rows its private step filters leave out; TPC-H Q4)
         sel = exp.select(*(exp.alias_(e.copy(), f"v{k}") for k, e in enumerate(items)))
         return where(from_uses(sel, form.uses), public).limit(1, copy=False), False
     tables = [form.use(r.alias).table for r in refs]
-    if len(refs) <= 1 or (corner and all(len(form.uses_of(t)) == 1 for t in tables)):
-        # one aggregate row: also for constants when the answer's scan can compute it
+    if len(refs) == 1 or (corner and all(len(form.uses_of(t)) == 1 for t in tables)):
         at = {r: double(exp.Max(this=absolute(leaves[r]))) for r in refs}
         any_row = exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(0))
         sel = exp.select(
