@@ -605,7 +605,7 @@ def _fold(
     """The answer query with the sensitivity queries that scan the same product computed in its scan (the
     issue's "both in one scan where possible"; NR §4.3.4 ran q_m and q_s separately, Table 16).
 
-    Two shapes of plan query fold (the plan says which, ``inline`` and ``grouped``): one-row queries
+    Two shapes of plan query fold (the plan says which, ``inline`` and ``grouped_scan``): one-row queries
     ``FROM <uses> WHERE <scan conjuncts>``, whose items join the answer's; and ``MAX`` over a ``GROUP BY`` of
     that scan (max over rows t of Σ_{r ∋ t} D(r), NR §3.3.8.2), which becomes the merged query's inner level:
     the answer's aggregates are computed per group there and re-aggregated outside (SUM and COUNT add up, MIN
@@ -621,7 +621,7 @@ def _fold(
     grouped: list[tuple[int, exp.Select]] = []  # MAX over one GROUP BY of the scan
     offset = 0
     for plan in plans:
-        inline, per_group = getattr(plan, "inline", ()), getattr(plan, "grouped", ())
+        inline, per_group = getattr(plan, "inline", ()), getattr(plan, "grouped_scan", ())
         mine = {_key(x) for c in getattr(plan, "scan_conjuncts", ()) for x in _conjuncts(c.expr)}
         for j, q in enumerate(plan.queries):
             if not (mine <= kept.keys() and (scan is None or mine == scan)):

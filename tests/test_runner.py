@@ -234,3 +234,17 @@ def test_session_connections_are_read_only_and_keep_their_prepared_statements(db
             conn.execute("INSERT INTO t VALUES ('x', 'math', 1)")
         conn.execute("ROLLBACK")
     session.close()
+
+
+def test_a_row_level_self_join_runs_unfolded(db: tuple[str, Path]) -> None:
+    """A row plan's own ``grouped`` queries (pattern maps of a self-join) are not the value plan's grouped
+    scans the runner folds into the answer (a name clash once sent them to the fold and failed)."""
+    dsn, policy = db
+    session = sqldp.connect(dsn, policy=policy, seed=3)
+    query = "SELECT COUNT(*) FROM t AS a, t AS b WHERE a.faculty = b.faculty"
+    prepared = session.prepare(query, epsilon=1.0)
+    assert prepared.queries_sql and not prepared.folded
+    m = prepared.analyze().measurements[0][0]
+    # NR §3.3.7: the derivative of Σ_f m_f² in the multiplicity of a cs row is 2·200 (then smoothed)
+    assert m.true_value == 100**2 + 200**2 and m.sensitivity >= 2 * 200
+    session.close()

@@ -109,7 +109,7 @@ class ColumnPlan:
     inline: tuple[bool, ...] = ()
     # per value query: True when it is ``SELECT MAX(s0) AS v0, … FROM (SELECT SUM(…) AS s0, … FROM <the form's
     # uses> WHERE <scan_conjuncts> GROUP BY <keys>) AS per_row``, so a runner may compute the answer per group
-    grouped: tuple[bool, ...] = ()
+    grouped_scan: tuple[bool, ...] = ()
     scan_conjuncts: tuple[Conjunct, ...] = ()
 
     @property
@@ -464,7 +464,7 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
         grid=grid,
         reference_beta=reference,
         inline=tuple(inline),
-        grouped=tuple(grouped),
+        grouped_scan=tuple(grouped),
         scan_conjuncts=tuple(public),
     )
 
