@@ -499,11 +499,12 @@ class Prepared:
         """The answer query's rows followed by each sensitivity query's, and how long the answer query and the
         sensitivity queries took, all in one snapshot (NR §4.3.4 ran them separately).
 
-        Two ways, chosen by how long the last run of this query took: small queries are pipelined on one
-        connection (one round trip for all of them; the fixed cost of a second connection, a thread and a
-        snapshot export would dominate); larger ones are shared between this connection and a spare one
-        that imports the snapshot (pg_export_snapshot / SET TRANSACTION SNAPSHOT), so the wall time is about
-        the longer half rather than the sum."""
+        A lone answer query (everything folded into it, no group domain to read) runs as one statement. Else a
+        transaction (BEGIN; the caller ends it with ``_end`` after the domain queries) and two ways, chosen by
+        how long the last run of this query took: small queries are pipelined on one connection (one round
+        trip for all of them; the fixed cost of a second connection, a thread and a snapshot export would
+        dominate); larger ones are shared between this connection and a spare one that imports the snapshot
+        (pg_export_snapshot / SET TRANSACTION SNAPSHOT), so the wall time is about the longer half."""
         serial = not queries or self.speed.get("last", 0.0) < SERIAL_BELOW
         spare = None if serial else self.session._spare_connection()
         domains = any(self.domains_sql)
