@@ -509,9 +509,9 @@ class Prepared:
         spare = None if serial else self.session._spare_connection()
         domains = any(self.domains_sql)
         t0 = time.perf_counter()
-        if not queries and not domains:  # one statement: its own snapshot
+        if not queries and not domains:  # one statement: its own snapshot (and no mode to choose next time)
             out = [conn.execute(self.answer_sql).fetchall()]
-            self.speed["last"] = elapsed = time.perf_counter() - t0
+            elapsed = time.perf_counter() - t0
             return out, elapsed, elapsed
         if spare is None:
             with conn.pipeline():

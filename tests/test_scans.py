@@ -214,16 +214,15 @@ FANOUT_DDL = """
 CREATE TABLE o (id INT PRIMARY KEY, pri INT, d INT);
 CREATE TABLE l (ok INT, ln INT, c INT, PRIMARY KEY (ok, ln));
 """
-FANOUT_POLICY = """
+O_L_POLICY = """
 [tables.o]
 rows = "public"
 norm = "l1(d)"
 [tables.l]
 rows = "public"
 norm = "l1(c)"
-[tables.l.columns.ln]
-range = [1, 3]
 """
+FANOUT_POLICY = O_L_POLICY + "[tables.l.columns.ln]\nrange = [1, 3]\n"
 FANOUT_QUERY = "SELECT COUNT(*) FROM o, l WHERE l.ok = o.id AND o.pri = 1 AND o.d >= 5 AND l.c < 2"
 
 
@@ -250,16 +249,7 @@ def test_an_order_has_at_most_as_many_lines_as_line_numbers(pg_dsn: str, monkeyp
 
 # -- the answer computed per group of the GROUP BY that bounds Σ_{r ∋ t} D(r) ------------------------------
 
-JOIN_POLICY = """
-[tables.o]
-rows = "public"
-norm = "l1(d)"
-[tables.l]
-rows = "public"
-norm = "l1(c)"
-[tables.l.columns.c]
-range = [-4, 4]
-"""
+JOIN_POLICY = O_L_POLICY + "[tables.l.columns.c]\nrange = [-4, 4]\n"
 JOIN_QUERIES = [
     "SELECT SUM(l.c) FROM o, l WHERE l.ok = o.id AND o.pri = 1 AND o.d >= 5",  # private date-like filter
     "SELECT COUNT(*) FROM o, l WHERE l.ok = o.id AND o.d < 5 AND l.c > 0",
