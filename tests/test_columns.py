@@ -26,7 +26,7 @@ from sqldp.errors import RefusedError
 from sqldp.form import ColumnRef
 from sqldp.policy import Policy, parse_norm
 from sqldp.sensitivity.columns import ColumnPlan
-from sqldp.sensitivity.expressions import SqlOps, bound, column_weights, dual, norm_separates
+from sqldp.sensitivity.expressions import RangeOps, SqlOps, bound, column_weights, dual, norm_separates
 from sqldp.sensitivity.filters import SIGMOID_ALPHA, approximate
 
 DDL = """
@@ -50,6 +50,9 @@ QUERIES = [
     "SELECT SUM(t.x * u.b) FROM t, u WHERE t.k = u.k AND u.b < 2",
     "SELECT SUM(t.x + u.b) FROM t, u WHERE t.k = u.id AND t.a > 1",  # u's key fixed: t's bound needs no GROUP BY
     "SELECT SUM(t.a - 2 * t.x) FROM t WHERE t.x BETWEEN 0.5 AND 2.5 AND NOT t.a = 1",
+    "SELECT SUM(EXP(0.05 * t.a)) FROM t WHERE t.x > 1",  # L = 0.05 ≤ β: e^g exactly (NR Table 10, e^(rx))
+    "SELECT SUM(SQRT(t.a * t.a + t.x * t.x)) FROM t, u WHERE t.k = u.k",  # ℓ2 norm (NR Table 10, ‖x‖_p)
+    "SELECT SUM(POWER(ABS(t.x), 1.5) - t.a) FROM t",  # a real power ≥ 1 (NR Table 10, x^r)
 ]
 
 
@@ -126,6 +129,10 @@ def _eval(e: exp.Expression, env: dict[str, float]) -> float:
         return abs(_eval(e.this, env))
     if isinstance(e, exp.Exp):
         return math.exp(_eval(e.this, env))
+    if isinstance(e, exp.Sqrt):
+        return math.sqrt(_eval(e.this, env))
+    if isinstance(e, exp.Pow):
+        return _eval(e.this, env) ** _eval(e.expression, env)  # the bounds raise non-negatives only
     if isinstance(e, (exp.Greatest, exp.Least)):
         vals = [_eval(x, env) for x in [e.this, *e.expressions]]
         return max(vals) if isinstance(e, exp.Greatest) else min(vals)
@@ -140,8 +147,33 @@ EXPRESSIONS = {
     "(t.x + 2 * t.y) / 4": lambda x, y: ((x + 2 * y) / 4, {"x": 0.25, "y": 0.5}),
     "POWER(t.x, 2) - t.y": lambda x, y: (x * x - y, {"x": 2 * x, "y": -1.0}),
     "GREATEST(t.x, t.y)": lambda x, y: (max(x, y), {"x": float(x > y), "y": float(y >= x)}),
+    "EXP(0.05 * t.x)": lambda x, y: (math.exp(0.05 * x), {"x": 0.05 * math.exp(0.05 * x), "y": 0.0}),
+    "EXP(t.x * 0.02 - t.y * 0.01)": lambda x, y: (
+        math.exp(0.02 * x - 0.01 * y),
+        {"x": 0.02 * math.exp(0.02 * x - 0.01 * y), "y": -0.01 * math.exp(0.02 * x - 0.01 * y)},
+    ),
+    "POWER(ABS(t.x), 1.5)": lambda x, y: (abs(x) ** 1.5, {"x": 1.5 * math.copysign(abs(x) ** 0.5, x), "y": 0.0}),
+    "SQRT(POWER(t.x, 2) + POWER(t.y, 2))": lambda x, y: (
+        math.hypot(x, y),
+        {"x": x / math.hypot(x, y), "y": y / math.hypot(x, y)} if x or y else {"x": 0.0, "y": 0.0},
+    ),
+    "POWER(POWER(ABS(t.x), 3) + POWER(ABS(t.y), 3), 1.0/3)": lambda x, y: _l3(x, y),
+    "t.x * SQRT(t.x * t.x + 1)": lambda x, y: (
+        x * math.sqrt(x * x + 1),
+        {"x": math.sqrt(x * x + 1) + x * x / math.sqrt(x * x + 1), "y": 0.0},
+    ),
 }
 WEIGHTS = {"x": 1.0, "y": 0.25}
+# L = Σ_v |∂g/∂v|/w_v of the EXP arguments: the bound is ∞ exactly when L > β (NR Table 10, e^(rx) with |r| ≤ β)
+LIPSCHITZ = {"EXP(0.05 * t.x)": 0.05, "EXP(t.x * 0.02 - t.y * 0.01)": 0.02 / 1.0 + 0.01 / 0.25}
+
+
+def _l3(x: float, y: float) -> tuple[float, dict[str, float]]:
+    """‖(x, y)‖_3 and its gradient sign(a)·|a|²/‖·‖² (0 at the origin, where every direction gives ≤ 1)."""
+    r = (abs(x) ** 3 + abs(y) ** 3) ** (1 / 3)
+    if r == 0:
+        return 0.0, {"x": 0.0, "y": 0.0}
+    return r, {"x": math.copysign(x * x, x) / (r * r), "y": math.copysign(y * y, y) / (r * r)}
 
 
 @settings(max_examples=300, deadline=None)
@@ -173,6 +205,13 @@ def test_expression_bounds_are_smooth_upper_bounds(
     dist = {"l1": sum(parts), "linf": max(parts), "l2": math.hypot(*parts)}[p]
     value, grad = EXPRESSIONS[text](x, y)
     u0, u1 = _eval(ub, env0), _eval(ub, env1)
+    # EXP: no β-smooth bound when its argument moves faster than β allows; then ∞ everywhere (β unusable)
+    assert math.isinf(u0) == (LIPSCHITZ.get(text, 0.0) > beta)
+    if math.isinf(u0):
+        assert math.isinf(u1) and d and all(math.isinf(_eval(v, env0)) for v in d.values())
+        return
+    if text in LIPSCHITZ:
+        assert u0 == pytest.approx(value, rel=1e-12)  # e^g itself, not a looser bound
     assert abs(value) <= u0 * (1 + 1e-9) + 1e-9
     assert u0 <= math.exp(beta * dist) * u1 * (1 + 1e-9) + 1e-12
     for v in ("x", "y"):
@@ -181,6 +220,74 @@ def test_expression_bounds_are_smooth_upper_bounds(
         d1 = _eval(d[ref], env1) if ref in d else 0.0
         assert abs(grad[v]) <= d0 * (1 + 1e-9) + 1e-9
         assert d0 <= math.exp(beta * dist) * d1 * (1 + 1e-9) + 1e-12
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "SQRT(t.x)",  # DS of √x is unbounded near 0
+        "SQRT(POWER(t.x, 2) - POWER(t.y, 2))",  # not a norm
+        "SQRT(t.x * t.y + 1)",
+        "SQRT(POWER(t.x, 2) + POWER(t.y, 2) - 1)",
+        "SQRT(POWER(t.x, 2) + t.y)",
+        "POWER(POWER(ABS(t.x), 3) + POWER(ABS(t.y), 3), 0.5)",  # outer exponent is not 1/p
+        "POWER(POWER(ABS(t.x), 3) + POWER(ABS(t.y), 2), 1.0/3)",  # summands of different exponents
+        "POWER(POWER(t.x, 3) + POWER(t.y, 3), 1.0/3)",  # x³ < 0 for x < 0: not |x|³
+        "POWER(POWER(ABS(t.x), 3) + POWER(ABS(t.y), 3), 1/3)",  # integer division: POWER(…, 0)
+        "POWER(t.x, 0.5)",
+        "POWER(ABS(t.x), 1.0/3)",
+        "EXP(t.x * t.y)",  # ∂g/∂x = y is not a constant
+        "EXP(EXP(0.01 * t.x))",
+        "EXP(0.01 * POWER(t.x, 2))",
+    ],
+)
+def test_lookalikes_of_the_norm_power_and_exp_rules_are_refused(text: str) -> None:
+    import sqlglot
+
+    e = sqlglot.parse_one(text, read="postgres")
+    with pytest.raises(RefusedError) as err:
+        bound(e, lambda r: WEIGHTS.get(r.column), SqlOps(), 0.1)
+    assert "\n" not in str(err.value)
+
+
+def test_range_bounds_of_exp_powers_and_norms() -> None:
+    """RangeOps (the global c3 of NR §3.3.9.3): maxima over x ∈ [−60, 60], y ∈ [−2, 4]; a global maximum needs
+    no smoothing, so EXP keeps its finite value even where L > β."""
+    import sqlglot
+
+    ops = RangeOps(lambda r: {"x": (-60.0, 60.0), "y": (-2.0, 4.0)}[r.column])
+    x, y = ColumnRef("t", "x"), ColumnRef("t", "y")
+
+    def at(text: str, beta: float = 0.1) -> tuple[float, dict[ColumnRef, float]]:
+        return bound(sqlglot.parse_one(text, read="postgres"), lambda r: WEIGHTS.get(r.column), ops, beta)
+
+    for beta in (0.01, 0.1):
+        ub, d = at("EXP(t.x * 0.02 - t.y * 0.01)", beta)
+        assert ub == pytest.approx(math.exp(1.2 + 0.04)) and d[x] == pytest.approx(0.02 * ub)
+        assert d[y] == pytest.approx(0.01 * ub)
+    ub, d = at("POWER(ABS(t.x), 1.5)")
+    assert ub == pytest.approx(60**1.5) and d[x] == pytest.approx(1.5 * 60**0.5)
+    ub, d = at("SQRT(POWER(t.x, 2) + POWER(t.y, 2))")
+    assert ub == pytest.approx(math.hypot(60, 4)) and d == {x: 1.0, y: 1.0}
+    ub, d = at("POWER(POWER(ABS(t.x), 3) + POWER(ABS(t.y), 3) + 8, 1.0/3)")
+    assert ub == pytest.approx((60**3 + 4**3 + 8) ** (1 / 3)) and d == {x: 1.0, y: 1.0}
+
+
+def test_a_beta_without_a_smooth_bound_is_unusable(pg_dsn: str) -> None:
+    """EXP(0.05·a) has no β-smooth bound for β < 0.05 (NR Table 10, e^(rx) with |r| ≤ β): those β give ∞,
+    which the β search skips, and a user's β below 0.05 is refused."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+    _load(pg_dsn, [(1, 0, 2, 1.5, 3), (2, 1, 4, 0.25, 1)], [(1, 0, 1)])
+    session = sqldp.connect(pg_dsn, policy=Policy.from_toml(POLICY))
+    for query in ("SELECT SUM(EXP(0.05 * t.a)) FROM t", "SELECT SUM(EXP(0.05 * t.a)) FROM t WHERE t.x > 1"):
+        out = session.analyze(query, epsilon=1.0).to_json()  # β chosen among the grid points ≥ 0.05
+        assert math.isfinite(float(out["sensitivity"])) and float(out["sensitivity"]) > 0
+        with pytest.raises(RefusedError, match="unbounded"):
+            session.analyze(query, epsilon=1.0, beta=0.01)
+    # |∂/∂a| = 0.05·e^(0.05·a), largest at a = 4 (a has weight 1); e^g is exact, not a looser bound
+    out = session.analyze("SELECT SUM(EXP(0.05 * t.a)) FROM t", epsilon=1.0, beta=0.1).to_json()
+    assert float(out["sensitivity"]) == pytest.approx(0.05 * math.exp(0.05 * 4))
 
 
 def test_norm_separation() -> None:

@@ -19,7 +19,27 @@ w_v·δ (w_v = the norm of the unit vector of v, :func:`column_weight`). The rul
   ≤ e^(β·d). Every bound here is smooth w.r.t. the distance restricted to the columns it reads, which is
   what makes this compose;
 * e / c for a non-zero constant, −e, ABS, CAST: as e; e^k (integer k ≤ 8) as a product;
+* e^r, POWER(e, r) for a constant r ≥ 1 (other than the integers above): with (u, d) the (β/r)-smooth bounds
+  of e, (u^r, r·u^(r−1)·d) (Table 10 "x^r, r ≥ 1", composition with h(y) = y^r): u^r is β-smooth, u^(r−1)
+  is (r−1)β/r-smooth and d is β/r-smooth, so their product is β-smooth. 0 < r < 1 is refused (the derivative
+  is unbounded near 0), except as an ℓp norm;
+* ℓp norms of sub-expressions, SQRT(a1^2 + … + ak^2) (p = 2; a square written a^2, POWER(a, 2) or a·a) and
+  POWER(|a1|^p + … + |ak|^p, 1/p) for a constant p ≥ 1 (|a|^p: POWER(ABS(a), p), or POWER(a, p) for an even
+  integer p); a constant term c ≥ 0 is the constant c^(1/p). With (u_i, d_i) the β-smooth bounds of the a_i:
+  (‖(u_1, …, u_k)‖_p, per v ‖(d_1[v], …, d_k[v])‖_p) (Table 10 "‖x‖_p", Fig. 41 "Min / max", ℓp′-norm). The
+  norm is non-decreasing in each |a_i| and positively homogeneous, so the first is an upper bound and
+  β-smooth; |∂f/∂v| ≤ ‖∇_a f‖_q·‖(∂a_i/∂v)_i‖_p (Hölder, q the dual exponent) with ‖∇_a f‖_q = 1;
+* EXP(g) (Table 10 "e^(rx), |r| ≤ β"; composition h(g) with h = exp, 1-smooth in its argument): only where
+  the derivative bounds d_g[v] of g are data-independent constants c_v (g affine in the sensitive columns,
+  say; non-sensitive columns may appear anywhere). Then L = Σ_v c_v/w_v is a global Lipschitz constant of g
+  in the metric (a change costs at least w_v·|δ_v| for each v, so |Δg| ≤ Σ_v c_v·|δ_v| ≤ L·dist), and e^g
+  is L-smooth: if L ≤ β, (e^g, e^g·c_v) exactly; if L > β no β-smooth bound exists in general and both are
+  ∞ (that β is unusable; the callers skip it). A g without sensitive columns does not move: (e^g, none).
+  Over the ranges (:class:`RangeOps`) e^(max |g|) for any L: a global maximum needs no smoothing;
 * GREATEST/LEAST(e1, …): (max ub, max d) (NR §3.3.8.3 "Min / max").
+
+An infinite bound (β too small for an EXP, or β ≤ 0) is the constant ∞; in SQL ``CAST('Infinity' AS DOUBLE
+PRECISION)``, which absorbs every operation (∞·0 would be NaN in PostgreSQL; ∞ bounds it anyway).
 
 The same rules evaluate either to SQL (per row, for Postgres) or to numbers over the declared column
 ranges (the data-independent maximum c3 of NR §3.3.9.3), through :class:`SqlOps` and :class:`RangeOps`.
@@ -50,9 +70,15 @@ class Ops(Protocol):
     def mul(self, a: Any, b: Any) -> Any: ...
     def greatest(self, parts: list[Any]) -> Any: ...
     def least(self, parts: list[Any]) -> Any: ...
+    def power(self, a: Any, r: float) -> Any: ...  # a^r of a non-negative bound, r > 0
+    def norm(self, parts: list[Any], p: float) -> Any: ...  # ‖parts‖_p of non-negative bounds, p ≥ 1
+    # e^g for the expression g, given an upper bound ub of |g| (same Ops); ∞ unless ``smooth`` (L ≤ β)
+    def exponential(self, g: exp.Expression, ub: Any, smooth: bool) -> Any: ...
 
 
 def _num(v: float) -> exp.Expression:
+    if math.isinf(v):
+        return _inf() if v > 0 else exp.Neg(this=_inf())
     if float(v).is_integer() and abs(v) < 1e15:
         return exp.Literal.number(str(int(v))) if v >= 0 else exp.Neg(this=exp.Literal.number(str(-int(v))))
     return exp.Literal.number(repr(float(v))) if v >= 0 else exp.Neg(this=exp.Literal.number(repr(-float(v))))
@@ -79,6 +105,8 @@ class SqlOps:
         return exp.Greatest(this=self.column(ref, node), expressions=[smooth])
 
     def add(self, a: exp.Expression, b: exp.Expression) -> exp.Expression:
+        if _is_inf(a) or _is_inf(b):
+            return _inf()
         if _is_zero(a):
             return b
         if _is_zero(b):
@@ -88,6 +116,8 @@ class SqlOps:
     def mul(self, a: exp.Expression, b: exp.Expression) -> exp.Expression:
         if _is_zero(a) or _is_zero(b):
             return _num(0)
+        if _is_inf(a) or _is_inf(b):  # also for a data-dependent 0, where PostgreSQL would say NaN
+            return _inf()
         if _is_one(a):
             return b
         if _is_one(b):
@@ -95,15 +125,61 @@ class SqlOps:
         return exp.Mul(this=_paren(a), expression=_paren(b))
 
     def greatest(self, parts: list[exp.Expression]) -> exp.Expression:
+        if any(_is_inf(p) for p in parts):
+            return _inf()
         parts = [p for p in parts if not _is_zero(p)] or [_num(0)]
         return parts[0] if len(parts) == 1 else exp.Greatest(this=parts[0], expressions=parts[1:])
 
     def least(self, parts: list[exp.Expression]) -> exp.Expression:
+        parts = [p for p in parts if not _is_inf(p)] or [_inf()]
         return parts[0] if len(parts) == 1 else exp.Least(this=parts[0], expressions=parts[1:])
+
+    def power(self, a: exp.Expression, r: float) -> exp.Expression:
+        if _is_inf(a):
+            return _inf()
+        if r == 1 or _is_zero(a) or _is_one(a):
+            return a
+        if isinstance(a, exp.Literal):
+            return _num(float(a.this) ** r)
+        return exp.Pow(this=a, expression=_num(r))
+
+    def norm(self, parts: list[exp.Expression], p: float) -> exp.Expression:
+        if any(_is_inf(x) for x in parts):
+            return _inf()
+        parts = [x for x in parts if not _is_zero(x)]
+        if len(parts) <= 1:  # ‖(a, 0, …)‖_p = a
+            return parts[0] if parts else _num(0)
+        total = self.power(parts[0], p)
+        for x in parts[1:]:
+            total = exp.Add(this=total, expression=self.power(x, p))
+        return exp.Sqrt(this=total) if p == 2 else exp.Pow(this=exp.Paren(this=total), expression=_num(1 / p))
+
+    def exponential(self, g: exp.Expression, ub: exp.Expression, smooth: bool) -> exp.Expression:
+        if not smooth:
+            return _inf()
+        c = _constant(g)
+        if c is not None:
+            return _num(math.exp(c))
+        # the exact value; g keeps its bare columns, so columns._monotone does not take e^g for a function
+        # non-decreasing in |x| (it is not); where the query wrote ABS(x) it is, and is recognised as such
+        return exp.Exp(this=exp.cast(g.copy(), "DOUBLE PRECISION"))
 
 
 def _paren(e: exp.Expression) -> exp.Expression:
     return exp.Paren(this=e) if isinstance(e, (exp.Add, exp.Sub)) else e
+
+
+def _inf() -> exp.Expression:
+    return exp.cast(exp.Literal.string("Infinity"), "DOUBLE PRECISION")
+
+
+def _is_inf(e: exp.Expression) -> bool:
+    return (
+        isinstance(e, exp.Cast)
+        and isinstance(e.this, exp.Literal)
+        and e.this.is_string
+        and e.this.this.lower() in ("infinity", "inf")
+    )
 
 
 def _is_zero(e: exp.Expression) -> bool:
@@ -146,6 +222,81 @@ class RangeOps:
 
     def least(self, parts: list[float]) -> float:
         return min(parts)
+
+    def power(self, a: float, r: float) -> float:
+        return _float_power(a, r)
+
+    def norm(self, parts: list[float], p: float) -> float:
+        return _float_norm(parts, p)
+
+    def exponential(self, g: exp.Expression, ub: float, smooth: bool) -> float:
+        # e^g ≤ e^|g| ≤ e^ub over the ranges; a global maximum needs no smoothing, whatever L is
+        return _float_exp(ub)
+
+
+class _ConstOps:
+    """A data-independent constant bounding what :class:`SqlOps` computes from above, or None where it reads
+    the data: tells EXP whether the derivative bounds of its argument are constants."""
+
+    def const(self, v: float) -> float:
+        return abs(v)
+
+    def column(self, ref: ColumnRef, node: exp.Column) -> float | None:
+        return None
+
+    def sensitive(self, ref: ColumnRef, node: exp.Column, floor: float) -> float | None:
+        return None
+
+    def add(self, a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None else a + b
+
+    def mul(self, a: float | None, b: float | None) -> float | None:
+        if a == 0 or b == 0:  # as SqlOps: a literal 0 factor makes the product 0
+            return 0.0
+        return None if a is None or b is None else a * b
+
+    def greatest(self, parts: list[float | None]) -> float | None:
+        return None if any(p is None for p in parts) else max([p for p in parts if p is not None], default=0.0)
+
+    def least(self, parts: list[float | None]) -> float | None:
+        known = [p for p in parts if p is not None]  # a minimum is below each of its constant parts
+        return min(known) if known else None
+
+    def power(self, a: float | None, r: float) -> float | None:
+        return None if a is None else _float_power(a, r)
+
+    def norm(self, parts: list[float | None], p: float) -> float | None:
+        if any(x is None for x in parts):
+            return None
+        return _float_norm([x for x in parts if x is not None], p)
+
+    def exponential(self, g: exp.Expression, ub: float | None, smooth: bool) -> float | None:
+        if not smooth:
+            return math.inf
+        return None if ub is None else _float_exp(ub)
+
+
+def _float_power(a: float, r: float) -> float:
+    try:
+        return a**r
+    except OverflowError:
+        return math.inf
+
+
+def _float_norm(parts: list[float], p: float) -> float:
+    if any(math.isinf(x) for x in parts):
+        return math.inf
+    top = max(parts, default=0.0)
+    if top == 0:
+        return 0.0
+    return top * sum((x / top) ** p for x in parts) ** (1 / p)  # scaled: no overflow of x^p
+
+
+def _float_exp(v: float) -> float:
+    try:
+        return math.exp(v)
+    except OverflowError:
+        return math.inf
 
 
 def _sensitive_refs(e: exp.Expression, sensitive: Sensitive) -> list[ColumnRef]:
@@ -195,6 +346,15 @@ def _bound(
             inv = ops.const(1.0 / abs(float(den.this)))
             u, d = _bound(e.this, sensitive, ops, beta, separated)
             return ops.mul(u, inv), {k: ops.mul(v, inv) for k, v in d.items()}
+    norm = _lp_norm(e)  # before the powers: POWER(…, 1/p) and SQRT would be refused there
+    if norm is not None:
+        # NR §3.3.8.3, Table 10 "‖x‖_p" (DS = 1 w.r.t. ℓp): (‖(u_i)‖_p, ‖(d_i[v])_i‖_p), module docstring
+        terms, p = norm
+        parts = [
+            (ops.const(a), {}) if isinstance(a, float) else _bound(a, sensitive, ops, beta, separated) for a in terms
+        ]
+        keys = sorted({k for _, d in parts for k in d}, key=str)
+        return ops.norm([u for u, _ in parts], p), {k: ops.norm([d[k] for _, d in parts if k in d], p) for k in keys}
     if isinstance(e, exp.Pow):
         k = e.expression
         if isinstance(k, exp.Literal) and not k.is_string and float(k.this).is_integer() and 1 <= float(k.this) <= 8:
@@ -203,6 +363,17 @@ def _bound(
                 return _bound(e.this, sensitive, ops, beta, separated)
             rest = exp.Pow(this=e.this.copy(), expression=exp.Literal.number(n - 1))
             return _product(e.this, rest, sensitive, ops, beta, separated)
+        r = _constant(k)
+        if r is not None and r >= 1 and math.isfinite(r):
+            # NR §3.3.8.3, Table 10 "x^r, r ≥ 1": u^r with u (β/r)-smooth is β-smooth; so is r·u^(r−1)·d
+            # ((r−1)β/r + β/r); |∂(g^r)/∂v| = r·|g|^(r−1)·|∂g/∂v|
+            if r == 1:
+                return _bound(e.this, sensitive, ops, beta, separated)
+            u, d = _bound(e.this, sensitive, ops, beta / r, separated)
+            slope = ops.mul(ops.const(r), ops.power(u, r - 1))
+            return ops.power(u, r), {v: ops.mul(slope, dv) for v, dv in d.items()}
+    if isinstance(e, exp.Exp):
+        return _exponential(e.this, sensitive, ops, beta, separated)
     clamp = _clamp(e)
     if clamp is not None:
         # |clamp(x, lo, hi)| ≤ min(max(|x|, |lo|), max(|lo|, |hi|)); a min of β-smooth bounds is β-smooth
@@ -217,9 +388,115 @@ def _bound(
         }
     raise RefusedError(
         f"cannot bound {e.sql(dialect='postgres')} under value-level privacy "
-        "(NR Table 10/Fig. 41 as implemented: columns, numbers, + − ×, / by a constant, integer powers, "
-        "ABS, GREATEST, LEAST)"
+        "(NR Table 10/Fig. 41 as implemented: columns, numbers, + − ×, / by a constant, powers by a constant "
+        "≥ 1, EXP of an expression with constant derivative bounds (e.g. affine in the sensitive columns), "
+        "ℓp norms SQRT(a^2 + b^2 + …) and POWER(|a|^p + |b|^p + …, 1/p), ABS, GREATEST, LEAST)"
     )
+
+
+def _exponential(
+    g: exp.Expression, sensitive: Sensitive, ops: Ops, beta: float, separated: Separated
+) -> tuple[Any, dict[ColumnRef, Any]]:
+    """EXP(g), NR §3.3.8.3, Table 10 "e^(rx), |r| ≤ β" and "composition with a real function": e^g is
+    L-smooth when g is L-Lipschitz in the metric, and L = Σ_v c_v/w_v for constant bounds c_v of |∂g/∂v|."""
+    u, d = _bound(g, sensitive, ops, beta, separated)
+    _, consts = _bound(g, sensitive, _ConstOps(), beta, separated)
+    lipschitz = 0.0
+    for ref, c in consts.items():
+        if c is None:
+            raise RefusedError(
+                f"cannot bound EXP({g.sql(dialect='postgres')}) under value-level privacy: the derivative of its "
+                f"argument w.r.t. {ref} is not a constant (NR Table 10 has e^(rx) for constant r only)"
+            )
+        w = sensitive(ref) or 0.0
+        if c > 0:
+            lipschitz += c / w if w > 0 else math.inf  # a change of weight 0 would cost nothing
+    # a β-smooth bound exists for L ≤ β only (β ≤ 0: never, unless e^g does not move); d has the keys of consts
+    ub = ops.exponential(g, u, lipschitz <= beta and (beta > 0 or lipschitz == 0))
+    return ub, {ref: ops.mul(ub, ops.const(c)) for ref, c in consts.items() if ref in d}
+
+
+def _constant(e: exp.Expression) -> float | None:
+    """The value of a constant numeric expression (+ − × /, with PostgreSQL's integer division), else None."""
+    if isinstance(e, (exp.Paren, exp.Cast)):
+        return _constant(e.this)
+    if isinstance(e, exp.Literal) and not e.is_string:
+        return float(e.this)
+    if isinstance(e, exp.Neg):
+        v = _constant(e.this)
+        return None if v is None else -v
+    if isinstance(e, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
+        a, b = _constant(e.this), _constant(e.expression)
+        if a is None or b is None:
+            return None
+        if isinstance(e, exp.Div):
+            if b == 0:
+                return None
+            if _integer_literal(e.this) and _integer_literal(e.expression):
+                return float(math.trunc(a / b))  # 1/3 is 0 in PostgreSQL
+            return a / b
+        return a + b if isinstance(e, exp.Add) else a - b if isinstance(e, exp.Sub) else a * b
+    return None
+
+
+def _integer_literal(e: exp.Expression) -> bool:
+    while isinstance(e, (exp.Paren, exp.Neg)):
+        e = e.this
+    return isinstance(e, exp.Literal) and not e.is_string and e.this.lstrip("-").isdigit()
+
+
+def _strip(e: exp.Expression) -> exp.Expression:
+    while isinstance(e, exp.Paren):
+        e = e.this
+    return e
+
+
+def _summands(e: exp.Expression) -> list[exp.Expression]:
+    e = _strip(e)
+    if isinstance(e, exp.Add):
+        return [*_summands(e.this), *_summands(e.expression)]
+    return [e]
+
+
+def _power_term(e: exp.Expression) -> tuple[exp.Expression, float] | float | None:
+    """A summand of an ℓp norm: (a, p) for |a|^p, a constant c ≥ 0 as itself, else None."""
+    c = _constant(e)
+    if c is not None:
+        return c if c >= 0 else None
+    if isinstance(e, exp.Pow):
+        p = _constant(e.expression)
+        if p is None or not 1 <= p < math.inf:
+            return None
+        if isinstance(_strip(e.this), exp.Abs) or (p.is_integer() and int(p) % 2 == 0):  # |a|^p = a^p
+            return e.this, p
+        return None
+    if isinstance(e, exp.Mul) and _strip(e.this) == _strip(e.expression):  # a·a = |a|^2
+        return e.this, 2.0
+    return None
+
+
+def _lp_norm(e: exp.Expression) -> tuple[list[exp.Expression | float], float] | None:
+    """(a_1, …, a_k; p) when e is ‖(a_1, …, a_k)‖_p written SQRT(a1^2 + …) or POWER(|a1|^p + …, 1/p); a
+    constant summand c ≥ 0 is the constant c^(1/p). None for anything else (SQRT(x), a difference, a summand
+    of another exponent, an outer exponent other than 1/p, no summand that is not constant)."""
+    if isinstance(e, exp.Sqrt):
+        outer: float | None = 0.5
+    elif isinstance(e, exp.Pow):
+        outer = _constant(e.expression)
+    else:
+        return None
+    if outer is None or not 0 < outer <= 1:
+        return None
+    terms = [_power_term(t) for t in _summands(e.this)]
+    if any(t is None for t in terms):
+        return None
+    powers = {t[1] for t in terms if isinstance(t, tuple)}
+    if len(powers) != 1:
+        return None
+    p = powers.pop()
+    if abs(outer - 1 / p) > 1e-9:
+        return None
+    return [t[0] if isinstance(t, tuple) else float(t) ** (1 / p) for t in terms if t is not None], p
 
 
 def _literal(e: exp.Expression) -> float | None:
