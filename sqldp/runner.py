@@ -705,11 +705,15 @@ def _per_group(merged: exp.Select, grouped: list[tuple[int, exp.Select]]) -> exp
             node.replace(again)
         outer_items.append(item)
     for i, q in grouped:
-        sums = {s.alias: s for s in _inner(q).expressions}
-        for k, item in enumerate(q.expressions):  # MAX(s<k>) AS v<k>
-            column = item.this.this.name
-            inner.select(exp.alias_(sums[column].this.copy(), f"__p{i}_{column}"), copy=False)
-            outer_items.append(exp.alias_(exp.Max(this=exp.column(f"__p{i}_{column}")), f"__s{i}_{k}"))
+        level = {s.alias: s for s in _inner(q).expressions}  # SUM(…) AS s<k> (and the window's MIN(…) AS dist)
+        for name, node in level.items():
+            inner.select(exp.alias_(node.this.copy(), f"__p{i}_{name}"), copy=False)
+
+        def rename(n: exp.Expression, i: int = i, level: dict = level) -> exp.Expression:
+            return exp.column(f"__p{i}_{n.name}") if isinstance(n, exp.Column) and n.name in level else n
+
+        for k, item in enumerate(q.expressions):  # MAX(<expression of the level's columns>) AS v<k>
+            outer_items.append(exp.alias_(item.this.copy().transform(rename), f"__s{i}_{k}"))
     return exp.select(*outer_items).from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("g"))))
 
 

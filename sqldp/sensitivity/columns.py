@@ -47,12 +47,15 @@ Speed: when the equalities of the public filter fix a primary key of every other
 (a foreign key chain such as lineitem → orders → customer), each row of use i is in at most one product row,
 so Σ_{r ∋ t} D_i(r) = max_{r ∋ t} D_i(r) and the per-use query is a MAX over the join with no GROUP BY.
 For COUNT (constant D), key columns left free but bounded by the policy multiply that count instead
-(:func:`_fanout`). The maxima themselves are reduced to a few aggregates (:func:`_extreme_query`).
+(:func:`_fanout`). The maxima themselves are reduced to a few aggregates (:func:`_extreme_query`). A SUM
+whose private step filters vanish outside a window of one column weighs each row by its distance to the
+window and reads only the rows near it (:class:`_Window`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -63,9 +66,9 @@ from sqlglot import exp
 from sqldp.catalog import Catalog
 from sqldp.errors import RefusedError
 from sqldp.form import Aggregate, AnalysisForm, ColumnRef, Conjunct, TableUse
-from sqldp.policy import Policy
+from sqldp.policy import EPOCH, Policy
 from sqldp.sensitivity.expressions import RangeOps, SqlOps, bound, column_weights, dual, norm_separates
-from sqldp.sensitivity.filters import Filter, approximate, envelope
+from sqldp.sensitivity.filters import Filter, approximate, column_sql, combine_supports, envelope
 from sqldp.sensitivity.intervals import clamp_columns
 from sqldp.sensitivity.rows import Bound, RowPlan, plan_rows
 from sqldp.sqlgen import from_uses, where
@@ -84,6 +87,7 @@ class _UseQuery:
     query: int  # index into ColumnPlan.queries
     grid_cols: tuple[int, ...]  # per grid β: the column of the query's single row
     column_cols: dict[str, int]  # per sensitive column: its dual-scaled term at REFERENCE_BETA
+    caps: tuple[float, ...] = ()  # per grid β: a bound for the rows the scan leaves out (_Window), else none
 
 
 @dataclass(frozen=True)
@@ -129,7 +133,7 @@ class ColumnPlan:
                 out[u.table] = math.inf
                 continue
             v = results[u.query][0][u.grid_cols[idx]] if results[u.query] else None
-            out[u.table] += float(v or 0.0)
+            out[u.table] += max(float(v or 0.0), u.caps[idx] if u.caps else 0.0)
         return out
 
     def bind(self, results: Sequence[Rows]) -> Callable[[float], Bound]:
@@ -376,6 +380,25 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
             if all(cond.sql() != c.expr.sql() for c in public):
                 refs = frozenset(ColumnRef(x.table, x.name) for x in cond.find_all(exp.Column))
                 public.append(Conjunct(cond, refs, False))
+    window = None
+    if agg.kind == "sum" and not combined and arg is not None:
+        support = combine_supports("and", [f.support for _, f in filters])
+        window = _window(
+            form,
+            catalog,
+            policy,
+            support,
+            value_tables,
+            public,
+            grid,
+            reference,
+            sensitive=weight,
+            separated=separated,
+            info=info,
+            bounded=bounded,
+            parts_for=parts_for,
+            arg=arg,
+        )
     kept = tuple(public) + hard  # the answer's WHERE (private sigmoid conjuncts moved into q_m)
 
     queries: list[exp.Select] = []
@@ -409,46 +432,42 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
                 )
             },
         }
+        if window is not None:
+            tables_info[t]["window"] = window.to_json(grid, reference)
         if combined:
             range_ops = RangeOps(lambda r: policy.table(form.use(r.alias).table).column(r.column).range)
             glob = dual(tp.norm, parts_for(form.uses_of(t)[0].alias, 1.0, range_ops), "float")
             c3[t] = float(glob or 0.0)
         for u in form.uses_of(t):
-            items: list[exp.Expression] = []
-            seen: dict[str, int] = {}
-            grid_cols = []
-            for b in grid:
-                d_sql = dual(tp.norm, parts_for(u.alias, b, sql_ops))
-                if d_sql is None:
-                    d_sql = exp.Literal.number(0)
-                key = d_sql.sql(dialect="postgres")
-                if key not in seen:
-                    seen[key] = len(items)
-                    items.append(d_sql)
-                grid_cols.append(seen[key])
+            slots = _Items()
+            decays = grid if window is not None else (None,) * len(grid)
+            grid_cols = [
+                slots.add(dual(tp.norm, parts_for(u.alias, b, sql_ops)) or exp.Literal.number(0), d)
+                for b, d in zip(grid, decays, strict=True)
+            ]
             column_cols = {}
             for c, term in parts_for(u.alias, reference, sql_ops).items():
                 if w[c] != 1.0:
                     term = exp.Mul(this=exp.Paren(this=term), expression=exp.Literal.number(repr(1.0 / w[c])))
-                key = term.sql(dialect="postgres")
-                if key not in seen:  # one column of weight 1: its term is often the dual norm itself
-                    seen[key] = len(items)
-                    items.append(term)
-                column_cols[c] = seen[key]
+                # one column of weight 1: its term is often the dual norm itself
+                column_cols[c] = slots.add(term, reference if window is not None else None)
+            items, decay = slots.items, slots.decay
             fan = fans[u.alias]
             if fan is not None and fan[0] > 1:
                 # constants (COUNT): Σ_{r ∋ t} D = D·#{r ∋ t} ≤ N·D wherever the scan has a row
                 items = [exp.Mul(this=exp.Literal.number(repr(fan[0])), expression=exp.Paren(this=e)) for e in items]
+            weights = (window, decay) if window is not None else None
             if not extremum and fan is None and len(form.uses) > 1:
-                queries.append(_max_query(form, u, items, public, catalog))
+                queries.append(_max_query(form, u, items, public, catalog, weights))
                 inline.append(False)
                 grouped.append(True)
             else:
-                query, flat = _extreme_query(form, items, public, distinct, corner=not form.group_by)
+                query, flat = _extreme_query(form, items, public, distinct, corner=not form.group_by, window=weights)
                 queries.append(query)
                 inline.append(flat)
                 grouped.append(False)
-            uses.append(_UseQuery(u.alias, t, len(queries) - 1, tuple(grid_cols), column_cols))
+            caps = window.caps.get(u.alias, ()) if window is not None else ()
+            uses.append(_UseQuery(u.alias, t, len(queries) - 1, tuple(grid_cols), column_cols, caps))
 
     return ColumnPlan(
         form=form,
@@ -473,10 +492,16 @@ Bounded = Callable[[TableUse, str], tuple[float, exp.Expression] | None]
 
 
 def _fanout(
-    form: AnalysisForm, start: str, public: list[Conjunct], catalog: Catalog, bounded: Bounded | None = None
+    form: AnalysisForm,
+    start: str,
+    public: list[Conjunct],
+    catalog: Catalog,
+    bounded: Bounded | None = None,
+    until: str | None = None,
 ) -> tuple[float, list[exp.Expression]] | None:
     """An upper bound N of #{r ∋ t}, the product rows one row t of ``start`` is in, from the keys; None when
-    some use is not reached.
+    some use is not reached. With ``until``: stop once that use is reached (without ``bounded``, an answer
+    means every product row containing t has the same row of that use).
 
     A use is reached through public equalities (to a reached use's column or to a constant) that fix its
     whole primary key: one row per reached combination. With ``bounded``, a primary key column left free may
@@ -499,7 +524,7 @@ def _fanout(
     reached = {start}
     n = 1.0
     conditions: list[exp.Expression] = []
-    while len(reached) < len(form.uses):
+    while len(reached) < len(form.uses) and (until is None or until not in reached):
         best: tuple[float, str, list[exp.Expression]] | None = None
         for u in form.uses:
             pk = set(catalog.table(u.table).primary_key)
@@ -526,15 +551,190 @@ def _fanout(
     return n, conditions
 
 
+@dataclass
+class _Items:
+    """A query's items without repeats; per item the β of its window weight (None: no window)."""
+
+    items: list[exp.Expression] = field(default_factory=list)
+    decay: list[float | None] = field(default_factory=list)
+    seen: dict[tuple[str, float | None], int] = field(default_factory=dict)
+
+    def add(self, item: exp.Expression, decay: float | None) -> int:
+        key = (item.sql(dialect="postgres"), decay)
+        if key not in self.seen:
+            self.seen[key] = len(self.items)
+            self.items.append(item)
+            self.decay.append(decay)
+        return self.seen[key]
+
+
+# the window's scan reaches K = ln(WINDOW_DECAY)/(β·w) units beyond the filter's support: rows further out
+# weigh at most 1/WINDOW_DECAY at the reference β
+WINDOW_DECAY = 100.0
+
+
+@dataclass(frozen=True)
+class _Window:
+    """A column x whose private step filters vanish, with all their partial derivatives, on a neighbourhood of
+    every x outside [lo, hi] (:attr:`sqldp.sensitivity.filters.Filter.support`; NR §3.3.8.4, exact steps).
+
+    Per product row, |∂(e·s)/∂v| ≤ W(r)·(ub(e)·slope_v + d_v(e)) with W = e^(−β·w·dist(x, [lo, hi])), w the
+    metric's cost of one unit of x: inside [lo, hi] W = 1 and the bound is the usual one; outside, the
+    derivative is 0. W is β-smooth (dist is 1-Lipschitz; NR Lemma 3.67's construction), and x is separated
+    from e's columns, so the product of β-smooth bounds is β-smooth (as in expressions._product).
+
+    Rows with dist > K have W ≤ e^(−βwK). When the row holding x is the same in every product row containing
+    a row t of a use (primary keys), t's rows are all near or all far, and a far t's sum is at most
+    cap = e^(−βwK)·N·max D (N: the key fan-out of the use, max D over the policy's declared ranges). So
+    max_t Σ_{r ∋ t} W·D ≤ max(maximum over near rows t, cap) — which is max(G, cap) for G the full maximum,
+    β-smooth as a maximum of β-smooth functions and a constant — and the scans read x ∈ [lo − K, hi + K]."""
+
+    ref: ColumnRef
+    lo: float
+    hi: float
+    rate: float  # w per unit of x
+    reach: float  # K
+    x: exp.Expression  # x in its unit (days for a DATE), as SQL
+    caps: dict[str, tuple[float, ...]]  # per use alias, per grid β
+    conjunct: Conjunct
+
+    def dist(self) -> exp.Expression:
+        """dist(x, [lo, hi]) of a row, as SQL."""
+        x = exp.cast(self.x.copy(), "DOUBLE PRECISION")
+        return exp.Greatest(
+            this=exp.Sub(this=exp.Literal.number(repr(self.lo)), expression=x),
+            expressions=[exp.Sub(this=x.copy(), expression=exp.Literal.number(repr(self.hi))), exp.Literal.number(0)],
+        )
+
+    def weigh(self, item: exp.Expression, beta: float | None, dist: exp.Expression) -> exp.Expression:
+        """W·item, W = e^(−β·w·dist); ``dist`` a row's distance, or the least over rows (then W is their largest)."""
+        if beta is None:
+            return item
+        w = exp.Exp(this=exp.Mul(this=exp.Literal.number(repr(-beta * self.rate)), expression=dist))
+        return exp.Mul(this=w, expression=exp.Paren(this=item))
+
+    def to_json(self, grid: tuple[float, ...], reference: float) -> dict[str, Any]:
+        k = grid.index(reference)
+        return {
+            "column": str(self.ref),
+            "support": [self.lo, self.hi],
+            "scanned": [self.lo - self.reach, self.hi + self.reach],
+            "far_rows_bound": {alias: caps[k] for alias, caps in self.caps.items()},
+        }
+
+
+def _window(
+    form: AnalysisForm,
+    catalog: Catalog,
+    policy: Policy,
+    support: dict[ColumnRef, tuple[float, float]],
+    value_tables: list[str],
+    public: list[Conjunct],
+    grid: tuple[float, ...],
+    reference: float,
+    *,
+    sensitive: Callable[[ColumnRef], float | None],
+    separated: Callable[[frozenset[ColumnRef], frozenset[ColumnRef]], bool],
+    info: Callable[[ColumnRef], tuple[str, float | None, float, bool]],
+    bounded: Bounded,
+    parts_for: Callable[[str, float, Any], dict[str, Any]],
+    arg: exp.Expression,
+) -> _Window | None:
+    """The narrowest usable window of a SUM's private filters (:class:`_Window`), or None: none is bounded on
+    both sides, separated from the summed expression's columns, determined by the keys from every
+    value-sensitive use, narrower than half the column's declared range, with declared ranges for the caps."""
+    summed = frozenset(
+        ColumnRef(c.table, c.name)
+        for c in arg.find_all(exp.Column)
+        if c.table and sensitive(ColumnRef(c.table, c.name))
+    )
+    best: tuple[float, _Window, list[exp.Expression]] | None = None
+    for ref, (lo, hi) in sorted(support.items(), key=lambda kv: str(kv[0])):
+        w = sensitive(ref)
+        table = form.use(ref.alias).table
+        declared = policy.table(table).column(ref.column).range
+        if w is None or not (math.isfinite(lo) and math.isfinite(hi)) or declared is None:
+            continue
+        if ref in summed or (summed and not separated(frozenset({ref}), summed)):
+            continue
+        rate = w / info(ref)[2]  # the metric's cost of one day of a DATE is w per unit / days per unit
+        reach = math.log(WINDOW_DECAY) / (reference * rate)
+        width = hi - lo + 2 * reach
+        if width > 0.5 * (declared[1] - declared[0]):
+            continue
+        caps: dict[str, tuple[float, ...]] = {}
+        conds: list[exp.Expression] = []
+        range_ops = RangeOps(lambda r: policy.table(form.use(r.alias).table).column(r.column).range)
+        try:
+            for t in value_tables:
+                norm = policy.table(t).norm
+                for u in form.uses_of(t):
+                    fan = _fanout(form, u.alias, public, catalog, bounded)
+                    if fan is None or _fanout(form, u.alias, public, catalog, until=ref.alias) is None:
+                        raise RefusedError("not determined")  # caught below: this column gives no window
+                    conds.extend(fan[1])
+                    caps[u.alias] = tuple(
+                        math.exp(-b * rate * reach)
+                        * fan[0]
+                        * float(dual(norm, parts_for(u.alias, b, range_ops), "float") or 0.0)  # type: ignore[arg-type]
+                        for b in grid
+                    )
+        except RefusedError:  # an undeclared range (RangeOps) or a use the keys do not tie to x's row
+            continue
+        x = column_sql(ref, info)
+        if info(ref)[0] == "date":
+            ends = [EPOCH + dt.timedelta(days=math.floor(lo - reach)), EPOCH + dt.timedelta(days=math.ceil(hi + reach))]
+            low, high = (exp.cast(exp.Literal.string(d.isoformat()), "DATE") for d in ends)
+        else:
+            low, high = (
+                exp.Literal.number(repr(math.floor(lo - reach))),
+                exp.Literal.number(repr(math.ceil(hi + reach))),
+            )
+        near = exp.Between(this=exp.column(ref.column, table=ref.alias), low=low, high=high)
+        window = _Window(ref, lo, hi, rate, reach, x, caps, Conjunct(near, frozenset({ref}), False))
+        if best is None or width < best[0]:
+            best = (width, window, conds)
+    if best is None:
+        return None
+    _, window, conds = best
+    for cond in [*conds, window.conjunct.expr]:
+        if all(cond.sql() != c.expr.sql() for c in public):
+            refs = frozenset(ColumnRef(x.table, x.name) for x in cond.find_all(exp.Column))
+            public.append(Conjunct(cond, refs, False))
+    return window
+
+
+Weights = tuple[_Window, list[float | None]]  # a window and, per item, the β of its weight W
+
+
 def _max_query(
-    form: AnalysisForm, use: TableUse, items: list[exp.Expression], public: list[Conjunct], catalog: Catalog
+    form: AnalysisForm,
+    use: TableUse,
+    items: list[exp.Expression],
+    public: list[Conjunct],
+    catalog: Catalog,
+    window: Weights | None = None,
 ) -> exp.Select:
-    """max over rows t of the use of Σ_{r ∋ t} D(r): one scan (NR §3.3.8.2, rows of t_r combined with ℓ∞)."""
+    """max over rows t of the use of Σ_{r ∋ t} D(r): one scan (NR §3.3.8.2, rows of t_r combined with ℓ∞).
+    With a window, Σ_{r ∋ t} W(r)·D(r) ≤ W_t·Σ_{r ∋ t} D(r) with W_t from the least distance of t's rows (the
+    window's column is one row's for all of them, :class:`_Window`, so this is equality): one exp() per t."""
     pk = catalog.table(use.table).primary_key
     keys = [exp.column(c, table=use.alias) for c in pk] if pk else [exp.column("ctid", table=use.alias)]
     inner = exp.select(*(exp.alias_(exp.Sum(this=e), f"s{k}") for k, e in enumerate(items)))
+    if window is not None:
+        inner = inner.select(exp.alias_(exp.Min(this=window[0].dist()), "dist"), copy=False)
     inner = where(from_uses(inner, form.uses), public).group_by(*keys, copy=False)
-    outer = exp.select(*(exp.alias_(exp.Max(this=exp.column(f"s{k}")), f"v{k}") for k in range(len(items))))
+    outer = exp.select(
+        *(
+            exp.alias_(
+                exp.Max(this=window[0].weigh(exp.column(f"s{k}"), window[1][k], exp.column("dist")))
+                if window is not None
+                else exp.Max(this=exp.column(f"s{k}")),
+                f"v{k}",
+            )
+            for k in range(len(items))
+        )
+    )
     return outer.from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("per_row"))))
 
 
@@ -561,6 +761,9 @@ def _monotone(e: exp.Expression) -> tuple[bool, bool]:
         return _monotone(e.this)
     if isinstance(e, exp.Exp):
         return _monotone(e.this)[0], True
+    if isinstance(e, exp.Sqrt):  # an ℓ2 norm of non-negative bounds (expressions.SqlOps.norm)
+        m, n = _monotone(e.this)
+        return m and n, True
     if isinstance(e, (exp.Greatest, exp.Least)):
         parts = [_monotone(x) for x in [e.this, *e.expressions]]
         nonneg = any(n for _, n in parts) if isinstance(e, exp.Greatest) else all(n for _, n in parts)
@@ -588,6 +791,7 @@ def _extreme_query(
     distinct: Callable[[ColumnRef], float],
     *,
     corner: bool = False,
+    window: Weights | None = None,
 ) -> tuple[exp.Select, bool]:
     """``SELECT MAX(D_k(r))`` over the product rows (NR §3.3.8.2 for a row in one product row; §3.3.8.3, Min /
     max: MIN/MAX move by the largest change of e over the rows r ∋ t, not the sum), and whether the query is
@@ -605,11 +809,23 @@ def _extreme_query(
     NAPLES TPC-H queries at most 1.1% above it, Q1_4) and saves the second scan. It is β-smooth: D is β-smooth
     in the leaves and non-decreasing, and a change of the database moves the vector of maxima by at most
     Σ_t |Δx_t| per column, whose norm is at most the distance (rows and tables combine with ℓ1, the table norms
-    are absolute). A table used twice would count one change twice, so self-joins keep the skyline."""
+    are absolute). A table used twice would count one change twice, so self-joins keep the skyline.
+
+    A window's weight W (:class:`_Window`) multiplies each row's D in the per-row maximum; elsewhere max_r W·D
+    ≤ (max_r W)·max_r D, with max_r W from the least distance: β-smooth as a product of β-smooth functions of
+    separated columns (the window's column is not in D). With a window the scan is the window's, so even
+    constants are an aggregate over it."""
+    weights = window[1] if window is not None else [None] * len(items)
+
+    def weigh(e: exp.Expression, k: int, dist: exp.Expression | None = None) -> exp.Expression:
+        if window is None:
+            return e
+        return window[0].weigh(e, weights[k], dist if dist is not None else exp.Min(this=window[0].dist()))
 
     def per_row() -> tuple[exp.Select, bool]:
-        sel = exp.select(*(exp.alias_(exp.Max(this=e), f"v{k}") for k, e in enumerate(items)))
-        return where(from_uses(sel, form.uses), public), False
+        row_dist = window[0].dist() if window is not None else None
+        sel = exp.select(*(exp.alias_(exp.Max(this=weigh(e, k, row_dist)), f"v{k}") for k, e in enumerate(items)))
+        return where(from_uses(sel, form.uses), public), True
 
     leaves: dict[ColumnRef, exp.Column] = {}
     columns = in_leaves = 0
@@ -637,18 +853,18 @@ def _extreme_query(
         return exp.Abs(this=col.copy())
 
     refs = sorted(leaves, key=lambda r: (distinct(r), str(r)))
-    if not refs:
+    if not refs and window is None:
         # constants: their maximum over a non-empty scan is themselves, and the first row says it is not empty
         # (not folded into the answer: that would scan the rows its private step filters leave out; TPC-H Q4)
         sel = exp.select(*(exp.alias_(e.copy(), f"v{k}") for k, e in enumerate(items)))
         return where(from_uses(sel, form.uses), public).limit(1, copy=False), False
     tables = [form.use(r.alias).table for r in refs]
-    if len(refs) == 1 or (corner and all(len(form.uses_of(t)) == 1 for t in tables)):
+    if len(refs) <= 1 or (corner and all(len(form.uses_of(t)) == 1 for t in tables)):
         at = {r: double(exp.Max(this=absolute(leaves[r]))) for r in refs}
         any_row = exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(0))
         sel = exp.select(
             *(
-                exp.alias_(exp.Case(ifs=[exp.If(this=any_row.copy(), true=substitute(e, at))]), f"v{k}")
+                exp.alias_(exp.Case(ifs=[exp.If(this=any_row.copy(), true=weigh(substitute(e, at), k))]), f"v{k}")
                 for k, e in enumerate(items)
             )
         )
@@ -660,10 +876,15 @@ def _extreme_query(
         *(exp.alias_(absolute(leaves[r]), f"g{i}") for i, r in enumerate(keys)),
         exp.alias_(exp.Max(this=absolute(leaves[free])), "m"),
     )
+    if window is not None:
+        inner = inner.select(exp.alias_(exp.Min(this=window[0].dist()), "dist"), copy=False)
     inner = where(from_uses(inner, form.uses), public).group_by(*(absolute(leaves[r]) for r in keys), copy=False)
     at = {r: double(exp.column(f"g{i}")) for i, r in enumerate(keys)}
     at[free] = double(exp.column("m"))
-    outer = exp.select(*(exp.alias_(exp.Max(this=substitute(e, at)), f"v{k}") for k, e in enumerate(items)))
+    least = exp.Min(this=exp.column("dist"))
+    outer = exp.select(
+        *(exp.alias_(weigh(exp.Max(this=substitute(e, at)), k, least), f"v{k}") for k, e in enumerate(items))
+    )
     return outer.from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("skyline")))), False
 
 

@@ -82,6 +82,9 @@ class Filter:
     sql: exp.Expression
     slopes: dict[ColumnRef, float]  # bound on |∂ filter / ∂ column| (column in its norm unit)
     exact: bool  # equals the condition's indicator on every database of the column types
+    # per column x: a closed interval [lo, hi] (x in its linear unit: days for a DATE) outside which the
+    # filter is 0 on a neighbourhood, so it and all its partial derivatives vanish there
+    support: dict[ColumnRef, tuple[float, float]] = field(default_factory=dict)
 
 
 def _num(v: float) -> exp.Expression:
@@ -145,7 +148,7 @@ def linear(e: exp.Expression, info: ColumnInfo) -> Linear:
     )
 
 
-def _column_sql(ref: ColumnRef, info: ColumnInfo) -> exp.Expression:
+def column_sql(ref: ColumnRef, info: ColumnInfo) -> exp.Expression:
     col = exp.column(ref.column, table=ref.alias)
     if info(ref)[0] == "date":
         # dates count in days (policy unit conversions are applied to the slopes)
@@ -158,7 +161,7 @@ def _linear_sql(lin: Linear, info: ColumnInfo, const: float, *, double: bool = F
     arbitrary-precision exponential, ≈ 6× slower per row on TPC-H Q6 than the float one."""
     out: exp.Expression | None = None
     for ref, c in sorted(lin.coefs.items(), key=lambda kv: str(kv[0])):
-        term = _column_sql(ref, info)
+        term = column_sql(ref, info)
         if c != 1:
             term = exp.Mul(this=_num(c), expression=term)
         out = term if out is None else exp.Add(this=out, expression=term)
@@ -217,7 +220,8 @@ def compare(op: type[exp.Expression], lhs: exp.Expression, rhs: exp.Expression, 
             sql = _clamp01(
                 exp.Add(this=exp.Div(this=_linear_sql(var, info, -lmin), expression=_num(float(g))), expression=_num(1))
             )
-            return Filter(sql, slopes, True)
+            # 0 where L ≤ L_min − g, on an open set where L < L_min − g
+            return Filter(sql, slopes, True, _support(var, lmin - float(g), math.inf))
         _, integral = _on_grid(-d.const, g)
         if not integral:  # L + C = 0 never holds on the grid
             const = exp.Literal.number(0 if op is exp.EQ else 1)
@@ -226,8 +230,14 @@ def compare(op: type[exp.Expression], lhs: exp.Expression, rhs: exp.Expression, 
             this=_num(1),
             expressions=[exp.Div(this=exp.Abs(this=_linear_sql(var, info, d.const)), expression=_num(float(g)))],
         )
-        sql = exp.Sub(this=_num(1), expression=dist) if op is exp.EQ else dist
-        return Filter(sql, slopes, True)
+        if op is exp.EQ:  # 1 − min(1, |L + C|/g): 0 where |L + C| ≥ g
+            return Filter(
+                exp.Sub(this=_num(1), expression=dist),
+                slopes,
+                True,
+                _support(var, -d.const - float(g), -d.const + float(g)),
+            )
+        return Filter(dist, slopes, True)
     a = SIGMOID_ALPHA
     arg = _linear_sql(d, info, d.const, double=True)
     if op in (exp.GT, exp.GTE):
@@ -243,6 +253,15 @@ def compare(op: type[exp.Expression], lhs: exp.Expression, rhs: exp.Expression, 
     return Filter(sql, _slopes(d, info, a / 2), False)
 
 
+def _support(var: Linear, lo: float, hi: float) -> dict[ColumnRef, tuple[float, float]]:
+    """The interval of x where c·x ∈ [lo, hi], for a term c·x of one column (none for several columns)."""
+    if len(var.coefs) != 1:
+        return {}
+    ((ref, c),) = var.coefs.items()
+    a, b = lo / c, hi / c
+    return {ref: (min(a, b), max(a, b))}
+
+
 def _clip(e: exp.Expression) -> exp.Expression:
     """exp() overflows in PostgreSQL beyond ≈ 709; the approximation is flat there anyway."""
     return exp.Least(this=_num(700), expressions=[exp.Greatest(this=_num(-700), expressions=[e])])
@@ -255,7 +274,24 @@ def _combine(kind: str, parts: list[Filter]) -> Filter:
             slopes[k] = max(slopes.get(k, 0.0), v)
     cls = exp.Least if kind == "and" else exp.Greatest
     sql = parts[0].sql if len(parts) == 1 else cls(this=parts[0].sql, expressions=[p.sql for p in parts[1:]])
-    return Filter(sql, slopes, all(p.exact for p in parts))
+    return Filter(sql, slopes, all(p.exact for p in parts), combine_supports(kind, [p.support for p in parts]))
+
+
+def combine_supports(
+    kind: str, supports: list[dict[ColumnRef, tuple[float, float]]]
+) -> dict[ColumnRef, tuple[float, float]]:
+    """min (AND, and a product of [0, 1] filters) vanishes on a neighbourhood wherever one argument does: the
+    intersection of the supports; max (OR) only where all do: the hull, for columns every argument bounds."""
+    out: dict[ColumnRef, tuple[float, float]] = {}
+    if kind == "and":
+        for sup in supports:
+            for ref, (lo, hi) in sup.items():
+                plo, phi = out.get(ref, (-math.inf, math.inf))
+                out[ref] = (max(lo, plo), min(hi, phi))
+        return out
+    for ref in set.intersection(*(set(s) for s in supports)) if supports else ():
+        out[ref] = (min(s[ref][0] for s in supports), max(s[ref][1] for s in supports))
+    return out
 
 
 def envelope(cond: exp.Expression, info: ColumnInfo) -> exp.Expression | None:
