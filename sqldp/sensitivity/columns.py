@@ -124,9 +124,13 @@ class ColumnPlan:
                 out.extend(p.queries)
         return tuple(out)
 
+    def grid_index(self, beta: float) -> int | None:
+        """The largest grid point β′ ≤ β, whose bound is used at β (a β′-smooth bound is β-smooth)."""
+        return max((k for k, b in enumerate(self.grid) if b <= beta * (1 + 1e-12)), default=None)
+
     def value_bounds(self, results: Sequence[Rows], beta: float) -> dict[str, float]:
         """c0 per value-sensitive table at β (NR §3.3.8.2: uses of one table add up)."""
-        idx = max((k for k, b in enumerate(self.grid) if b <= beta * (1 + 1e-12)), default=None)
+        idx = self.grid_index(beta)
         out: dict[str, float] = {t: 0.0 for t in self.tables_info}
         for u in self.uses:
             if idx is None:
@@ -145,7 +149,18 @@ class ColumnPlan:
             row_at = self.row_plan.bind(results[n : n + k])
             count_at = self.count_plan.bind(results[n + k :])
 
+        # without the row-level parts the bound is constant between grid points: the β search asks ≈ 60 βs
+        cache: dict[int | None, Bound] = {}
+
         def at(beta: float) -> Bound:
+            if row_at is None:
+                idx = self.grid_index(beta)
+                if idx not in cache:
+                    cache[idx] = evaluate(beta)
+                return cache[idx]
+            return evaluate(beta)
+
+        def evaluate(beta: float) -> Bound:
             c0 = self.value_bounds(results, beta)
             tables: dict[str, Any] = {}
             for t, info in self.tables_info.items():
