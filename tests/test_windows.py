@@ -19,6 +19,7 @@ import sqldp
 from sqldp.form import ColumnRef
 from sqldp.policy import Policy
 from sqldp.sensitivity import columns
+from sqldp.sensitivity.expressions import RangeOps, SqlOps, bound
 from sqldp.sensitivity.filters import approximate
 
 SUPPORTS = [
@@ -196,3 +197,23 @@ def test_rows_left_out_of_the_scan_are_covered_by_the_cap(pg_dsn: str) -> None:
         bounds.append(session.analyze(QUERY, epsilon=1.0, beta=BETA).to_json()["sensitivity"])
     assert 0 < bounds[1] <= math.exp(BETA) * bounds[0]
     assert bounds[0] == pytest.approx(0.3)  # e^(−β·K)·3 lines·max D (10 per line), K = ln(100)/β
+
+
+@pytest.mark.parametrize("beta", columns.BETA_GRID)
+def test_the_cap_bounds_the_smoothed_bound_of_every_value_in_the_range(pg_dsn: str, beta: float) -> None:
+    """The cap multiplies max D over the declared ranges; D is built from the smoothed ub(x) (Lemma 3.67),
+    which is above |x| where |x| < 1/(β·w): its maximum over x ∈ [0, 10] is what RangeOps(smoothed) gives."""
+    e = sqlglot.parse_one("t.x * (1 - t.y)", read="postgres")
+    weights = {"x": 1.0, "y": 0.5}
+    ranges = {"x": (0.0, 10.0), "y": (0.0, 0.5)}
+    ub, d = bound(e, lambda r: weights.get(r.column), SqlOps(), beta, lambda a, b: True)
+    top, dtop = bound(e, lambda r: weights.get(r.column), RangeOps(lambda r: ranges[r.column], True), beta)
+    with psycopg.connect(pg_dsn) as conn:
+        sql = ", ".join(f"MAX({x.sql(dialect='postgres')})" for x in [ub, *d.values()])
+        got = conn.execute(
+            f"SELECT {sql} FROM generate_series(0, 100) AS gx(i), generate_series(0, 50) AS gy(j), "
+            "LATERAL (SELECT gx.i / 10.0 AS x, gy.j / 100.0 AS y) AS t"
+        ).fetchone()
+    assert got is not None
+    for value, limit in zip(got, [top, *dtop.values()], strict=True):
+        assert float(value) <= limit * (1 + 1e-9)

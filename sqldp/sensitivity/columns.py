@@ -679,7 +679,8 @@ def _window(
             continue
         caps: dict[str, tuple[float, ...]] = {}
         conds: list[exp.Expression] = []
-        range_ops = RangeOps(lambda r: policy.table(form.use(r.alias).table).column(r.column).range)
+        # the cap bounds the far rows' smoothed D, which is above D itself where |x| is under the floor
+        range_ops = RangeOps(lambda r: policy.table(form.use(r.alias).table).column(r.column).range, smoothed=True)
         try:
             for t in value_tables:
                 norm = policy.table(t).norm

@@ -191,10 +191,13 @@ def _is_one(e: exp.Expression) -> bool:
 
 
 class RangeOps:
-    """The same bounds maximised over the policy's declared ranges (data-independent)."""
+    """The same bounds maximised over the policy's declared ranges (data-independent). ``smoothed``: the
+    maximum of the β-smooth bounds SqlOps writes (for a sensitive |x| ≤ M, max(M, e^(min(M/floor − 1, 0))·floor),
+    which exceeds M below the floor), not of the functions themselves."""
 
-    def __init__(self, range_of: Callable[[ColumnRef], tuple[float, float] | None]) -> None:
+    def __init__(self, range_of: Callable[[ColumnRef], tuple[float, float] | None], smoothed: bool = False) -> None:
         self.range_of = range_of
+        self.smoothed = smoothed
 
     def const(self, v: float) -> float:
         return abs(v)
@@ -209,7 +212,11 @@ class RangeOps:
         return max(abs(r[0]), abs(r[1]))
 
     def sensitive(self, ref: ColumnRef, node: exp.Column, floor: float) -> float:
-        return self.column(ref, node)  # a global maximum needs no smoothing
+        m = self.column(ref, node)  # a global maximum of the function needs no smoothing
+        if not self.smoothed:
+            return m
+        # SqlOps.sensitive is non-decreasing in |x|: its maximum is at |x| = M
+        return max(m, math.exp(min(m / floor - 1.0, 0.0)) * floor)
 
     def add(self, a: float, b: float) -> float:
         return a + b
