@@ -107,7 +107,7 @@ def _value(dsn: str) -> float:
         return float(conn.execute(QUERY).fetchone()[0] or 0.0)  # type: ignore[index]
 
 
-def test_the_window_is_used_and_scans_only_rows_near_it(pg_dsn: str) -> None:
+def test_the_window_is_used_and_scans_only_rows_near_it(pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(DDL)
     # order 1 in the window with a small line; order 2 far away (day 10) with three large ones
@@ -124,12 +124,8 @@ def test_the_window_is_used_and_scans_only_rows_near_it(pg_dsn: str) -> None:
     assert m.tables["o"]["value_sensitivity"] == pytest.approx(10 * math.exp(-0.9))
     assert window["far_rows_bound"]["o"] == pytest.approx(0.3)
     # without the window: order 2's three lines count in full
-    original = columns._window
-    try:
-        columns._window = lambda *a, **k: None  # type: ignore[assignment]
-        plain = sqldp.connect(pg_dsn, policy=policy).analyze(QUERY, epsilon=1.0, beta=BETA).measurements[0][0]
-    finally:
-        columns._window = original  # type: ignore[assignment]
+    monkeypatch.setattr(columns, "_window", lambda *a, **k: None)
+    plain = sqldp.connect(pg_dsn, policy=policy).analyze(QUERY, epsilon=1.0, beta=BETA).measurements[0][0]
     assert "window" not in plain.tables["o"] and plain.tables["o"]["value_sensitivity"] == pytest.approx(
         30 * math.exp(-0.1)
     )

@@ -391,10 +391,7 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
         u.alias: _fanout(form, u.alias, public, catalog, fanout_bound) for t in value_tables for u in form.uses_of(t)
     }
     for fan in fans.values():
-        for cond in fan[1] if fan is not None else ():
-            if all(cond.sql() != c.expr.sql() for c in public):
-                refs = frozenset(ColumnRef(x.table, x.name) for x in cond.find_all(exp.Column))
-                public.append(Conjunct(cond, refs, False))
+        _add_public(public, fan[1] if fan is not None else [])
     window = None
     if agg.kind == "sum" and not combined and arg is not None:
         support = combine_supports("and", [f.support for _, f in filters])
@@ -625,7 +622,7 @@ class _Window:
         """W·item, W = e^(−β·w·dist); ``dist`` a row's distance, or the least over rows (then W is their largest)."""
         if beta is None:
             return item
-        w = exp.Exp(this=exp.Mul(this=exp.Literal.number(repr(-beta * self.rate)), expression=dist))
+        w = exp.Exp(this=exp.Mul(this=exp.Literal.number(repr(-beta * self.rate)), expression=dist.copy()))
         return exp.Mul(this=w, expression=exp.Paren(this=item))
 
     def to_json(self, grid: tuple[float, ...], reference: float) -> dict[str, Any]:
@@ -663,7 +660,13 @@ def _window(
         for c in arg.find_all(exp.Column)
         if c.table and sensitive(ColumnRef(c.table, c.name))
     )
-    best: tuple[float, _Window, list[exp.Expression]] | None = None
+    uses = [u for t in value_tables for u in form.uses_of(t)]
+    fans = [_fanout(form, u.alias, public, catalog, bounded) for u in uses]
+    if any(fan is None for fan in fans):
+        return None
+    # the cap bounds the far rows' smoothed D, which is above D itself where |x| is under the floor
+    range_ops = RangeOps(lambda r: policy.table(form.use(r.alias).table).column(r.column).range, smoothed=True)
+    best: tuple[float, _Window] | None = None
     for ref, (lo, hi) in sorted(support.items(), key=lambda kv: str(kv[0])):
         w = sensitive(ref)
         table = form.use(ref.alias).table
@@ -677,25 +680,19 @@ def _window(
         width = hi - lo + 2 * reach
         if width > 0.5 * (declared[1] - declared[0]):
             continue
-        caps: dict[str, tuple[float, ...]] = {}
-        conds: list[exp.Expression] = []
-        # the cap bounds the far rows' smoothed D, which is above D itself where |x| is under the floor
-        range_ops = RangeOps(lambda r: policy.table(form.use(r.alias).table).column(r.column).range, smoothed=True)
+        if any(_fanout(form, u.alias, public, catalog, until=ref.alias) is None for u in uses):
+            continue  # a use whose rows t are not tied to one row of x by the keys
         try:
-            for t in value_tables:
-                norm = policy.table(t).norm
-                for u in form.uses_of(t):
-                    fan = _fanout(form, u.alias, public, catalog, bounded)
-                    if fan is None or _fanout(form, u.alias, public, catalog, until=ref.alias) is None:
-                        raise RefusedError("not determined")  # caught below: this column gives no window
-                    conds.extend(fan[1])
-                    caps[u.alias] = tuple(
-                        math.exp(-b * rate * reach)
-                        * fan[0]
-                        * float(dual(norm, parts_for(u.alias, b, range_ops), "float") or 0.0)  # type: ignore[arg-type]
-                        for b in grid
-                    )
-        except RefusedError:  # an undeclared range (RangeOps) or a use the keys do not tie to x's row
+            caps = {
+                u.alias: tuple(
+                    math.exp(-b * rate * reach)
+                    * fan[0]
+                    * float(dual(policy.table(u.table).norm, parts_for(u.alias, b, range_ops), "float") or 0.0)  # type: ignore[arg-type]
+                    for b in grid
+                )
+                for u, fan in zip(uses, fans, strict=True)
+            }
+        except RefusedError:  # a summed column without a declared range (RangeOps)
             continue
         x = column_sql(ref, info)
         if info(ref)[0] == "date":
@@ -709,15 +706,20 @@ def _window(
         near = exp.Between(this=exp.column(ref.column, table=ref.alias), low=low, high=high)
         window = _Window(ref, lo, hi, rate, reach, x, caps, Conjunct(near, frozenset({ref}), False))
         if best is None or width < best[0]:
-            best = (width, window, conds)
+            best = (width, window)
     if best is None:
         return None
-    _, window, conds = best
-    for cond in [*conds, window.conjunct.expr]:
+    window = best[1]
+    _add_public(public, [c for fan in fans if fan is not None for c in fan[1]] + [window.conjunct.expr])
+    return window
+
+
+def _add_public(public: list[Conjunct], conditions: list[exp.Expression]) -> None:
+    """Public conjuncts the scans need (key ranges of a fan-out, a window's range), each once."""
+    for cond in conditions:
         if all(cond.sql() != c.expr.sql() for c in public):
             refs = frozenset(ColumnRef(x.table, x.name) for x in cond.find_all(exp.Column))
             public.append(Conjunct(cond, refs, False))
-    return window
 
 
 Weights = tuple[_Window, list[float | None]]  # a window and, per item, the β of its weight W
@@ -831,12 +833,11 @@ def _extreme_query(
     ≤ (max_r W)·max_r D, with max_r W from the least distance: β-smooth as a product of β-smooth functions of
     separated columns (the window's column is not in D). With a window the scan is the window's, so even
     constants are an aggregate over it."""
-    weights = window[1] if window is not None else [None] * len(items)
 
     def weigh(e: exp.Expression, k: int, dist: exp.Expression | None = None) -> exp.Expression:
         if window is None:
             return e
-        return window[0].weigh(e, weights[k], dist if dist is not None else exp.Min(this=window[0].dist()))
+        return window[0].weigh(e, window[1][k], dist if dist is not None else exp.Min(this=window[0].dist()))
 
     def per_row() -> tuple[exp.Select, bool]:
         row_dist = window[0].dist() if window is not None else None
