@@ -69,6 +69,7 @@ def main() -> None:
     ap.add_argument("--dsn", default=None)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--min-seconds", type=float, default=0.5, help="time each query for at least this long")
+    ap.add_argument("--queries", nargs="+", metavar="NAME", help="only these queries (e.g. q03 q19); a partial run")
     args = ap.parse_args()
     dsn = tpch_database(args.scale, args.dsn)
     session = sqldp.connect(dsn, policy=value_policy(), seed=7)
@@ -80,6 +81,11 @@ def main() -> None:
     # the Q16 NAPLES measured: Table 17's q_i (9.95K) is the count without the listing's last two conditions
     assert NR_Q16_EXTRA in q16, "q16.sql changed: update NR_Q16_EXTRA"
     listed.append(("q16 as measured", q16.replace(NR_Q16_EXTRA, "")))
+    if args.queries:
+        unknown = set(args.queries) - {name for name, _ in listed}
+        if unknown:
+            ap.error(f"unknown queries: {', '.join(sorted(unknown))}")
+        listed = [(name, text) for name, text in listed if name in args.queries]
     for name, text in listed:
 
         def plain(text: str = text) -> float:
