@@ -7,7 +7,10 @@
   is wrong by a factor 2, or a test that cannot see the change, fails).
 * Smoothness: c(x) ≤ e^(β‖x−x′‖)·c(x′) in both directions.
 * Structure: over a join the bound is a maximum over the product rows, not SUM's per-row sum.
-* Refusals (one line): a private conjunct (§3.3.8.4's data-dependent Δ), a table with private rows (§3.3.9).
+* A private filter (§3.3.8.4, f ± (1 − σ)·Δ with Δ from the declared ranges): finite differences of the
+  released function q_m itself (it is continuous where the plain query jumps), q_m equal to the plain query
+  whenever a row passes, and a change that moves q_m by the whole Δ (the bound is tight).
+* Refusals (one line): a private filter without declared ranges, a table with private rows (§3.3.9).
 * The JSON of a run carries the per-table/per-column breakdown.
 """
 
@@ -175,11 +178,15 @@ def test_refusals(pg_dsn: str) -> None:
         conn.execute(DDL)
     _load(pg_dsn, [(1, 0, 2, 1.5), (2, 1, 4, 0.25)], [(1, 0, 1)])
     session = sqldp.connect(pg_dsn, policy=Policy.from_toml(POLICY), seed=1)
-    for bad in ("SELECT MIN(t.x) FROM t WHERE t.a >= 2", "SELECT MAX(t.a) FROM t, u WHERE t.k = u.k AND u.b < 2"):
+    # a private filter needs Δ from the declared ranges of the argument's columns (no range for x and a here)
+    for bad, col in [
+        ("SELECT MIN(t.x) FROM t WHERE t.a >= 2", "t.x"),
+        ("SELECT MAX(t.a) FROM t, u WHERE t.k = u.k AND u.b < 2", "t.a"),
+    ]:
         with pytest.raises(RefusedError) as err:
             session.analyze(bad, epsilon=1.0, beta=BETA)
         msg = str(err.value)
-        assert "\n" not in msg and "MIN/MAX" in msg and "§3.3.8.4" in msg and "Δ" in msg, msg
+        assert "\n" not in msg and "§3.3.8.4" in msg and "Δ" in msg and f"needs a value range for {col}" in msg, msg
     private_rows = POLICY.replace('[tables.u]\nrows = "public"', '[tables.u]\nrows = "private"')
     assert private_rows != POLICY
     session = sqldp.connect(pg_dsn, policy=Policy.from_toml(private_rows), seed=1)
@@ -215,3 +222,89 @@ def test_json_breakdown_and_answer(pg_dsn: str) -> None:
     assert wider.analyze(q, epsilon=1.0, beta=0.01).to_json()["sensitivity"] == pytest.approx(2.0)
     with pytest.raises(RefusedError, match="no rows"):
         wider.run(q, epsilon=1.0, beta=0.01)
+
+
+# -- private filters (NR §3.3.8.4): MIN(e + (1 − σ)·Δ), MAX(e − (1 − σ)·Δ) ---------------------------------
+
+RANGED = (
+    POLICY.replace(
+        "[tables.u]\n", "[tables.t.columns.a]\nrange = [-3, 5]\n[tables.t.columns.x]\nrange = [-4, 4]\n[tables.u]\n"
+    )
+    + "[tables.u.columns.b]\nrange = [-4, 4]\n"
+)
+DELTA_X = 8.0  # the width of x's declared range: Δ of MIN(t.x)
+FILTERED = [
+    "SELECT MIN(t.x) FROM t WHERE t.a >= 2",
+    "SELECT MAX(t.x + t.a) FROM t WHERE t.a < 3 AND t.k >= 1",
+    "SELECT MAX(t.a) FROM t, u WHERE t.k = u.k AND u.b < 2",
+    "SELECT MIN(t.x) FROM t WHERE t.x > 0.5",  # NUMERIC: a sigmoid (§3.3.8.4), q_m only near the plain query
+    "SELECT t.k, MIN(t.x - u.b) FROM t, u WHERE t.k = u.k AND t.a > 0 GROUP BY t.k",
+]
+
+
+def _released(session: Any, query: str) -> tuple[float, dict[tuple, float | None]]:
+    """c(x) at β and q_m, the function the noise is added to, per group (analyze computes it, releases nothing);
+    the groups are k's declared domain, in order. None: no row passes the public filter (fixed by public data)."""
+    res = session.analyze(query, epsilon=10.0, beta=BETA)
+    keys = [(k,) for k in (0, 1, 2)] if "GROUP BY" in query else [()]
+    return float(res.to_json()["sensitivity"]), {
+        key: g[0].true_value for key, g in zip(keys, res.measurements, strict=True)
+    }
+
+
+@pytest.mark.parametrize("query", FILTERED)
+def test_private_filter_finite_differences(pg_dsn: str, query: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+    assert RANGED.count("range =") == 3
+    session = sqldp.connect(pg_dsn, policy=Policy.from_toml(RANGED), seed=1)
+    rng = random.Random(sum(map(ord, query)))
+    moved = 0
+    for _ in range(3):
+        t0, u0 = _random_db(rng)
+        _load(pg_dsn, t0, u0)
+        c0, f0 = _released(session, query)
+        # q_m is the plain query wherever a row passes the exact filters (data within the declared ranges)
+        plain = _values(pg_dsn, query) if "0.5" not in query else {}
+        for key, value in plain.items():
+            assert f0[key] == pytest.approx(value, abs=1e-9), (key, t0, u0)
+        changes = [_change_one_row(rng, t0, u0) for _ in range(6)]
+        changes += [_nudge_x(t0, i, step, u0) for i in range(len(t0)) for step in (-0.01, 0.01)]
+        for t1, u1 in changes:
+            dist = _distance(t0, t1, u0, u1)
+            _load(pg_dsn, t1, u1)
+            c1, f1 = _released(session, query)
+            assert f1.keys() == f0.keys()
+            for key, a in f0.items():
+                b = f1[key]
+                if a is None or b is None:
+                    assert a is b is None  # which groups have rows is public
+                    continue
+                change, slack = abs(b - a), 1e-9 * max(1.0, abs(a))
+                assert change <= math.exp(BETA * dist) * min(c0, c1) * dist + slack, (t0, t1, u0, u1)
+                moved += change > 0
+            assert c0 <= math.exp(BETA * dist) * c1 * (1 + 1e-9) and c1 <= math.exp(BETA * dist) * c0 * (1 + 1e-9)
+        _load(pg_dsn, t0, u0)
+    assert moved > 0  # the changes reach q_m
+
+
+def test_private_filter_shift_is_tight(pg_dsn: str) -> None:
+    """One passing row leaves the filter: q_m moves by the whole Δ for a unit change of a, which the bound
+    Δ·slope = 8 allows and half of it does not; the JSON names Δ."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+    session = sqldp.connect(pg_dsn, policy=Policy.from_toml(RANGED), seed=1)
+    q = "SELECT MIN(t.x) FROM t WHERE t.a >= 2"
+    _load(pg_dsn, [(1, 0, 2, 1.0), (2, 0, 0, 1.0)], [])
+    c0, before = _released(session, q)
+    _load(pg_dsn, [(1, 0, 1, 1.0), (2, 0, 0, 1.0)], [])
+    c1, after = _released(session, q)
+    f0, f1 = before[()], after[()]
+    assert f0 is not None and f1 is not None
+    assert (f0, f1) == (pytest.approx(1.0), pytest.approx(1.0 + DELTA_X))  # no row passes: min(x) + Δ
+    assert c0 == c1 == pytest.approx(DELTA_X)  # max(Δ·1 for a, 1/0.5 for x): ℓ1's dual, the largest term
+    assert f1 - f0 > 0.5 * math.exp(BETA) * c0  # distance 1
+    out = session.run(q, epsilon=1.0, beta=BETA).to_json()
+    assert out["tables"]["t"]["filtered_out_shift"] == pytest.approx(DELTA_X)
+    assert out["tables"]["t"]["columns"]["a"]["filter_slope"] == pytest.approx(1.0)
+    assert session.run("SELECT MAX(t.x) FROM t WHERE t.a >= 2", epsilon=1e9).answer == pytest.approx(1.0 - DELTA_X)

@@ -18,14 +18,18 @@ Rows combine with ℓ1, so the table's bound is max_t; tables combine with ℓ1,
 of a self-joined table add up. Every ub and d is β-smooth (:mod:`sqldp.sensitivity.expressions`), and sums
 and maxima of β-smooth functions are β-smooth, so the result c0 is a β-smooth upper bound.
 
-MIN/MAX (NR §3.3.8.3, "Min / max"), when every conjunct is public and every table's rows are public: f =
-min_r e(r) over the product rows passing the filter, and |min_r a_r − min_r b_r| ≤ max_r |a_r − b_r| (min and
-max are 1-Lipschitz in ℓ∞), so the bound w.r.t. use i is max_r D_i(r) — a maximum over the product rows, where
-SUM adds up Σ_{r ∋ t} D_i(r) — with D_i(r) the dual norm of the d_v(e) (no filter slopes). The uses of a
-self-joined table add up (an upper bound of max_r Σ_i D_i(r)); maxima of β-smooth functions are β-smooth. The
-released aggregate is MIN/MAX(e) itself. Refused: a private conjunct (§3.3.8.4's f + (1 − σ)·Δ with a
-data-dependent Δ is not implemented) and private rows (adding a row can move MIN/MAX by the whole range; no
-combined §3.3.9 bound for MIN/MAX).
+MIN/MAX (NR §3.3.8.3, "Min / max"), when every table's rows are public: f = min_r g(r) over the product rows
+passing the public filter, and |min_r a_r − min_r b_r| ≤ max_r |a_r − b_r| (min and max are 1-Lipschitz in
+ℓ∞), so the bound w.r.t. use i is max_r D_i(r) — a maximum over the product rows, where SUM adds up
+Σ_{r ∋ t} D_i(r). Without a private conjunct g = e, released as MIN/MAX(e) itself, and D_i(r) is the dual norm
+of the d_v(e). With one, §3.3.8.4 releases MIN(e + (1 − s)·Δ) (MAX: e − (1 − s)·Δ): a row the filter drops
+enters shifted past every value, so it does not win while another row passes. NR takes Δ = MAX(e) − MIN(e)
+from the data; sqldp takes the width of e's interval over the declared ranges (:mod:`intervals`), a constant,
+so |∂g/∂v| ≤ d_v(e) + Δ·slope_v stays per row and β-smooth (a data-dependent Δ would tie every row's g to
+the rows attaining MAX and MIN). Exact step filters then leave the WHERE too: a row that fails one must still
+enter shifted, or the answer would jump to "no rows". The uses of a self-joined table add up (an upper bound
+of max_r Σ_i D_i(r)); maxima of β-smooth functions are β-smooth. Refused: private rows (adding a row can move
+MIN/MAX by the whole range; no combined §3.3.9 bound for MIN/MAX).
 
 β: the bounds depend on β through the smoothing floors; Postgres evaluates them at the user's β, or on a fixed
 grid in one scan per use, and ``finish(β)`` takes the largest grid point β′ ≤ β (a β′-smooth bound is
@@ -69,7 +73,7 @@ from sqldp.form import Aggregate, AnalysisForm, ColumnRef, Conjunct, TableUse
 from sqldp.policy import EPOCH, Policy
 from sqldp.sensitivity.expressions import RangeOps, SqlOps, bound, column_weights, dual, norm_separates
 from sqldp.sensitivity.filters import Filter, approximate, column_sql, combine_supports, envelope
-from sqldp.sensitivity.intervals import clamp_columns
+from sqldp.sensitivity.intervals import clamp_columns, interval
 from sqldp.sensitivity.rows import Bound, RowPlan, plan_rows
 from sqldp.sqlgen import from_uses, where
 
@@ -229,14 +233,16 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
     extremum = agg.kind in ("min", "max")  # NR §3.3.8.3, "Min / max"
     if agg.kind not in ("count", "sum") and not extremum:
         raise RefusedError(f"{agg.sql}: aggregate {agg.kind.upper()} is not supported under value-level privacy")
+    shift = 0.0  # MIN/MAX with a private filter: Δ of NR §3.3.8.4, from the declared ranges
     if extremum:
-        # NR §3.3.8.4 turns a private filter into f + (1 − σ)·Δ for the filtered-out values, with Δ data-dependent
-        hidden = next((c for c in form.conjuncts if c.private), None)
-        if hidden is not None:
-            raise RefusedError(
-                f"{agg.sql}: MIN/MAX with a filter on a value-sensitive column ({hidden.sql}) is not implemented: "
-                "NR §3.3.8.4 replaces filtered-out values by f + (1 − σ)·Δ with a data-dependent Δ"
+        if any(c.private for c in form.conjuncts):
+            assert agg.arg is not None
+            lo, hi = interval(
+                agg.arg,
+                lambda r: policy.table(form.use(r.alias).table).column(r.column).range,
+                f"{agg.sql} with a filter on a value-sensitive column (NR §3.3.8.4, the Δ of f + (1 − σ)·Δ)",
             )
+            shift = hi - lo
         # NR §3.3.9: adding or removing a row can move MIN/MAX by the whole range of the expression
         hidden_rows = sorted({u.table for u in form.uses if policy.table(u.table).rows_private})
         if hidden_rows:
@@ -296,8 +302,19 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
             assert arg is not None
             arg = clamp_columns(arg, lambda r: policy.table(form.use(r.alias).table).column(r.column).range)
 
-    # the released aggregate q_m: exact step filters stay in WHERE (they equal the indicator on the grid)
-    if soft:
+    # the released aggregate q_m: exact step filters stay in WHERE (they equal the indicator on the grid),
+    # except under MIN/MAX, where a filtered-out row still enters as e ± Δ (NR §3.3.8.4)
+    if extremum and filters:
+        sigma = [f.sql for _, f in filters]
+        s_all = sigma[0] if len(sigma) == 1 else exp.Least(this=sigma[0], expressions=sigma[1:])
+        out = exp.Mul(
+            this=exp.Paren(this=exp.Sub(this=exp.Literal.number(1), expression=exp.Paren(this=s_all))),
+            expression=exp.Literal.number(repr(shift)),
+        )
+        assert arg is not None
+        body = (exp.Add if agg.kind == "min" else exp.Sub)(this=exp.Paren(this=arg.copy()), expression=out)
+        released, hard = Aggregate(agg.kind, body, agg.columns), ()
+    elif soft:
         s_sql: exp.Expression = (
             soft[0].sql if len(soft) == 1 else exp.Least(this=soft[0].sql, expressions=[f.sql for f in soft[1:]])
         )
@@ -341,14 +358,16 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
         if agg.kind == "count":
             out = {r.column: ops.const(v) for r, v in slopes.items() if r.alias == alias}
             return out
-        # SUM, and MIN/MAX (whose slopes are empty: no private conjunct): the per-column d_v(e) (+ ub·slope_v)
+        # SUM: the per-column d_v(e) + ub(e)·slope_v (product rule, s ≤ 1). MIN/MAX: d_v(e) + Δ·slope_v, the
+        # derivative of e ± (1 − s)·Δ with a data-independent Δ (NR §3.3.8.4)
         assert arg is not None
         ub, d = bound(arg, weight, ops, beta, separated)
+        factor = ops.const(shift) if extremum else ub
         out = {}
         cols = {r.column for r in (set(d) | set(slopes)) if r.alias == alias}
         for c in sorted(cols):
             ref = ColumnRef(alias, c)
-            term = ops.mul(ub, ops.const(slopes[ref])) if ref in slopes else ops.const(0.0)
+            term = ops.mul(factor, ops.const(slopes[ref])) if ref in slopes else ops.const(0.0)
             if ref in d:
                 term = ops.add(term, d[ref])
             out[c] = term
@@ -446,6 +465,8 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
         }
         if window is not None:
             tables_info[t]["window"] = window.to_json(grid, reference)
+        if extremum and slopes:
+            tables_info[t]["filtered_out_shift"] = shift
         if combined:
             range_ops = RangeOps(lambda r: policy.table(form.use(r.alias).table).column(r.column).range)
             glob = dual(tp.norm, parts_for(form.uses_of(t)[0].alias, 1.0, range_ops), "float")

@@ -26,29 +26,31 @@ def _mul(a: Interval, b: Interval) -> Interval:
     return min(products, default=0.0), max(products, default=0.0)
 
 
-def interval(e: exp.Expression, range_of: RangeOf) -> Interval:
-    """[lo, hi] ⊇ the values of ``e`` when every column lies in its declared range; refuse otherwise."""
-    if isinstance(e, exp.Paren):
-        return interval(e.this, range_of)
-    if isinstance(e, exp.Cast):
-        return interval(e.this, range_of)
+ROW_LEVEL_SUM = "SUM under row-level privacy"
+
+
+def interval(e: exp.Expression, range_of: RangeOf, purpose: str = ROW_LEVEL_SUM) -> Interval:
+    """[lo, hi] ⊇ the values of ``e`` when every column lies in its declared range; refuse otherwise, naming
+    the ``purpose`` the range is needed for."""
+    if isinstance(e, (exp.Paren, exp.Cast)):
+        return interval(e.this, range_of, purpose)
     if isinstance(e, exp.Column):
         r = range_of(ColumnRef(e.table, e.name))
         if r is None:
             raise RefusedError(
-                f"SUM over {e.sql(dialect='postgres')} needs a value range: declare "
-                f"range = [low, high] for column {e.name!r} in the policy (row-level privacy bounds SUM by it)"
+                f"{purpose} needs a value range for {e.sql(dialect='postgres')}: declare "
+                f"range = [low, high] for column {e.name!r} in the policy"
             )
         return r
     if isinstance(e, exp.Literal) and not e.is_string:
         v = float(e.this)
         return v, v
     if isinstance(e, exp.Neg):
-        lo, hi = interval(e.this, range_of)
+        lo, hi = interval(e.this, range_of, purpose)
         return -hi, -lo
     if isinstance(e, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
-        a = interval(e.this, range_of)
-        b = interval(e.expression, range_of)
+        a = interval(e.this, range_of, purpose)
+        b = interval(e.expression, range_of, purpose)
         if isinstance(e, exp.Add):
             return a[0] + b[0], a[1] + b[1]
         if isinstance(e, exp.Sub):
@@ -61,12 +63,12 @@ def interval(e: exp.Expression, range_of: RangeOf) -> Interval:
     if isinstance(e, exp.Case) and e.this is None:
         # CASE WHEN … THEN v1 … ELSE v0 END takes one of its branch values (a missing ELSE is NULL, which SUM
         # skips): the hull of the branches bounds it, whatever the conditions read
-        branches = [interval(i.args["true"], range_of) for i in e.args.get("ifs", [])]
+        branches = [interval(i.args["true"], range_of, purpose) for i in e.args.get("ifs", [])]
         default = e.args.get("default")
-        branches.append(interval(default, range_of) if default is not None else (0.0, 0.0))
+        branches.append(interval(default, range_of, purpose) if default is not None else (0.0, 0.0))
         return min(b[0] for b in branches), max(b[1] for b in branches)
     raise RefusedError(
-        f"cannot bound {e.sql(dialect='postgres')} for SUM under row-level privacy "
+        f"cannot bound {e.sql(dialect='postgres')} for {purpose} "
         "(supported: columns with declared ranges, numbers, + − × /, CASE over such branches)"
     )
 
