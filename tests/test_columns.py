@@ -354,6 +354,32 @@ def test_a_step_filter_is_used_only_where_it_is_not_steeper_than_the_sigmoid(
     assert f.exact is exact and f.slopes[ref] == pytest.approx(slope)
 
 
+@pytest.mark.parametrize(
+    ("cond", "formula"),
+    [
+        ("t.x > 3", lambda x: 1 / (1 + math.exp(-SIGMOID_ALPHA * (x - 3)))),  # NR Table 9: sigmoid
+        ("t.x <= 3", lambda x: 1 / (1 + math.exp(-SIGMOID_ALPHA * (3 - x)))),
+        ("t.x = 3", lambda x: 2 / (math.exp(SIGMOID_ALPHA * (x - 3)) + math.exp(-SIGMOID_ALPHA * (x - 3)))),  # tauoid
+        ("t.x <> 3", lambda x: 1 - 2 / (math.exp(SIGMOID_ALPHA * (x - 3)) + math.exp(-SIGMOID_ALPHA * (x - 3)))),
+    ],
+)
+def test_sigmoid_and_tauoid_sql_are_the_formulas_without_overflow(pg_dsn: str, cond: str, formula: Any) -> None:
+    """The filters' SQL (written with tanh and cosh) evaluated by PostgreSQL equals NR Table 9's formulas, and
+    arguments far beyond exp()'s range (e^709) give 0 or 1 instead of an overflow error."""
+    import sqlglot
+
+    f = approximate(sqlglot.parse_one(cond), lambda r: ("numeric", None, 1.0, True))
+    assert not f.exact
+    points = [-1e6, -200.0, 0.0, 2.5, 2.9, 3.0, 3.1, 3.5, 7.0, 200.0, 1e6]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (x DOUBLE PRECISION)")
+        conn.cursor().executemany("INSERT INTO t VALUES (%s)", [(x,) for x in points])
+        got = conn.execute(f"SELECT t.x, {f.sql.sql(dialect='postgres')} FROM t ORDER BY t.x").fetchall()
+    for x, value in got:
+        want = formula(max(-100.0, min(100.0, x)))  # flat beyond (within e^−485 of 0 or 1); exp(1e6) overflows
+        assert value == pytest.approx(want, rel=1e-9, abs=1e-12), (cond, x)
+
+
 def test_a_use_whose_joins_fix_every_other_key_is_in_one_product_row(pg_dsn: str) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(DDL)
