@@ -7,9 +7,11 @@ import sys
 from pathlib import Path
 
 import psycopg
+import pytest
 
+from sqldp import db
 from sqldp.catalog import Catalog
-from sqldp.db import resolve_dsn
+from sqldp.db import RESTART_SETTINGS, EmbeddedServer, resolve_dsn
 
 
 def sqldp(*args: str) -> subprocess.CompletedProcess[str]:
@@ -64,3 +66,33 @@ def test_catalog_from_database_matches_ddl(pg_dsn: str) -> None:
     assert (fk.columns, fk.ref_table, fk.ref_columns) == (("n_regionkey",), "region", ("r_regionkey",))
     assert live.table("nation").columns["n_date"].kind == "date"
     assert live.table("nation").columns["n_amount"].kind == "numeric"
+
+
+def test_fresh_server_gets_its_restart_settings(tmp_path: Path) -> None:
+    """A new data directory: the server is restarted once with RESTART_SETTINGS (shared_buffers here)."""
+    if not RESTART_SETTINGS:
+        pytest.skip("the machine's memory is unknown or small: no restart settings")
+    server = EmbeddedServer(tmp_path / "home")
+    url = server.start()
+    try:
+        with psycopg.connect(url) as conn:
+            for name, value in RESTART_SETTINGS.items():
+                shown = conn.execute("SELECT setting::bigint * 8 / 1024 FROM pg_settings WHERE name = %s", (name,))
+                assert f"{shown.fetchone()[0]}MB" == value  # shared_buffers is counted in 8 kB pages
+    finally:
+        server.stop()
+
+
+def test_settings_that_stop_the_server_are_dropped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shared_buffers the machine cannot give: the restart fails, the setting is removed and the server
+    starts without it (a database that will not start is worse than a slower one)."""
+    monkeypatch.setattr(db, "RESTART_SETTINGS", {"shared_buffers": "4000GB"})
+    server = EmbeddedServer(tmp_path / "home")
+    url = server.start()
+    try:
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SHOW shared_buffers").fetchone()[0] == "128MB"
+        assert "shared_buffers" not in (server.pgdata / "postgresql.auto.conf").read_text()
+        assert "random_page_cost = '1.1'" in (server.pgdata / "postgresql.auto.conf").read_text()
+    finally:
+        server.stop()
