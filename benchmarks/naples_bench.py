@@ -1,4 +1,5 @@
-"""The 21 NAPLES TPC-H queries under value-level privacy (NR §4.3.3), beside NR Tables 16 and 17.
+"""The 21 NAPLES TPC-H queries under value-level privacy (NR §4.3.3), beside NR Tables 16 and 17 (their SF 0.1
+and SF 1.0 columns, for those scale factors).
 
 For each query: the plain query's time t_i (PostgreSQL, a prepared statement, median of at least 5 runs and
 of at least 0.5 s of runs, after a warm-up; sqldp prepares its own statements too), the time of the whole
@@ -14,6 +15,7 @@ rows public: NAPLES' §4.3.3 metric (values of every row protected, rows not add
 (9.95K; the listed text counts 8); it is not among the 21 of the ratio summary.
 
     python benchmarks/naples_bench.py --scale 0.1 [--dsn DSN] > benchmarks/results/naples.md
+    python benchmarks/naples_bench.py --scale 1 > benchmarks/results/naples_sf1.md
 """
 
 from __future__ import annotations
@@ -52,6 +54,25 @@ TABLE17 = {
     "q08": (145150, 308.31), "q09": (40000, 1.32), "q10": (357710, 3570), "q11": (199980, 0.12),
     "q12_1": (3.0, 0.96), "q12_2": (3.0, 2.33), "q16": (4.0, 0.4), "q17": (16800, 533), "q19": (651720, 4200),
 }  # fmt: skip
+# NR Table 16, SF 1.0 (ms): t_i, t_m, t_s
+TABLE16_SF1 = {
+    "q01_1": (1500, 5600, 8010), "q01_2": (1620, 6590, 11920), "q01_3": (1750, 5870, 19660),
+    "q01_4": (1690, 5960, 20450), "q01_5": (1480, 5460, 5860), "q02_1": (289.53, 563.79, 2250),
+    "q02_2": (288.18, 632.38, 2490), "q03": (349.06, 521.31, 1200), "q04": (1560, 5050, 10690),
+    "q05": (1510, 2200, 9710), "q06": (1260, 31730, 123640), "q07": (2420, 1670, 8340),
+    "q08": (4080, 1450, 8380), "q09": (1590, 1420, 9170), "q10": (202.05, 1480, 4880),
+    "q11": (126.47, 128.67, 529.29), "q12_1": (1950, 7340, 14040), "q12_2": (2440, 4800, 10840),
+    "q16": (264.52, 1660, 3660), "q17": (938.62, 1120, 2960), "q19": (1390, 2860, 13560),
+}  # fmt: skip
+# NR Table 17, SF 1.0: q_s and %noise (NR's Q3 and Q10 answers are 0 there: %noise 0 and ∞)
+TABLE17_SF1 = {
+    "q01_1": (50.0, 0.0013), "q01_2": (104900, 0.0019), "q01_3": (117340, 0.0022), "q01_4": (124380, 0.0022),
+    "q01_5": (1.0, 0.0007), "q02_1": (100.0, 100000), "q02_2": (100.0, 100.0), "q03": (0.0, 0.0),
+    "q04": (7.0, 0.25), "q05": (484120, 10.17), "q06": (130000, 0.71), "q07": (115330, 0.54),
+    "q08": (178960, 54.4), "q09": (49200, 0.17), "q10": (312540, float("inf")), "q11": (199980, 0.01),
+    "q12_1": (3.0, 0.1), "q12_2": (3.0, 0.24), "q16": (4.0, 0.04), "q17": (18000, 33.9), "q19": (827690, 479.67),
+}  # fmt: skip
+NR_TABLES = {0.1: (TABLE16, TABLE17), 1.0: (TABLE16_SF1, TABLE17_SF1)}  # the scale factors NR reports here
 
 
 NR_Q16_EXTRA = "  AND part.p_brand = 'Brand#14'\n  AND part.p_type = 'LARGE ANODIZED TIN'\n"
@@ -76,6 +97,7 @@ def main() -> None:
     rows: list[list[Any]] = []
     ratios: list[float] = []
     conn = connect(dsn)  # the plain queries get a connection kept open, as the session keeps its own
+    nr_tables = NR_TABLES.get(args.scale)
     listed = [(p.stem, p.read_text(encoding="utf-8")) for p in sorted((QUERIES / "naples").glob("q*.sql"))]
     q16 = dict(listed)["q16"]
     # the Q16 NAPLES measured: Table 17's q_i (9.95K) is the count without the listing's last two conditions
@@ -93,9 +115,11 @@ def main() -> None:
             return float(conn.execute(text.rstrip().rstrip(";"), prepare=True).fetchone()[0] or 0.0)
 
         t_i, q_i = median_time(plain, args.repeat, args.min_seconds)
-        n_ti, n_tm, n_ts = TABLE16[name.split()[0]]
-        n_qs, n_noise = TABLE17[name.split()[0]]
-        nr = [n_ti, (n_tm + n_ts) / n_ti, n_qs, n_noise]
+        nr: list[Any] = [None] * 4
+        if nr_tables is not None:
+            n_ti, n_tm, n_ts = nr_tables[0][name.split()[0]]
+            n_qs, n_noise = nr_tables[1][name.split()[0]]
+            nr = [n_ti, (n_tm + n_ts) / n_ti, n_qs, n_noise]
         try:
             first = session.run(text, epsilon=1.0, beta=0.1)  # the first run pays the analysis (then cached)
             t_n, res = median_time(
