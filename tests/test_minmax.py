@@ -187,6 +187,13 @@ def test_refusals(pg_dsn: str) -> None:
             session.analyze(bad, epsilon=1.0, beta=BETA)
         msg = str(err.value)
         assert "\n" not in msg and "§3.3.8.4" in msg and "Δ" in msg and f"needs a value range for {col}" in msg, msg
+    # DATE arguments: refused before any query (the bound's SQL is arithmetic on numbers)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE v (id INT PRIMARY KEY, d DATE, x INT)")
+    dated = sqldp.connect(pg_dsn, policy=Policy.from_toml('[tables.v]\nrows = "public"\nnorm = "l1(d, x)"\n'))
+    for bad in ("SELECT MAX(v.d) FROM v", "SELECT MIN(v.d) FROM v WHERE v.x > 1", "SELECT SUM(v.d - v.d) FROM v"):
+        with pytest.raises(RefusedError, match=r"over DATE values \(v\.d\) is not implemented"):
+            dated.analyze(bad, epsilon=1.0, beta=BETA)
     private_rows = POLICY.replace('[tables.u]\nrows = "public"', '[tables.u]\nrows = "private"')
     assert private_rows != POLICY
     session = sqldp.connect(pg_dsn, policy=Policy.from_toml(private_rows), seed=1)

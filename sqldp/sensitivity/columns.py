@@ -233,6 +233,19 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
     extremum = agg.kind in ("min", "max")  # NR §3.3.8.3, "Min / max"
     if agg.kind not in ("count", "sum") and not extremum:
         raise RefusedError(f"{agg.sql}: aggregate {agg.kind.upper()} is not supported under value-level privacy")
+    if agg.kind != "count" and agg.arg is not None:
+        dated = sorted(
+            {
+                c.sql(dialect="postgres")
+                for c in agg.arg.find_all(exp.Column)
+                if c.table and catalog.table(form.use(c.table).table).column(c.name).kind == "date"
+            }
+        )
+        if dated:  # the bound's SQL (ABS, the Δ shift, the noise) is arithmetic on numbers, not on DATE values
+            raise RefusedError(
+                f"{agg.sql}: {agg.kind.upper()} over DATE values ({', '.join(dated)}) is not implemented under "
+                "value-level privacy (dates are analysed as days in filters only)"
+            )
     shift = 0.0  # MIN/MAX with a private filter: Δ of NR §3.3.8.4, from the declared ranges
     if extremum:
         if any(c.private for c in form.conjuncts):
