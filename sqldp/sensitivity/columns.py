@@ -73,7 +73,7 @@ from sqldp.form import Aggregate, AnalysisForm, ColumnRef, Conjunct, TableUse
 from sqldp.policy import EPOCH, Policy
 from sqldp.sensitivity.expressions import RangeOps, SqlOps, bound, column_weights, dual, norm_separates
 from sqldp.sensitivity.filters import Filter, approximate, column_sql, combine_supports, envelope
-from sqldp.sensitivity.intervals import clamp_columns, interval
+from sqldp.sensitivity.intervals import clamp_columns, declared_ranges, interval
 from sqldp.sensitivity.rows import Bound, RowPlan, plan_rows
 from sqldp.sqlgen import from_uses, where
 
@@ -246,13 +246,14 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
                 f"{agg.sql}: {agg.kind.upper()} over DATE values ({', '.join(dated)}) is not implemented under "
                 "value-level privacy (dates are analysed as days in filters only)"
             )
+    range_of = declared_ranges(form, policy)
     shift = 0.0  # MIN/MAX with a private filter: Δ of NR §3.3.8.4, from the declared ranges
     if extremum:
         if any(c.private for c in form.conjuncts):
             assert agg.arg is not None
             lo, hi = interval(
                 agg.arg,
-                lambda r: policy.table(form.use(r.alias).table).column(r.column).range,
+                range_of,
                 f"{agg.sql} with a filter on a value-sensitive column (NR §3.3.8.4, the Δ of f + (1 − σ)·Δ)",
             )
             shift = hi - lo
@@ -313,7 +314,7 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
         row_plan = plan_rows(public_form, catalog, policy)  # c1: no sensitive value read (NR §3.3.9.3)
         if agg.kind == "sum":
             assert arg is not None
-            arg = clamp_columns(arg, lambda r: policy.table(form.use(r.alias).table).column(r.column).range)
+            arg = clamp_columns(arg, range_of)
 
     # the released aggregate q_m: exact step filters stay in WHERE (they equal the indicator on the grid),
     # except under MIN/MAX, where a filtered-out row still enters as e ± Δ (NR §3.3.8.4)
@@ -481,7 +482,7 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
         if extremum and slopes:
             tables_info[t]["filtered_out_shift"] = shift
         if combined:
-            range_ops = RangeOps(lambda r: policy.table(form.use(r.alias).table).column(r.column).range)
+            range_ops = RangeOps(range_of)
             glob = dual(tp.norm, parts_for(form.uses_of(t)[0].alias, 1.0, range_ops), "float")
             c3[t] = float(glob or 0.0)
         for u in form.uses_of(t):
@@ -699,12 +700,12 @@ def _window(
     if any(fan is None for fan in fans):
         return None
     # the cap bounds the far rows' smoothed D, which is above D itself where |x| is under the floor
-    range_ops = RangeOps(lambda r: policy.table(form.use(r.alias).table).column(r.column).range, smoothed=True)
+    range_of = declared_ranges(form, policy)
+    range_ops = RangeOps(range_of, smoothed=True)
     best: tuple[float, _Window] | None = None
     for ref, (lo, hi) in sorted(support.items(), key=lambda kv: str(kv[0])):
         w = sensitive(ref)
-        table = form.use(ref.alias).table
-        declared = policy.table(table).column(ref.column).range
+        declared = range_of(ref)
         if w is None or not (math.isfinite(lo) and math.isfinite(hi)) or declared is None:
             continue
         if ref in summed or (summed and not separated(frozenset({ref}), summed)):

@@ -15,10 +15,16 @@ from collections.abc import Callable
 from sqlglot import exp
 
 from sqldp.errors import RefusedError
-from sqldp.form import ColumnRef
+from sqldp.form import AnalysisForm, ColumnRef
+from sqldp.policy import Policy
 
 Interval = tuple[float, float]
 RangeOf = Callable[[ColumnRef], Interval | None]
+
+
+def declared_ranges(form: AnalysisForm, policy: Policy) -> RangeOf:
+    """The policy's declared range of each column, found through the alias the query reads it by."""
+    return lambda ref: policy.table(form.use(ref.alias).table).column(ref.column).range
 
 
 def _mul(a: Interval, b: Interval) -> Interval:

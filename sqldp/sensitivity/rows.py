@@ -36,7 +36,7 @@ from sqldp.catalog import Catalog
 from sqldp.errors import RefusedError
 from sqldp.form import Aggregate, AnalysisForm, ColumnRef, Conjunct, TableUse
 from sqldp.policy import Policy
-from sqldp.sensitivity.intervals import clamp_columns, magnitude
+from sqldp.sensitivity.intervals import clamp_columns, declared_ranges, magnitude
 from sqldp.sensitivity.patterns import PatternMap, unify
 from sqldp.sensitivity.smoothing import Growth, smooth_count
 from sqldp.sqlgen import from_uses, where
@@ -324,9 +324,7 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
     agg = form.aggregates[0]
     private = frozenset(u.table for u in form.uses if policy.table(u.table).rows_private)
 
-    def range_of(ref: ColumnRef) -> tuple[float, float] | None:
-        return policy.table(form.use(ref.alias).table).column(ref.column).range
-
+    range_of = declared_ranges(form, policy)
     if agg.kind == "count":
         multiplier, released = 1.0, agg
     elif agg.kind == "sum":
