@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import zlib
 from typing import Any
 
@@ -55,6 +56,7 @@ QUERIES = [
     "SELECT SUM(EXP(0.05 * t.a)) FROM t WHERE t.x > 1",  # L = 0.05 ≤ β: e^g exactly (NR Table 10, e^(rx))
     "SELECT SUM(SQRT(t.a * t.a + t.x * t.x)) FROM t, u WHERE t.k = u.k",  # ℓ2 norm (NR Table 10, ‖x‖_p)
     "SELECT SUM(POWER(ABS(t.x), 1.5) - t.a) FROM t",  # a real power ≥ 1 (NR Table 10, x^r)
+    "SELECT SUM(t.x * CAST(t.k * 0.4 AS INTEGER)) FROM t",  # a rounding cast of a public value: |round(v)| ≤ |v| + ½
 ]
 
 
@@ -337,6 +339,38 @@ def test_plans_refusals_and_breakdown(pg_dsn: str) -> None:
         with pytest.raises(RefusedError) as err:
             session.analyze(bad, epsilon=1.0)
         assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("query", "real", "step"),
+    [
+        ("SELECT SUM(t.a / 2) FROM t", "SELECT SUM(t.a / 2.0) FROM t", "t.a / 2 is an integer division"),
+        (
+            "SELECT SUM(t.x * ((t.a + 1) / 3)) FROM t",
+            "SELECT SUM(t.x * ((t.a + 1) / 3.0)) FROM t",
+            "(t.a + 1) / 3 is an integer division",
+        ),
+        ("SELECT SUM(CAST(t.x AS INTEGER)) FROM t", "SELECT SUM(CAST(t.x AS DOUBLE PRECISION)) FROM t", "rounds"),
+        ("SELECT MAX(t.x::numeric(6, 1)) FROM t", "SELECT MAX(t.x::numeric) FROM t", "rounds"),
+        ("SELECT COUNT(*) FROM t WHERE t.a / 2 > 1", "SELECT COUNT(*) FROM t WHERE t.a / 2.0 > 1", "filter's t.a / 2"),
+        (  # u.b is sensitive too, but any column counts in a private filter: its step is not approximated
+            "SELECT COUNT(*) FROM t, u WHERE t.k = u.k AND t.x > u.b / 2",
+            "SELECT COUNT(*) FROM t, u WHERE t.k = u.k AND t.x > u.b / 2.0",
+            "filter's u.b / 2",
+        ),
+    ],
+)
+def test_postgresql_steps_over_sensitive_values_are_refused(pg_dsn: str, query: str, real: str, step: str) -> None:
+    """Integer division and rounding casts are steps (sensitivity/discrete.py): refused with the fix in one
+    line, while the real-valued spellings of the same queries are analysed."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+    _load(pg_dsn, [(1, 0, 2, 1.5, 3), (2, 1, 4, 0.25, 1)], [(1, 0, 1)])
+    session = sqldp.connect(pg_dsn, policy=Policy.from_toml(POLICY))
+    with pytest.raises(RefusedError, match=re.escape(step)) as err:
+        session.analyze(query, epsilon=1.0, beta=BETA)
+    assert "\n" not in str(err.value) and ("2.0" in str(err.value) or "DOUBLE PRECISION" in str(err.value))
+    assert session.analyze(real, epsilon=1.0, beta=BETA).to_json()["sensitivity"] > 0
 
 
 @pytest.mark.parametrize(

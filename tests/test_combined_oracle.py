@@ -105,6 +105,9 @@ QUERIES: list[tuple[str, frozenset[str]]] = [
     ("SELECT SUM(t.x) FROM t, u WHERE t.k = u.k AND u.b >= 1", frozenset({"third", "values_only"})),
     ("SELECT SUM(u.b) FROM t, u WHERE t.k = u.k AND t.a < 3", frozenset({"values_only", "no_cross_terms"})),
     ("SELECT SUM(t.x * u.b) FROM t, u WHERE t.k = u.k AND t.k > 0", frozenset({"third", "values_only"})),
+    # EXP, SQRT and powers: the row-level part bounds them by intervals, the value part by NR Table 10
+    ("SELECT SUM(SQRT(POWER(t.x, 2) + POWER(t.a, 2))) FROM t WHERE t.k <> 0", frozenset({"third", "values_only"})),
+    ("SELECT SUM(EXP(t.x / 200.0) * u.b) FROM t, u WHERE t.k = u.k", frozenset({"third", "values_only"})),
 ]
 
 Db = dict[str, list[tuple[Any, ...]]]  # t: (id, k, a, x), u: (id, k, b)

@@ -56,6 +56,9 @@ QUERIES = [
     ("SELECT COUNT(*) FROM r, s, p WHERE r.b = s.b AND s.c = p.b", False),
     ("SELECT SUM(r.a) FROM r, s WHERE r.b = s.b", False),
     ("SELECT SUM(CASE WHEN s.c = 1 THEN 2 WHEN r.b > 0 THEN r.a END) FROM r, s WHERE r.b = s.b", False),
+    # PostgreSQL's integer division: |1 − (a + 1) / 2| reaches 1 at a = 0, where real division says 0.5
+    ("SELECT SUM(1 - (r.a + 1) / 2) FROM r, s WHERE r.b = s.b", False),
+    ("SELECT SUM(SQRT(POWER(r.a, 2) + 1) * EXP(r.a / 4.0)) FROM r, s WHERE r.b = s.b", False),
     ("SELECT COUNT(*) FROM r r1, r r2 WHERE r1.b = r2.b", True),
     ("SELECT COUNT(*) FROM r r1, r r2 WHERE r1.a = r2.b", True),
     ("SELECT COUNT(*) FROM r r1, r r2, s WHERE r1.b = s.b AND r2.a = s.c", True),

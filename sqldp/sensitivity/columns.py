@@ -71,9 +71,10 @@ from sqldp.catalog import Catalog
 from sqldp.errors import RefusedError
 from sqldp.form import Aggregate, AnalysisForm, ColumnRef, Conjunct, TableUse
 from sqldp.policy import EPOCH, Policy
+from sqldp.sensitivity import discrete
 from sqldp.sensitivity.expressions import RangeOps, SqlOps, bound, column_weights, dual, norm_separates
 from sqldp.sensitivity.filters import Filter, approximate, column_sql, combine_supports, envelope
-from sqldp.sensitivity.intervals import clamp_columns, declared_ranges, interval
+from sqldp.sensitivity.intervals import clamp_columns, domain, interval
 from sqldp.sensitivity.rows import Bound, RowPlan, plan_rows
 from sqldp.sqlgen import from_uses, where
 
@@ -246,14 +247,14 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
                 f"{agg.sql}: {agg.kind.upper()} over DATE values ({', '.join(dated)}) is not implemented under "
                 "value-level privacy (dates are analysed as days in filters only)"
             )
-    range_of = declared_ranges(form, policy)
+    dom = domain(form, catalog, policy)
     shift = 0.0  # MIN/MAX with a private filter: Δ of NR §3.3.8.4, from the declared ranges
     if extremum:
         if any(c.private for c in form.conjuncts):
             assert agg.arg is not None
             lo, hi = interval(
                 agg.arg,
-                range_of,
+                dom,
                 f"{agg.sql} with a filter on a value-sensitive column (NR §3.3.8.4, the Δ of f + (1 − σ)·Δ)",
             )
             shift = hi - lo
@@ -293,6 +294,18 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
 
     private = [c for c in form.conjuncts if c.private]
     public = [c for c in form.conjuncts if not c.private]
+    # NR §3.3.8 differentiates real functions; PostgreSQL's integer division and rounding casts are steps.
+    # In the aggregate they are refused where they read a sensitive column; in a private filter wherever
+    # they read a column, since its continuous approximation would not be the filter PostgreSQL evaluates
+    checks = [("aggregate", agg.arg, True)] if agg.arg is not None else []
+    for part, e, sensitive_only in [*checks, *(("filter", c.expr, False) for c in private)]:
+        for node in discrete.steps(e, dom.kind):
+            refs = [ColumnRef(x.table, x.name) for x in node.find_all(exp.Column) if x.table]
+            if not sensitive_only or any(weight(r) is not None for r in refs):
+                raise RefusedError(
+                    f"{agg.sql}: under value-level privacy (NR §3.3.8, a continuous function of the sensitive "
+                    f"values) the {part}'s {discrete.describe(node, dom.kind)}"
+                )
     for c in private:  # NR §3.3.8.4: a row outside the public envelope has s(r) = 0 for all values
         env = envelope(c.expr, info)
         if env is not None:
@@ -314,7 +327,7 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
         row_plan = plan_rows(public_form, catalog, policy)  # c1: no sensitive value read (NR §3.3.9.3)
         if agg.kind == "sum":
             assert arg is not None
-            arg = clamp_columns(arg, range_of)
+            arg = clamp_columns(arg, dom)
 
     # the released aggregate q_m: exact step filters stay in WHERE (they equal the indicator on the grid),
     # except under MIN/MAX, where a filtered-out row still enters as e ± Δ (NR §3.3.8.4)
@@ -482,7 +495,7 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
         if extremum and slopes:
             tables_info[t]["filtered_out_shift"] = shift
         if combined:
-            range_ops = RangeOps(range_of)
+            range_ops = RangeOps(dom.range)
             glob = dual(tp.norm, parts_for(form.uses_of(t)[0].alias, 1.0, range_ops), "float")
             c3[t] = float(glob or 0.0)
         for u in form.uses_of(t):
@@ -700,12 +713,12 @@ def _window(
     if any(fan is None for fan in fans):
         return None
     # the cap bounds the far rows' smoothed D, which is above D itself where |x| is under the floor
-    range_of = declared_ranges(form, policy)
-    range_ops = RangeOps(range_of, smoothed=True)
+    dom = domain(form, catalog, policy)
+    range_ops = RangeOps(dom.range, smoothed=True)
     best: tuple[float, _Window] | None = None
     for ref, (lo, hi) in sorted(support.items(), key=lambda kv: str(kv[0])):
         w = sensitive(ref)
-        declared = range_of(ref)
+        declared = dom.range(ref)
         if w is None or not (math.isfinite(lo) and math.isfinite(hi)) or declared is None:
             continue
         if ref in summed or (summed and not separated(frozenset({ref}), summed)):

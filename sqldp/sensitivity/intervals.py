@@ -11,20 +11,46 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from sqlglot import exp
 
+from sqldp.catalog import Catalog
 from sqldp.errors import RefusedError
 from sqldp.form import AnalysisForm, ColumnRef
 from sqldp.policy import Policy
+from sqldp.sensitivity.discrete import KindOf, rounds, truncates
 
 Interval = tuple[float, float]
 RangeOf = Callable[[ColumnRef], Interval | None]
 
 
-def declared_ranges(form: AnalysisForm, policy: Policy) -> RangeOf:
-    """The policy's declared range of each column, found through the alias the query reads it by."""
-    return lambda ref: policy.table(form.use(ref.alias).table).column(ref.column).range
+@dataclass(frozen=True)
+class Domain:
+    """What the analyses know of a column's values without reading them: the declared range (an integer
+    column's rounded inwards to integers, so that clamping keeps its type) and the catalog's kind."""
+
+    range: RangeOf
+    kind: KindOf
+
+
+def domain(form: AnalysisForm, catalog: Catalog, policy: Policy) -> Domain:
+    """The policy's ranges and the catalog's kinds of the columns, found through the alias the query reads
+    them by."""
+
+    def kind(ref: ColumnRef) -> str:
+        return catalog.table(form.use(ref.alias).table).column(ref.column).kind
+
+    def declared(ref: ColumnRef) -> Interval | None:
+        r = policy.table(form.use(ref.alias).table).column(ref.column).range
+        if r is None or kind(ref) != "integer":
+            return r
+        lo, hi = math.ceil(r[0]), math.floor(r[1])
+        if lo > hi:
+            raise RefusedError(f"the declared range {list(r)} of integer column {ref} holds no integer")
+        return float(lo), float(hi)
+
+    return Domain(declared, kind)
 
 
 def _mul(a: Interval, b: Interval) -> Interval:
@@ -32,16 +58,72 @@ def _mul(a: Interval, b: Interval) -> Interval:
     return min(products, default=0.0), max(products, default=0.0)
 
 
+def _real(f: Callable[[float], float], x: float) -> float:
+    try:
+        return f(x)
+    except OverflowError:
+        return math.inf
+
+
+def _ipow(x: float, n: int) -> float:
+    try:
+        return x**n
+    except OverflowError:
+        return math.copysign(math.inf, x) if n % 2 else math.inf
+
+
+def _abs(a: Interval) -> Interval:
+    top = max(abs(a[0]), abs(a[1]))
+    return (0.0 if a[0] <= 0 <= a[1] else min(abs(a[0]), abs(a[1]))), top
+
+
+def _power(a: Interval, r: float, e: exp.Expression, purpose: str) -> Interval:
+    """a^r as PostgreSQL's POWER computes it (in double precision; an error for a negative base with a
+    fractional exponent, or 0 with a negative one)."""
+    lo, hi = a
+    if r.is_integer():
+        n = int(r)
+        if n < 0:
+            if lo <= 0 <= hi:
+                raise RefusedError(
+                    f"cannot bound {e.sql(dialect='postgres')} for {purpose}: the base's range {list(a)} contains 0"
+                )
+            return _power((1.0 / hi, 1.0 / lo), float(-n), e, purpose)
+        if n % 2 == 0:  # x^n is decreasing below 0 and increasing above
+            small, big = _abs(a)
+            return _ipow(small, n), _ipow(big, n)
+        return _ipow(lo, n), _ipow(hi, n)
+    if lo < 0 or (r < 0 and lo == 0):
+        raise RefusedError(
+            f"cannot bound {e.sql(dialect='postgres')} for {purpose}: a fractional power of a base whose range "
+            f"{list(a)} reaches {'below 0' if lo < 0 else '0'} fails in PostgreSQL"
+        )
+    ends = (_real(lambda x: x**r, lo), _real(lambda x: x**r, hi))
+    return min(ends), max(ends)
+
+
 ROW_LEVEL_SUM = "SUM under row-level privacy"
 
 
-def interval(e: exp.Expression, range_of: RangeOf, purpose: str = ROW_LEVEL_SUM) -> Interval:
-    """[lo, hi] ⊇ the values of ``e`` when every column lies in its declared range; refuse otherwise, naming
-    the ``purpose`` the range is needed for."""
-    if isinstance(e, (exp.Paren, exp.Cast)):
-        return interval(e.this, range_of, purpose)
+def interval(e: exp.Expression, dom: Domain, purpose: str = ROW_LEVEL_SUM) -> Interval:
+    """[lo, hi] ⊇ the values of ``e`` when every column lies in its declared range, by PostgreSQL's arithmetic
+    (integer division truncates, casts to integers round: :mod:`sqldp.sensitivity.discrete`); refuse
+    otherwise, naming the ``purpose`` the range is needed for."""
+
+    def of(x: exp.Expression) -> Interval:
+        return interval(x, dom, purpose)
+
+    def refuse(why: str) -> RefusedError:
+        return RefusedError(f"cannot bound {e.sql(dialect='postgres')} for {purpose}: {why}")
+
+    if isinstance(e, exp.Paren):
+        return of(e.this)
+    if isinstance(e, exp.Cast):
+        lo, hi = of(e.this)
+        # a rounding cast moves a value by at most 1/2 (to NUMERIC(p, s): 10^(−s)/2), monotonically
+        return (math.floor(lo), math.ceil(hi)) if rounds(e, dom.kind) else (lo, hi)
     if isinstance(e, exp.Column):
-        r = range_of(ColumnRef(e.table, e.name))
+        r = dom.range(ColumnRef(e.table, e.name))
         if r is None:
             raise RefusedError(
                 f"{purpose} needs a value range for {e.sql(dialect='postgres')}: declare "
@@ -52,11 +134,10 @@ def interval(e: exp.Expression, range_of: RangeOf, purpose: str = ROW_LEVEL_SUM)
         v = float(e.this)
         return v, v
     if isinstance(e, exp.Neg):
-        lo, hi = interval(e.this, range_of, purpose)
+        lo, hi = of(e.this)
         return -hi, -lo
     if isinstance(e, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
-        a = interval(e.this, range_of, purpose)
-        b = interval(e.expression, range_of, purpose)
+        a, b = of(e.this), of(e.expression)
         if isinstance(e, exp.Add):
             return a[0] + b[0], a[1] + b[1]
         if isinstance(e, exp.Sub):
@@ -64,33 +145,55 @@ def interval(e: exp.Expression, range_of: RangeOf, purpose: str = ROW_LEVEL_SUM)
         if isinstance(e, exp.Mul):
             return _mul(a, b)
         if b[0] <= 0 <= b[1]:
-            raise RefusedError(f"cannot bound {e.sql(dialect='postgres')}: the divisor's range {list(b)} contains 0")
-        return _mul(a, (1.0 / b[1], 1.0 / b[0]))
+            raise refuse(f"the divisor's range {list(b)} contains 0")
+        lo, hi = _mul(a, (1.0 / b[1], 1.0 / b[0]))
+        # integer division truncates towards zero, a non-decreasing function of the real quotient
+        return (math.trunc(lo), math.trunc(hi)) if truncates(e, dom.kind) else (lo, hi)
+    if isinstance(e, exp.Abs):
+        return _abs(of(e.this))
+    if isinstance(e, exp.Exp):
+        lo, hi = of(e.this)
+        return _real(math.exp, lo), _real(math.exp, hi)
+    if isinstance(e, exp.Sqrt):
+        lo, hi = of(e.this)
+        if lo < 0:
+            raise refuse(f"its argument's range {[lo, hi]} reaches below 0, where SQRT fails in PostgreSQL")
+        return math.sqrt(lo), math.sqrt(hi)
+    if isinstance(e, exp.Pow):
+        r_lo, r_hi = of(e.expression)
+        if r_lo != r_hi:
+            raise refuse("the exponent is not a constant")
+        return _power(of(e.this), r_lo, e, purpose)
+    if isinstance(e, (exp.Greatest, exp.Least)):
+        parts = [of(x) for x in [e.this, *e.expressions]]
+        pick = max if isinstance(e, exp.Greatest) else min  # both ends are monotone in every argument
+        return pick(p[0] for p in parts), pick(p[1] for p in parts)
     if isinstance(e, exp.Case) and e.this is None:
         # CASE WHEN … THEN v1 … ELSE v0 END takes one of its branch values (a missing ELSE is NULL, which SUM
         # skips): the hull of the branches bounds it, whatever the conditions read
-        branches = [interval(i.args["true"], range_of, purpose) for i in e.args.get("ifs", [])]
+        branches = [of(i.args["true"]) for i in e.args.get("ifs", [])]
         default = e.args.get("default")
-        branches.append(interval(default, range_of, purpose) if default is not None else (0.0, 0.0))
+        branches.append(of(default) if default is not None else (0.0, 0.0))
         return min(b[0] for b in branches), max(b[1] for b in branches)
     raise RefusedError(
         f"cannot bound {e.sql(dialect='postgres')} for {purpose} "
-        "(supported: columns with declared ranges, numbers, + − × /, CASE over such branches)"
+        "(supported: columns with declared ranges, numbers, + − × /, ABS, EXP, SQRT, POWER by a constant, "
+        "GREATEST, LEAST, casts, CASE over such branches)"
     )
 
 
-def magnitude(e: exp.Expression, range_of: RangeOf) -> float:
+def magnitude(e: exp.Expression, dom: Domain) -> float:
     """max |e| over the declared ranges."""
-    lo, hi = interval(e, range_of)
+    lo, hi = interval(e, dom)
     return max(abs(lo), abs(hi))
 
 
-def clamp_columns(e: exp.Expression, range_of: RangeOf) -> exp.Expression:
+def clamp_columns(e: exp.Expression, dom: Domain) -> exp.Expression:
     """``e`` with each column c replaced by LEAST(GREATEST(c, lo), hi): the bound then holds for any data."""
 
     def clamp(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Column) and node.table:
-            r = range_of(ColumnRef(node.table, node.name))
+            r = dom.range(ColumnRef(node.table, node.name))
             if r is not None:
                 lo, hi = (exp.Literal.number(int(v) if float(v).is_integer() else v) for v in r)
                 return exp.Least(this=exp.Greatest(this=node.copy(), expressions=[lo]), expressions=[hi])

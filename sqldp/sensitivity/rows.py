@@ -36,7 +36,7 @@ from sqldp.catalog import Catalog
 from sqldp.errors import RefusedError
 from sqldp.form import Aggregate, AnalysisForm, ColumnRef, Conjunct, TableUse
 from sqldp.policy import Policy
-from sqldp.sensitivity.intervals import clamp_columns, declared_ranges, magnitude
+from sqldp.sensitivity.intervals import clamp_columns, domain, magnitude
 from sqldp.sensitivity.patterns import PatternMap, unify
 from sqldp.sensitivity.smoothing import Growth, smooth_count
 from sqldp.sqlgen import from_uses, where
@@ -324,13 +324,13 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
     agg = form.aggregates[0]
     private = frozenset(u.table for u in form.uses if policy.table(u.table).rows_private)
 
-    range_of = declared_ranges(form, policy)
+    dom = domain(form, catalog, policy)
     if agg.kind == "count":
         multiplier, released = 1.0, agg
     elif agg.kind == "sum":
         assert agg.arg is not None
-        multiplier = magnitude(agg.arg, range_of)
-        released = dataclasses.replace(agg, arg=clamp_columns(agg.arg, range_of))
+        multiplier = magnitude(agg.arg, dom)
+        released = dataclasses.replace(agg, arg=clamp_columns(agg.arg, dom))
     else:
         raise RefusedError(
             f"{agg.sql}: MIN and MAX need the value-level analysis (NR §3.3.8); row-level privacy (§3.3.7) "
