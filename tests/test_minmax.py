@@ -212,7 +212,7 @@ def test_json_breakdown_and_answer(pg_dsn: str) -> None:
     out = session.run("SELECT MIN(t.x * 2 + u.b) FROM t, u WHERE t.k = u.k", epsilon=1.0, beta=BETA).to_json()
     assert set(out["tables"]) == {"t", "u"}
     t, u = out["tables"]["t"], out["tables"]["u"]
-    assert t["norm"] == "l1(a, 0.5*x)" and t["rows"] == "public"
+    assert t["norm"] == "l1(a, 0.5*x)" and t["row_privacy"] == "public"
     assert t["columns"] == {"x": {"norm_weight": 0.5, "filter_slope": 0.0}}
     assert t["column_terms"] == {"at_beta": BETA, "terms": {"x": pytest.approx(4.0)}}  # d = 2, / 0.5
     assert u["column_terms"]["terms"] == {"b": pytest.approx(1.0)}

@@ -17,6 +17,7 @@ import pytest
 
 import sqldp
 from sqldp import runner
+from sqldp.commands.analyze import format_text
 from sqldp.errors import ForbiddenError, RefusedError
 
 DDL = """
@@ -141,6 +142,14 @@ def test_value_sensitive_columns_get_the_combined_analysis(db: tuple[str, Path],
     # a filter on a protected value: rows and values both protected (NR §3.3.9), never less than the row bound
     out = session.analyze("SELECT COUNT(*) FROM t WHERE time > 30", epsilon=1, beta=0.1).to_json()
     assert math.isfinite(out["sensitivity"]) and out["sensitivity"] >= 1
+    # the text output prints each part of the table's term, with the JSON's numbers, and no raw dict
+    term = out["tables"]["t"]
+    text = format_text(out)
+    assert "{'" not in text, text
+    assert f"values under l1(time) (rows private): sensitivity {term['value_sensitivity']:.6g}" in text
+    assert f"rows: sensitivity {term['rows']['sensitivity']:.6g}" in text
+    assert f"combined: {term['combined_sensitivity']:.6g} (NR §3.3.9: c3 = {term['c3']:.6g}" in text
+    assert "private filters' slopes: time 1" in text
     # shapes the value analysis does not cover stay refused with a reason
     with pytest.raises(RefusedError):
         session.analyze("SELECT MAX(time) FROM t", epsilon=1)

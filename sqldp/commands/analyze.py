@@ -59,7 +59,9 @@ def format_text(out: dict[str, Any]) -> str:
         lines.append(f"sensitivity = {out['sensitivity']:.6g}, noise scale = {out['noise_scale']:.6g}")
         lines.append(f"error at {err['confidence']:.0%} confidence: ± {err['absolute']:.6g}")
         for table, term in out["tables"].items():
-            lines.append(f"  {table}: {_describe_term(term)}")
+            first, *rest = _describe_term(term)
+            lines.append(f"  {table}: {first}")
+            lines.extend(f"    {line}" for line in rest)
     if "answer" in out:
         lines.append(f"answer = {out['answer']}")
         extra = {k: v for k, v in out.get("values", {}).items()}
@@ -73,20 +75,53 @@ def format_text(out: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _describe_term(term: Any) -> str:
-    """One table's contribution, e.g. ``sensitivity 7.41 (derivative 7 at the data, 7.41 smoothed; G = 1)``."""
-    if not isinstance(term, dict) or "sensitivity" not in term:
-        return str(term)
-    parts = [f"sensitivity {term['sensitivity']:.6g}"]
+def _describe_term(term: Any) -> list[str]:
+    """One table's contribution as text lines: a row-level term on one line, e.g. ``sensitivity 7.41
+    (derivative 7 at the data, 7.41 smoothed; G = 1; uses t)``; a value-level term (``docs/columns.md``) on a
+    line per part."""
+    if not isinstance(term, dict):
+        return [str(term)]
+    if "value_sensitivity" in term:
+        return _describe_values(term)
+    if "sensitivity" not in term:
+        return [str(term)]
+    line = f"sensitivity {term['sensitivity']:.6g}"
     if "derivative" in term and "smooth_derivative" in term:
-        parts.append(f"(derivative {term['derivative']:.6g} at the data, {term['smooth_derivative']:.6g} smoothed;")
-        parts.append(f"G = {term.get('weight', 1):g}; uses {', '.join(term.get('uses', []))})")
-    extra = {
-        k: v for k, v in term.items() if k not in {"sensitivity", "derivative", "smooth_derivative", "weight", "uses"}
-    }
-    if extra:
-        parts.append(str(extra))
-    return " ".join(parts)
+        line += (
+            f" (derivative {term['derivative']:.6g} at the data, {term['smooth_derivative']:.6g} smoothed;"
+            f" G = {term.get('weight', 1):g}; uses {', '.join(term.get('uses', []))})"
+        )
+    known = {"sensitivity", "derivative", "smooth_derivative", "weight", "uses"}
+    extra = {k: v for k, v in term.items() if k not in known}
+    return [line + (f" {extra}" if extra else "")]
+
+
+def _describe_values(term: dict[str, Any]) -> list[str]:
+    """A value-level term (NR §3.3.8), and in combined mode its row-level part and c2 (§3.3.9.3)."""
+    terms = term.get("column_terms", {})
+    by_column = ", ".join(f"{c} {v:.6g}" for c, v in sorted(terms.get("terms", {}).items(), key=lambda kv: -kv[1]) if v)
+    lines = [
+        f"values under {term.get('norm')} (rows {term.get('row_privacy', '?')}): sensitivity "
+        f"{term['value_sensitivity']:.6g}"
+        + (f"; by column at β = {terms['at_beta']:g}: {by_column}" if by_column else "")
+    ]
+    slopes = {c: v["filter_slope"] for c, v in term.get("columns", {}).items() if v.get("filter_slope")}
+    if slopes:
+        lines.append("private filters' slopes: " + ", ".join(f"{c} {v:.4g}" for c, v in sorted(slopes.items())))
+    if "window" in term:
+        w = term["window"]
+        lines.append(f"window on {w['column']}: support {w['support']}, scanned {w['scanned']}")
+    if "filtered_out_shift" in term:
+        lines.append(f"filtered-out rows enter shifted by Δ = {term['filtered_out_shift']:.6g}")
+    if "rows" in term:
+        lines.append("rows: " + " ".join(_describe_term(term["rows"])))
+    if "combined_sensitivity" in term:
+        lines.append(
+            f"combined: {term['combined_sensitivity']:.6g} (NR §3.3.9: c3 = {term['c3']:.6g}, a product row's "
+            f"largest derivative over the declared ranges; c4 = {term['c4']:.6g}, the smoothed number of product "
+            "rows a row is in)"
+        )
+    return lines
 
 
 def run(args: argparse.Namespace) -> int:

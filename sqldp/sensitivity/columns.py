@@ -472,7 +472,7 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
         w = weights_of[t]
         tables_info[t] = {
             "norm": str(tp.norm),
-            "rows": "private" if tp.rows_private else "public",
+            "row_privacy": "private" if tp.rows_private else "public",
             "columns": {
                 c: {
                     "norm_weight": w[c],
