@@ -31,7 +31,9 @@ from sqlglot import exp
 from sqldp.catalog import Catalog
 from sqldp.form import AnalysisForm, ColumnRef
 from sqldp.policy import Policy
+from sqldp.sensitivity import failures
 from sqldp.sensitivity.columns import ColumnPlan, plan_columns
+from sqldp.sensitivity.intervals import domain
 from sqldp.sensitivity.rows import Bound, RowPlan, plan_rows
 
 __all__ = ["Bound", "ColumnPlan", "RowPlan", "plan", "plan_columns", "plan_rows"]
@@ -48,7 +50,10 @@ def plan(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | Non
     reads = {ref for agg in form.aggregates for ref in agg.columns}
     reads |= {ref for c in form.conjuncts for ref in c.columns}
     reads |= {ColumnRef(k.table, k.name) for g in form.group_by for k in g.find_all(exp.Column) if k.table}
-    if any(ref.column in policy.table(form.use(ref.alias).table).sensitive_columns for ref in reads):
+    values = any(ref.column in policy.table(form.use(ref.alias).table).sensitive_columns for ref in reads)
+    # a data-dependent error would answer without noise: refused first (failures.py)
+    failures.check(form, domain(form, catalog, policy).kind, bounded_sum=not values)
+    if values:
         return plan_columns(form, catalog, policy, beta)
     # a table with public rows and private values contributes nothing when none of its values is read
     return plan_rows(form, catalog, policy)

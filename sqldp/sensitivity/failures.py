@@ -1,0 +1,142 @@
+"""Where PostgreSQL may fail on the data: an error is an answer too.
+
+The statements sqldp runs for a private answer read private data. If PostgreSQL can fail on some values — a
+division by zero, SQRT or LN of a negative number, a fractional power of one, a text that is not a number
+— then whether the noisy answer or an error comes back tells the analyst something about the data, without
+noise (``SELECT COUNT(*) FROM t WHERE 1 / t.a > 0`` fails exactly when some row has a = 0). sqldp refuses
+such expressions before any query runs, wherever they read a column: in the WHERE (public and private
+conjuncts alike: PostgreSQL may evaluate a conjunct on public rows only after a join with private ones),
+in GROUP BY keys and in aggregate arguments. A divisor is safe when it is a non-zero constant or written
+``NULLIF(x, 0)`` (x / NULL is NULL, which WHERE treats as false and aggregates skip); SQRT and fractional
+powers when their argument is non-negative by its form (ABS, squares, norms, EXP, sums and products of
+those). The row-level SUM bounds its own argument (:mod:`sqldp.sensitivity.intervals` clamps its columns
+to their declared ranges and refuses divisors, roots and powers whose range reaches 0 or below).
+
+Not covered (documented in docs/columns.md): overflow of integer and floating-point arithmetic and of EXP,
+which needs values near the type's limits (±2^31 for INTEGER, e^709 for DOUBLE PRECISION) in the data.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from sqldp.errors import RefusedError
+from sqldp.form import AnalysisForm, ColumnRef
+from sqldp.sensitivity.discrete import KindOf, integer_valued, keeps_value
+from sqldp.sensitivity.intervals import Domain, interval
+
+# functions with a domain narrower than their argument's type (NR does not need them; PostgreSQL fails outside)
+_PARTIAL = (exp.Ln, exp.Log)
+_TEXT_TYPES = {exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR, exp.DataType.Type.CHAR}
+
+
+def nonnegative(e: exp.Expression) -> bool:
+    """Whether ``e`` is ≥ 0 (or NULL) for every value of its columns, by its form alone."""
+    if isinstance(e, exp.Paren):
+        return nonnegative(e.this)
+    if isinstance(e, (exp.Abs, exp.Sqrt, exp.Exp)):
+        return True
+    if isinstance(e, exp.Literal):
+        return not e.is_string and float(e.this) >= 0
+    if isinstance(e, exp.Pow):
+        k = e.expression
+        even = isinstance(k, exp.Literal) and not k.is_string and float(k.this).is_integer() and float(k.this) % 2 == 0
+        return even or nonnegative(e.this)
+    if isinstance(e, exp.Mul) and e.this == e.expression:  # a square written x * x
+        return True
+    if isinstance(e, (exp.Add, exp.Mul, exp.Div)):
+        return nonnegative(e.this) and nonnegative(e.expression)
+    if isinstance(e, exp.Greatest):
+        return any(nonnegative(x) for x in [e.this, *e.expressions])
+    if isinstance(e, exp.Least):
+        return all(nonnegative(x) for x in [e.this, *e.expressions])
+    if isinstance(e, exp.Case) and e.this is None:
+        default = e.args.get("default")
+        branches = [i.args["true"] for i in e.args.get("ifs", [])] + ([default] if default is not None else [])
+        return all(nonnegative(b) for b in branches)
+    return False
+
+
+def _reads(e: exp.Expression) -> bool:
+    return any(c.table for c in e.find_all(exp.Column))
+
+
+def _safe_divisor(d: exp.Expression, kind_of: KindOf) -> bool:
+    """NULLIF(x, 0), or a constant that is not 0 (one that is fails on every row but not on no rows)."""
+    while isinstance(d, (exp.Paren, exp.Cast)):
+        d = d.this
+    if isinstance(d, exp.Nullif):
+        z = d.expression
+        return isinstance(z, exp.Literal) and not z.is_string and float(z.this) == 0
+    if _reads(d):
+        return False
+    try:
+        lo, hi = interval(d, Domain(lambda ref: None, kind_of))  # a constant's value, as PostgreSQL computes it
+    except RefusedError:
+        return False
+    return not lo <= 0 <= hi
+
+
+def _numeric(e: exp.Expression, kind_of: KindOf) -> bool:
+    if isinstance(e, exp.Paren):
+        return _numeric(e.this, kind_of)
+    if integer_valued(e, kind_of):
+        return True
+    if isinstance(e, exp.Column):
+        return bool(e.table) and kind_of(ColumnRef(e.table, e.name)) == "numeric"
+    if isinstance(e, exp.Literal):
+        return not e.is_string
+    if isinstance(e, exp.Cast):
+        return keeps_value(e.to)
+    return isinstance(e, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg, exp.Abs, exp.Sqrt, exp.Exp, exp.Pow))
+
+
+def failure(node: exp.Expression, kind_of: KindOf) -> str | None:
+    """Why PostgreSQL may fail on ``node`` for some value of the columns it reads, or None."""
+    if not _reads(node):
+        return None
+    if isinstance(node, (exp.Div, exp.Mod, exp.IntDiv)) and not _safe_divisor(node.expression, kind_of):
+        return "divides by a value that may be 0 (write NULLIF(divisor, 0))"
+    if isinstance(node, exp.Sqrt) and not nonnegative(node.this):
+        return "takes SQRT of a value that may be negative (write SQRT(ABS(x)) or SQRT(GREATEST(x, 0)))"
+    if isinstance(node, exp.Pow):
+        k = node.expression
+        constant = isinstance(k, exp.Literal) and not k.is_string
+        if not constant:
+            return "raises to a power read from the data"
+        r = float(k.this)
+        if (not r.is_integer() or r < 0) and not nonnegative(node.this):
+            return "raises a value that may be negative (or 0) to a fractional or negative power"
+    if isinstance(node, _PARTIAL):
+        return "takes a logarithm of a value that may be 0 or negative"
+    if isinstance(node, exp.Cast):
+        to = node.to
+        if to.this in _TEXT_TYPES:
+            return None
+        # a number to a number fails only by overflow (not covered, above)
+        if _numeric(node.this, kind_of) and (keeps_value(to) or to.is_type(*exp.DataType.NUMERIC_TYPES)):
+            return None
+        x = node.this
+        if isinstance(x, exp.Column) and x.table and to.this == exp.DataType.Type.DATE:
+            return None if kind_of(ColumnRef(x.table, x.name)) == "date" else "casts a value that may not be a date"
+        return f"casts a value to {to.sql(dialect='postgres')} that may not convert"
+    return None
+
+
+def check(form: AnalysisForm, kind_of: KindOf, *, bounded_sum: bool) -> None:
+    """Refuse a form with an expression PostgreSQL may fail on (module docstring). ``bounded_sum``: the SUM
+    argument is bounded by :mod:`sqldp.sensitivity.intervals` over clamped columns (row-level), which
+    refuses its unsafe divisors and roots itself."""
+    parts: list[tuple[str, exp.Expression]] = [("WHERE", c.expr) for c in form.conjuncts]
+    parts += [("GROUP BY", g) for g in form.group_by]
+    for agg in form.aggregates:
+        if agg.arg is not None and not (bounded_sum and agg.kind == "sum"):
+            parts.append((agg.sql, agg.arg))
+    for where, e in parts:
+        for node in e.walk():
+            why = failure(node, kind_of)
+            if why is not None:
+                raise RefusedError(
+                    f"{node.sql(dialect='postgres')} in {where} {why}: PostgreSQL would fail on such data, and "
+                    "an error in place of the noisy answer would reveal it"
+                )
