@@ -12,7 +12,7 @@ powers when their argument is non-negative by its form (ABS, squares, norms, EXP
 those). The row-level SUM bounds its own argument (:mod:`sqldp.sensitivity.intervals` clamps its columns
 to their declared ranges and refuses divisors, roots and powers whose range reaches 0 or below).
 
-Not covered (documented in docs/columns.md): overflow of integer and floating-point arithmetic and of EXP,
+Not covered (documented in the README): overflow of integer and floating-point arithmetic and of EXP,
 which needs values near the type's limits (±2^31 for INTEGER, e^709 for DOUBLE PRECISION) in the data.
 """
 
@@ -61,20 +61,26 @@ def _reads(e: exp.Expression) -> bool:
     return any(c.table for c in e.find_all(exp.Column))
 
 
+def _constant(e: exp.Expression, kind_of: KindOf) -> float | None:
+    """The value of a constant expression as PostgreSQL computes it (−1, 1 / 2 = 0), else None."""
+    if _reads(e):
+        return None
+    try:
+        lo, hi = interval(e, Domain(lambda ref: None, kind_of))
+    except RefusedError:
+        return None
+    return lo if lo == hi else None
+
+
 def _safe_divisor(d: exp.Expression, kind_of: KindOf) -> bool:
     """NULLIF(x, 0), or a constant that is not 0 (one that is fails on every row but not on no rows)."""
-    while isinstance(d, (exp.Paren, exp.Cast)):
-        d = d.this
+    while isinstance(d, exp.Paren) or (isinstance(d, exp.Cast) and keeps_value(d.to)):
+        d = d.this  # not a rounding cast: CAST(0.4 AS INTEGER) is 0
     if isinstance(d, exp.Nullif):
         z = d.expression
         return isinstance(z, exp.Literal) and not z.is_string and float(z.this) == 0
-    if _reads(d):
-        return False
-    try:
-        lo, hi = interval(d, Domain(lambda ref: None, kind_of))  # a constant's value, as PostgreSQL computes it
-    except RefusedError:
-        return False
-    return not lo <= 0 <= hi
+    v = _constant(d, kind_of)
+    return v is not None and v != 0
 
 
 def _numeric(e: exp.Expression, kind_of: KindOf) -> bool:
@@ -100,13 +106,13 @@ def failure(node: exp.Expression, kind_of: KindOf) -> str | None:
     if isinstance(node, exp.Sqrt) and not nonnegative(node.this):
         return "takes SQRT of a value that may be negative (write SQRT(ABS(x)) or SQRT(GREATEST(x, 0)))"
     if isinstance(node, exp.Pow):
-        k = node.expression
-        constant = isinstance(k, exp.Literal) and not k.is_string
-        if not constant:
+        r = _constant(node.expression, kind_of)
+        if r is None:
             return "raises to a power read from the data"
-        r = float(k.this)
-        if (not r.is_integer() or r < 0) and not nonnegative(node.this):
-            return "raises a value that may be negative (or 0) to a fractional or negative power"
+        if r < 0:
+            return "raises a value that may be 0 to a negative power (write 1 / NULLIF(x, 0))"
+        if not r.is_integer() and not nonnegative(node.this):
+            return "raises a value that may be negative to a fractional power (write POWER(ABS(x), r))"
     if isinstance(node, _PARTIAL):
         return "takes a logarithm of a value that may be 0 or negative"
     if isinstance(node, exp.Cast):
