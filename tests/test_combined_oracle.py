@@ -105,6 +105,13 @@ QUERIES: list[tuple[str, frozenset[str]]] = [
     ("SELECT SUM(t.x) FROM t, u WHERE t.k = u.k AND u.b >= 1", frozenset({"third", "values_only"})),
     ("SELECT SUM(u.b) FROM t, u WHERE t.k = u.k AND t.a < 3", frozenset({"values_only", "no_cross_terms"})),
     ("SELECT SUM(t.x * u.b) FROM t, u WHERE t.k = u.k AND t.k > 0", frozenset({"third", "values_only"})),
+    # self-joins: one row fills several uses (c3 sums them, c4 counts the product rows in any position)
+    ("SELECT COUNT(*) FROM t t1, t t2 WHERE t1.k = t2.k AND t1.a > t2.a", frozenset({"values_only", "no_cross_terms"})),
+    ("SELECT SUM(t1.x) FROM t t1, t t2 WHERE t1.k = t2.k AND t2.a >= 2", frozenset({"values_only"})),
+    (
+        "SELECT SUM(t1.x * t2.x) FROM t t1, t t2, u WHERE t1.k = t2.k AND t2.k = u.k AND u.b >= 1",
+        frozenset({"values_only"}),
+    ),
     # EXP, SQRT and powers: the row-level part bounds them by intervals, the value part by NR Table 10
     ("SELECT SUM(SQRT(POWER(t.x, 2) + POWER(t.a, 2))) FROM t WHERE t.k <> 0", frozenset({"third", "values_only"})),
     ("SELECT SUM(EXP(t.x / 200.0) * u.b) FROM t, u WHERE t.k = u.k", frozenset({"third", "values_only"})),

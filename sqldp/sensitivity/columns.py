@@ -363,12 +363,6 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
         {form.use(r.alias).table for r in set(slopes) | ({r for r in agg.columns if weight(r) is not None})}
     )
     if combined:
-        for t in value_tables:
-            if len(form.uses_of(t)) > 1:
-                raise RefusedError(
-                    f"{t!r} is self-joined: combined row and value privacy (NR §3.3.9.3) is implemented for "
-                    "tables used once"
-                )
         # c4_t for every value-sensitive table t too (treated as row-private for this count only): it bounds
         # #{r ∋ t}, the product rows one row of t is in, and does not move when values change
         count_policy = dataclasses.replace(
@@ -496,7 +490,12 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
             tables_info[t]["filtered_out_shift"] = shift
         if combined:
             range_ops = RangeOps(dom.range)
-            glob = dual(tp.norm, parts_for(form.uses_of(t)[0].alias, 1.0, range_ops), "float")
+            # one row of a self-joined table may fill several uses of a product row: their derivatives add
+            summed: dict[str, float] = {}
+            for u in form.uses_of(t):
+                for c, v in parts_for(u.alias, 1.0, range_ops).items():
+                    summed[c] = summed.get(c, 0.0) + v
+            glob = dual(tp.norm, summed, "float")
             c3[t] = float(glob or 0.0)
         for u in form.uses_of(t):
             slots = _Items()
