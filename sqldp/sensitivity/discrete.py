@@ -23,6 +23,16 @@ _INTEGER_TYPES = exp.DataType.INTEGER_TYPES
 _REAL_TYPES = {exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT, exp.DataType.Type.DECIMAL}
 
 
+def reads_column(e: exp.Expression) -> bool:
+    return any(c.table for c in e.find_all(exp.Column))
+
+
+def case_values(e: exp.Case) -> list[exp.Expression]:
+    """The values a searched CASE takes: its THEN branches and its ELSE, if written (else NULL)."""
+    default = e.args.get("default")
+    return [i.args["true"] for i in e.args.get("ifs", [])] + ([default] if default is not None else [])
+
+
 def integer_valued(e: exp.Expression, kind_of: KindOf) -> bool:
     """Whether PostgreSQL gives ``e`` an integer type (so that ``e / k`` truncates), by its typing rules:
     integer columns and literals, closed under + − × %, integer division, ABS, GREATEST/LEAST, CASE and casts to
@@ -40,9 +50,7 @@ def integer_valued(e: exp.Expression, kind_of: KindOf) -> bool:
     if isinstance(e, (exp.Greatest, exp.Least)):
         return all(integer_valued(x, kind_of) for x in [e.this, *e.expressions])
     if isinstance(e, exp.Case) and e.this is None:
-        default = e.args.get("default")
-        branches = [i.args["true"] for i in e.args.get("ifs", [])] + ([default] if default is not None else [])
-        return all(integer_valued(b, kind_of) for b in branches)
+        return all(integer_valued(b, kind_of) for b in case_values(e))
     return False
 
 
@@ -64,11 +72,7 @@ def rounds(e: exp.Expression, kind_of: KindOf) -> bool:
 
 def steps(e: exp.Expression, kind_of: KindOf) -> list[exp.Expression]:
     """The integer divisions and rounding casts in ``e`` that read a column, outermost first."""
-    return [
-        node
-        for node in e.walk()
-        if (truncates(node, kind_of) or rounds(node, kind_of)) and any(c.table for c in node.find_all(exp.Column))
-    ]
+    return [node for node in e.walk() if (truncates(node, kind_of) or rounds(node, kind_of)) and reads_column(node)]
 
 
 def describe(node: exp.Expression, kind_of: KindOf) -> str:

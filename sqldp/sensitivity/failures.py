@@ -22,7 +22,7 @@ from sqlglot import exp
 
 from sqldp.errors import RefusedError
 from sqldp.form import AnalysisForm, ColumnRef
-from sqldp.sensitivity.discrete import KindOf, integer_valued, keeps_value
+from sqldp.sensitivity.discrete import KindOf, case_values, integer_valued, keeps_value, reads_column
 from sqldp.sensitivity.intervals import Domain, interval
 
 # functions with a domain narrower than their argument's type (NR does not need them; PostgreSQL fails outside)
@@ -51,19 +51,13 @@ def nonnegative(e: exp.Expression) -> bool:
     if isinstance(e, exp.Least):
         return all(nonnegative(x) for x in [e.this, *e.expressions])
     if isinstance(e, exp.Case) and e.this is None:
-        default = e.args.get("default")
-        branches = [i.args["true"] for i in e.args.get("ifs", [])] + ([default] if default is not None else [])
-        return all(nonnegative(b) for b in branches)
+        return all(nonnegative(b) for b in case_values(e))
     return False
-
-
-def _reads(e: exp.Expression) -> bool:
-    return any(c.table for c in e.find_all(exp.Column))
 
 
 def _constant(e: exp.Expression, kind_of: KindOf) -> float | None:
     """The value of a constant expression as PostgreSQL computes it (−1, 1 / 2 = 0), else None."""
-    if _reads(e):
+    if reads_column(e):
         return None
     try:
         lo, hi = interval(e, Domain(lambda ref: None, kind_of))
@@ -99,7 +93,7 @@ def _numeric(e: exp.Expression, kind_of: KindOf) -> bool:
 
 def failure(node: exp.Expression, kind_of: KindOf) -> str | None:
     """Why PostgreSQL may fail on ``node`` for some value of the columns it reads, or None."""
-    if not _reads(node):
+    if not reads_column(node):
         return None
     if isinstance(node, (exp.Div, exp.Mod, exp.IntDiv)) and not _safe_divisor(node.expression, kind_of):
         return "divides by a value that may be 0 (write NULLIF(divisor, 0))"

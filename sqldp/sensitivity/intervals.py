@@ -19,7 +19,7 @@ from sqldp.catalog import Catalog
 from sqldp.errors import RefusedError
 from sqldp.form import AnalysisForm, ColumnRef
 from sqldp.policy import Policy
-from sqldp.sensitivity.discrete import KindOf, rounds, truncates
+from sqldp.sensitivity.discrete import KindOf, case_values, rounds, truncates
 
 Interval = tuple[float, float]
 RangeOf = Callable[[ColumnRef], Interval | None]
@@ -171,9 +171,9 @@ def interval(e: exp.Expression, dom: Domain, purpose: str = ROW_LEVEL_SUM) -> In
     if isinstance(e, exp.Case) and e.this is None:
         # CASE WHEN … THEN v1 … ELSE v0 END takes one of its branch values (a missing ELSE is NULL, which SUM
         # skips): the hull of the branches bounds it, whatever the conditions read
-        branches = [of(i.args["true"]) for i in e.args.get("ifs", [])]
-        default = e.args.get("default")
-        branches.append(of(default) if default is not None else (0.0, 0.0))
+        branches = [of(v) for v in case_values(e)]
+        if e.args.get("default") is None:
+            branches.append((0.0, 0.0))
         return min(b[0] for b in branches), max(b[1] for b in branches)
     raise RefusedError(
         f"cannot bound {e.sql(dialect='postgres')} for {purpose} "
