@@ -22,6 +22,10 @@ Analyses:
 * :mod:`sqldp.sensitivity.columns` — changing values of sensitive columns (NR §3.3.8), combined with the
   row-level bound when rows are private too (NR §3.3.9); its expression and filter bounds are in
   :mod:`sqldp.sensitivity.expressions` and :mod:`sqldp.sensitivity.filters`.
+
+Shared: :mod:`sqldp.sensitivity.intervals` (value bounds over the declared ranges),
+:mod:`sqldp.sensitivity.discrete` (PostgreSQL's integer division and rounding casts) and
+:mod:`sqldp.sensitivity.failures` (expressions PostgreSQL may fail on, refused before any plan).
 """
 
 from __future__ import annotations
