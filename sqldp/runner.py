@@ -32,14 +32,14 @@ from sqlglot import exp
 from sqldp import mechanisms, sensitivity
 from sqldp.catalog import Catalog
 from sqldp.db import connect, resolve_dsn
-from sqldp.errors import DatabaseError, InputError, RefusedError
-from sqldp.form import AGG_PREFIX, AnalysisForm, Output
+from sqldp.errors import CatalogError, DatabaseError, InputError, RefusedError
+from sqldp.form import AGG_PREFIX, AnalysisForm, ColumnRef, Output
 from sqldp.frontend import parse
 from sqldp.groups import all_groups, key_domains, normalise_key
 from sqldp.mechanisms import NoiseSource
 from sqldp.normalize import PublicRelease, normalize
 from sqldp.policy import Policy
-from sqldp.sqlgen import answer_query
+from sqldp.sqlgen import answer_query, widen_integers
 
 # below this (seconds), a query's answer and sensitivity queries are pipelined on one connection
 SERIAL_BELOW = 0.02
@@ -412,13 +412,24 @@ class Prepared:
 
     def __post_init__(self) -> None:
         if self.answer is not None and not self.answer_sql:
-            answer, self.folded = _fold(self.form, self.answer, self.plans)  # type: ignore[arg-type]
-            self.answer_sql = answer.sql(dialect="postgres")
+            form: AnalysisForm = self.form  # type: ignore[assignment]
+            answer, self.folded = _fold(form, self.answer, self.plans)
+            catalog = self.session.catalog
+
+            def kind(ref: ColumnRef) -> str:
+                try:
+                    return catalog.table(form.use(ref.alias).table).column(ref.column).kind
+                except (KeyError, CatalogError):  # an alias or column of the plans' own subqueries
+                    return "other"
+
+            def text(e: exp.Expression) -> str:
+                # INTEGER overflow would fail the statement on some data: it runs in BIGINT (sqlgen)
+                return widen_integers(e, kind).sql(dialect="postgres")
+
+            self.answer_sql = text(answer)
             every = [q for plan in self.plans for q in plan.queries]
-            self.queries_sql = tuple(q.sql(dialect="postgres") for i, q in enumerate(every) if i not in self.folded)
-            self.domains_sql = tuple(
-                None if d.values is not None else d.query.sql(dialect="postgres") for d in self.domains
-            )
+            self.queries_sql = tuple(text(q) for i, q in enumerate(every) if i not in self.folded)
+            self.domains_sql = tuple(None if d.values is not None else text(d.query) for d in self.domains)
 
     @property
     def public(self) -> bool:

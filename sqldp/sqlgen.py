@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from sqlglot import exp
 
 from sqldp.form import Aggregate, AnalysisForm, Conjunct, TableUse
+from sqldp.pg_arithmetic import KindOf, integer_valued
 
 
 def from_uses(select: exp.Select, uses: Iterable[TableUse]) -> exp.Select:
@@ -44,3 +45,36 @@ def answer_query(form: AnalysisForm) -> exp.Select:
     if form.group_by:
         select = select.group_by(*(g.copy() for g in form.group_by), copy=False)
     return select
+
+
+_ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg, exp.Abs)
+
+
+def widen_integers(e: exp.Expression, kind_of: KindOf) -> exp.Expression:
+    """``e`` with each INTEGER-typed operand of + − × / % and ABS cast to BIGINT (a copy).
+
+    PostgreSQL raises an error when INTEGER arithmetic overflows (``t.a * 1000000`` for a ≥ 2148), and an error
+    in place of a noisy answer tells the analyst about the data. BIGINT arithmetic gives the same values
+    wherever INTEGER does not overflow (integer division still truncates), and a product of two INTEGER
+    values cannot overflow it. Literals, and arithmetic whose own operands are widened, are left as they are.
+    The analyses never see this: it is how the SQL they describe is run (``sqldp.runner``)."""
+
+    def operand(x: exp.Expression) -> exp.Expression:
+        inner = x
+        while isinstance(inner, exp.Paren):
+            inner = inner.this
+        if isinstance(inner, (exp.Literal, *_ARITHMETIC)) or (
+            isinstance(inner, exp.Cast) and inner.to.is_type(exp.DataType.Type.BIGINT)
+        ):
+            return x
+        return exp.cast(x, "BIGINT") if integer_valued(inner, kind_of) else x
+
+    def widen(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, _ARITHMETIC):
+            for key in ("this", "expression"):
+                child = node.args.get(key)
+                if isinstance(child, exp.Expression):
+                    node.set(key, operand(child))
+        return node
+
+    return e.copy().transform(widen, copy=False)

@@ -361,7 +361,7 @@ def test_plans_refusals_and_breakdown(pg_dsn: str) -> None:
     ],
 )
 def test_postgresql_steps_over_sensitive_values_are_refused(pg_dsn: str, query: str, real: str, step: str) -> None:
-    """Integer division and rounding casts are steps (sensitivity/discrete.py): refused with the fix in one
+    """Integer division and rounding casts are steps (sqldp/pg_arithmetic.py): refused with the fix in one
     line, while the real-valued spellings of the same queries are analysed."""
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(DDL)

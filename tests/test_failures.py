@@ -158,3 +158,29 @@ def test_a_query_that_would_fail_on_the_data_is_refused_before_reading_it(pg_dsn
     with pytest.raises(RefusedError, match="PostgreSQL would fail on such data") as err:
         session.run(query, epsilon=1.0)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("query", "plain"),
+    [  # (sqldp's query, the same in BIGINT: what PostgreSQL answers without the overflow)
+        ("SELECT COUNT(*) FROM t WHERE t.a * 1000000 > 5", "SELECT COUNT(*) FROM t WHERE t.a::int8 * 1000000 > 5"),
+        ("SELECT SUM(t.a * t.k) FROM t", "SELECT SUM(t.a::int8 * t.k) FROM t"),  # row-level: clamped, then multiplied
+        ("SELECT SUM(t.x) FROM t WHERE t.a + t.k > 2", "SELECT SUM(t.x) FROM t WHERE t.a::int8 + t.k > 2"),  # values
+    ],
+)
+def test_integer_overflow_runs_in_bigint_instead_of_failing(pg_dsn: str, query: str, plain: str) -> None:
+    """INTEGER arithmetic that overflows fails in PostgreSQL, which would reveal the large value; the SQL
+    sqldp runs computes it in BIGINT (sqlgen.widen_integers), so the answer comes, with the plain value."""
+    with psycopg.connect(pg_dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE t (id INT PRIMARY KEY, k INT, a INT, x NUMERIC(6, 2))")
+        c.execute("INSERT INTO t VALUES (1, 2000000000, 2000000000, 0.5), (2, 1, 3, 1.5)")
+        with pytest.raises(psycopg.errors.NumericValueOutOfRange):
+            c.execute(query)
+        expected = float(c.execute(plain).fetchone()[0])
+    norm = 'norm = "l1(x)"\n' if "t.x" in query else ""
+    policy = Policy.from_toml(
+        f'[tables.t]\nrows = "private"\n{norm}[tables.t.columns.a]\nrange = [0, 2000000000]\n'
+        "[tables.t.columns.k]\nrange = [0, 2000000000]\n[tables.t.columns.x]\nrange = [0, 9]\n"
+    )
+    result = sqldp.connect(pg_dsn, policy=policy, seed=3).run(query, epsilon=1.0)
+    assert result.measurements[0][0].true_value == pytest.approx(expected)

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from sqlglot import exp
 
 from sqldp.errors import RefusedError
-from sqldp.sensitivity.discrete import rounds, steps, truncates
+from sqldp.pg_arithmetic import rounds, steps, truncates
 from sqldp.sensitivity.intervals import Domain, interval
 
 RANGES = {"a": (-3.0, 4.0), "x": (-2.5, 3.0), "p": (0.5, 4.0)}

@@ -23,9 +23,9 @@ Analyses:
   row-level bound when rows are private too (NR §3.3.9); its expression and filter bounds are in
   :mod:`sqldp.sensitivity.expressions` and :mod:`sqldp.sensitivity.filters`.
 
-Shared: :mod:`sqldp.sensitivity.intervals` (value bounds over the declared ranges),
-:mod:`sqldp.sensitivity.discrete` (PostgreSQL's integer division and rounding casts) and
-:mod:`sqldp.sensitivity.failures` (expressions PostgreSQL may fail on, refused before any plan).
+Shared: :mod:`sqldp.sensitivity.intervals` (value bounds over the declared ranges) and
+:mod:`sqldp.sensitivity.failures` (expressions PostgreSQL may fail on, refused before any plan); PostgreSQL's
+integer division and rounding casts are described in :mod:`sqldp.pg_arithmetic`.
 """
 
 from __future__ import annotations

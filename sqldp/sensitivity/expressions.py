@@ -55,8 +55,8 @@ from sqlglot import exp
 
 from sqldp.errors import RefusedError
 from sqldp.form import ColumnRef
+from sqldp.pg_arithmetic import keeps_value
 from sqldp.policy import Norm
-from sqldp.sensitivity.discrete import keeps_value
 
 Sensitive = Callable[[ColumnRef], float | None]  # the column's weight w_v if value-sensitive, else None
 # whether two disjoint sets of sensitive columns are separated by the metric (see the module docstring)
@@ -327,7 +327,7 @@ def _bound(
 ) -> tuple[Any, dict[ColumnRef, Any]]:
     if isinstance(e, exp.Cast) and not keeps_value(e.to):
         # a cast that may round (to an integer or NUMERIC(p, s)) moves |e| by at most 1/2; plan_columns has
-        # refused those over sensitive columns (sqldp.sensitivity.discrete), so d is the operand's
+        # refused those over sensitive columns (sqldp.pg_arithmetic), so d is the operand's
         u, d = _bound(e.this, sensitive, ops, beta, separated)
         return ops.add(u, ops.const(0.5)), d
     if isinstance(e, (exp.Paren, exp.Cast, exp.Abs, exp.Neg)):

@@ -12,8 +12,10 @@ powers when their argument is non-negative by its form (ABS, squares, norms, EXP
 those). The row-level SUM bounds its own argument (:mod:`sqldp.sensitivity.intervals` clamps its columns
 to their declared ranges and refuses divisors, roots and powers whose range reaches 0 or below).
 
-Not covered (documented in the README): overflow of integer and floating-point arithmetic and of EXP,
-which needs values near the type's limits (±2^31 for INTEGER, e^709 for DOUBLE PRECISION) in the data.
+Overflow: INTEGER arithmetic is run in BIGINT (:func:`sqldp.sqlgen.widen_integers`), where it cannot
+overflow for sums and products of two INTEGER values. Not covered (documented in the README): overflow of
+BIGINT arithmetic (a product of three INTEGER values, or BIGINT columns), of floating point and of EXP
+(beyond e^709), which needs values near those limits in the data.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from sqlglot import exp
 
 from sqldp.errors import RefusedError
 from sqldp.form import AnalysisForm, ColumnRef
-from sqldp.sensitivity.discrete import KindOf, case_values, integer_valued, keeps_value, reads_column
+from sqldp.pg_arithmetic import KindOf, case_values, integer_valued, keeps_value, reads_column
 from sqldp.sensitivity.intervals import Domain, interval
 
 # functions with a domain narrower than their argument's type (NR does not need them; PostgreSQL fails outside)

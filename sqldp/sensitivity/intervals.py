@@ -18,8 +18,8 @@ from sqlglot import exp
 from sqldp.catalog import Catalog
 from sqldp.errors import RefusedError
 from sqldp.form import AnalysisForm, ColumnRef
+from sqldp.pg_arithmetic import KindOf, case_values, rounds, truncates
 from sqldp.policy import Policy
-from sqldp.sensitivity.discrete import KindOf, case_values, rounds, truncates
 
 Interval = tuple[float, float]
 RangeOf = Callable[[ColumnRef], Interval | None]
@@ -107,7 +107,7 @@ ROW_LEVEL_SUM = "SUM under row-level privacy"
 
 def interval(e: exp.Expression, dom: Domain, purpose: str = ROW_LEVEL_SUM) -> Interval:
     """[lo, hi] ⊇ the values of ``e`` when every column lies in its declared range, by PostgreSQL's arithmetic
-    (integer division truncates, casts to integers round: :mod:`sqldp.sensitivity.discrete`); refuse
+    (integer division truncates, casts to integers round: :mod:`sqldp.pg_arithmetic`); refuse
     otherwise, naming the ``purpose`` the range is needed for."""
 
     def of(x: exp.Expression) -> Interval:
