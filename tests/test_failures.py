@@ -35,7 +35,7 @@ def _kind(ref: ColumnRef) -> str:
 GRID = """
 CREATE TABLE t AS
 SELECT a, x, s, DATE '2020-01-01' + a AS d
-FROM generate_series(-3, 3) a, unnest(ARRAY[-2, -0.5, 0, 0.5, 2]::numeric[]) x, unnest(ARRAY['1', 'x', '']) s;
+FROM generate_series(-3, 3) a, unnest(ARRAY[-2, -0.5, 0, 0.5, 2]::numeric[]) x, unnest(ARRAY['1', 'x', '', E'\\\\']) s;
 CREATE TABLE empty AS SELECT * FROM t WHERE false
 """
 
@@ -117,6 +117,10 @@ def test_what_the_check_accepts_postgresql_evaluates_everywhere(conn: psycopg.Co
         ("POWER(t.x, t.a)", None),
         ("CAST(t.s AS INTEGER)", None),
         ("CAST(t.s AS DATE)", "CAST(t.d AS DATE)"),
+        ("SUBSTRING(t.s FROM 1 FOR t.a)", "SUBSTRING(t.s FROM 1 FOR 2)"),
+        ("'a' LIKE t.s", "t.s LIKE 'a%'"),
+        ("MAKE_DATE(t.a, 1, 1)", "EXTRACT(YEAR FROM t.d)"),  # year 0 does not exist; not in the list
+        ("TO_NUMBER(t.s, '9')", "LENGTH(t.s)"),
     ],
 )
 def test_each_refused_shape_fails_in_postgresql_and_its_safe_spelling_does_not(

@@ -29,6 +29,36 @@ from sqldp.sensitivity.intervals import Domain, interval
 
 # functions with a domain narrower than their argument's type (NR does not need them; PostgreSQL fails outside)
 _PARTIAL = (exp.Ln, exp.Log)
+# functions PostgreSQL defines for every value of their arguments (those checked below: where they are safe);
+# any other function reading a column is refused: the check lists what is known to be safe, not what fails
+_TOTAL = (
+    exp.Connector,
+    exp.AggFunc,
+    exp.Case,
+    exp.If,
+    exp.Cast,
+    exp.Exp,
+    exp.Sqrt,
+    exp.Pow,
+    exp.Abs,
+    exp.Greatest,
+    exp.Least,
+    exp.Coalesce,
+    exp.Nullif,
+    exp.Round,
+    exp.Floor,
+    exp.Ceil,
+    exp.Extract,
+    exp.TimestampTrunc,
+    exp.DateTrunc,
+    exp.Length,
+    exp.Lower,
+    exp.Upper,
+    exp.Trim,
+    exp.Concat,
+    exp.StrPosition,
+    exp.Substring,
+)
 _TEXT_TYPES = {exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR, exp.DataType.Type.CHAR}
 
 
@@ -111,6 +141,14 @@ def failure(node: exp.Expression, kind_of: KindOf) -> str | None:
             return "raises a value that may be negative to a fractional power (write POWER(ABS(x), r))"
     if isinstance(node, _PARTIAL):
         return "takes a logarithm of a value that may be 0 or negative"
+    if isinstance(node, exp.Substring) and any(
+        reads_column(a) for k, a in node.args.items() if k != "this" and isinstance(a, exp.Expression)
+    ):
+        return "takes a substring whose start or length is read from the data (a negative length fails)"
+    if isinstance(node, (exp.Like, exp.ILike)) and reads_column(node.expression):
+        return "matches a pattern read from the data (a pattern ending in an escape character fails)"
+    if isinstance(node, exp.Func) and not isinstance(node, _TOTAL):
+        return "calls a function sqldp does not know to be defined for every value of its arguments"
     if isinstance(node, exp.Cast):
         to = node.to
         if to.this in _TEXT_TYPES:
