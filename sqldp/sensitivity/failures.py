@@ -6,11 +6,13 @@ division by zero, SQRT or LN of a negative number, a fractional power of one, a 
 noise (``SELECT COUNT(*) FROM t WHERE 1 / t.a > 0`` fails exactly when some row has a = 0). sqldp refuses
 such expressions before any query runs, wherever they read a column: in the WHERE (public and private
 conjuncts alike: PostgreSQL may evaluate a conjunct on public rows only after a join with private ones),
-in GROUP BY keys and in aggregate arguments. A divisor is safe when it is a non-zero constant or written
-``NULLIF(x, 0)`` (x / NULL is NULL, which WHERE treats as false and aggregates skip); SQRT and fractional
-powers when their argument is non-negative by its form (ABS, squares, norms, EXP, sums and products of
-those). The row-level SUM bounds its own argument (:mod:`sqldp.sensitivity.intervals` clamps its columns
-to their declared ranges and refuses divisors, roots and powers whose range reaches 0 or below).
+in GROUP BY keys and in aggregate arguments. A function reading a column must be on the list of those
+PostgreSQL defines for every value (``_TOTAL``), so that an unknown one is refused, not trusted. A divisor
+is safe when it is a non-zero constant or written ``NULLIF(x, 0)`` (x / NULL is NULL, which WHERE treats as
+false and aggregates skip); SQRT and fractional powers when their argument is non-negative by its form
+(ABS, squares, norms, EXP, sums and products of those). The row-level SUM bounds its own argument
+(:mod:`sqldp.sensitivity.intervals` clamps its columns to their declared ranges and refuses divisors, roots
+and powers whose range reaches 0 or below, and any node it does not know).
 
 Overflow: INTEGER arithmetic is run in BIGINT (:func:`sqldp.sqlgen.widen_integers`), where it cannot
 overflow for sums and products of two INTEGER values. Not covered (documented in the README): overflow of
