@@ -19,6 +19,7 @@ import sqldp
 from sqldp import runner
 from sqldp.commands.analyze import format_text
 from sqldp.errors import ForbiddenError, RefusedError
+from sqldp.policy import Policy
 
 DDL = """
 CREATE TABLE t (name TEXT PRIMARY KEY, faculty TEXT, time INT);
@@ -257,3 +258,26 @@ def test_a_row_level_self_join_runs_unfolded(db: tuple[str, Path]) -> None:
     # NR §3.3.7: the derivative of Σ_f m_f² in the multiplicity of a cs row is 2·200 (then smoothed)
     assert m.true_value == 100**2 + 200**2 and m.sensitivity >= 2 * 200
     session.close()
+
+
+def test_nulls_are_skipped_not_clamped(pg_dsn: str) -> None:
+    """SUM clamps its columns to the declared range; a NULL must stay NULL (skipped by SUM and COUNT), not
+    become the range's low end (LEAST(GREATEST(NULL, 18), 99) is 18 in PostgreSQL: SUM was 24,000 here)."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE n (id INT PRIMARY KEY, age INT, w NUMERIC(6, 2))")
+        conn.execute(
+            "INSERT INTO n SELECT g, CASE WHEN g % 2 = 0 THEN NULL ELSE 30 END, CASE WHEN g % 3 = 0 THEN NULL "
+            "ELSE 1.5 END FROM generate_series(1, 1000) g"
+        )
+        plain = conn.execute("SELECT SUM(age), COUNT(age), SUM(age * w) FROM n").fetchone()
+    policy = Policy.from_toml(
+        '[tables.n]\nrows = "private"\nnorm = "l1(w)"\n[tables.n.columns.age]\nrange = [18, 99]\n'
+        "[tables.n.columns.w]\nrange = [1, 2]\n"
+    )
+    session = sqldp.connect(pg_dsn, policy=policy, seed=1)
+    assert session.run("SELECT SUM(n.age) FROM n", epsilon=1.0).measurements[0][0].true_value == plain[0]
+    avg = session.run("SELECT AVG(n.age) FROM n", epsilon=1.0).measurements[0]
+    assert [m.true_value for m in avg] == [plain[0], plain[1]]
+    # combined row and value privacy clamps too (w is value-sensitive, rows private)
+    combined = session.run("SELECT SUM(n.age * n.w) FROM n", epsilon=1.0).measurements[0][0]
+    assert combined.true_value == pytest.approx(float(plain[2]))

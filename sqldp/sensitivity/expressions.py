@@ -57,6 +57,7 @@ from sqldp.errors import RefusedError
 from sqldp.form import ColumnRef
 from sqldp.pg_arithmetic import keeps_value
 from sqldp.policy import Norm
+from sqldp.sensitivity.intervals import clamped
 
 Sensitive = Callable[[ColumnRef], float | None]  # the column's weight w_v if value-sensitive, else None
 # whether two disjoint sets of sensitive columns are separated by the metric (see the module docstring)
@@ -387,7 +388,7 @@ def _bound(
             return ops.power(u, r), {v: ops.mul(slope, dv) for v, dv in d.items()}
     if isinstance(e, exp.Exp):
         return _exponential(e.this, sensitive, ops, beta, separated)
-    clamp = _clamp(e)
+    clamp = clamped(e)
     if clamp is not None:
         # |clamp(x, lo, hi)| ≤ min(max(|x|, |lo|), max(|lo|, |hi|)); a min of β-smooth bounds is β-smooth
         x, lo, hi = clamp
@@ -510,26 +511,6 @@ def _lp_norm(e: exp.Expression) -> tuple[list[exp.Expression | float], float] | 
     if abs(outer - 1 / p) > 1e-9:
         return None
     return [t[0] if isinstance(t, tuple) else float(t) ** (1 / p) for t in terms if t is not None], p
-
-
-def _literal(e: exp.Expression) -> float | None:
-    if isinstance(e, exp.Literal) and not e.is_string:
-        return float(e.this)
-    if isinstance(e, exp.Neg):
-        v = _literal(e.this)
-        return None if v is None else -v
-    return None
-
-
-def _clamp(e: exp.Expression) -> tuple[exp.Expression, float, float] | None:
-    """LEAST(GREATEST(x, lo), hi) as written by :func:`sqldp.sensitivity.intervals.clamp_columns`."""
-    if isinstance(e, exp.Least) and len(e.expressions) == 1 and isinstance(e.this, exp.Greatest):
-        inner = e.this
-        hi = _literal(e.expressions[0])
-        lo = _literal(inner.expressions[0]) if len(inner.expressions) == 1 else None
-        if hi is not None and lo is not None:
-            return inner.this, lo, hi
-    return None
 
 
 def _product(

@@ -189,14 +189,38 @@ def magnitude(e: exp.Expression, dom: Domain) -> float:
 
 
 def clamp_columns(e: exp.Expression, dom: Domain) -> exp.Expression:
-    """``e`` with each column c replaced by LEAST(GREATEST(c, lo), hi): the bound then holds for any data."""
+    """``e`` with each column c replaced by ``CASE WHEN c < lo THEN lo WHEN c > hi THEN hi ELSE c END``: the
+    bound then holds for any data. Not LEAST(GREATEST(c, lo), hi): PostgreSQL's GREATEST skips NULLs, so a NULL
+    would enter SUM as lo instead of being skipped (SUM(age) with range [18, 99] counted 18 per NULL)."""
 
     def clamp(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Column) and node.table:
             r = dom.range(ColumnRef(node.table, node.name))
             if r is not None:
                 lo, hi = (exp.Literal.number(int(v) if float(v).is_integer() else v) for v in r)
-                return exp.Least(this=exp.Greatest(this=node.copy(), expressions=[lo]), expressions=[hi])
+                return exp.Case(
+                    ifs=[
+                        exp.If(this=exp.LT(this=node.copy(), expression=lo), true=lo.copy()),
+                        exp.If(this=exp.GT(this=node.copy(), expression=hi), true=hi.copy()),
+                    ],
+                    default=node.copy(),
+                )
         return node
 
     return e.copy().transform(clamp)
+
+
+def clamped(e: exp.Expression) -> tuple[exp.Expression, float, float] | None:
+    """(x, lo, hi) when ``e`` is a clamp written by :func:`clamp_columns`, else None."""
+    if not isinstance(e, exp.Case) or e.this is not None or len(e.args.get("ifs", [])) != 2:
+        return None
+    below, above = e.args["ifs"]
+    x = e.args.get("default")
+    if not (isinstance(below.this, exp.LT) and isinstance(above.this, exp.GT)) or x is None:
+        return None
+    lo, hi = below.args["true"], above.args["true"]
+    if not all(isinstance(v, exp.Literal) and not v.is_string for v in (lo, hi)):
+        return None
+    if below.this.this != x or above.this.this != x or below.this.expression != lo or above.this.expression != hi:
+        return None
+    return x, float(lo.this), float(hi.this)
