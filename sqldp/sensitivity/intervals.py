@@ -102,6 +102,8 @@ def _power(a: Interval, r: float, e: exp.Expression, purpose: str) -> Interval:
     return min(ends), max(ends)
 
 
+MAX_EXP = 709.0  # e^709.78 is the largest double; PostgreSQL's exp() fails above it
+
 ROW_LEVEL_SUM = "SUM under row-level privacy"
 
 
@@ -153,6 +155,8 @@ def interval(e: exp.Expression, dom: Domain, purpose: str = ROW_LEVEL_SUM) -> In
         return _abs(of(e.this))
     if isinstance(e, exp.Exp):
         lo, hi = of(e.this)
+        if hi > MAX_EXP:  # PostgreSQL fails on the data beyond it, an error that would answer for it
+            raise refuse(f"EXP of values up to {hi:g} overflows double precision (e^{MAX_EXP:g} is the largest)")
         return _real(math.exp, lo), _real(math.exp, hi)
     if isinstance(e, exp.Sqrt):
         lo, hi = of(e.this)
@@ -163,7 +167,10 @@ def interval(e: exp.Expression, dom: Domain, purpose: str = ROW_LEVEL_SUM) -> In
         r_lo, r_hi = of(e.expression)
         if r_lo != r_hi:
             raise refuse("the exponent is not a constant")
-        return _power(of(e.this), r_lo, e, purpose)
+        lo, hi = _power(of(e.this), r_lo, e, purpose)
+        if math.isinf(lo) or math.isinf(hi):
+            raise refuse("the power overflows double precision over the declared ranges")
+        return lo, hi
     if isinstance(e, (exp.Greatest, exp.Least)):
         parts = [of(x) for x in [e.this, *e.expressions]]
         pick = max if isinstance(e, exp.Greatest) else min  # both ends are monotone in every argument
