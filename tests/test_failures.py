@@ -10,6 +10,7 @@ fail gives a refusal, not PostgreSQL's error.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import psycopg
@@ -188,3 +189,20 @@ def test_integer_overflow_runs_in_bigint_instead_of_failing(pg_dsn: str, query: 
     )
     result = sqldp.connect(pg_dsn, policy=policy, seed=3).run(query, epsilon=1.0)
     assert result.measurements[0][0].true_value == pytest.approx(expected)
+
+
+def test_exp_is_capped_under_value_level_privacy_instead_of_overflowing(pg_dsn: str) -> None:
+    """The value-level analysis does not clamp the data; EXP(0.05·a) of a = 20,000 overflows double precision
+    and fails. sqldp runs EXP(LEAST(g, 300)) (failures.cap_exponentials), which it analyses: answered, with
+    the capped value and a finite bound."""
+    with psycopg.connect(pg_dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE t (id INT PRIMARY KEY, a DOUBLE PRECISION)")
+        c.execute("INSERT INTO t VALUES (1, 20000), (2, 10)")
+        with pytest.raises(psycopg.errors.NumericValueOutOfRange):
+            c.execute("SELECT SUM(EXP(0.05 * t.a)) FROM t")
+        expected = float(c.execute("SELECT SUM(EXP(LEAST(0.05 * t.a, 300))) FROM t").fetchone()[0])
+    policy = Policy.from_toml('[tables.t]\nrows = "public"\nnorm = "l1(a)"\n')
+    session = sqldp.connect(pg_dsn, policy=policy, seed=3)
+    m = session.run("SELECT SUM(EXP(0.05 * t.a)) FROM t", epsilon=1.0, beta=0.1).measurements[0][0]
+    assert m.true_value == pytest.approx(expected)
+    assert math.isfinite(m.sensitivity) and m.sensitivity >= 0.05 * math.exp(0.5)  # the row a = 10: e^0.5·0.05

@@ -72,6 +72,7 @@ from sqldp.catalog import Catalog
 from sqldp.errors import RefusedError
 from sqldp.form import Aggregate, AnalysisForm, ColumnRef, Conjunct, TableUse
 from sqldp.policy import EPOCH, Policy
+from sqldp.sensitivity import failures
 from sqldp.sensitivity.expressions import RangeOps, SqlOps, bound, column_weights, dual, norm_separates
 from sqldp.sensitivity.filters import Filter, approximate, column_sql, combine_supports, envelope
 from sqldp.sensitivity.intervals import clamp_columns, domain, interval
@@ -321,7 +322,7 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
     row_private = sorted({u.table for u in form.uses if policy.table(u.table).rows_private})
     combined = bool(row_private)
     row_plan = count_plan = None
-    arg = agg.arg
+    arg = None if agg.arg is None else failures.cap_exponentials(agg.arg)  # EXP must not overflow on the data
     if combined:
         public_form = dataclasses.replace(form, conjuncts=tuple(public))
         row_plan = plan_rows(public_form, catalog, policy)  # c1: no sensitive value read (NR §3.3.9.3)

@@ -394,6 +394,11 @@ def _bound(
         x, lo, hi = clamp
         u, d = _bound(x, sensitive, ops, beta, separated)
         return ops.least([ops.greatest([u, ops.const(lo)]), ops.const(max(abs(lo), abs(hi)))]), d
+    if isinstance(e, exp.Least):
+        args = [e.this, *e.expressions]
+        free = [x for x in args if not (isinstance(x, exp.Literal) and not x.is_string and float(x.this) >= 0)]
+        if len(free) == 1:  # LEAST(g, c), c ≥ 0 (failures.cap_exponentials): |·| ≤ |g|, |∂·| ≤ |∂g|
+            return _bound(free[0], sensitive, ops, beta, separated)
     if isinstance(e, (exp.Greatest, exp.Least)):
         parts = [_bound(x, sensitive, ops, beta, separated) for x in [e.this, *e.expressions]]
         keys = {k for _, d in parts for k in d}

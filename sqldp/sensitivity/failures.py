@@ -15,9 +15,11 @@ false and aggregates skip); SQRT and fractional powers when their argument is no
 and powers whose range reaches 0 or below, and any node it does not know).
 
 Overflow: INTEGER arithmetic is run in BIGINT (:func:`sqldp.sqlgen.widen_integers`), where it cannot
-overflow for sums and products of two INTEGER values. Not covered (documented in the README): overflow of
-BIGINT arithmetic (a product of three INTEGER values, or BIGINT columns), of floating point and of EXP
-(beyond e^709), which needs values near those limits in the data.
+overflow for sums and products of two INTEGER values; intervals refuse SUM arguments that overflow double
+precision over the declared ranges; the value-level analysis runs EXP(g) as EXP(LEAST(g, 300))
+(:func:`cap_exponentials`). Not covered (documented in the README): overflow of BIGINT arithmetic (a product
+of three INTEGER values, or BIGINT columns) and of other floating-point products, which needs values near
+those limits in the data.
 """
 
 from __future__ import annotations
@@ -163,6 +165,24 @@ def failure(node: exp.Expression, kind_of: KindOf) -> str | None:
             return None if kind_of(ColumnRef(x.table, x.name)) == "date" else "casts a value that may not be a date"
         return f"casts a value to {to.sql(dialect='postgres')} that may not convert"
     return None
+
+
+EXP_CAP = 300.0  # e^300 ≈ 1.9e130: a product with any value below 1e178 stays a double
+
+
+def cap_exponentials(e: exp.Expression) -> exp.Expression:
+    """``e`` with each EXP(g) written EXP(LEAST(g, 300)) (a copy). The value-level analysis does not clamp the
+    data, so EXP of a large value (or its product with one) would overflow double precision and fail: an
+    error for the data. The capped function is what is analysed and run; it is at most e^g, its derivative
+    at most e^g's (0 beyond the cap), so NR Table 10's bounds cover it (expressions.py takes
+    |LEAST(g, c)| ≤ |g| for c ≥ 0), and it differs from e^g only above e^300."""
+
+    def cap(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Exp) and reads_column(node):
+            return exp.Exp(this=exp.Least(this=node.this.copy(), expressions=[exp.Literal.number(EXP_CAP)]))
+        return node
+
+    return e.copy().transform(cap)
 
 
 def check(form: AnalysisForm, kind_of: KindOf, *, bounded_sum: bool) -> None:

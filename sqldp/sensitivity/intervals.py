@@ -110,8 +110,18 @@ ROW_LEVEL_SUM = "SUM under row-level privacy"
 def interval(e: exp.Expression, dom: Domain, purpose: str = ROW_LEVEL_SUM) -> Interval:
     """[lo, hi] ⊇ the values of ``e`` when every column lies in its declared range, by PostgreSQL's arithmetic
     (integer division truncates, casts to integers round: :mod:`sqldp.pg_arithmetic`); refuse
-    otherwise, naming the ``purpose`` the range is needed for."""
+    otherwise, naming the ``purpose`` the range is needed for — and where a value could overflow double
+    precision, since PostgreSQL then fails on such data, an error that would answer for it."""
+    lo, hi = _interval(e, dom, purpose)
+    if math.isinf(lo) or math.isinf(hi):
+        raise RefusedError(
+            f"cannot bound {e.sql(dialect='postgres')} for {purpose}: its values over the declared ranges "
+            "overflow double precision"
+        )
+    return lo, hi
 
+
+def _interval(e: exp.Expression, dom: Domain, purpose: str) -> Interval:
     def of(x: exp.Expression) -> Interval:
         return interval(x, dom, purpose)
 
@@ -167,10 +177,7 @@ def interval(e: exp.Expression, dom: Domain, purpose: str = ROW_LEVEL_SUM) -> In
         r_lo, r_hi = of(e.expression)
         if r_lo != r_hi:
             raise refuse("the exponent is not a constant")
-        lo, hi = _power(of(e.this), r_lo, e, purpose)
-        if math.isinf(lo) or math.isinf(hi):
-            raise refuse("the power overflows double precision over the declared ranges")
-        return lo, hi
+        return _power(of(e.this), r_lo, e, purpose)
     if isinstance(e, (exp.Greatest, exp.Least)):
         parts = [of(x) for x in [e.this, *e.expressions]]
         pick = max if isinstance(e, exp.Greatest) else min  # both ends are monotone in every argument
