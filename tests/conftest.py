@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 import pytest
@@ -68,6 +69,18 @@ def drop_database(server_dsn: str, dsn: str) -> None:
     name = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
     with psycopg.connect(server_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@contextmanager
+def loaded_database(server_dsn: str, setup: str) -> Iterator[psycopg.Connection]:
+    """A new database with ``setup`` run in it, as an autocommit connection; dropped afterwards."""
+    dsn = create_database(server_dsn)
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(setup)
+            yield conn
+    finally:
+        drop_database(server_dsn, dsn)
 
 
 @pytest.fixture

@@ -272,6 +272,11 @@ def test_range_bounds_of_exp_powers_and_norms() -> None:
         assert d[y] == pytest.approx(0.01 * ub)
     ub, d = at("POWER(ABS(t.x), 1.5)")
     assert ub == pytest.approx(60**1.5) and d[x] == pytest.approx(1.5 * 60**0.5)
+    # a constant divisor as PostgreSQL computes it: (1 + 2) / 2 is 1; a rounding cast is not taken for its
+    # operand (CAST(2.4 AS INTEGER) divides by 2, not 2.4, which gave a bound below the derivative 0.5)
+    assert at("t.x / ((1 + 2) / 2)")[1][x] == pytest.approx(1.0)
+    with pytest.raises(RefusedError):
+        at("t.x / CAST(2.4 AS INTEGER)")
     ub, d = at("SQRT(POWER(t.x, 2) + POWER(t.y, 2))")
     assert ub == pytest.approx(math.hypot(60, 4)) and d == {x: 1.0, y: 1.0}
     ub, d = at("POWER(POWER(ABS(t.x), 3) + POWER(ABS(t.y), 3) + 8, 1.0/3)")

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 import sqlglot
-from conftest import create_database, drop_database
+from conftest import loaded_database
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -43,13 +43,8 @@ CREATE TABLE empty AS SELECT * FROM t WHERE false
 
 @pytest.fixture(scope="module")
 def conn(pg_server_dsn: str) -> Iterator[psycopg.Connection]:
-    dsn = create_database(pg_server_dsn)
-    try:
-        with psycopg.connect(dsn, autocommit=True) as c:
-            c.execute(GRID)
-            yield c
-    finally:
-        drop_database(pg_server_dsn, dsn)
+    with loaded_database(pg_server_dsn, GRID) as c:
+        yield c
 
 
 def _accepted(sql: str) -> bool:

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 import sqlglot
+from conftest import loaded_database
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
@@ -37,15 +38,8 @@ FROM generate_series(-3, 4) a, generate_series(-10, 12) i, generate_series(1, 8)
 
 @pytest.fixture(scope="module")
 def conn(pg_server_dsn: str) -> Iterator[psycopg.Connection]:
-    from conftest import create_database, drop_database
-
-    dsn = create_database(pg_server_dsn)
-    try:
-        with psycopg.connect(dsn, autocommit=True) as c:
-            c.execute(GRID)
-            yield c
-    finally:
-        drop_database(pg_server_dsn, dsn)
+    with loaded_database(pg_server_dsn, GRID) as c:
+        yield c
 
 
 def _expr(sql: str) -> exp.Expression:

@@ -57,7 +57,7 @@ from sqldp.errors import RefusedError
 from sqldp.form import ColumnRef
 from sqldp.pg_arithmetic import keeps_value
 from sqldp.policy import Norm
-from sqldp.sensitivity.intervals import clamped
+from sqldp.sensitivity.intervals import clamped, constant
 
 Sensitive = Callable[[ColumnRef], float | None]  # the column's weight w_v if value-sensitive, else None
 # whether two disjoint sets of sensitive columns are separated by the metric (see the module docstring)
@@ -159,7 +159,7 @@ class SqlOps:
     def exponential(self, g: exp.Expression, ub: exp.Expression, smooth: bool) -> exp.Expression:
         if not smooth:
             return _inf()
-        c = _constant(g)
+        c = constant(g)
         if c is not None:
             return _num(math.exp(c))
         # the exact value; g keeps its bare columns, so columns._monotone does not take e^g for a function
@@ -353,11 +353,9 @@ def _bound(
     if isinstance(e, exp.Mul):
         return _product(e.this, e.expression, sensitive, ops, beta, separated)
     if isinstance(e, exp.Div):
-        den = e.expression
-        while isinstance(den, (exp.Paren, exp.Cast)):
-            den = den.this
-        if isinstance(den, exp.Literal) and not den.is_string and float(den.this) != 0:
-            inv = ops.const(1.0 / abs(float(den.this)))
+        den = constant(e.expression)  # as PostgreSQL computes it: CAST(2.4 AS INTEGER) divides by 2
+        if den is not None and den != 0:
+            inv = ops.const(1.0 / abs(den))
             u, d = _bound(e.this, sensitive, ops, beta, separated)
             return ops.mul(u, inv), {k: ops.mul(v, inv) for k, v in d.items()}
     norm = _lp_norm(e)  # before the powers: POWER(…, 1/p) and SQRT would be refused there
@@ -377,7 +375,7 @@ def _bound(
                 return _bound(e.this, sensitive, ops, beta, separated)
             rest = exp.Pow(this=e.this.copy(), expression=exp.Literal.number(n - 1))
             return _product(e.this, rest, sensitive, ops, beta, separated)
-        r = _constant(k)
+        r = constant(k)
         if r is not None and r >= 1 and math.isfinite(r):
             # NR §3.3.8.3, Table 10 "x^r, r ≥ 1": u^r with u (β/r)-smooth is β-smooth; so is r·u^(r−1)·d
             # ((r−1)β/r + β/r); |∂(g^r)/∂v| = r·|g|^(r−1)·|∂g/∂v|
@@ -435,35 +433,6 @@ def _exponential(
     return ub, {ref: ops.mul(ub, ops.const(c)) for ref, c in consts.items() if ref in d}
 
 
-def _constant(e: exp.Expression) -> float | None:
-    """The value of a constant numeric expression (+ − × /, with PostgreSQL's integer division), else None."""
-    if isinstance(e, (exp.Paren, exp.Cast)):
-        return _constant(e.this)
-    if isinstance(e, exp.Literal) and not e.is_string:
-        return float(e.this)
-    if isinstance(e, exp.Neg):
-        v = _constant(e.this)
-        return None if v is None else -v
-    if isinstance(e, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
-        a, b = _constant(e.this), _constant(e.expression)
-        if a is None or b is None:
-            return None
-        if isinstance(e, exp.Div):
-            if b == 0:
-                return None
-            if _integer_literal(e.this) and _integer_literal(e.expression):
-                return float(math.trunc(a / b))  # 1/3 is 0 in PostgreSQL
-            return a / b
-        return a + b if isinstance(e, exp.Add) else a - b if isinstance(e, exp.Sub) else a * b
-    return None
-
-
-def _integer_literal(e: exp.Expression) -> bool:
-    while isinstance(e, (exp.Paren, exp.Neg)):
-        e = e.this
-    return isinstance(e, exp.Literal) and not e.is_string and e.this.lstrip("-").isdigit()
-
-
 def _strip(e: exp.Expression) -> exp.Expression:
     while isinstance(e, exp.Paren):
         e = e.this
@@ -479,11 +448,11 @@ def _summands(e: exp.Expression) -> list[exp.Expression]:
 
 def _power_term(e: exp.Expression) -> tuple[exp.Expression, float] | float | None:
     """A summand of an ℓp norm: (a, p) for |a|^p, a constant c ≥ 0 as itself, else None."""
-    c = _constant(e)
+    c = constant(e)
     if c is not None:
         return c if c >= 0 else None
     if isinstance(e, exp.Pow):
-        p = _constant(e.expression)
+        p = constant(e.expression)
         if p is None or not 1 <= p < math.inf:
             return None
         if isinstance(_strip(e.this), exp.Abs) or (p.is_integer() and int(p) % 2 == 0):  # |a|^p = a^p
@@ -501,7 +470,7 @@ def _lp_norm(e: exp.Expression) -> tuple[list[exp.Expression | float], float] | 
     if isinstance(e, exp.Sqrt):
         outer: float | None = 0.5
     elif isinstance(e, exp.Pow):
-        outer = _constant(e.expression)
+        outer = constant(e.expression)
     else:
         return None
     if outer is None or not 0 < outer <= 1:

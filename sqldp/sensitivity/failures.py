@@ -29,7 +29,7 @@ from sqlglot import exp
 from sqldp.errors import RefusedError
 from sqldp.form import AnalysisForm, ColumnRef
 from sqldp.pg_arithmetic import KindOf, case_values, integer_valued, keeps_value, reads_column
-from sqldp.sensitivity.intervals import Domain, interval
+from sqldp.sensitivity.intervals import constant
 
 # functions with a domain narrower than their argument's type (NR does not need them; PostgreSQL fails outside)
 _PARTIAL = (exp.Ln, exp.Log)
@@ -91,25 +91,14 @@ def nonnegative(e: exp.Expression) -> bool:
     return False
 
 
-def _constant(e: exp.Expression, kind_of: KindOf) -> float | None:
-    """The value of a constant expression as PostgreSQL computes it (−1, 1 / 2 = 0), else None."""
-    if reads_column(e):
-        return None
-    try:
-        lo, hi = interval(e, Domain(lambda ref: None, kind_of))
-    except RefusedError:
-        return None
-    return lo if lo == hi else None
-
-
-def _safe_divisor(d: exp.Expression, kind_of: KindOf) -> bool:
+def _safe_divisor(d: exp.Expression) -> bool:
     """NULLIF(x, 0), or a constant that is not 0 (one that is fails on every row but not on no rows)."""
     while isinstance(d, exp.Paren) or (isinstance(d, exp.Cast) and keeps_value(d.to)):
         d = d.this  # not a rounding cast: CAST(0.4 AS INTEGER) is 0
     if isinstance(d, exp.Nullif):
         z = d.expression
         return isinstance(z, exp.Literal) and not z.is_string and float(z.this) == 0
-    v = _constant(d, kind_of)
+    v = constant(d)
     return v is not None and v != 0
 
 
@@ -131,12 +120,12 @@ def failure(node: exp.Expression, kind_of: KindOf) -> str | None:
     """Why PostgreSQL may fail on ``node`` for some value of the columns it reads, or None."""
     if not reads_column(node):
         return None
-    if isinstance(node, (exp.Div, exp.Mod, exp.IntDiv)) and not _safe_divisor(node.expression, kind_of):
+    if isinstance(node, (exp.Div, exp.Mod, exp.IntDiv)) and not _safe_divisor(node.expression):
         return "divides by a value that may be 0 (write NULLIF(divisor, 0))"
     if isinstance(node, exp.Sqrt) and not nonnegative(node.this):
         return "takes SQRT of a value that may be negative (write SQRT(ABS(x)) or SQRT(GREATEST(x, 0)))"
     if isinstance(node, exp.Pow):
-        r = _constant(node.expression, kind_of)
+        r = constant(node.expression)
         if r is None:
             return "raises to a power read from the data"
         if r < 0:

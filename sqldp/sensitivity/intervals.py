@@ -18,7 +18,7 @@ from sqlglot import exp
 from sqldp.catalog import Catalog
 from sqldp.errors import RefusedError
 from sqldp.form import AnalysisForm, ColumnRef
-from sqldp.pg_arithmetic import KindOf, case_values, rounds, truncates
+from sqldp.pg_arithmetic import KindOf, case_values, reads_column, rounds, truncates
 from sqldp.policy import Policy
 
 Interval = tuple[float, float]
@@ -194,6 +194,21 @@ def _interval(e: exp.Expression, dom: Domain, purpose: str) -> Interval:
         "(supported: columns with declared ranges, numbers, + − × /, ABS, EXP, SQRT, POWER by a constant, "
         "GREATEST, LEAST, casts, CASE over such branches)"
     )
+
+
+_NO_COLUMNS = Domain(lambda ref: None, lambda ref: "other")
+
+
+def constant(e: exp.Expression) -> float | None:
+    """The value of an expression without columns as PostgreSQL computes it (−1, 1 / 2 = 0), else None (one
+    that reads a column, or whose value is not pinned down: CAST(0.5 AS INTEGER) may round either way)."""
+    if reads_column(e):
+        return None
+    try:
+        lo, hi = interval(e, _NO_COLUMNS, "a constant")
+    except RefusedError:
+        return None
+    return lo if lo == hi else None
 
 
 def magnitude(e: exp.Expression, dom: Domain) -> float:
