@@ -39,6 +39,7 @@ from sqldp.groups import all_groups, key_domains, normalise_key
 from sqldp.mechanisms import NoiseSource
 from sqldp.normalize import PublicRelease, normalize
 from sqldp.policy import Policy
+from sqldp.sensitivity.intervals import domain
 from sqldp.sqlgen import answer_query, widen_integers
 
 # below this (seconds), a query's answer and sensitivity queries are pipelined on one connection
@@ -414,11 +415,11 @@ class Prepared:
         if self.answer is not None and not self.answer_sql:
             form: AnalysisForm = self.form  # type: ignore[assignment]
             answer, self.folded = _fold(form, self.answer, self.plans)
-            catalog = self.session.catalog
+            kind_of = domain(form, self.session.catalog, self.session.policy).kind
 
             def kind(ref: ColumnRef) -> str:
                 try:
-                    return catalog.table(form.use(ref.alias).table).column(ref.column).kind
+                    return kind_of(ref)
                 except (KeyError, CatalogError):  # an alias or column of the plans' own subqueries
                     return "other"
 
