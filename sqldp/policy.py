@@ -8,6 +8,14 @@ guessing-advantage target, and ``[[goals]]`` (see :mod:`sqldp.advantage`).
 
 Fail closed: a table the policy does not mention is private (rows, weight 1). Every problem is reported
 as ``file: key: problem`` and nothing is guessed.
+
+Validation (every check names the key): table and column names compare as PostgreSQL folds unquoted
+identifiers (lower case), so ``[tables.ORDERS]`` is ``orders`` and a second spelling of it is refused rather
+than silently replacing the first; a declared domain is a non-empty list of distinct scalars of one type (no
+NaN or ∞: a repeated group would be released twice with the full ε, NR §3.3.10.4); ranges are finite with
+low ≤ high and within ±MAX_BOUND; table and norm weights lie in [MIN_WEIGHT, MAX_WEIGHT]; a norm is at most
+MAX_NORM_CHARS long and nests at most MAX_NORM_DEPTH levels; :meth:`Policy.validate` checks names and
+domain value types against the catalog.
 """
 
 from __future__ import annotations
@@ -29,6 +37,14 @@ from sqldp.errors import PolicyError
 Mechanism = Literal["cauchy", "laplace"]
 EPOCH = dt.date(1970, 1, 1)
 DAYS_PER_UNIT = {"day": 1.0, "week": 7.0, "month": 365.2425 / 12, "year": 365.2425}
+# A weight scales how much one step of change counts (NR §3.3.7, §4.3.3.3, where the weights span 0.0001 to
+# 50). Beyond six orders of magnitude either way the products in the bounds lose all precision or overflow
+# (1e308 becomes ∞), so such weights are refused rather than half-honoured.
+MIN_WEIGHT, MAX_WEIGHT = 1e-6, 1e6
+MAX_BOUND = 2.0**63  # a value bound beyond BIGINT's range is a typo, and its square overflows the analyses
+MAX_NORM_CHARS, MAX_NORM_DEPTH = 10_000, 16
+MAX_P = 64.0  # lp(P, …) beyond this is linf for all practical purposes: use linf
+MAX_DOMAIN = 10_000  # declared groups per key column (each is released, with noise)
 
 
 # -- norms ----------------------------------------------------------------------------------------
@@ -78,21 +94,48 @@ class Norm:
         for t in self.terms:
             v = abs(values.get(t.column, 0.0)) if t.column is not None else t.norm.evaluate(values)  # type: ignore[union-attr]
             parts.append(abs(t.weight) * v)
-        if math.isinf(self.p):
-            return max(parts, default=0.0)
-        return sum(x**self.p for x in parts) ** (1 / self.p)
+        top = max(parts, default=0.0)
+        if math.isinf(self.p) or top == 0.0 or math.isinf(top):
+            return top
+        return top * sum((x / top) ** self.p for x in parts) ** (1 / self.p)  # scaled: x**p cannot overflow
 
 
 def parse_norm(text: str, where: str) -> Norm:
     """Parse ``l1(a, 0.5*b, 30*linf(c, d))``; also ``l2``, ``linf`` and ``lp(P, …)``."""
+    if not text.strip():
+        raise PolicyError("must not be empty (e.g. 'l1(a, 2*b)')", where=where)
+    if len(text) > MAX_NORM_CHARS:
+        raise PolicyError(f"is longer than {MAX_NORM_CHARS} characters", where=where)
+    depth = deepest = 0
+    for ch in text:  # before the parser: its recursion must not be what stops a deep norm
+        depth += (ch == "(") - (ch == ")")
+        deepest = max(deepest, depth)
+    if deepest > MAX_NORM_DEPTH:
+        raise PolicyError(f"nests deeper than {MAX_NORM_DEPTH} parentheses", where=where)
     try:
         tree = sqlglot.parse_one(text, read="postgres")
     except ParseError as exc:
-        raise PolicyError(f"cannot parse norm {text!r}: {exc.errors[0]['description']}", where=where) from None
+        detail = exc.errors[0]["description"] if exc.errors else str(exc)
+        raise PolicyError(f"cannot parse norm {text!r}: {detail}", where=where) from None
+    except (sqlglot.errors.SqlglotError, RecursionError, ValueError) as exc:  # the tokenizer's own errors
+        raise PolicyError(f"cannot parse norm {text!r}: {type(exc).__name__}", where=where) from None
+    if tree is None:
+        raise PolicyError(f"cannot parse norm {text!r}", where=where)
     node = _norm(tree, where)
     if not isinstance(node, Norm):
         raise PolicyError(f"norm must be l1(…), l2(…), linf(…) or lp(P, …), got {text!r}", where=where)
+    _products(node, 1.0, where)
     return node
+
+
+def _products(norm: Norm, factor: float, where: str) -> None:
+    """A column's weight is the product of the weights on its path (30*linf(…) scales the inner ones)."""
+    for t in norm.terms:
+        w = factor * t.weight
+        if t.column is not None:
+            _weight(w, f"column {t.column} weighs {w:g} in all", where)
+        elif t.norm is not None:
+            _products(t.norm, w, where)
 
 
 def _norm(node: exp.Expression, where: str) -> Norm | NormTerm:
@@ -104,22 +147,23 @@ def _norm(node: exp.Expression, where: str) -> Norm | NormTerm:
         for num, other in ((node.this, node.expression), (node.expression, node.this)):
             weight = _number(num)
             if weight is not None:
+                _weight(weight, f"weight {num.sql()}", where)
                 inner = _norm(other, where)
                 if isinstance(inner, Norm):
                     return NormTerm(weight, norm=inner)
-                return NormTerm(weight * inner.weight, column=inner.column, norm=inner.norm)
+                return NormTerm(_weight(weight * inner.weight, node.sql(), where), column=inner.column, norm=inner.norm)
         raise PolicyError(f"a norm term must be NUMBER*column or NUMBER*norm, got {node.sql()!r}", where=where)
     if isinstance(node, (exp.Anonymous, exp.Func)):
         name = (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
         args = list(node.expressions) if isinstance(node, exp.Anonymous) else _func_args(node)
         if name == "lp":
             p = _number(args[0]) if args else None
-            if p is None or p < 1:
-                raise PolicyError("lp(P, …) needs a number P ≥ 1 first", where=where)
+            if p is None or not 1 <= p <= MAX_P:
+                raise PolicyError(f"lp(P, …) needs a number 1 ≤ P ≤ {MAX_P:g} first (use linf above)", where=where)
             args = args[1:]
         elif name == "linf":
             p = math.inf
-        elif name.startswith("l") and name[1:].isdigit() and int(name[1:]) >= 1:
+        elif name.startswith("l") and name[1:].isdigit() and len(name) < 6 and 1 <= int(name[1:]) <= MAX_P:
             p = float(name[1:])
         else:
             raise PolicyError(f"unknown norm {name!r} (use l1, l2, linf or lp)", where=where)
@@ -138,9 +182,19 @@ def _func_args(node: exp.Func) -> list[exp.Expression]:
     return out + list(node.expressions)
 
 
+def _weight(w: float, what: str, where: str) -> float:
+    if not MIN_WEIGHT <= w <= MAX_WEIGHT:
+        raise PolicyError(f"{what}: a weight must be in [{MIN_WEIGHT:g}, {MAX_WEIGHT:g}]", where=where)
+    return w
+
+
 def _number(node: exp.Expression) -> float | None:
     if isinstance(node, exp.Literal) and not node.is_string:
-        return float(node.this)
+        try:
+            v = float(node.this)
+        except ValueError:
+            return None
+        return v if math.isfinite(v) else None
     if isinstance(node, exp.Neg):
         inner = _number(node.this)
         return -inner if inner is not None else None
@@ -210,7 +264,8 @@ class Policy:
         return column.lower() in self.table(table).sensitive_columns
 
     def validate(self, catalog: Any) -> None:
-        """Check that every table and column the policy names exists in the catalog."""
+        """Check that every table and column the policy names exists in the catalog (names as PostgreSQL
+        folds them), and that declared domain values are of the column's type and distinct in PostgreSQL."""
         for t in self.tables.values():
             where = f"{self.source}: tables.{t.name}"
             if t.name not in catalog.tables:
@@ -219,6 +274,9 @@ class Policy:
             for col in sorted(t.sensitive_columns | set(t.columns)):
                 if col not in known:
                     raise PolicyError(f"column {col!r} is not in table {t.name!r}", where=where)
+            for c in t.columns.values():
+                if c.domain is not None:
+                    _domain_fits(c.domain, known[c.name], f"{where}.columns.{c.name}.domain")
 
     @classmethod
     def from_file(cls, path: str | Path) -> Policy:
@@ -244,6 +302,7 @@ class Policy:
         tables_raw = raw.get("tables", {})
         if not isinstance(tables_raw, dict):
             raise PolicyError("must be a table of tables", where=f"{source}: tables")
+        _folded(tables_raw, f"{source}: tables")
         tables = {
             name.lower(): _table(name.lower(), spec, f"{source}: tables.{name}") for name, spec in tables_raw.items()
         }
@@ -266,6 +325,20 @@ def _keys(d: Any, allowed: set[str], where: str) -> None:
         raise PolicyError(
             f"unknown key (expected one of {', '.join(sorted(allowed))})", where=f"{where}{sep}{unknown[0]}"
         )
+
+
+def _folded(d: Mapping[str, Any], where: str) -> None:
+    """Refuse two spellings of one name: PostgreSQL folds unquoted identifiers to lower case, so
+    ``[tables.ORDERS]`` beside ``[tables.orders]`` names one table twice, and one of them would be dropped."""
+    seen: dict[str, str] = {}
+    for name in d:
+        if name.lower() in seen:
+            raise PolicyError(
+                f"{name!r} and {seen[name.lower()]!r} are the same name (PostgreSQL folds unquoted names to lower "
+                "case); keep one",
+                where=f"{where}.{name}",
+            )
+        seen[name.lower()] = name
 
 
 def _positive(value: Any, where: str, *, allow_zero: bool = False, upper: float | None = None) -> float:
@@ -300,6 +373,7 @@ def _table(name: str, spec: Any, where: str) -> TablePolicy:
     if rows not in ("private", "public"):
         raise PolicyError(f"must be 'private' or 'public', got {rows!r}", where=f"{where}.rows")
     weight = _positive(spec.get("weight", 1.0), f"{where}.weight")
+    _weight(weight, f"weight {weight:g}", f"{where}.weight")
     norm = None
     if "norm" in spec:
         if not isinstance(spec["norm"], str):
@@ -308,6 +382,7 @@ def _table(name: str, spec: Any, where: str) -> TablePolicy:
     cols_raw = spec.get("columns", {})
     if not isinstance(cols_raw, dict):
         raise PolicyError("must be a table of column tables", where=f"{where}.columns")
+    _folded(cols_raw, f"{where}.columns")
     columns = {c.lower(): _column(c.lower(), s, f"{where}.columns.{c}") for c, s in cols_raw.items()}
     return TablePolicy(name, rows == "private", weight, norm, columns)
 
@@ -317,6 +392,8 @@ def to_number(value: Any, where: str) -> float:
     if isinstance(value, bool):
         raise PolicyError(f"must be a number or an ISO date, got {value!r}", where=where)
     if isinstance(value, (int, float)):
+        if not -MAX_BOUND <= value <= MAX_BOUND:  # also NaN
+            raise PolicyError(f"must be a finite number within ±{MAX_BOUND:.3g}, got {value!r}", where=where)
         return float(value)
     if isinstance(value, dt.datetime):
         value = value.date()
@@ -342,16 +419,74 @@ def _column(name: str, spec: Any, where: str) -> ColumnPolicy:
             raise PolicyError(f"low {r[0]!r} is above high {r[1]!r}", where=f"{where}.range")
         rng = (lo, hi)
     unit = spec.get("unit", "day")
-    if unit not in DAYS_PER_UNIT:
+    if not isinstance(unit, str) or unit not in DAYS_PER_UNIT:
         raise PolicyError(f"must be one of {', '.join(DAYS_PER_UNIT)}, got {unit!r}", where=f"{where}.unit")
-    domain = None
-    if "domain" in spec:
-        if not isinstance(spec["domain"], list) or not spec["domain"]:
-            raise PolicyError("must be a non-empty list of values", where=f"{where}.domain")
-        domain = tuple(spec["domain"])
+    domain = _domain(spec["domain"], f"{where}.domain") if "domain" in spec else None
     knowledge = None
     if "knowledge" in spec:
         from sqldp.priors import parse_knowledge
 
         knowledge = parse_knowledge(spec["knowledge"], f"{where}.knowledge")
     return ColumnPolicy(name, rng, unit, domain, knowledge)
+
+
+# -- declared domains -----------------------------------------------------------------------------
+
+_SCALAR: dict[type, str] = {str: "string", int: "number", float: "number", bool: "boolean", dt.date: "date"}
+
+
+def _scalar_type(v: Any) -> str | None:
+    if isinstance(v, (dt.datetime, dt.time)):
+        return None  # TOML date-times and times: no GROUP BY key sqldp analyses has such values
+    return _SCALAR.get(type(v))
+
+
+def _domain(raw: Any, where: str) -> tuple[Any, ...]:
+    """Distinct scalars of one type. Each value is a released group (NR §3.3.10.4, parallel composition): a
+    value given twice would release one group twice, each time with the full ε."""
+    if not isinstance(raw, list) or not raw:
+        raise PolicyError("must be a non-empty list of values", where=where)
+    if len(raw) > MAX_DOMAIN:
+        raise PolicyError(f"has {len(raw)} values; at most {MAX_DOMAIN} groups per column", where=where)
+    kinds = set()
+    for v in raw:
+        kind = _scalar_type(v)
+        if kind is None:
+            raise PolicyError(f"values must be scalar strings, numbers, booleans or dates, got {v!r}", where=where)
+        if isinstance(v, float) and not math.isfinite(v):
+            raise PolicyError(f"{v!r} is not a group value (NaN and ∞ are refused)", where=where)
+        kinds.add(kind)
+    if len(kinds) > 1:
+        raise PolicyError(f"values must be of one type, got {' and '.join(sorted(kinds))}", where=where)
+    seen: set[Any] = set()
+    for v in raw:
+        if v in seen:  # Python's == here is at least PostgreSQL's for numbers: 1 = 1.0, -0.0 = 0.0
+            raise PolicyError(f"{v!r} appears twice; each group must be declared once", where=where)
+        seen.add(v)
+    return tuple(raw)
+
+
+def _domain_fits(values: tuple[Any, ...], column: Any, where: str) -> None:
+    """The declared values against the column's type: a value of another kind would make PostgreSQL fail
+    the statement, and CHAR(n) compares padded, so 'a' and 'a ' are one group there."""
+    kind = column.kind
+    expect = {"integer": ("number",), "numeric": ("number",), "text": ("string",), "boolean": ("boolean",)}
+    expect["date"] = ("date", "string")
+    got = _scalar_type(values[0])
+    if kind in expect and got not in expect[kind]:
+        raise PolicyError(f"column {column.name!r} is {column.type_sql}; got {values[0]!r}", where=where)
+    if kind == "integer" and any(isinstance(v, float) and not v.is_integer() for v in values):
+        bad = next(v for v in values if isinstance(v, float) and not v.is_integer())
+        raise PolicyError(f"column {column.name!r} is {column.type_sql}; {bad!r} is not an integer", where=where)
+    if kind == "date" and got == "string":
+        for v in values:
+            to_number(v, where)
+    if kind == "text" and column.type_sql.upper().split("(")[0].strip() in ("CHAR", "CHARACTER", "BPCHAR", "NCHAR"):
+        seen: dict[str, str] = {}
+        for v in values:
+            if v.rstrip(" ") in seen:
+                raise PolicyError(
+                    f"{v!r} and {seen[v.rstrip(' ')]!r} are one value in {column.type_sql} (blank-padded)",
+                    where=where,
+                )
+            seen[v.rstrip(" ")] = v

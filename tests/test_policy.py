@@ -1,0 +1,98 @@
+"""Policy-file validation: every problem is one PolicyError naming the key, never a traceback, and nothing
+weakens the policy silently (case-variant names, repeated groups, non-finite numbers)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sqldp.catalog import Catalog
+from sqldp.errors import PolicyError
+from sqldp.policy import Policy
+
+DDL = """
+CREATE TABLE orders (o_id INT PRIMARY KEY, o_total NUMERIC, o_status CHAR(1), o_prio VARCHAR(15),
+                     o_date DATE, o_flag BOOLEAN);
+"""
+
+
+def _load(text: str) -> Policy:
+    policy = Policy.from_toml(text, source="p.toml")
+    policy.validate(Catalog.from_ddl(DDL))
+    return policy
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "problem"),
+    [
+        # a case-variant duplicate must not silently replace the private table by a public one
+        ('[tables.orders]\nrows = "private"\n[tables.ORDERS]\nrows = "public"\n', "tables.ORDERS", "same name"),
+        (
+            "[tables.orders.columns.o_total]\nrange = [0, 1]\n[tables.orders.columns.O_Total]\nrange = [0, 1e6]\n",
+            "tables.orders.columns.O_Total",
+            "same name",
+        ),
+        ("[tables.orders.columns.o_total]\nrange = [nan, 1]\n", "tables.orders.columns.o_total.range", "finite"),
+        ("[tables.orders.columns.o_total]\nrange = [0, nan]\n", "tables.orders.columns.o_total.range", "finite"),
+        ("[tables.orders.columns.o_total]\nrange = [0, inf]\n", "tables.orders.columns.o_total.range", "finite"),
+        ("[tables.orders.columns.o_total]\nrange = [-inf, 0]\n", "tables.orders.columns.o_total.range", "finite"),
+        ("[tables.orders.columns.o_total]\nrange = [0, 1e300]\n", "tables.orders.columns.o_total.range", "finite"),
+        ("[tables.orders.columns.o_total]\nrange = [2, 1]\n", "tables.orders.columns.o_total.range", "above"),
+        ("[tables.orders]\nweight = 1e308\n", "tables.orders.weight", "weight must be in"),
+        ("[tables.orders]\nweight = 1e-308\n", "tables.orders.weight", "weight must be in"),
+        ('[tables.orders]\nnorm = "l1(1e308*o_total)"\n', "tables.orders.norm", "weight must be in"),
+        ('[tables.orders]\nnorm = "l1(1e-308*o_total)"\n', "tables.orders.norm", "weight must be in"),
+        ('[tables.orders]\nnorm = "l1(0*o_total)"\n', "tables.orders.norm", "weight must be in"),
+        ('[tables.orders]\nnorm = "l1(1e400*o_total)"\n', "tables.orders.norm", "NUMBER"),
+        ('[tables.orders]\nnorm = "l1(1e3*l1(1e4*o_total))"\n', "tables.orders.norm", "weight must be in"),
+        ('[tables.orders]\nnorm = ""\n', "tables.orders.norm", "empty"),
+        ('[tables.orders]\nnorm = "   "\n', "tables.orders.norm", "empty"),
+        ('[tables.orders]\nnorm = "' + "l1(" * 400 + "o_total" + ")" * 400 + '"\n', "tables.orders.norm", "deeper"),
+        ('[tables.orders]\nnorm = "' + "(" * 5000 + '"\n', "tables.orders.norm", "deeper"),
+        ('[tables.orders]\nnorm = "lp(1e9, o_total)"\n', "tables.orders.norm", "P ≤ 64"),
+        ('[tables.orders]\nnorm = "l99999999999999(o_total)"\n', "tables.orders.norm", "unknown norm"),
+        ('[tables.orders]\nnorm = "l1(o_total"\n', "tables.orders.norm", "cannot parse"),
+        ("[tables.orders.columns.o_prio]\nunit = ['day']\n", "tables.orders.columns.o_prio.unit", "must be one of"),
+        ("[tables.orders.columns.o_prio]\ndomain = [['a'], ['b']]\n", "tables.orders.columns.o_prio.domain", "scalar"),
+        ("[tables.orders.columns.o_id]\ndomain = [0, 1, 1, 1, 2]\n", "tables.orders.columns.o_id.domain", "twice"),
+        ("[tables.orders.columns.o_total]\ndomain = [nan, 1.0]\n", "tables.orders.columns.o_total.domain", "NaN"),
+        ("[tables.orders.columns.o_total]\ndomain = [inf]\n", "tables.orders.columns.o_total.domain", "NaN and ∞"),
+        # against the catalog: the values' type, and CHAR(n)'s blank padding
+        ("[tables.orders.columns.o_id]\ndomain = ['1', '2']\n", "tables.orders.columns.o_id.domain", "INT"),
+        ("[tables.orders.columns.o_id]\ndomain = [1, 2.5]\n", "tables.orders.columns.o_id.domain", "not an integer"),
+        ("[tables.orders.columns.o_prio]\ndomain = [1, 2]\n", "tables.orders.columns.o_prio.domain", "VARCHAR"),
+        ("[tables.orders.columns.o_flag]\ndomain = [1, 0]\n", "tables.orders.columns.o_flag.domain", "BOOLEAN"),
+        ("[tables.orders.columns.o_date]\ndomain = ['soon']\n", "tables.orders.columns.o_date.domain", "ISO date"),
+        ("[tables.orders.columns.o_status]\ndomain = ['F', 'F ']\n", "tables.orders.columns.o_status.domain", "one"),
+    ],
+)
+def test_bad_policies_are_one_line_errors_naming_the_key(text: str, where: str, problem: str) -> None:
+    with pytest.raises(PolicyError, match=problem) as err:
+        _load(text)
+    assert err.value.where == f"p.toml: {where}"
+    assert "\n" not in str(err.value)
+
+
+def test_a_case_variant_name_resolves_to_the_catalog_table() -> None:
+    """PostgreSQL folds ORDERS to orders: the policy applies to the catalog's orders, columns too."""
+    policy = _load('[tables.ORDERS]\nrows = "public"\n[tables.ORDERS.columns.O_Prio]\ndomain = ["a", "a "]\n')
+    assert policy.table("orders").public and policy.table("Orders").public
+    assert policy.table("orders").column("o_prio").domain == ("a", "a ")  # VARCHAR: two groups in PostgreSQL
+
+
+def test_accepted_values_round_trip() -> None:
+    policy = _load(
+        '[tables.orders]\nweight = 1e-6\nnorm = "lp(3, 1e6*o_total, linf(o_date, 0.5*o_id))"\n'
+        "[tables.orders.columns.o_date]\ndomain = [1992-01-01, 1992-01-02]\nrange = ['1992-01-01', '1998-12-31']\n"
+        "[tables.orders.columns.o_total]\ndomain = [1, 2.5]\n"
+    )
+    t = policy.table("orders")
+    assert t.weight == 1e-6 and str(t.norm) == "lp(3, 1e+06*o_total, linf(o_date, 0.5*o_id))"
+    assert t.column("o_total").domain == (1, 2.5)
+
+
+def test_norm_of_large_values_does_not_overflow() -> None:
+    """x**p of a large change used to raise OverflowError; the norm is computed scaled by its largest term."""
+    norm = _load('[tables.orders]\nnorm = "lp(64, o_total, o_id)"\n').table("orders").norm
+    assert norm is not None
+    assert norm.evaluate({"o_total": 1e300, "o_id": 1e300}) == pytest.approx(1e300 * 2 ** (1 / 64))
+    assert norm.evaluate({"o_total": 3.0, "o_id": 4.0}) == pytest.approx((3**64 + 4**64) ** (1 / 64))
