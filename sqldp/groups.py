@@ -1,14 +1,22 @@
-"""The set of groups a GROUP BY query answers (NR §3.3.10.4; issue 3, item 2).
+"""The set of groups a GROUP BY query answers (NR §3.3.10.4).
 
 Which groups exist must not itself leak: a group appears in the output because the policy declares it
 (``domain = [...]`` on the key column) or because the key is a column of a public table, never because
 private rows happen to carry it. Declared groups with no rows are answered too (with noise), and groups
 outside the declared domain are never released.
+
+Group identity is PostgreSQL's equality, never a Python normalisation of printed values: parallel
+composition (full ε per group) holds only if each row counts in one released group, and PostgreSQL decides
+which rows are one group (CHAR(n) pads, VARCHAR keeps trailing blanks, numeric 1 = 1.0, float −0 = 0 and
+NaN = NaN, citext and collations compare case-insensitively). So the answer rows are matched to the groups
+in SQL (:func:`match_groups`) with PostgreSQL's own ``=``, each answer row to at most one group.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -22,6 +30,15 @@ from sqldp.policy import Policy
 class KeyDomain:
     values: tuple[object, ...] | None  # declared in the policy
     query: exp.Select | None  # SELECT DISTINCT over a public table, run by the runner
+
+    @property
+    def ordered(self) -> exp.Select | None:
+        """The public domain's values in ORDER BY order: value i is group i (see :func:`match_groups`)."""
+        if self.query is None:
+            return None
+        q = exp.select("v").from_(exp.Subquery(this=self.query.copy(), alias=_alias("__s", "v")))
+        q.set("order", _by_v())
+        return q
 
 
 def key_domains(form: AnalysisForm, policy: Policy) -> tuple[KeyDomain, ...]:
@@ -58,6 +75,52 @@ def all_groups(domains: list[tuple[object, ...]]) -> list[tuple[object, ...]]:
     return [tuple(g) for g in itertools.product(*domains)]
 
 
-def normalise_key(value: object) -> object:
-    """Compare keys the way the database returns them (CHAR(n) pads with blanks)."""
-    return value.rstrip() if isinstance(value, str) else value
+def match_groups(answer: exp.Select, domains: Sequence[KeyDomain]) -> exp.Select:
+    """The answer query (keys ``__key<j>`` first) with, in front, the index of each key's group in its domain
+    (NULL: outside the domain, never released), decided by PostgreSQL's ``=`` on the key column's type.
+
+    A declared value is an untyped literal (``__key0 = 'a'``), which PostgreSQL types as the key column, as
+    if the analyst had written the comparison; ``CASE`` takes the first value that matches, so an answer row
+    is one group even if two declared values were equal in PostgreSQL. A public domain is its DISTINCT values
+    numbered in ORDER BY (the order the runner reads them in, in the same snapshot) and joined with ``=``;
+    its values are pairwise distinct under that ``=``, which is an equivalence, so a row matches one."""
+    items: list[exp.Expression] = []
+    select = exp.select().from_(exp.Subquery(this=answer.copy(), alias=_alias("__a")))
+    for j, d in enumerate(domains):
+        key = exp.column(f"__key{j}", table="__a")
+        if d.values is not None:
+            case = exp.Case()
+            for i, v in enumerate(d.values):
+                case = case.when(exp.EQ(this=key.copy(), expression=_literal(v)), exp.Literal.number(i))
+            items.append(exp.alias_(case, f"__group{j}"))
+        else:
+            assert d.query is not None
+            number = exp.Window(this=exp.RowNumber(), order=_by_v())
+            ranked = exp.select(exp.alias_(exp.Sub(this=number, expression=exp.Literal.number(1)), "i"), "v").from_(
+                exp.Subquery(this=d.query.copy(), alias=_alias("__s", "v"))
+            )
+            select = select.join(
+                exp.Subquery(this=ranked, alias=_alias(f"__d{j}")),
+                on=exp.EQ(this=key.copy(), expression=exp.column("v", table=f"__d{j}")),
+            )
+            items.append(exp.alias_(exp.column("i", table=f"__d{j}"), f"__group{j}"))
+    return select.select(*items, exp.Column(this=exp.Star(), table=exp.to_identifier("__a")), copy=False)
+
+
+def _by_v() -> exp.Order:
+    return exp.Order(expressions=[exp.Ordered(this=exp.column("v"))])
+
+
+def _alias(name: str, *columns: str) -> exp.TableAlias:
+    return exp.TableAlias(this=exp.to_identifier(name), columns=[exp.to_identifier(c) for c in columns])
+
+
+def _literal(value: object) -> exp.Expression:
+    """A declared domain value as SQL (the policy admits only these scalar types, sqldp.policy)."""
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, (int, float)):
+        return exp.Literal.number(repr(value))
+    if isinstance(value, (dt.date, dt.datetime, dt.time)):
+        return exp.Literal.string(value.isoformat())
+    return exp.Literal.string(str(value))

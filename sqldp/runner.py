@@ -35,7 +35,7 @@ from sqldp.db import connect, resolve_dsn
 from sqldp.errors import CatalogError, DatabaseError, InputError, RefusedError
 from sqldp.form import AGG_PREFIX, AnalysisForm, ColumnRef, Output
 from sqldp.frontend import parse
-from sqldp.groups import all_groups, key_domains, normalise_key
+from sqldp.groups import all_groups, key_domains, match_groups
 from sqldp.mechanisms import NoiseSource
 from sqldp.normalize import PublicRelease, normalize
 from sqldp.policy import Policy
@@ -427,10 +427,11 @@ class Prepared:
                 # INTEGER overflow would fail the statement on some data: it runs in BIGINT (sqlgen)
                 return widen_integers(e, kind).sql(dialect="postgres")
 
-            self.answer_sql = text(answer)
+            # group identity is PostgreSQL's '=': each answer row is matched to its group in SQL (sqldp.groups)
+            self.answer_sql = text(match_groups(answer, self.domains) if form.group_by else answer)
             every = [q for plan in self.plans for q in plan.queries]
             self.queries_sql = tuple(text(q) for i, q in enumerate(every) if i not in self.folded)
-            self.domains_sql = tuple(None if d.values is not None else text(d.query) for d in self.domains)
+            self.domains_sql = tuple(None if d.values is not None else text(d.ordered) for d in self.domains)
 
     @property
     def public(self) -> bool:
@@ -471,9 +472,8 @@ class Prepared:
                 raise _database_error(exc) from exc
         result = Result(self.sql, params, test_mode=self.session.noise.test_mode, notes=list(form.notes))
         result.grouped = bool(form.group_by)
-        keys = [tuple(normalise_key(v) for v in vals) for vals in domain_values]
-        groups = all_groups(keys) if form.group_by else [()]
-        by_key = {tuple(normalise_key(v) for v in row[: len(form.group_by)]): row for row in answer_rows}
+        groups = all_groups([tuple(vals) for vals in domain_values]) if form.group_by else [()]
+        by_key = _by_group(answer_rows, [len(vals) for vals in domain_values]) if form.group_by else {}
         # NR §3.3.10.4: the aggregates share ε (sequential composition); groups get the full share when a
         # neighbouring change touches one group only (parallel composition), else share/m.
         n_aggs = len(self.plans)
@@ -495,8 +495,9 @@ class Prepared:
                     terms=bound.tables,
                 )
             )
-        for g in groups:
-            row = by_key.get(g)
+        indices = all_groups([tuple(range(len(vals))) for vals in domain_values]) if form.group_by else [()]
+        for g in indices:
+            row = by_key.get(g) if form.group_by else (answer_rows[0] if answer_rows else None)
             measured: list[Measurement] = []
             for i, template in enumerate(templates):  # a plan's bound covers every group of the query
                 agg = form.aggregates[i]
@@ -738,6 +739,21 @@ def _per_group(merged: exp.Select, grouped: list[tuple[int, exp.Select]]) -> exp
         for k, item in enumerate(q.expressions):  # MAX(<expression of the level's columns>) AS v<k>
             outer_items.append(exp.alias_(item.this.copy().transform(rename), f"__s{i}_{k}"))
     return exp.select(*outer_items).from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("g"))))
+
+
+def _by_group(rows: Sequence[tuple], sizes: Sequence[int]) -> dict[tuple, tuple]:
+    """The answer rows of a GROUP BY by their groups' indices (``match_groups`` puts them first), without
+    those indices: the keys, then the aggregates, as the answer query gives them."""
+    k = len(sizes)
+    out: dict[tuple, tuple] = {}
+    for row in rows:
+        index = tuple(row[:k])
+        if any(i is None for i in index):
+            continue  # outside the declared domain: never released
+        if index in out:  # two PostgreSQL groups in one released group (see match_groups: cannot happen)
+            raise RefusedError("the GROUP BY keys do not match the declared groups one to one; not released")
+        out[index] = tuple(row[k:])
+    return out
 
 
 def _end(conn: psycopg.Connection) -> None:

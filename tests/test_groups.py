@@ -1,0 +1,183 @@
+"""Group identity follows PostgreSQL's equality (NR §3.3.10.4: parallel composition needs groups that are
+really disjoint). The released vector of a GROUP BY is checked by its exact joint privacy loss on
+neighbouring tiny databases: one person's row must never cost more than ε in total."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlglot import exp
+
+import sqldp
+from sqldp import mechanisms
+from sqldp.errors import PolicyError
+from sqldp.policy import Policy
+
+EPSILON = 1.0
+
+
+def _loss_1d(v: float, s: float, w: float, t: float) -> float:
+    """sup_y ln p(y)/q(y) for y = v + s·η against y = w + t·η, η ~ GenCauchy(4): evaluated on a fine grid
+    around both centres and far out (the ratio of two GenCauchy densities is maximal at a finite y or tends
+    to (t/s)^(γ−1) in the tails)."""
+    if s == 0.0 or t == 0.0:
+        return 0.0 if (s == t and v == w) else math.inf
+
+    def log_p(y: float, c: float, scale: float) -> float:
+        return math.log(mechanisms.gencauchy_density((y - c) / scale) / scale)
+
+    span = 60.0 * max(s, t) + abs(v - w)
+    lo, n = min(v, w) - span, 240_001
+    step = (2 * span + abs(v - w)) / (n - 1)
+    best = max(log_p(lo + i * step, v, s) - log_p(lo + i * step, w, t) for i in range(n))
+    tail = (mechanisms.GAMMA - 1) * math.log(t / s)
+    return max(best, tail)
+
+
+def joint_loss(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """The exact privacy loss (both directions) of two released vectors of independent GenCauchy noise:
+    ``a`` and ``b`` are (true value, noise scale) per released coordinate, in release order. The supremum of
+    a sum of functions of separate coordinates is the sum of their suprema."""
+    assert len(a) == len(b), "the set of released groups must not depend on the data"
+    there = sum(_loss_1d(v, s, w, t) for (v, s), (w, t) in zip(a, b, strict=True))
+    back = sum(_loss_1d(w, t, v, s) for (v, s), (w, t) in zip(a, b, strict=True))
+    return max(there, back)
+
+
+DDL = """
+CREATE TABLE k (name VARCHAR(5) PRIMARY KEY);
+CREATE TABLE t (id INT PRIMARY KEY, name VARCHAR(5), c CHAR(3));
+INSERT INTO k VALUES ('a'), ('a '), ('a  ');
+"""
+
+
+@pytest.fixture
+def tiny(pg_dsn: str, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+    yield pg_dsn, tmp_path
+
+
+def _released(dsn: str, policy: Path, sql: str, rows: list[tuple[int, str]]) -> list[tuple[float, float]]:
+    """Load ``rows`` into t and release ``sql``: (true value, noise scale) per released group."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM t")
+        for i, name in rows:
+            conn.execute("INSERT INTO t VALUES (%s, %s, %s)", (i, name, name))
+    result = sqldp.connect(dsn, policy, seed=1).run(sql, epsilon=EPSILON)
+    assert result.released
+    return [(m.true_value, m.noise_scale) for group in result.measurements for m in group]
+
+
+def _neighbours(base: list[tuple[int, str]], names: list[str]) -> Iterator[tuple[list, list]]:
+    """Every database with one more person (any key) than ``base``."""
+    for name in names:
+        yield base, [*base, (99, name)]
+
+
+@pytest.mark.parametrize(
+    ("policy", "sql"),
+    [
+        # public VARCHAR keys that differ only in trailing blanks: PostgreSQL keeps them apart
+        (
+            '[tables.k]\nrows = "public"\n',
+            "SELECT k.name, COUNT(*) FROM t JOIN k ON t.name = k.name GROUP BY k.name",
+        ),
+        # a declared VARCHAR domain with the same values: distinct groups, each row in one of them
+        ('[tables.t.columns.name]\ndomain = ["a", "a ", "a  "]\n', "SELECT name, COUNT(*) FROM t GROUP BY name"),
+    ],
+)
+def test_groups_differing_in_trailing_blanks_cost_at_most_epsilon(
+    tiny: tuple[str, Path], policy: str, sql: str
+) -> None:
+    dsn, tmp = tiny
+    path = tmp / "policy.toml"
+    path.write_text(policy)
+    names = ["a", "a ", "a  "]
+    for base in ([], [(1, "a")], [(1, "a"), (2, "a ")]):
+        for d, d2 in _neighbours(base, names):
+            x, y = _released(dsn, path, sql, d), _released(dsn, path, sql, d2)
+            assert len(x) == 3  # one released value per PostgreSQL group, never one per printed name
+            loss = joint_loss(x, y)
+            assert loss <= EPSILON + 1e-9, (d, d2, loss)
+
+
+def test_char_keys_match_their_padded_values(tiny: tuple[str, Path]) -> None:
+    """CHAR(n) pads: the declared 'a' is the group of the stored 'a  ' (PostgreSQL's bpchar equality)."""
+    dsn, tmp = tiny
+    path = tmp / "policy.toml"
+    path.write_text('[tables.t.columns.c]\ndomain = ["a", "b"]\n')
+    got = _released(dsn, path, "SELECT c, COUNT(*) FROM t GROUP BY c", [(1, "a"), (2, "a"), (3, "b")])
+    assert [v for v, _ in got] == [2.0, 1.0]
+
+
+def test_numeric_and_float_keys_follow_postgres_equality(pg_dsn: str, tmp_path: Path) -> None:
+    """numeric 1 = 1.0 and float -0 = 0 in PostgreSQL: the declared group takes every such row; NaN = NaN."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE n (id INT PRIMARY KEY, x NUMERIC, f DOUBLE PRECISION)")
+        conn.execute("INSERT INTO n VALUES (1, 1, 0.0), (2, 1.0, '-0'), (3, 1.00, 'NaN'), (4, 2, 1)")
+    path = tmp_path / "policy.toml"
+    path.write_text("[tables.n.columns.x]\ndomain = [1, 2]\n[tables.n.columns.f]\ndomain = [0.0, 1.0]\n")
+    session = sqldp.connect(pg_dsn, path, seed=1)
+    x = session.run("SELECT x, COUNT(*) FROM n GROUP BY x", epsilon=EPSILON)
+    assert [m.true_value for g in x.measurements for m in g] == [3.0, 1.0]
+    f = session.run("SELECT f, COUNT(*) FROM n GROUP BY f", epsilon=EPSILON)
+    assert [m.true_value for g in f.measurements for m in g] == [2.0, 1.0]  # NaN is outside the domain
+
+
+def test_keys_equal_only_case_insensitively_are_one_group(pg_dsn: str, tmp_path: Path) -> None:
+    """citext compares case-insensitively: the declared 'A' is the group of the stored 'a', whichever spelling
+    the GROUP BY happens to print (the printed one is a private row's)."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION citext")
+        conn.execute("CREATE TABLE t (id INT PRIMARY KEY, name CITEXT)")
+        conn.execute("INSERT INTO t VALUES (1, 'a'), (2, 'a'), (3, 'B')")
+    path = tmp_path / "policy.toml"
+    path.write_text('[tables.t.columns.name]\ndomain = ["A", "b"]\n')
+    out = sqldp.connect(pg_dsn, path, seed=1).run("SELECT name, COUNT(*) FROM t GROUP BY name", epsilon=EPSILON)
+    assert [m.true_value for g in out.measurements for m in g] == [2.0, 1.0]
+    assert [r["key"]["name"] for r in out.to_json()["rows"]] == ["A", "b"]  # the policy's names, not the data's
+
+
+def test_match_groups_sql() -> None:
+    """Declared values become untyped literals compared with '=' (PostgreSQL types them as the key column);
+    a public domain is joined and numbered in its ORDER BY."""
+    from sqldp.groups import KeyDomain, match_groups
+
+    answer = exp.select("t.x AS __key0", "COUNT(*) AS __agg0").from_("t").group_by("t.x")
+    q = exp.select("k.y").distinct().from_("k")
+    sql = match_groups(answer, (KeyDomain(("a", 1, 2.5, True), None), KeyDomain(None, q))).sql(dialect="postgres")
+    assert "CASE WHEN __a.__key0 = 'a' THEN 0 WHEN __a.__key0 = 1 THEN 1" in sql
+    assert "WHEN __a.__key0 = 2.5 THEN 2 WHEN __a.__key0 = TRUE THEN 3" in sql
+    assert "ROW_NUMBER() OVER (ORDER BY" in sql and "ON __a.__key1 = __d1.v" in sql
+
+
+@pytest.mark.parametrize(
+    ("domain", "problem"),
+    [
+        ("[0, 1, 1, 1, 2]", "1 appears twice"),
+        ("[1, 1.0]", "appears twice"),
+        ("[0.0, -0.0]", "appears twice"),
+        ('["a", "a"]', "'a' appears twice"),
+        ("[nan, 1.0]", "NaN"),
+        ("[1, 'a']", "one type"),
+        ("[['a'], ['b']]", "scalar"),
+        ("[{x = 1}]", "scalar"),
+    ],
+)
+def test_bad_domains_are_refused_naming_the_key(domain: str, problem: str) -> None:
+    with pytest.raises(PolicyError, match=problem) as err:
+        Policy.from_toml(f"[tables.t.columns.x]\ndomain = {domain}\n", source="p.toml")
+    assert err.value.where == "p.toml: tables.t.columns.x.domain"
+
+
+def test_duplicate_cost_is_what_the_issue_measured() -> None:
+    """The joint loss of one group released k times with the full ε: k times the loss of one release."""
+    scale = 1 / (0.2 - 0.0)
+    one = joint_loss([(0.0, scale)], [(1.0, scale)])
+    three = joint_loss([(0.0, scale)] * 3, [(1.0, scale)] * 3)
+    assert one <= EPSILON and three == pytest.approx(3 * one) and three > EPSILON
