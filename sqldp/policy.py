@@ -293,6 +293,8 @@ class Policy:
             raw = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise PolicyError(f"invalid TOML: {exc}", where=source) from None
+        except RecursionError:  # tomllib recurses once per level of nested arrays and inline tables
+            raise PolicyError("invalid TOML: arrays or tables nested too deeply", where=source) from None
         return cls.from_dict(raw, source=source)
 
     @classmethod

@@ -96,3 +96,24 @@ def test_norm_of_large_values_does_not_overflow() -> None:
     assert norm is not None
     assert norm.evaluate({"o_total": 1e300, "o_id": 1e300}) == pytest.approx(1e300 * 2 ** (1 / 64))
     assert norm.evaluate({"o_total": 3.0, "o_id": 4.0}) == pytest.approx((3**64 + 4**64) ** (1 / 64))
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "problem"),
+    [
+        ("[proxy]\nlisten = 6543\n", "proxy.listen", "HOST:PORT"),
+        ('[proxy]\nlisten = "h:²"\n', "proxy.listen", "HOST:PORT"),
+        ('[analysts.a]\nverifier = "x"\nepsilon_limit = 1\n', "analysts.a.verifier", "not a SCRAM-SHA-256"),
+        ("[analysts.a]\nverifier = 'V'\nepsilon_limit = 1\ndelta = 1.5\n", "analysts.a.delta", "< 1"),
+        ("[analysts.a]\nverifier = 'V'\nepsilon_limit = 1\nconfidence = 2\n", "analysts.a.confidence", "< 1"),
+    ],
+)
+def test_proxy_sections_are_one_line_errors_naming_the_key(text: str, where: str, problem: str) -> None:
+    """int listen raised AttributeError, '²' ValueError; a bad verifier's error lost its key."""
+    from sqldp.proxy import config
+    from sqldp.proxy.scram import make_verifier
+
+    text = text.replace("'V'", repr(str(make_verifier("pw", iterations=1))))
+    with pytest.raises(PolicyError, match=problem) as err:
+        config.load(Policy.from_toml(text, source="p.toml"))
+    assert err.value.where == f"p.toml: {where}"

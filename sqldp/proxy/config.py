@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqldp.errors import PolicyError
+from sqldp.errors import InputError, PolicyError
 from sqldp.policy import Policy
 from sqldp.proxy.protocol import MAX_MESSAGE
 from sqldp.proxy.scram import Verifier, parse_verifier
@@ -70,9 +70,12 @@ class ProxyConfig:
 
 
 def parse_listen(text: str, where: str) -> tuple[str, int]:
+    if not isinstance(text, str):
+        raise PolicyError(f"must be a string HOST:PORT, got {text!r}", where=where)
     host, sep, port = text.rpartition(":")
     host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+    # ASCII digits only: str.isdigit() also admits '²', which int() refuses
+    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
         raise PolicyError(f"must be HOST:PORT, got {text!r}", where=where)
     return host, int(port)
 
@@ -154,8 +157,8 @@ def load(policy: Policy) -> ProxyConfig:
             raise PolicyError("must be a SCRAM-SHA-256 verifier string", where=f"{aw}.verifier")
         try:
             verifier = parse_verifier(text, f"{aw}.verifier")
-        except Exception as exc:  # InputError from the verifier parser: report it as a policy problem
-            raise PolicyError(str(exc)) from None
+        except InputError as exc:  # from the verifier parser: report it as a policy problem, naming the key
+            raise PolicyError(exc.message, where=exc.where) from None
         if "epsilon_limit" not in spec:
             raise PolicyError("missing: every analyst needs an ε budget", where=f"{aw}.epsilon_limit")
         privacy: dict[str, Any] = {}
@@ -167,6 +170,8 @@ def load(policy: Policy) -> ProxyConfig:
                         raise PolicyError(f"must be 'cauchy' or 'laplace', got {v!r}", where=f"{aw}.{k}")
                 else:
                     v = _number(v, f"{aw}.{k}", allow_zero=k == "beta")
+                    if k in ("delta", "confidence", "advantage") and v >= 1:  # what the runner would refuse later
+                        raise PolicyError(f"must be < 1, got {v!r}", where=f"{aw}.{k}")
                 privacy[k] = v
         analysts[name] = Analyst(
             name,
