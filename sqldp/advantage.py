@@ -271,11 +271,15 @@ def _goal(g: Any, tables: Mapping[str, Any], where: str) -> Goal:
     if not isinstance(attrs_raw, dict) or not attrs_raw:
         raise PolicyError('must be a table such as { "t.time" = 2.0 }', where=f"{where}.attributes")
     attrs = []
+    seen: set[tuple[str, str]] = set()
     for ref, radius in attrs_raw.items():
         w = f"{where}.attributes.{ref}"
         table, dot, column = str(ref).lower().partition(".")
         if not dot or not table or not column or "." in column:
             raise PolicyError("must name a column as 'table.column'", where=w)
+        if (table, column) in seen:  # PostgreSQL folds unquoted names: "T.Time" is "t.time"
+            raise PolicyError("names a column given already (names compare in lower case)", where=w)
+        seen.add((table, column))
         attrs.append(Attribute(table, column, _radius(radius, w), _knowledge(tables, table, column, w)))
     if search == "a" and combine != "and":
         raise PolicyError("the restricted-space search is implemented for AND goals only", where=f"{where}.search")

@@ -230,7 +230,7 @@ class TablePolicy:
         return self.norm.columns if self.norm is not None else frozenset()
 
     def column(self, name: str) -> ColumnPolicy:
-        return self.columns.get(name) or ColumnPolicy(name)
+        return self.columns.get(name.lower()) or ColumnPolicy(name.lower())
 
     @property
     def public(self) -> bool:
@@ -268,15 +268,28 @@ class Policy:
         folds them), and that declared domain values are of the column's type and distinct in PostgreSQL."""
         for t in self.tables.values():
             where = f"{self.source}: tables.{t.name}"
-            if t.name not in catalog.tables:
+            name = _resolve(t.name, catalog.tables, where)
+            if name is None:
                 raise PolicyError(f"table {t.name!r} is not in the schema ({catalog.source})", where=where)
-            known = catalog.tables[t.name].columns
+            known = catalog.tables[name].columns
             for col in sorted(t.sensitive_columns | set(t.columns)):
-                if col not in known:
+                if _resolve(col, known, where) is None:
                     raise PolicyError(f"column {col!r} is not in table {t.name!r}", where=where)
             for c in t.columns.values():
                 if c.domain is not None:
-                    _domain_fits(c.domain, known[c.name], f"{where}.columns.{c.name}.domain")
+                    column = known[_resolve(c.name, known, where)]  # type: ignore[index]
+                    _domain_fits(c.domain, column, f"{where}.columns.{c.name}.domain")
+        for i, goal in enumerate(self.goals):  # a goal about a column that does not exist protects nothing
+            where = f"{self.source}: goals[{i}]"
+            refs = [(a.table, a.column, f"{where}.attributes.{a.name}") for a in goal.attributes]
+            if goal.membership is not None:
+                refs.append((goal.membership, None, f"{where}.membership"))
+            for table, col, w in refs:
+                name = _resolve(table, catalog.tables, w)
+                if name is None:
+                    raise PolicyError(f"table {table!r} is not in the schema ({catalog.source})", where=w)
+                if col is not None and _resolve(col, catalog.tables[name].columns, w) is None:
+                    raise PolicyError(f"column {col!r} is not in table {table!r}", where=w)
 
     @classmethod
     def from_file(cls, path: str | Path) -> Policy:
@@ -327,6 +340,17 @@ def _keys(d: Any, allowed: set[str], where: str) -> None:
         raise PolicyError(
             f"unknown key (expected one of {', '.join(sorted(allowed))})", where=f"{where}{sep}{unknown[0]}"
         )
+
+
+def _resolve(name: str, known: Mapping[str, Any], where: str) -> str | None:
+    """The catalog's name for a policy name (lower case, as PostgreSQL folds unquoted names): itself, else
+    the one catalog name equal to it in lower case (a table created quoted, "Orders"); two are ambiguous."""
+    if name in known:
+        return name
+    hits = sorted(k for k in known if k.lower() == name)
+    if len(hits) > 1:
+        raise PolicyError(f"{name!r} matches {', '.join(map(repr, hits))} in the schema; rename one", where=where)
+    return hits[0] if hits else None
 
 
 def _folded(d: Mapping[str, Any], where: str) -> None:
@@ -457,6 +481,8 @@ def _domain(raw: Any, where: str) -> tuple[Any, ...]:
             raise PolicyError(f"values must be scalar strings, numbers, booleans or dates, got {v!r}", where=where)
         if isinstance(v, float) and not math.isfinite(v):
             raise PolicyError(f"{v!r} is not a group value (NaN and ∞ are refused)", where=where)
+        if isinstance(v, str) and "\x00" in v:
+            raise PolicyError(f"{v!r}: PostgreSQL strings cannot contain NUL", where=where)
         kinds.add(kind)
     if len(kinds) > 1:
         raise PolicyError(f"values must be of one type, got {' and '.join(sorted(kinds))}", where=where)

@@ -234,9 +234,9 @@ def parse_knowledge(spec: Any, where: str) -> Prior:
         if not isinstance(weights, list) or len(weights) != len(values):
             raise PolicyError(f"must be a list of {len(values)} numbers, one per value", where=w)
         ws = [_finite(x, w) for x in weights]
-        if any(x < 0 for x in ws) or sum(ws) <= 0:
+        if any(x < 0 for x in ws):
             raise PolicyError("weights must be ≥ 0 and not all 0", where=w)
-        total = sum(ws)
+        total = _total(ws, w)
         return Prior("set_prior", values=values, weights=tuple(x / total for x in ws))
     k = len(values)
     return Prior(kind, values=values, weights=tuple(1.0 / k for _ in values), size=k)
@@ -251,7 +251,7 @@ def _value(v: Any, where: str) -> Any:
         except PolicyError:
             return v
     if _is_number(v):
-        return float(v)
+        return to_number(v, where)  # finite and bounded: NaN ≠ NaN would pass the distinctness check
     if hasattr(v, "isoformat"):
         return to_number(v, where)
     raise PolicyError(f"must be a number, a string or a date, got {v!r}", where=where)
@@ -267,9 +267,19 @@ def _values(raw: Any, where: str) -> tuple[Any, ...]:
 
 
 def _finite(v: Any, where: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise PolicyError(f"must be a finite number, got {v!r}", where=where)
+    from sqldp.policy import MAX_BOUND
+
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not -MAX_BOUND <= v <= MAX_BOUND:
+        raise PolicyError(f"must be a finite number within ±{MAX_BOUND:.3g}, got {v!r}", where=where)
     return float(v)
+
+
+def _total(weights: list[float], where: str) -> float:
+    """The sum the weights are normalised by: positive and finite (1e308 + 1e308 = ∞ made every weight 0)."""
+    total = math.fsum(weights)
+    if not 0 < total < math.inf:
+        raise PolicyError("weights must be ≥ 0, not all 0, and sum to a finite number", where=where)
+    return total
 
 
 def _range_prior(raw: Any, where: str) -> Prior:
@@ -290,9 +300,7 @@ def _range_prior(raw: Any, where: str) -> Prior:
     for (_, hi, _), (lo, _, _) in itertools.pairwise(pieces):
         if lo < hi:
             raise PolicyError("pieces must not overlap", where=where)
-    total = sum(m for _, _, m in pieces)
-    if total <= 0:
-        raise PolicyError("weights must not all be 0", where=where)
+    total = _total([m for _, _, m in pieces], where)
     return Prior("range_prior", pieces=tuple((lo, hi, m / total) for lo, hi, m in pieces))
 
 

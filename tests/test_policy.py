@@ -117,3 +117,55 @@ def test_proxy_sections_are_one_line_errors_naming_the_key(text: str, where: str
     with pytest.raises(PolicyError, match=problem) as err:
         config.load(Policy.from_toml(text, source="p.toml"))
     assert err.value.where == f"p.toml: {where}"
+
+
+@pytest.mark.parametrize(
+    ("knowledge", "where", "problem"),
+    [
+        # 1e308 + 1e308 = ∞ normalised every weight to 0
+        ("{ kind = 'set_prior', values = [1, 2], weights = [1e308, 1e308] }", "weights", "finite"),
+        ("{ kind = 'range_prior', pieces = [[0, 1, 1e308], [1, 2, 1e308]] }", "pieces[0]", "finite"),
+        # NaN ≠ NaN passed the distinctness check
+        ("{ kind = 'set_uniform', values = [nan, nan] }", "values", "finite"),
+        ("{ kind = 'normal', mu = 1e308, sigma = 1 }", "mu", "finite"),
+    ],
+)
+def test_bad_priors_are_refused(knowledge: str, where: str, problem: str) -> None:
+    with pytest.raises(PolicyError, match=problem) as err:
+        _load(f"[tables.orders.columns.o_total]\nknowledge = {knowledge}\n")
+    assert err.value.where == f"p.toml: tables.orders.columns.o_total.knowledge.{where}"
+
+
+@pytest.mark.parametrize(
+    ("goal", "where", "problem"),
+    [
+        ('attributes = { "orders.o_total" = 1, "ORDERS.O_Total" = 2 }', "attributes.ORDERS.O_Total", "given already"),
+        ('attributes = { "orders.nope" = 1 }', "attributes.orders.nope", "not in table"),
+        ('attributes = { "nope.o_total" = 1 }', "attributes.nope.o_total", "not in the schema"),
+        ('membership = "nope"', "membership", "not in the schema"),
+    ],
+)
+def test_goals_name_existing_columns_once(goal: str, where: str, problem: str) -> None:
+    with pytest.raises(PolicyError, match=problem) as err:
+        _load(f"[defaults]\nadvantage = 0.1\n[[goals]]\n{goal}\n")
+    assert err.value.where == f"p.toml: goals[0].{where}"
+
+
+def test_a_quoted_mixed_case_catalog_table_resolves() -> None:
+    """A table created as "Orders" is in a live catalog as Orders; the policy's orders resolves to it (and
+    its columns), and two catalog names equal in lower case are ambiguous."""
+    from sqldp.catalog import Column, Table
+
+    cols = {"O_Total": Column("O_Total", "NUMERIC", "numeric")}
+    one = Catalog({"Orders": Table("Orders", cols)}, "db")
+    policy = Policy.from_toml("[tables.ORDERS.columns.o_total]\ndomain = [1, 2]\n", source="p.toml")
+    policy.validate(one)
+    assert policy.table("Orders").column("O_Total").domain == (1, 2)
+    two = Catalog({"Orders": Table("Orders", cols), "ORDERS": Table("ORDERS", cols)}, "db")
+    with pytest.raises(PolicyError, match="rename one"):
+        policy.validate(two)
+
+
+def test_a_nul_in_a_domain_value_is_refused() -> None:
+    with pytest.raises(PolicyError, match="NUL"):
+        _load('[tables.orders.columns.o_prio]\ndomain = ["a\\u0000b"]\n')
