@@ -10,6 +10,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from scipy import optimize
 from sqlglot import exp
 
 import sqldp
@@ -21,21 +22,26 @@ EPSILON = 1.0
 
 
 def _loss_1d(v: float, s: float, w: float, t: float) -> float:
-    """sup_y ln p(y)/q(y) for y = v + s·η against y = w + t·η, η ~ GenCauchy(4): evaluated on a fine grid
-    around both centres and far out (the ratio of two GenCauchy densities is maximal at a finite y or tends
-    to (t/s)^(γ−1) in the tails)."""
+    """sup_y ln p(y)/q(y) for y = v + s·η against y = w + t·η, η ~ GenCauchy(4): the best point of a fine
+    grid around both centres, refined by a bounded scalar search, and the tails, where the ratio of the two
+    densities tends to (s/t)^(γ−1)."""
     if s == 0.0 or t == 0.0:
         return 0.0 if (s == t and v == w) else math.inf
 
-    def log_p(y: float, c: float, scale: float) -> float:
-        return math.log(mechanisms.gencauchy_density((y - c) / scale) / scale)
+    def loss(y: float) -> float:
+        p = mechanisms.gencauchy_density((y - v) / s) / s
+        q = mechanisms.gencauchy_density((y - w) / t) / t
+        return math.log(p) - math.log(q)
 
     span = 60.0 * max(s, t) + abs(v - w)
-    lo, n = min(v, w) - span, 240_001
+    lo, n = min(v, w) - span, 20_001
     step = (2 * span + abs(v - w)) / (n - 1)
-    best = max(log_p(lo + i * step, v, s) - log_p(lo + i * step, w, t) for i in range(n))
-    tail = (mechanisms.GAMMA - 1) * math.log(t / s)
-    return max(best, tail)
+    best = max((lo + i * step for i in range(n)), key=loss)
+    refined = optimize.minimize_scalar(
+        lambda y: -loss(y), bounds=(best - step, best + step), method="bounded", options={"xatol": 1e-12}
+    )
+    tail = (mechanisms.GAMMA - 1) * math.log(s / t)
+    return max(loss(best), -refined.fun, tail)
 
 
 def joint_loss(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
@@ -175,9 +181,18 @@ def test_bad_domains_are_refused_naming_the_key(domain: str, problem: str) -> No
     assert err.value.where == "p.toml: tables.t.columns.x.domain"
 
 
-def test_duplicate_cost_is_what_the_issue_measured() -> None:
-    """The joint loss of one group released k times with the full ε: k times the loss of one release."""
+def test_a_group_released_three_times_costs_three_times() -> None:
+    """What the old code did: one group released k times with the full ε costs k times one release."""
     scale = 1 / (0.2 - 0.0)
     one = joint_loss([(0.0, scale)], [(1.0, scale)])
     three = joint_loss([(0.0, scale)] * 3, [(1.0, scale)] * 3)
     assert one <= EPSILON and three == pytest.approx(3 * one) and three > EPSILON
+
+
+def test_loss_function_on_known_cases() -> None:
+    """Same centre, scales 1 and 2: the ratio is largest at the centre (2) one way and in the tails
+    ((2/1)^(γ−1) = 8) the other; a pure shift by d at scale s is a function of d/s only."""
+    assert _loss_1d(0.0, 1.0, 0.0, 2.0) == pytest.approx(math.log(2), abs=1e-9)
+    assert _loss_1d(0.0, 2.0, 0.0, 1.0) == pytest.approx(3 * math.log(2), abs=1e-9)
+    assert _loss_1d(0.0, 5.0, 1.0, 5.0) == pytest.approx(_loss_1d(0.0, 1.0, 0.2, 1.0), abs=1e-9)
+    assert _loss_1d(3.0, 1.0, 3.0, 1.0) == 0.0
