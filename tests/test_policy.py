@@ -104,6 +104,11 @@ def test_norm_of_large_values_does_not_overflow() -> None:
         ("[proxy]\nlisten = 6543\n", "proxy.listen", "HOST:PORT"),
         ('[proxy]\nlisten = "h:²"\n', "proxy.listen", "HOST:PORT"),
         ('[analysts.a]\nverifier = "x"\nepsilon_limit = 1\n', "analysts.a.verifier", "not a SCRAM-SHA-256"),
+        (
+            '[analysts.a]\nverifier = "SCRAM-SHA-256$4096:!!$a:b"\nepsilon_limit = 1\n',
+            "analysts.a.verifier",
+            "not base64",
+        ),
         ("[analysts.a]\nverifier = 'V'\nepsilon_limit = 1\ndelta = 1.5\n", "analysts.a.delta", "< 1"),
         ("[analysts.a]\nverifier = 'V'\nepsilon_limit = 1\nconfidence = 2\n", "analysts.a.confidence", "< 1"),
     ],

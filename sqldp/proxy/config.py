@@ -158,7 +158,9 @@ def load(policy: Policy) -> ProxyConfig:
         try:
             verifier = parse_verifier(text, f"{aw}.verifier")
         except InputError as exc:  # from the verifier parser: report it as a policy problem, naming the key
-            raise PolicyError(exc.message, where=exc.where) from None
+            # (its base64 errors carry the key in the message and no 'where')
+            message = exc.message if exc.where else "not a SCRAM-SHA-256 verifier (a part is not base64)"
+            raise PolicyError(message, where=f"{aw}.verifier") from None
         if "epsilon_limit" not in spec:
             raise PolicyError("missing: every analyst needs an ε budget", where=f"{aw}.epsilon_limit")
         privacy: dict[str, Any] = {}
