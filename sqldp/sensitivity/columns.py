@@ -330,35 +330,37 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
             assert arg is not None
             arg = clamp_columns(arg, dom)
 
-    # the released aggregate q_m: exact step filters stay in WHERE (they equal the indicator on the grid),
-    # except under MIN/MAX, where a filtered-out row still enters as e ± Δ (NR §3.3.8.4)
-    if extremum and filters:
-        sigma = [f.sql for _, f in filters]
-        s_all = sigma[0] if len(sigma) == 1 else exp.Least(this=sigma[0], expressions=sigma[1:])
-        out = exp.Mul(
-            this=exp.Paren(this=exp.Sub(this=exp.Literal.number(1), expression=exp.Paren(this=s_all))),
-            expression=exp.Literal.number(repr(shift)),
-        )
-        assert arg is not None
-        body = (exp.Add if agg.kind == "min" else exp.Sub)(this=exp.Paren(this=arg.copy()), expression=out)
-        released, hard = Aggregate(agg.kind, body, agg.columns), ()
-    elif soft:
-        s_sql: exp.Expression = (
-            soft[0].sql if len(soft) == 1 else exp.Least(this=soft[0].sql, expressions=[f.sql for f in soft[1:]])
-        )
-        body = (
-            s_sql if agg.kind == "count" else exp.Mul(this=exp.Paren(this=arg.copy()), expression=exp.Paren(this=s_sql))
-        )  # type: ignore[union-attr]
-        if agg.kind == "count" and agg.arg is not None:
-            body = exp.Case(
-                ifs=[exp.If(this=exp.Is(this=agg.arg.copy(), expression=exp.Null()), true=exp.Literal.number(0))],
-                default=s_sql,
+    def release(arg: exp.Expression | None) -> tuple[Aggregate, tuple[Conjunct, ...]]:
+        # the released aggregate q_m: exact step filters stay in WHERE (they equal the indicator on the grid),
+        # except under MIN/MAX, where a filtered-out row still enters as e ± Δ (NR §3.3.8.4)
+        if extremum and filters:
+            sigma = [f.sql for _, f in filters]
+            s_all = sigma[0] if len(sigma) == 1 else exp.Least(this=sigma[0], expressions=sigma[1:])
+            out = exp.Mul(
+                this=exp.Paren(this=exp.Sub(this=exp.Literal.number(1), expression=exp.Paren(this=s_all))),
+                expression=exp.Literal.number(repr(shift)),
             )
-        released = Aggregate("sum", body, agg.columns)
-        hard = tuple(c for c, f in filters if f.exact)
-    else:
-        released = dataclasses.replace(agg, arg=arg) if agg.kind == "sum" else agg
-        hard = tuple(private)
+            assert arg is not None
+            body = (exp.Add if agg.kind == "min" else exp.Sub)(this=exp.Paren(this=arg.copy()), expression=out)
+            return Aggregate(agg.kind, body, agg.columns), ()
+        elif soft:
+            s_sql: exp.Expression = (
+                soft[0].sql if len(soft) == 1 else exp.Least(this=soft[0].sql, expressions=[f.sql for f in soft[1:]])
+            )
+            body = (
+                s_sql
+                if agg.kind == "count"
+                else exp.Mul(this=exp.Paren(this=arg.copy()), expression=exp.Paren(this=s_sql))
+            )  # type: ignore[union-attr]
+            if agg.kind == "count" and agg.arg is not None:
+                body = exp.Case(
+                    ifs=[exp.If(this=exp.Is(this=agg.arg.copy(), expression=exp.Null()), true=exp.Literal.number(0))],
+                    default=s_sql,
+                )
+            return Aggregate("sum", body, agg.columns), tuple(c for c, f in filters if f.exact)
+        return (dataclasses.replace(agg, arg=arg) if agg.kind == "sum" else agg), tuple(private)
+
+    released, hard = release(arg)
 
     value_tables = sorted(
         {form.use(r.alias).table for r in set(slopes) | ({r for r in agg.columns if weight(r) is not None})}
@@ -436,6 +438,11 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
     window = None
     if agg.kind == "sum" and not combined and arg is not None:
         support = combine_supports("and", [f.support for _, f in filters])
+        # the window's cap bounds the rows it does not scan by max D over the declared ranges, which holds
+        # only for data inside them: with a window the summed columns are clamped to their ranges, as SUM's
+        # are under row privacy (NULLs kept, intervals.clamp_columns); parts_for reads ``arg``, so the caps
+        # and the per-row bounds below are those of the clamped function that is released
+        unclamped, arg = arg, clamp_columns(arg, dom)
         window = _window(
             form,
             catalog,
@@ -452,6 +459,10 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
             parts_for=parts_for,
             arg=arg,
         )
+        if window is None:
+            arg = unclamped
+        else:
+            released, hard = release(arg)
     kept = tuple(public) + hard  # the answer's WHERE (private sigmoid conjuncts moved into q_m)
 
     queries: list[exp.Select] = []
@@ -636,18 +647,43 @@ WINDOW_DECAY = 100.0
 @dataclass(frozen=True)
 class _Window:
     """A column x whose private step filters vanish, with all their partial derivatives, on a neighbourhood of
-    every x outside [lo, hi] (:attr:`sqldp.sensitivity.filters.Filter.support`; NR §3.3.8.4, exact steps).
+    every x outside [lo, hi] (:attr:`sqldp.sensitivity.filters.Filter.support`; NR §3.3.8.4, exact steps), and
+    the bound it gives: for each grid β, c_β = max(S_β, cap_β) with
 
-    Per product row, |∂(e·s)/∂v| ≤ W(r)·(ub(e)·slope_v + d_v(e)) with W = e^(−β·w·dist(x, [lo, hi])), w the
-    metric's cost of one unit of x: inside [lo, hi] W = 1 and the bound is the usual one; outside, the
-    derivative is 0. W is β-smooth (dist is 1-Lipschitz; NR Lemma 3.67's construction), and x is separated
-    from e's columns, so the product of β-smooth bounds is β-smooth (as in expressions._product).
+        S_β = max over the rows t the scan reads of Σ_{r ∋ t} W(r)·D(r),   W(r) = e^(−β·w·dist(x_r, [lo, hi])),
 
-    Rows with dist > K have W ≤ e^(−βwK). When the row holding x is the same in every product row containing
-    a row t of a use (primary keys), t's rows are all near or all far, and a far t's sum is at most
-    cap = e^(−βwK)·N·max D (N: the key fan-out of the use, max D over the policy's declared ranges). So
-    max_t Σ_{r ∋ t} W·D ≤ max(maximum over near rows t, cap) — which is max(G, cap) for G the full maximum,
-    β-smooth as a maximum of β-smooth functions and a constant — and the scans read x ∈ [lo − K, hi + K]."""
+    D(r) the usual per-product-row bound (dual row norm of ub(e)·slope_v + d_v(e)), w the metric's cost of one
+    unit of x, and cap_β = e^(−β·w·K)·N·max D over the declared ranges (N: the use's key fan-out).
+
+    Proof that c_β is a β-smooth upper bound on the derivative sensitivity w.r.t. the use's table (NR §3.3.8.3,
+    "smooth upper bounds"):
+
+    1. Upper bound. Outside [lo, hi] the filter is 0 with its derivatives on a neighbourhood of x_r, so the
+       product row r adds nothing to the derivative; inside, W(r) = 1. So |∂(e·s)(r)/∂v| ≤ W(r)·D(r), and
+       G_β = max over all rows t of Σ_{r ∋ t} W(r)·D(r) bounds the derivative sensitivity (NR §3.3.8.2: the
+       rows of t combine with ℓ∞, rows with ℓ1).
+    2. G_β is β-smooth. W is NR Lemma 3.67's β-smooth upper bound of the support's indicator in x, max over
+       x′ ∈ [lo, hi] of e^(−β·w·|x − x′|), so W(x′) ≤ e^(β·w·|x − x′|)·W(x), and w·|x − x′| is at most the
+       metric distance of the change. D is β-smooth in e's columns (Table 10 bounds, :mod:`expressions`), which
+       the norm separates from x (an ℓ1 node, or another table): the distance of a change is d_x + d_e, so
+       W·D moves by at most e^(β·d_x)·e^(β·d_e) — each row's own W times its own D is β-smooth (Lemma 3.70
+       without the split of β). Sums of non-negative β-smooth functions over r ∋ t and their maximum over t
+       are β-smooth (§3.3.8.3, "Sum", "Min / max"). The product must be taken per row: max_r W × max_r D,
+       with the two maxima from different rows, is β-smooth over all rows but not over the scanned ones — a
+       row leaving the scan took the max D with it (the audit's pair: a loss of 2.51 at ε = 1).
+    3. The scan. It reads x ∈ [⌊lo − K⌋, ⌈hi + K⌉], so an unread row has dist > K and W ≤ e^(−β·w·K). When
+       x's row is the same in every product row containing t (keys, :func:`_fanout` ``until``), t is read
+       with all its product rows or with none. An unread t has Σ_{r ∋ t} W·D ≤ e^(−β·w·K)·N·max D = cap_β,
+       provided D(r) ≤ max D over the declared ranges: the summed columns are clamped to those ranges
+       (:func:`plan_columns`), and ``RangeOps(smoothed=True)`` takes the maximum of the smoothed ub there.
+       Hence S_β ≤ G_β and every t whose term exceeds cap_β is read in full: max(S_β, cap_β) =
+       max(G_β, cap_β) for every real x, not only grid values.
+    4. max(G_β, cap_β) is a maximum of a β-smooth function and a constant: β-smooth, continuous, ≥ G_β.
+
+    β: K and the caps are fixed by the reference β and the grid, never by the data. ``finish(β)`` uses the
+    largest grid β′ ≤ β, and a β′-smooth bound is β-smooth (NR Def. 3.56), so each member (b_I, β_I) of the
+    family searched by ``mechanisms.optimise_beta`` has a continuous β_I-smooth upper bound, as NR Theorem 3.73
+    asks; the minimum of c_I/b_I is then ε-DP."""
 
     ref: ColumnRef
     lo: float
@@ -655,6 +691,8 @@ class _Window:
     rate: float  # w per unit of x
     reach: float  # K
     x: exp.Expression  # x in its unit (days for a DATE), as SQL
+    column: exp.Column  # x as stored (the skyline groups by it)
+    values: float  # how many values x can take in the scanned range (on its grid; inf without one)
     caps: dict[str, tuple[float, ...]]  # per use alias, per grid β
     conjunct: Conjunct
 
@@ -751,8 +789,11 @@ def _window(
                 exp.Literal.number(repr(math.floor(lo - reach))),
                 exp.Literal.number(repr(math.ceil(hi + reach))),
             )
-        near = exp.Between(this=exp.column(ref.column, table=ref.alias), low=low, high=high)
-        window = _Window(ref, lo, hi, rate, reach, x, caps, Conjunct(near, frozenset({ref}), False))
+        column = exp.column(ref.column, table=ref.alias)
+        near = exp.Between(this=column.copy(), low=low, high=high)
+        grain = info(ref)[1]
+        values = (math.ceil(hi + reach) - math.floor(lo - reach)) / grain + 1 if grain else math.inf
+        window = _Window(ref, lo, hi, rate, reach, x, column, values, caps, Conjunct(near, frozenset({ref}), False))
         if best is None or width < best[0]:
             best = (width, window)
     if best is None:
@@ -877,10 +918,12 @@ def _extreme_query(
     Σ_t |Δx_t| per column, whose norm is at most the distance (rows and tables combine with ℓ1, the table norms
     are absolute). A table used twice would count one change twice, so self-joins keep the skyline.
 
-    A window's weight W (:class:`_Window`) multiplies each row's D in the per-row maximum; elsewhere max_r W·D
-    ≤ (max_r W)·max_r D, with max_r W from the least distance: β-smooth as a product of β-smooth functions of
-    separated columns (the window's column is not in D). With a window the scan is the window's, so even
-    constants are an aggregate over it."""
+    A window's weight W (:class:`_Window`) multiplies each row's own D: per row, or in a skyline that also
+    groups by the window's column x (W is a function of x), so the maximum is still the exact max_r W(r)·D(r).
+    Only constant D use (max_r W)·D, which is the same. Not (max_r W)·(max_r D) with the maxima from
+    different rows: over the scanned rows that is not β-smooth (a row leaving the scan took max D with it;
+    :class:`_Window`, step 2). With a window the scan is the window's, so even constants are an aggregate
+    over it."""
 
     def weigh(e: exp.Expression, k: int, dist: exp.Expression | None = None) -> exp.Expression:
         if window is None:
@@ -917,6 +960,31 @@ def _extreme_query(
     def absolute(col: exp.Column) -> exp.Expression:
         return exp.Abs(this=col.copy())
 
+    def skyline(keys: list[ColumnRef], free: ColumnRef, weights: Weights | None) -> tuple[exp.Select, bool]:
+        """Grouped by the |keys| (and by the window's column x, whose value fixes W), the largest |free| per
+        group: the exact maximum of W·D, since D is non-decreasing in each leaf and W is one per group."""
+        groups = math.prod(distinct(r) for r in keys) * (weights[0].values if weights is not None else 1.0)
+        if groups > SKYLINE_GROUPS:
+            return per_row()
+        by = [absolute(leaves[r]) for r in keys]
+        inner = exp.select(
+            *(exp.alias_(absolute(leaves[r]), f"g{i}") for i, r in enumerate(keys)),
+            exp.alias_(exp.Max(this=absolute(leaves[free])), "m"),
+        )
+        if weights is not None:  # dist is a function of x: one value per group
+            inner = inner.select(exp.alias_(exp.Min(this=weights[0].dist()), "dist"), copy=False)
+            by.append(weights[0].column.copy())
+        inner = where(from_uses(inner, form.uses), public).group_by(*by, copy=False)
+        at = {r: double(exp.column(f"g{i}")) for i, r in enumerate(keys)}
+        at[free] = double(exp.column("m"))
+        outer = exp.select(
+            *(
+                exp.alias_(exp.Max(this=weigh(substitute(e, at), k, exp.column("dist"))), f"v{k}")
+                for k, e in enumerate(items)
+            )
+        )
+        return outer.from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("skyline")))), False
+
     refs = sorted(leaves, key=lambda r: (distinct(r), str(r)))
     if not refs and window is None:
         # constants: their maximum over a non-empty scan is themselves, and the first row says it is not empty
@@ -924,6 +992,8 @@ def _extreme_query(
         sel = exp.select(*(exp.alias_(e.copy(), f"v{k}") for k, e in enumerate(items)))
         return where(from_uses(sel, form.uses), public).limit(1, copy=False), False
     tables = [form.use(r.alias).table for r in refs]
+    if window is not None and refs:
+        return skyline(refs[:-1], refs[-1], window)
     if len(refs) <= 1 or (corner and all(len(form.uses_of(t)) == 1 for t in tables)):
         at = {r: double(exp.Max(this=absolute(leaves[r]))) for r in refs}
         any_row = exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(0))
@@ -934,23 +1004,7 @@ def _extreme_query(
             )
         )
         return where(from_uses(sel, form.uses), public), True
-    keys, free = refs[:-1], refs[-1]
-    if math.prod(distinct(r) for r in keys) > SKYLINE_GROUPS:
-        return per_row()
-    inner = exp.select(
-        *(exp.alias_(absolute(leaves[r]), f"g{i}") for i, r in enumerate(keys)),
-        exp.alias_(exp.Max(this=absolute(leaves[free])), "m"),
-    )
-    if window is not None:
-        inner = inner.select(exp.alias_(exp.Min(this=window[0].dist()), "dist"), copy=False)
-    inner = where(from_uses(inner, form.uses), public).group_by(*(absolute(leaves[r]) for r in keys), copy=False)
-    at = {r: double(exp.column(f"g{i}")) for i, r in enumerate(keys)}
-    at[free] = double(exp.column("m"))
-    least = exp.Min(this=exp.column("dist"))
-    outer = exp.select(
-        *(exp.alias_(weigh(exp.Max(this=substitute(e, at)), k, least), f"v{k}") for k, e in enumerate(items))
-    )
-    return outer.from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("skyline")))), False
+    return skyline(refs[:-1], refs[-1], None)
 
 
 __all__ = ["BETA_GRID", "ColumnPlan", "Filter", "plan_columns"]
