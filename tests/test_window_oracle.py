@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from scipy import optimize
 
 import sqldp
@@ -46,7 +48,8 @@ range = ["2000-01-01", "2000-12-31"]
 unit = "day"
 """
 QUERY = "SELECT SUM(o.v) FROM o WHERE o.d >= date '2000-03-01' AND o.d < date '2000-03-05'"
-Row = tuple[int, dt.date, int]
+Row = tuple[Any, ...]
+Database = list[Row] | dict[str, list[Row]]  # the rows of o, or per table
 
 
 def day(text: str) -> dt.date:
@@ -94,9 +97,10 @@ def test_privacy_loss_matches_the_closed_form_when_the_centres_agree() -> None:
 class Analyst:
     """Runs the code's analysis on a database and keeps what the release uses (f, β, h) and c at every β."""
 
-    def __init__(self, dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, dsn: str, monkeypatch: pytest.MonkeyPatch, policy: str = POLICY, query: str = QUERY) -> None:
         self.dsn = dsn
-        self.session = sqldp.connect(dsn, policy=Policy.from_toml(POLICY))
+        self.query = query
+        self.session = sqldp.connect(dsn, policy=Policy.from_toml(policy))
         self.smooth: Callable[[float], float] | None = None
         original = mechanisms.optimise_beta
 
@@ -106,20 +110,27 @@ class Analyst:
 
         monkeypatch.setattr(mechanisms, "optimise_beta", spy)
 
-    def load(self, rows: list[Row]) -> None:
+    def load(self, db: Database) -> None:
+        tables = db if isinstance(db, dict) else {"o": db}
         with psycopg.connect(self.dsn, autocommit=True) as conn:
-            conn.execute("TRUNCATE o")
+            conn.execute(f"TRUNCATE {', '.join(tables)}")
             with conn.cursor() as cur:
-                cur.executemany("INSERT INTO o VALUES (%s, %s, %s)", rows)
+                for name, rows in tables.items():
+                    cur.executemany(f"INSERT INTO {name} VALUES ({', '.join(['%s'] * len(rows[0]))})", rows)
 
-    def release(self, rows: list[Row]) -> tuple[float, float, float, dict[float, float]]:
+    def release(self, rows: Database) -> tuple[float, float, float, dict[float, float]]:
         """(f, β, noise scale h, c at each grid β) of the released distribution f + h·η on ``rows``."""
         self.load(rows)
-        m = self.session.analyze(QUERY, epsilon=EPSILON).measurements[0][0]
+        m = self.session.analyze(self.query, epsilon=EPSILON).measurements[0][0]
         assert self.smooth is not None
         grid = {b: self.smooth(b) for b in columns.BETA_GRID if b < EPSILON / (GAMMA + 1)}
-        f = sum(min(10, max(0, v)) for _, d, v in rows if day("2000-03-01") <= d < day("2000-03-05"))
-        return float(f), m.beta, m.noise_scale, grid
+        with psycopg.connect(self.dsn) as conn:  # the released function: the plain query on clamped values
+            clamped = self.query.replace("o.v", "LEAST(GREATEST(o.v, 0), 10)").replace(
+                "o.u", "LEAST(GREATEST(o.u, 0), 10)"
+            )
+            row = conn.execute(clamped).fetchone()
+        assert row is not None
+        return float(row[0] or 0.0), m.beta, m.noise_scale, grid
 
 
 def neighbours(rows: list[Row]) -> Iterator[tuple[list[Row], float]]:
@@ -131,7 +142,7 @@ def neighbours(rows: list[Row]) -> Iterator[tuple[list[Row], float]]:
                 yield [*rows[:i], moved, *rows[i + 1 :]], 1.0
 
 
-def check_pair(analyst: Analyst, rows: list[Row], other: list[Row], dist: float) -> float:
+def check_pair(analyst: Analyst, rows: Database, other: Database, dist: float) -> float:
     f0, _, s0, c0 = analyst.release(rows)
     f1, _, s1, c1 = analyst.release(other)
     loss = privacy_loss(f0, s0, f1, s1)
@@ -206,3 +217,94 @@ def test_a_value_outside_the_declared_range_crossing_the_margin_stays_smooth(
     *_, c_out = analyst.release(out)
     for b, c in c_in.items():
         assert c <= math.exp(b) * c_out[b] * (1 + 1e-9), (b, c, c_out[b])
+
+
+# two summed columns: the skyline groups by |u| and the window's column d and takes max |v| per group
+POLICY2 = POLICY.replace('norm = "l1(v, d)"', 'norm = "l1(v, u, d)"') + "[tables.o.columns.u]\nrange = [0, 10]\n"
+QUERY2 = "SELECT SUM(o.v * o.u + o.v) FROM o WHERE o.d BETWEEN date '2000-03-01' AND date '2000-03-03'"
+# the scanned margins (K = 46 days beyond the support [02-29, 03-04]: 01-13 and 04-20 are the last days
+# read) and the days around the window
+DAYS = [day(t) for t in ("2000-01-12", "2000-01-13", "2000-04-20", "2000-04-21")] + [
+    day("2000-02-27") + dt.timedelta(days=k) for k in range(0, 8)
+]
+
+
+@pytest.fixture
+def analyst2(pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> Analyst:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE o (k INT PRIMARY KEY, d DATE, v INT, u INT)")
+    return Analyst(pg_dsn, monkeypatch, POLICY2, QUERY2)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    rows=st.lists(st.tuples(st.sampled_from(DAYS), st.integers(0, 10), st.integers(0, 10)), min_size=2, max_size=3),
+    which=st.integers(0, 2),
+    move=st.sampled_from([(-1, 0, 0), (1, 0, 0), (0, -1, 0), (0, 1, 0), (0, 0, -1), (0, 0, 1)]),
+)
+def test_two_summed_columns_random_neighbours_lose_at_most_epsilon(
+    analyst2: Analyst, rows: list[tuple[dt.date, int, int]], which: int, move: tuple[int, int, int]
+) -> None:
+    """Random tiny databases and one random neighbour each (a day, or one unit of v or u): β-smooth at every
+    grid β, and the exact privacy loss of the two releases ≤ ε·d."""
+    db = [(k + 1, d, v, u) for k, (d, v, u) in enumerate(rows)]
+    i = which % len(db)
+    k, d, v, u = db[i]
+    moved = (k, d + dt.timedelta(days=move[0]), v + move[1], u + move[2])
+    if not (0 <= moved[2] <= 10 and 0 <= moved[3] <= 10):
+        return
+    check_pair(analyst2, db, [*db[:i], moved, *db[i + 1 :]], 1.0)
+
+
+# a join: o's date is the window, l's values are summed, weighed by a public column c of l, so that l's own
+# D = |c| reads a leaf: l's bound is a skyline grouped by |c| and o's date, o's a GROUP BY per order
+JOIN_DDL = """
+CREATE TABLE o (k INT PRIMARY KEY, d DATE);
+CREATE TABLE l (ok INT, ln INT, x INT, c INT, PRIMARY KEY (ok, ln));
+"""
+JOIN_POLICY = """
+[tables.o]
+rows = "public"
+norm = "l1(d)"
+[tables.o.columns.d]
+range = ["2000-01-01", "2000-12-31"]
+unit = "day"
+[tables.l]
+rows = "public"
+norm = "l1(x)"
+[tables.l.columns.ln]
+range = [1, 2]
+[tables.l.columns.x]
+range = [0, 10]
+[tables.l.columns.c]
+range = [0, 10]
+"""
+JOIN_QUERY = "SELECT SUM(l.x * l.c) FROM o, l WHERE l.ok = o.k AND o.d >= date '2000-03-01' AND o.d < date '2000-03-05'"
+
+
+def test_a_join_every_neighbour_loses_at_most_epsilon(pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(JOIN_DDL)
+    analyst = Analyst(pg_dsn, monkeypatch, JOIN_POLICY, JOIN_QUERY)
+
+    # the scan reads 01-13 to 04-21; an order one day from the window with a small c, another at the margin
+    # with large ones (the audit's shape, through the join)
+    databases: list[tuple[list[Row], list[Row]]] = [
+        ([(1, day("2000-02-28")), (2, day("2000-04-21"))], [(1, 1, 5, 1), (2, 1, 5, 10), (2, 2, 5, 10)]),
+        ([(1, day("2000-03-04")), (2, day("2000-01-13"))], [(1, 1, 1, 2), (2, 1, 10, 10), (2, 2, 9, 10)]),
+        ([(1, day("2000-03-05")), (2, day("2000-04-20"))], [(1, 1, 10, 3), (1, 2, 0, 10), (2, 1, 10, 1)]),
+    ]
+    worst = 0.0
+    for orders, lines in databases:
+        for i, (k, d) in enumerate(orders):
+            for step in (-1, 1):
+                moved = [*orders[:i], (k, d + dt.timedelta(days=step)), *orders[i + 1 :]]
+                worst = max(worst, check_pair(analyst, {"o": orders, "l": lines}, {"o": moved, "l": lines}, 1.0))
+        for i, (k, n, x, c) in enumerate(lines):
+            for step in (-1, 1):
+                if 0 <= x + step <= 10:
+                    moved_lines = [*lines[:i], (k, n, x + step, c), *lines[i + 1 :]]
+                    worst = max(
+                        worst, check_pair(analyst, {"o": orders, "l": lines}, {"o": orders, "l": moved_lines}, 1.0)
+                    )
+    assert worst > 0.05
