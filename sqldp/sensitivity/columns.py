@@ -696,9 +696,12 @@ class _Window:
     caps: dict[str, tuple[float, ...]]  # per use alias, per grid β
     conjunct: Conjunct
 
-    def dist(self) -> exp.Expression:
-        """dist(x, [lo, hi]) of a row, as SQL."""
-        x = exp.cast(self.x.copy(), "DOUBLE PRECISION")
+    def dist(self, column: exp.Expression | None = None) -> exp.Expression:
+        """dist(x, [lo, hi]) of a row, as SQL; ``column``: what stands for x's column (a grouped query's key)."""
+        x = self.x.copy()
+        if column is not None:
+            x = x.transform(lambda n: column.copy() if n == self.column else n, copy=False)
+        x = exp.cast(x, "DOUBLE PRECISION")
         return exp.Greatest(
             this=exp.Sub(this=exp.Literal.number(repr(self.lo)), expression=x),
             expressions=[exp.Sub(this=x.copy(), expression=exp.Literal.number(repr(self.hi))), exp.Literal.number(0)],
@@ -971,17 +974,16 @@ def _extreme_query(
             *(exp.alias_(absolute(leaves[r]), f"g{i}") for i, r in enumerate(keys)),
             exp.alias_(exp.Max(this=absolute(leaves[free])), "m"),
         )
-        if weights is not None:  # dist is a function of x: one value per group
-            inner = inner.select(exp.alias_(exp.Min(this=weights[0].dist()), "dist"), copy=False)
+        dist = None
+        if weights is not None:  # W is a function of x: one value per group, computed once per group outside
+            inner = inner.select(exp.alias_(weights[0].column.copy(), "x"), copy=False)
             by.append(weights[0].column.copy())
+            dist = weights[0].dist(exp.column("x"))
         inner = where(from_uses(inner, form.uses), public).group_by(*by, copy=False)
         at = {r: double(exp.column(f"g{i}")) for i, r in enumerate(keys)}
         at[free] = double(exp.column("m"))
         outer = exp.select(
-            *(
-                exp.alias_(exp.Max(this=weigh(substitute(e, at), k, exp.column("dist"))), f"v{k}")
-                for k, e in enumerate(items)
-            )
+            *(exp.alias_(exp.Max(this=weigh(substitute(e, at), k, dist)), f"v{k}") for k, e in enumerate(items))
         )
         return outer.from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("skyline")))), False
 
