@@ -9,7 +9,7 @@ distributions, sup_z |ln p_D(z) − ln p_D′(z)|, and asserts it is ≤ ε·d. 
 bound, c(D′) ≤ e^(β·d)·c(D), at every grid β.
 
 Mutants the oracle catches (checked by hand): the bound max_r W(r) × max_r D(r) over the scanned rows
-(the code before this test; the audit's case loses 2.51 > ε = 1), and the bound without the smoothing
+(the code before this test; the first pair below loses 2.51 > ε = 1), and the bound without the smoothing
 weight W (``_Window.weigh`` returning the item unweighted: rows just outside the scan then carry their full
 D, and dropping out of it drops the bound by more than e^β).
 """
@@ -156,8 +156,8 @@ def check_pair(analyst: Analyst, rows: Database, other: Database, dist: float) -
 AUDIT = [(1, day("2000-02-28"), 0), (2, day("2000-04-21"), 10)]
 
 
-def test_the_audit_case_loses_at_most_epsilon(pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The audit's pair: row 2 moves from 2000-04-21 to 04-22, just past the scanned margin. The bound used to
+def test_a_row_leaving_the_scan_loses_at_most_epsilon(pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pair found by review: row 2 moves from 2000-04-21 to 04-22, just past the scanned margin. The bound used to
     be max W (row 1, one day from the window) × max D (row 2's v = 10), and row 2 leaving the scan dropped it
     from 76.93 (β 0.05) to 33.29 (β 0.1): a loss of 3·ln(76.93/33.29) = 2.51 > ε."""
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
@@ -288,7 +288,7 @@ def test_a_join_every_neighbour_loses_at_most_epsilon(pg_dsn: str, monkeypatch: 
     analyst = Analyst(pg_dsn, monkeypatch, JOIN_POLICY, JOIN_QUERY)
 
     # the scan reads 01-13 to 04-21; an order one day from the window with a small c, another at the margin
-    # with large ones (the audit's shape, through the join)
+    # with large ones (the first pair's shape, through the join)
     databases: list[tuple[list[Row], list[Row]]] = [
         ([(1, day("2000-02-28")), (2, day("2000-04-21"))], [(1, 1, 5, 1), (2, 1, 5, 10), (2, 2, 5, 10)]),
         ([(1, day("2000-03-04")), (2, day("2000-01-13"))], [(1, 1, 1, 2), (2, 1, 10, 10), (2, 2, 9, 10)]),

@@ -670,7 +670,8 @@ class _Window:
        without the split of β). Sums of non-negative β-smooth functions over r ∋ t and their maximum over t
        are β-smooth (§3.3.8.3, "Sum", "Min / max"). The product must be taken per row: max_r W × max_r D,
        with the two maxima from different rows, is β-smooth over all rows but not over the scanned ones — a
-       row leaving the scan took the max D with it (the audit's pair: a loss of 2.51 at ε = 1).
+       row leaving the scan took the max D with it (tests/test_window_oracle.py: a pair of neighbours lost
+       2.51 at ε = 1).
     3. The scan. It reads x ∈ [⌊lo − K⌋, ⌈hi + K⌉], so an unread row has dist > K and W ≤ e^(−β·w·K). When
        x's row is the same in every product row containing t (keys, :func:`_fanout` ``until``), t is read
        with all its product rows or with none. An unread t has Σ_{r ∋ t} W·D ≤ e^(−β·w·K)·N·max D = cap_β,
