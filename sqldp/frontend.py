@@ -15,12 +15,22 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import OptimizeError, ParseError, TokenError
 from sqlglot.optimizer.qualify import qualify
+from sqlglot.tokens import TokenType
 
 from sqldp import algebra as ra
 from sqldp.catalog import Catalog
-from sqldp.errors import CatalogError, RefusedError, SqlSyntaxError
+from sqldp.errors import CatalogError, ForbiddenError, InputError, RefusedError, SqlSyntaxError
 
 WHERE = "query"
+
+# Bounds on the work one statement may cost before any analysis (the parser, the qualifier and the analyses
+# all recurse over the tree, and their cost grows with its size): a statement beyond them is refused with a
+# one-line InputError instead of a RecursionError or a minute of parsing. TPC-H's queries stay far below:
+# at most about 700 tokens, 8 nested parentheses and a tree 20 levels deep.
+MAX_CHARS = 100_000
+MAX_TOKENS = 10_000
+MAX_PARENS = 32  # sqlglot's recursive-descent parser needs about 20 Python frames per parenthesis
+MAX_DEPTH = 100  # nodes from the root to the deepest leaf of the parsed tree
 
 
 @dataclass(frozen=True)
@@ -28,6 +38,7 @@ class ParsedQuery:
     sql: str
     tree: exp.Query  # qualified
     algebra: ra.Node
+    statement: exp.Expression | None = None  # as parsed, before qualification: what the public path runs
 
 
 def position(sql: str, node: exp.Expression | None) -> str:
@@ -46,10 +57,47 @@ def position(sql: str, node: exp.Expression | None) -> str:
     return f"{WHERE}:{line}:{col}"
 
 
+def too_deep() -> InputError:
+    return InputError(f"the statement is nested too deeply (at most {MAX_DEPTH} levels)", where=WHERE)
+
+
+def _check_size(sql: str) -> None:
+    """Size, token count and parenthesis nesting, from the tokenizer (which does not recurse)."""
+    if len(sql) > MAX_CHARS:
+        raise InputError(f"the statement is {len(sql)} characters long; at most {MAX_CHARS} are accepted", where=WHERE)
+    try:
+        tokens = sqlglot.Dialect.get_or_raise("postgres").tokenize(sql)
+    except TokenError as exc:
+        raise SqlSyntaxError(f"syntax error: {exc}", where=WHERE) from None
+    if len(tokens) > MAX_TOKENS:
+        raise InputError(f"the statement has {len(tokens)} tokens; at most {MAX_TOKENS} are accepted", where=WHERE)
+    depth = 0
+    for token in tokens:
+        if token.token_type == TokenType.L_PAREN:
+            depth += 1
+            if depth > MAX_PARENS:
+                raise InputError(
+                    f"parentheses are nested more than {MAX_PARENS} deep", where=f"{WHERE}:{token.line}:{token.col}"
+                )
+        elif token.token_type == TokenType.R_PAREN:
+            depth -= 1
+
+
+def _check_depth(tree: exp.Expression) -> None:
+    """The tree's depth, iteratively: long AND chains and sums parse into trees as deep as they are long."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise too_deep()
+        stack.extend((child, depth + 1) for child in node.iter_expressions())
+
+
 def parse_statement(sql: str) -> exp.Expression:
     """Parse exactly one statement; syntax errors carry ``query:line:col``."""
     if not sql.strip():
         raise SqlSyntaxError("empty query", where=WHERE)
+    _check_size(sql)
     try:
         statements = [s for s in sqlglot.parse(sql, read="postgres") if s is not None]
     except ParseError as exc:
@@ -62,6 +110,8 @@ def parse_statement(sql: str) -> exp.Expression:
         ) from None
     except TokenError as exc:
         raise SqlSyntaxError(f"syntax error: {exc}", where=WHERE) from None
+    except RecursionError:
+        raise too_deep() from None
     if not statements:
         raise SqlSyntaxError("empty query", where=WHERE)
     if len(statements) > 1:
@@ -69,6 +119,7 @@ def parse_statement(sql: str) -> exp.Expression:
             f"expected exactly one statement, got {len(statements)}",
             where=position(sql, statements[1]) if statements[1].meta else WHERE,
         )
+    _check_depth(statements[0])
     return statements[0]
 
 
@@ -76,6 +127,12 @@ def _check_tables(sql: str, tree: exp.Expression, catalog: Catalog) -> None:
     cte_names = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
     for table in tree.find_all(exp.Table):
         name = table.name.lower()
+        if name.startswith("pg_") and not table.args.get("db"):
+            # PostgreSQL searches pg_catalog before the public schema: an unqualified pg_class, pg_stats, …
+            # is the system catalog (statistics of private tables) even if a policy table has that name
+            raise ForbiddenError(
+                f"{name} is a PostgreSQL system catalog, not a policy table", where=position(sql, table)
+            )
         if not name or name in cte_names:
             continue
         if table.args.get("db") and table.args["db"].name.lower() not in ("public",):
@@ -119,10 +176,13 @@ def parse(sql: str, catalog: Catalog) -> ParsedQuery:
     if not isinstance(tree, exp.Query):
         kind = tree.key.upper()
         raise RefusedError(f"only queries (SELECT) can be answered, not {kind}", where=position(sql, tree))
-    _check_tables(sql, tree, catalog)
-    qualified = _qualify(sql, tree, catalog)
-    assert isinstance(qualified, exp.Query)
-    return ParsedQuery(sql, qualified, Builder(sql).query(qualified, {}))
+    try:
+        _check_tables(sql, tree, catalog)
+        qualified = _qualify(sql, tree, catalog)
+        assert isinstance(qualified, exp.Query)
+        return ParsedQuery(sql, qualified, Builder(sql).query(qualified, {}), tree)
+    except RecursionError:
+        raise too_deep() from None
 
 
 class Builder:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from sqldp import algebra as ra
+from sqldp import allowlist
 from sqldp.catalog import Catalog
 from sqldp.errors import ForbiddenError, RefusedError
 from sqldp.form import AGG_PREFIX, Aggregate, AnalysisForm, ColumnRef, Conjunct, OrderKey, Output, TableUse
@@ -29,6 +30,66 @@ class PublicRelease:
 
     sql: str
     tables: tuple[str, ...]
+    # the statement that runs: regenerated from the checked tree, so PostgreSQL runs exactly what the
+    # allow-list and the relation check saw, never text the two parsers might read differently
+    checked_sql: str = ""
+
+
+def relations_read(
+    tree: exp.Expression, catalog: Catalog, ctes: dict[str, exp.Expression] | None = None
+) -> tuple[str, ...]:
+    """Every catalog table the statement names anywhere: FROM and JOIN items, subqueries in any clause, CTEs
+    (used or not, recursive or not), set operations. Found on the whole sqlglot tree, not the algebra, which
+    keeps only what the analyses model. A name that is both a CTE and a catalog table counts as the table:
+    resolving scopes wrongly could only hide a read, counting it too can only refuse more. With ``ctes``
+    (name → body, for a part of a statement), a reference to a CTE counts the tables its body reads."""
+    found: dict[str, None] = {}
+    seen: set[str] = set()
+    pending = [tree]
+    while pending:
+        for table in pending.pop().find_all(exp.Table):
+            name = table.name.lower()
+            if name in catalog.tables:
+                found[name] = None
+            if ctes is not None and name in ctes and name not in seen:
+                seen.add(name)
+                pending.append(ctes[name])
+    return tuple(found)
+
+
+def ctes_of(tree: exp.Expression) -> dict[str, exp.Expression]:
+    """Every CTE body in the statement by name (all scopes together: a superset of what a reference means)."""
+    out: dict[str, exp.Expression] = {}
+    for cte in tree.find_all(exp.CTE):
+        name = cte.alias_or_name.lower()
+        out[name] = exp.Tuple(expressions=[out[name].copy(), cte.this.copy()]) if name in out else cte.this
+    return out
+
+
+def expression_subqueries(tree: exp.Expression) -> list[exp.Expression]:
+    """The outermost subqueries in expression positions (SELECT list, WHERE, HAVING, GROUP BY, ORDER BY, IN,
+    EXISTS, ANY, function arguments), as opposed to FROM/JOIN items, CTE bodies and set-operation operands."""
+    found: list[exp.Expression] = []
+    for node in tree.walk(bfs=True):
+        if not isinstance(node, exp.Query) or node is tree or _inside(node, found):
+            continue
+        child: exp.Expression = node
+        parent = node.parent
+        while isinstance(parent, (exp.Subquery, exp.Paren)):
+            child, parent = parent, parent.parent
+        if parent is None or isinstance(parent, (exp.From, exp.Join, exp.CTE, exp.SetOperation)):
+            continue
+        found.append(child)
+    return found
+
+
+def _inside(node: exp.Expression, outer: list[exp.Expression]) -> bool:
+    parent = node.parent
+    while parent is not None:
+        if any(parent is o for o in outer):
+            return True
+        parent = parent.parent
+    return False
 
 
 @dataclass
@@ -130,22 +191,29 @@ class Normalizer:
     # -- the whole query ------------------------------------------------------------------------
 
     def run(self) -> AnalysisForm | PublicRelease:
+        statement = self.parsed.statement if self.parsed.statement is not None else self.parsed.tree
+        # no function, cast or construct off the allow-list runs, on either path
+        allowlist.check(self.sql, statement)
         root = self.parsed.algebra
         sort = root if isinstance(root, ra.Sort) else None
         body = sort.child if sort is not None else root
-        tables = tuple(dict.fromkeys(r.table for r in ra.relations(root)))
-        if all(self.policy.table(t).public for t in tables):
-            return PublicRelease(self.sql, tables)
+        tables = relations_read(statement, self.catalog)
+        private = [t for t in tables if not self.policy.table(t).public]
+        if not private:
+            return PublicRelease(self.sql, tables, statement.sql(dialect="postgres"))
         if not isinstance(body, ra.Aggregate):
-            private = [t for t in tables if not self.policy.table(t).public]
+            released = [r.table for r in ra.relations(root) if r.table in private]
+            if not released:  # the private tables are read only inside expression subqueries
+                self._subqueries(statement, private)
             raise ForbiddenError(
-                f"the query releases rows of private table {private[0]!r}; only aggregates "
+                f"the query releases rows of private table {(released or private)[0]!r}; only aggregates "
                 "(COUNT, SUM, AVG, MIN, MAX) over private tables can be answered"
             )
         if body.having is not None:
             raise self.refuse(
                 "HAVING selects groups by their true aggregates, which would leak; not supported", body.having
             )
+        self._subqueries(statement, private)
         block = self.spj(body.child)
         conjuncts = []
         for cond in block.conditions:
@@ -170,6 +238,19 @@ class Normalizer:
             limit=limit,
             notes=tuple(self.notes),
         )
+
+    def _subqueries(self, statement: exp.Expression, private: list[str]) -> None:
+        """Refuse subqueries in expressions: the analyses model none (NR §3.3.7.2 has no operator for them),
+        and one over a private table run as written would release its exact answer."""
+        ctes = ctes_of(statement)
+        for sub in expression_subqueries(statement):
+            inner = [t for t in relations_read(sub, self.catalog, ctes) if t in private]
+            reads = f" (it reads private table {inner[0]!r})" if inner else ""
+            raise self.refuse(
+                f"subqueries inside expressions (scalar, EXISTS, IN, ANY) are not analysed{reads}; "
+                "only FROM-subqueries can be inlined",
+                sub,
+            )
 
     def _sensitive(self, block: _SPJ, ref: ColumnRef) -> bool:
         table = next(u.table for u in block.uses if u.alias == ref.alias)

@@ -34,7 +34,7 @@ from sqldp.catalog import Catalog
 from sqldp.db import connect, resolve_dsn
 from sqldp.errors import CatalogError, DatabaseError, InputError, RefusedError
 from sqldp.form import AGG_PREFIX, AnalysisForm, ColumnRef, Output
-from sqldp.frontend import parse
+from sqldp.frontend import parse, too_deep
 from sqldp.groups import all_groups, key_domains, match_groups
 from sqldp.mechanisms import NoiseSource
 from sqldp.normalize import PublicRelease, normalize
@@ -353,7 +353,10 @@ class Session:
                 self._prepared.move_to_end(key)
         if cached is not None:
             return dataclasses.replace(cached, started=t0)
-        prepared = self._prepare(sql, t0, **privacy)
+        try:
+            prepared = self._prepare(sql, t0, **privacy)
+        except RecursionError:  # the parser bounds depth; this is the last line should an analysis still recurse
+            raise too_deep() from None
         with self._lock:
             self._prepared[key] = prepared
             while len(self._prepared) > PREPARED_CACHE:
@@ -614,7 +617,8 @@ class Prepared:
         if release:
             with self.session.connection() as conn:
                 try:
-                    cur = conn.execute(form.sql)  # one statement, read only (READ_ONLY)
+                    # the statement as sqldp checked it (allow-list, relations read), regenerated from its tree
+                    cur = conn.execute(form.checked_sql or form.sql)  # one statement, read only (READ_ONLY)
                     result.columns = [d.name for d in cur.description or []]
                     result.rows = [dict(zip(result.columns, r, strict=True)) for r in cur.fetchall()]
                 except psycopg.Error as exc:
