@@ -71,7 +71,8 @@ FUNCTIONS: frozenset[type[exp.Expression]] = frozenset(
         # dates and times; CURRENT_DATE and CURRENT_TIMESTAMP are the transaction's start, fixed before any
         # row is read (clock_timestamp(), which moves while the statement works, is not listed)
         exp.Extract, exp.TimestampTrunc, exp.DateTrunc, exp.StrToDate, exp.StrToTime, exp.TimeToStr,
-        exp.ToChar, exp.CurrentDate, exp.CurrentTimestamp,
+        exp.ToChar, exp.ToNumber, exp.MakeInterval, exp.JustifyDays, exp.JustifyHours, exp.JustifyInterval,
+        exp.CurrentDate, exp.CurrentTimestamp,
     }
 )  # fmt: skip
 

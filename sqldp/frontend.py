@@ -8,6 +8,7 @@ sqlglot's *optimizer* rewrites are never used for SQL that runs (DESIGN.md: not 
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 
@@ -22,6 +23,17 @@ from sqldp.catalog import Catalog
 from sqldp.errors import CatalogError, ForbiddenError, InputError, RefusedError, SqlSyntaxError
 
 WHERE = "query"
+
+
+class _QuietFallback(logging.Filter):
+    """sqlglot logs a warning when it parses an unknown statement (VACUUM, CALL, …) as a raw command; sqldp
+    refuses such statements with its own one-line error, and a second line on stderr would break that."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Falling back to parsing as a 'Command'" not in record.getMessage()
+
+
+logging.getLogger("sqlglot").addFilter(_QuietFallback())
 
 # Bounds on the work one statement may cost before any analysis (the parser, the qualifier and the analyses
 # all recurse over the tree, and their cost grows with its size): a statement beyond them is refused with a
@@ -156,6 +168,8 @@ def _qualify(sql: str, tree: exp.Expression, catalog: Catalog) -> exp.Expression
             validate_qualify_columns=True,
             quote_identifiers=False,
         )
+    except AssertionError:  # sqlglot's qualifier asserts on some shapes (ORDER BY 1 beside scalar subqueries)
+        raise RefusedError("sqldp cannot resolve the names in this statement", where=WHERE) from None
     except OptimizeError as exc:
         message = str(exc)
         m = _POS.search(message)
