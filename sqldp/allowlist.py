@@ -24,15 +24,16 @@ from sqldp.errors import ForbiddenError, RefusedError
 
 # Structure of a single read-only SELECT: clauses, names, literals, set operations and subqueries. Not here
 # (so refused): SELECT … INTO (creates a table), FOR UPDATE/SHARE (exp.Lock takes row locks), TABLESAMPLE,
-# LATERAL, table functions, exp.Dot (schema-qualified functions and field selection), arrays and
-# subscripts, parameters, and any construct a future sqlglot adds.
+# LATERAL, table functions, aggregate FILTER clauses (the analyses do not model them), exp.Dot
+# (schema-qualified functions and field selection), arrays and subscripts, parameters, and any construct a
+# future sqlglot adds.
 STRUCTURE: frozenset[type[exp.Expression]] = frozenset(
     {
         exp.Select, exp.From, exp.Join, exp.Where, exp.Group, exp.Having, exp.Order, exp.Ordered,
         exp.Limit, exp.Offset, exp.Column, exp.Identifier, exp.Table, exp.TableAlias, exp.Alias, exp.Star,
         exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.Subquery, exp.With, exp.CTE, exp.Union,
         exp.Intersect, exp.Except, exp.Values, exp.Tuple, exp.Distinct, exp.DataType, exp.DataTypeParam,
-        exp.Interval, exp.Window, exp.WindowSpec, exp.Filter,
+        exp.Interval, exp.Window, exp.WindowSpec,
     }
 )  # fmt: skip
 

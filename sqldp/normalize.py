@@ -43,14 +43,16 @@ def relations_read(
     keeps only what the analyses model. A name that is both a CTE and a catalog table counts as the table:
     resolving scopes wrongly could only hide a read, counting it too can only refuse more. With ``ctes``
     (name → body, for a part of a statement), a reference to a CTE counts the tables its body reads."""
+    names: dict[str, list[str]] = {}  # lower case → catalog names (a table created quoted keeps its case)
+    for key in catalog.tables:
+        names.setdefault(key.lower(), []).append(key)
     found: dict[str, None] = {}
     seen: set[str] = set()
     pending = [tree]
     while pending:
         for table in pending.pop().find_all(exp.Table):
             name = table.name.lower()
-            if name in catalog.tables:
-                found[name] = None
+            found.update(dict.fromkeys(names.get(name, ())))
             if ctes is not None and name in ctes and name not in seen:
                 seen.add(name)
                 pending.append(ctes[name])

@@ -240,3 +240,25 @@ def test_ordinary_statements_fit_the_bounds() -> None:
     assert not isinstance(form, PublicRelease) and len(form.conjuncts) == 60
     nested = "SELECT COUNT(*) FROM priv WHERE " + "(" * 30 + "x > 1" + ")" * 30
     assert not isinstance(normalize(parse(nested, CATALOG), CATALOG, PLAIN), PublicRelease)
+
+
+@pytest.mark.parametrize(
+    ("sql", "why"),
+    [
+        ("SELECT COUNT(*) FILTER (WHERE 1 = 0) FROM priv", "FILTER is not supported"),
+        ("SELECT pg_catalog.lower(name) FROM pub", "DOT is not supported"),
+        ("SELECT CAST(k AS oid) FROM pub", "the OID type reads the system catalogs"),
+        ("SELECT COUNT(*) FROM priv WHERE CAST(x AS TEXT) ~ '1'", "function regexp_like() is not on"),
+        ("SELECT clock_timestamp() FROM pub", "function clock_timestamp() is not on"),
+    ],
+)
+def test_constructs_off_the_allow_list(sql: str, why: str) -> None:
+    assert why in str(_refusal(sql))
+
+
+def test_ordinary_functions_are_on_the_allow_list() -> None:
+    sql = (
+        "SELECT COUNT(*) FROM priv WHERE ABS(x - 3) < 2 AND COALESCE(NULLIF(x, 0), 1) > 0 AND x BETWEEN 1 AND 9 "
+        "AND CAST(x AS TEXT) LIKE '1%' AND EXTRACT(YEAR FROM CURRENT_DATE) > 2000 AND GREATEST(x, 1) = LEAST(x, 9)"
+    )
+    assert not isinstance(normalize(parse(sql, CATALOG), CATALOG, PLAIN), PublicRelease)
