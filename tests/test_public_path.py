@@ -262,3 +262,22 @@ def test_ordinary_functions_are_on_the_allow_list() -> None:
         "AND CAST(x AS TEXT) LIKE '1%' AND EXTRACT(YEAR FROM CURRENT_DATE) > 2000 AND GREATEST(x, 1) = LEAST(x, 9)"
     )
     assert not isinstance(normalize(parse(sql, CATALOG), CATALOG, PLAIN), PublicRelease)
+
+
+# -- the proxy ------------------------------------------------------------------------------------------------
+
+
+def test_proxy_refuses_the_subquery_leak_and_pg_read_file(pg_dsn: str, tmp_path: Path) -> None:
+    from proxy_support import client_dsn, make_tables, write_policy
+    from psycopg import errors as pg_errors
+
+    from sqldp.proxy import ThreadedProxy, build
+
+    make_tables(pg_dsn)  # nation is public, visits private
+    policy = write_policy(tmp_path / "policy.toml", {"alice": {"epsilon_limit": 3.5}})
+    with ThreadedProxy(build(pg_dsn, policy)) as proxy, psycopg.connect(client_dsn(proxy.port), autocommit=True) as c:
+        with pytest.raises(pg_errors.FeatureNotSupported, match="private table 'visits'"):
+            c.execute("SELECT (SELECT MAX(minutes) FROM visits) AS m FROM nation WHERE n_nationkey = 1")
+        with pytest.raises(pg_errors.InsufficientPrivilege, match=r"pg_read_file\(\) is not on sqldp's allow-list"):
+            c.execute("SELECT pg_read_file('/etc/hostname') AS f FROM nation WHERE n_nationkey = 1")
+        assert c.execute("SELECT n_name FROM nation WHERE n_nationkey = 1").fetchall() == [("ALGERIA",)]
