@@ -83,7 +83,7 @@ def outcome(session: sqldp.runner.Session, sql: str) -> tuple[str, str]:
     return "answer", repr(result.table()) + (" public" if result.public else "")
 
 
-# -- the subquery leaks (issue 16, item 2) ------------------------------------------------------------------
+# -- the subquery leaks: an exact answer through a subquery over a private table --------------------------
 
 LEAKS = {
     "scalar": "SELECT (SELECT MAX(priv.x) FROM priv) AS m FROM pub WHERE k = 1",
@@ -127,7 +127,7 @@ def test_a_private_aggregate_with_a_public_subquery_is_refused_with_its_position
         d.run("SELECT COUNT(*) FROM priv WHERE id IN (SELECT k FROM pub)")
 
 
-# -- functions and casts off the allow-list (issue 17) ------------------------------------------------------
+# -- functions and casts off the allow-list ---------------------------------------------------------------
 
 FORBIDDEN = {
     "pg_read_file": "SELECT pg_read_file('/etc/hostname') AS f FROM pub WHERE k = 1",
