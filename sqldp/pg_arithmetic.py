@@ -35,8 +35,8 @@ def case_values(e: exp.Case) -> list[exp.Expression]:
 
 def integer_valued(e: exp.Expression, kind_of: KindOf) -> bool:
     """Whether PostgreSQL gives ``e`` an integer type (so that ``e / k`` truncates), by its typing rules:
-    integer columns and literals, closed under + − × %, integer division, ABS, GREATEST/LEAST, CASE and casts to
-    an integer type."""
+    integer columns and literals, LENGTH and POSITION, closed under + − × %, integer division, ABS,
+    GREATEST/LEAST, CASE and casts to an integer type."""
     if isinstance(e, (exp.Paren, exp.Neg, exp.Abs)):
         return integer_valued(e.this, kind_of)
     if isinstance(e, exp.Column):
@@ -45,6 +45,8 @@ def integer_valued(e: exp.Expression, kind_of: KindOf) -> bool:
         return not e.is_string and e.this.isdigit()
     if isinstance(e, exp.Cast):
         return e.to.is_type(*_INTEGER_TYPES)
+    if isinstance(e, (exp.Length, exp.StrPosition)):  # INTEGER in PostgreSQL: LENGTH(s) / 2 truncates
+        return True
     if isinstance(e, (exp.Add, exp.Sub, exp.Mul, exp.Mod, exp.Div)):
         return integer_valued(e.this, kind_of) and integer_valued(e.expression, kind_of)
     if isinstance(e, (exp.Greatest, exp.Least)):

@@ -32,6 +32,10 @@ def where(select: exp.Select, conjuncts: Iterable[Conjunct | exp.Expression]) ->
 def aggregate_expr(agg: Aggregate) -> exp.Expression:
     if agg.kind == "count":
         return exp.Count(this=exp.Star() if agg.arg is None else agg.arg.copy())
+    if agg.kind == "sum" and agg.arg is not None:
+        # summed in NUMERIC: a double precision SUM fails once the total passes 1.8e308 (two rows of 1e308), an
+        # error the data decides; NUMERIC holds the total of 2^63 values up to 10^130900 (failures.check)
+        return exp.Sum(this=exp.cast(agg.arg.copy(), "NUMERIC"))
     cls = {"sum": exp.Sum, "min": exp.Min, "max": exp.Max}[agg.kind]
     return cls(this=agg.arg.copy() if agg.arg is not None else exp.Star())
 

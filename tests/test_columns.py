@@ -355,7 +355,11 @@ def test_plans_refusals_and_breakdown(pg_dsn: str) -> None:
             "SELECT SUM(t.x * ((t.a + 1) / 3.0)) FROM t",
             "(t.a + 1) / 3 is an integer division",
         ),
-        ("SELECT SUM(CAST(t.x AS INTEGER)) FROM t", "SELECT SUM(CAST(t.x AS DOUBLE PRECISION)) FROM t", "rounds"),
+        (  # clamped first: CAST(NaN AS INTEGER) fails, and NUMERIC(6, 2) holds NaN (failures.py refuses that)
+            "SELECT SUM(CAST(LEAST(GREATEST(t.x, -100), 100) AS INTEGER)) FROM t",
+            "SELECT SUM(CAST(t.x AS DOUBLE PRECISION)) FROM t",
+            "rounds",
+        ),
         ("SELECT MAX(t.x::numeric(6, 1)) FROM t", "SELECT MAX(t.x::numeric) FROM t", "rounds"),
         ("SELECT COUNT(*) FROM t WHERE t.a / 2 > 1", "SELECT COUNT(*) FROM t WHERE t.a / 2.0 > 1", "filter's t.a / 2"),
         (  # u.b is sensitive too, but any column counts in a private filter: its step is not approximated

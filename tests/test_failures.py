@@ -187,12 +187,13 @@ def test_integer_overflow_runs_in_bigint_instead_of_failing(pg_dsn: str, query: 
 
 
 def test_exp_is_capped_under_value_level_privacy_instead_of_overflowing(pg_dsn: str) -> None:
-    """The value-level analysis does not clamp the data; EXP(0.05·a) of a = 20,000 overflows double precision
+    """The value-level analysis does not clamp the data; EXP(0.05·a) of a = 200,000 overflows NUMERIC
     and fails. sqldp runs EXP(LEAST(g, 300)) (failures.cap_exponentials), which it analyses: answered, with
-    the capped value and a finite bound."""
+    the capped value and a finite bound. (Over a DOUBLE PRECISION column 0.05·a itself fails for a = 5e−324,
+    an underflow: refused, test_values_that_leave_their_type_are_refused_or_never_fail.)"""
     with psycopg.connect(pg_dsn, autocommit=True) as c:
-        c.execute("CREATE TABLE t (id INT PRIMARY KEY, a DOUBLE PRECISION)")
-        c.execute("INSERT INTO t VALUES (1, 20000), (2, 10)")
+        c.execute("CREATE TABLE t (id INT PRIMARY KEY, a NUMERIC)")
+        c.execute("INSERT INTO t VALUES (1, 200000), (2, 10)")
         with pytest.raises(psycopg.errors.NumericValueOutOfRange):
             c.execute("SELECT SUM(EXP(0.05 * t.a)) FROM t")
         expected = float(c.execute("SELECT SUM(EXP(LEAST(0.05 * t.a, 300))) FROM t").fetchone()[0])
@@ -201,3 +202,75 @@ def test_exp_is_capped_under_value_level_privacy_instead_of_overflowing(pg_dsn: 
     m = session.run("SELECT SUM(EXP(0.05 * t.a)) FROM t", epsilon=1.0, beta=0.1).measurements[0][0]
     assert m.true_value == pytest.approx(expected)
     assert math.isfinite(m.sensitivity) and m.sensitivity >= 0.05 * math.exp(0.5)  # the row a = 10: e^0.5·0.05
+
+
+# -- values that leave their type: D is answered, D plus one row fails in PostgreSQL --------------------------
+
+TYPED = """
+CREATE TABLE t (id INT PRIMARY KEY, x INT, y INT, z INT, b BIGINT, f DOUBLE PRECISION, s TEXT, d DATE);
+INSERT INTO t VALUES (1, 1, 1, 1, 1, 1.5, 'a', DATE '2020-01-01'), (2, 2, 2, 2, 2, 2.5, 'b', DATE '2020-02-01')
+"""
+TYPED_POLICY = """
+[tables.t]
+rows = "private"
+[tables.t.columns.x]
+range = [0, 1000]
+[tables.t.columns.f]
+range = [0, 1e308]
+"""
+
+
+def _outcome(session: sqldp.Session, query: str) -> str:
+    try:
+        session.run(query, epsilon=1.0)
+    except RefusedError as err:
+        assert "\n" not in str(err)
+        return "refused"
+    except sqldp.errors.DatabaseError as err:
+        return f"failed in PostgreSQL: {err}"
+    return "answered"
+
+
+@pytest.mark.parametrize(
+    ("query", "row"),
+    [
+        ("SELECT COUNT(*) FROM t WHERE EXP(t.x) > 1", "x = 710"),
+        ("SELECT COUNT(EXP(t.f)) FROM t", "f = 800"),
+        ("SELECT COUNT(*) FROM t WHERE EXP(t.f) > 1", "f = -800"),  # underflow
+        ("SELECT COUNT(*) FROM t WHERE POWER(t.x, 300) > 0", "x = 20"),
+        ("SELECT SUM(CAST(t.x AS NUMERIC(2, 0))) FROM t", "x = 100"),  # row-level: clamped to [0, 1000]
+        ("SELECT COUNT(*) FROM t WHERE CAST(t.x AS SMALLINT) > 0", "x = 40000"),
+        ("SELECT COUNT(*) FROM t WHERE CAST(t.f AS NUMERIC(3, 1)) > 0", "f = 100"),
+        ("SELECT COUNT(*) FROM t WHERE CAST(t.f AS INTEGER) > 0", "f = 'NaN'"),
+        ("SELECT COUNT(*) FROM t WHERE t.x = 7 AND SUBSTRING(t.s, 1, -1) = ''", "x = 7"),
+        ("SELECT COUNT(*) FROM t WHERE t.x * t.y * t.z > 0", "x = 2000000000, y = 2000000000, z = 2000000000"),
+        ("SELECT COUNT(*) FROM t WHERE t.b + 1 > 0", "b = 9223372036854775807"),
+        ("SELECT COUNT(*) FROM t WHERE ABS(t.b) > 0", "b = -9223372036854775808"),
+        ("SELECT COUNT(*) FROM t WHERE t.f * t.f > 0", "f = 1e200"),
+        ("SELECT COUNT(*) FROM t WHERE t.f * t.f > 0", "f = 1e-200"),  # underflow
+        ("SELECT COUNT(*) FROM t WHERE t.f * 0.5 > 0", "f = '5e-324'"),
+        ("SELECT SUM(t.f) FROM t", "f = 1.7e308"),  # with D's f = 1.7e308: a double precision SUM overflows
+        ("SELECT COUNT(*) FROM t WHERE t.d + 1 > DATE '2020-01-01'", "d = '5874897-12-31'"),
+        ("SELECT COUNT(*) FROM t WHERE t.d - DATE '2020-01-01' > 0", "d = 'infinity'"),
+        ("SELECT COUNT(*) FROM t WHERE LENGTH(t.s) * 1000000 > 0", "s = repeat('x', 3000)"),
+    ],
+)
+def test_an_error_on_one_more_row_never_answers(pg_dsn: str, query: str, row: str) -> None:
+    """Each query is answered on D, and its plain form fails in PostgreSQL on D plus one row: sqldp must give the
+    same kind of outcome on both (refused on both, or answered on both), never an error on one only."""
+    with psycopg.connect(pg_dsn, autocommit=True) as c:
+        c.execute(TYPED)
+        if "SUM(t.f)" in query:
+            c.execute("UPDATE t SET f = 1.7e308 WHERE id = 2")
+        c.execute(query.replace("SELECT", "SELECT 1,", 1))  # the plain query runs on D
+        c.execute(f"INSERT INTO t SELECT 4, x, y, z, b, f, s, d FROM t WHERE id = 1; UPDATE t SET {row} WHERE id = 4")
+        with pytest.raises(psycopg.DataError):  # … and fails on D plus the row
+            c.execute(query.replace("SELECT", "SELECT 1,", 1))
+        c.execute("DELETE FROM t WHERE id = 4")
+    session = sqldp.connect(pg_dsn, policy=Policy.from_toml(TYPED_POLICY), seed=1)
+    before = _outcome(session, query)
+    with psycopg.connect(pg_dsn, autocommit=True) as c:
+        c.execute(f"INSERT INTO t SELECT 4, x, y, z, b, f, s, d FROM t WHERE id = 1; UPDATE t SET {row} WHERE id = 4")
+    after = _outcome(session, query)
+    assert before == after, (before, after)
+    assert not before.startswith("failed"), before

@@ -56,7 +56,7 @@ def plan(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | Non
     reads |= {ColumnRef(k.table, k.name) for g in form.group_by for k in g.find_all(exp.Column) if k.table}
     values = any(ref.column in policy.table(form.use(ref.alias).table).sensitive_columns for ref in reads)
     # a data-dependent error would answer without noise: refused first (failures.py)
-    failures.check(form, domain(form, catalog, policy).kind, bounded_sum=not values)
+    failures.check(form, domain(form, catalog, policy), bounded_sum=not values)
     if values:
         return plan_columns(form, catalog, policy, beta)
     # a table with public rows and private values contributes nothing when none of its values is read

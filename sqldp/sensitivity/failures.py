@@ -14,22 +14,27 @@ false and aggregates skip); SQRT and fractional powers when their argument is no
 (:mod:`sqldp.sensitivity.intervals` clamps its columns to their declared ranges and refuses divisors, roots
 and powers whose range reaches 0 or below, and any node it does not know).
 
-Overflow: INTEGER arithmetic is run in BIGINT (:func:`sqldp.sqlgen.widen_integers`), where it cannot
-overflow for sums and products of two INTEGER values; intervals refuse SUM arguments that overflow double
-precision over the declared ranges; the value-level analysis runs EXP(g) as EXP(LEAST(g, 300))
-(:func:`cap_exponentials`). Not covered (documented in the README): overflow of BIGINT arithmetic (a product
-of three INTEGER values, or BIGINT columns) and of other floating-point products, which needs values near
-those limits in the data.
+Values that leave their type (overflow, underflow, casts out of range, dates moved out of theirs) are
+bounded over what the columns' TYPES can hold, not over the policy's ranges, which nothing enforces on the
+data except in the row-level SUM, which clamps its columns (``value_failure``, below); what may fail is
+refused with the safe spelling. What runs is what is checked: INTEGER arithmetic runs in BIGINT
+(:func:`sqldp.sqlgen.widen_integers`), SUM in NUMERIC (:func:`sqldp.sqlgen.aggregate_expr`), and the
+value-level analysis runs EXP(g) as EXP(LEAST(g, 300)) (:func:`cap_exponentials`). Not covered: the
+analyses' own bound queries (their SQL is generated, not written by the analyst), and resource limits.
 """
 
 from __future__ import annotations
+
+import decimal
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from sqlglot import exp
 
 from sqldp.errors import RefusedError
 from sqldp.form import AnalysisForm, ColumnRef
 from sqldp.pg_arithmetic import KindOf, case_values, integer_valued, keeps_value, reads_column
-from sqldp.sensitivity.intervals import constant
+from sqldp.sensitivity.intervals import Domain, constant
 
 # functions with a domain narrower than their argument's type (NR does not need them; PostgreSQL fails outside)
 _PARTIAL = (exp.Ln, exp.Log)
@@ -113,7 +118,22 @@ def _numeric(e: exp.Expression, kind_of: KindOf) -> bool:
         return not e.is_string
     if isinstance(e, exp.Cast):
         return keeps_value(e.to)
+    if isinstance(e, (exp.Greatest, exp.Least, exp.Coalesce)):
+        return all(_numeric(x, kind_of) for x in [e.this, *e.expressions])
+    if isinstance(e, (exp.Nullif, exp.Round, exp.Floor, exp.Ceil)):
+        return _numeric(e.this, kind_of)
     return isinstance(e, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg, exp.Abs, exp.Sqrt, exp.Exp, exp.Pow))
+
+
+def _dated(e: exp.Expression, kind_of: KindOf) -> bool:
+    """``e`` is a DATE that reads a column (a column of kind date, or arithmetic on one)."""
+    while isinstance(e, exp.Paren):
+        e = e.this
+    if isinstance(e, exp.Column):
+        return bool(e.table) and kind_of(ColumnRef(e.table, e.name)) == "date"
+    if isinstance(e, exp.Cast):
+        return e.to.this == exp.DataType.Type.DATE and reads_column(e)
+    return isinstance(e, (exp.Add, exp.Sub)) and any(_dated(x, kind_of) for x in (e.this, e.expression))
 
 
 def failure(node: exp.Expression, kind_of: KindOf) -> str | None:
@@ -138,6 +158,16 @@ def failure(node: exp.Expression, kind_of: KindOf) -> str | None:
         reads_column(a) for k, a in node.args.items() if k != "this" and isinstance(a, exp.Expression)
     ):
         return "takes a substring whose start or length is read from the data (a negative length fails)"
+    length = node.args.get("length") if isinstance(node, exp.Substring) else None
+    if length is not None and (constant(length) or 0) < 0:
+        return "takes a substring of negative length (PostgreSQL fails on each row it reaches, so on some data only)"
+    if isinstance(node, (exp.Add, exp.Sub)) and any(_dated(x, kind_of) for x in (node.this, node.expression)):
+        return (
+            "moves or subtracts a date read from the data (a date near its type's ends leaves the range, "
+            "'infinity' cannot be subtracted); compare the column with a constant date instead (t.d < DATE '…' - 30)"
+        )
+    if isinstance(node, (exp.DateTrunc, exp.TimestampTrunc)) and _dated(node.this, kind_of):
+        return "truncates a date read from the data (a date after the year 294276 is no timestamp); use EXTRACT"
     if isinstance(node, (exp.Like, exp.ILike)) and reads_column(node.expression):
         return "matches a pattern read from the data (a pattern ending in an escape character fails)"
     if isinstance(node, exp.Func) and not isinstance(node, _TOTAL):
@@ -150,6 +180,8 @@ def failure(node: exp.Expression, kind_of: KindOf) -> str | None:
         if _numeric(node.this, kind_of) and (keeps_value(to) or to.is_type(*exp.DataType.NUMERIC_TYPES)):
             return None
         x = node.this
+        if _dated(x, kind_of) and to.this != exp.DataType.Type.DATE:
+            return f"casts a date read from the data to {to.sql(dialect='postgres')} (not every date converts)"
         if isinstance(x, exp.Column) and x.table and to.this == exp.DataType.Type.DATE:
             return None if kind_of(ColumnRef(x.table, x.name)) == "date" else "casts a value that may not be a date"
         return f"casts a value to {to.sql(dialect='postgres')} that may not convert"
@@ -174,20 +206,452 @@ def cap_exponentials(e: exp.Expression) -> exp.Expression:
     return e.copy().transform(cap)
 
 
-def check(form: AnalysisForm, kind_of: KindOf, *, bounded_sum: bool) -> None:
-    """Refuse a form with an expression PostgreSQL may fail on (module docstring). ``bounded_sum``: the SUM
-    argument is bounded by :mod:`sqldp.sensitivity.intervals` over clamped columns (row-level), which
-    refuses its unsafe divisors and roots itself."""
-    parts: list[tuple[str, exp.Expression]] = [("WHERE", c.expr) for c in form.conjuncts]
-    parts += [("GROUP BY", g) for g in form.group_by]
+def check(form: AnalysisForm, dom: Domain, *, bounded_sum: bool) -> None:
+    """Refuse a form with an expression PostgreSQL may fail on (module docstring), naming the expression, where
+    it is and the safe spelling. ``bounded_sum``: the SUM argument is bounded by
+    :mod:`sqldp.sensitivity.intervals` over clamped columns (row-level), which refuses its unsafe divisors and
+    roots itself; its values are those of the declared ranges. Under value-level privacy an aggregate's
+    argument runs with its EXPs capped (:func:`cap_exponentials`), and is checked so."""
+    parts: list[tuple[str, exp.Expression, bool]] = [("WHERE", c.expr, False) for c in form.conjuncts]
+    parts += [("GROUP BY", g, False) for g in form.group_by]
     for agg in form.aggregates:
-        if agg.arg is not None and not (bounded_sum and agg.kind == "sum"):
-            parts.append((agg.sql, agg.arg))
-    for where, e in parts:
+        if agg.arg is None:
+            continue
+        if bounded_sum and agg.kind == "sum":
+            parts.append((agg.sql, agg.arg, True))
+        else:
+            parts.append((agg.sql, agg.arg if bounded_sum else cap_exponentials(agg.arg), False))
+    for where, e, clamped in parts:
         for node in e.walk():
-            why = failure(node, kind_of)
+            why = None if clamped else failure(node, dom.kind)
             if why is not None:
-                raise RefusedError(
-                    f"{node.sql(dialect='postgres')} in {where} {why}: PostgreSQL would fail on such data, and "
-                    "an error in place of the noisy answer would reveal it"
+                raise _refusal(node, where, why)
+        found = value_failure(e, dom, clamped=clamped)
+        if found is not None:
+            raise _refusal(found[0], where, found[1])
+        if where in {a.sql for a in form.aggregates if a.kind == "sum"}:
+            with decimal.localcontext(_CTX):
+                v = _Values(dom, clamped)(e)
+            if v is not None and v.typ == "numeric" and v.big > SUM_MAX:  # sqlgen sums in NUMERIC
+                why = f"sums values up to {_sci(v.big)}, whose total may overflow NUMERIC (clamp with {_CLAMP})"
+                raise _refusal(e, where, why)
+
+
+def _refusal(node: exp.Expression, where: str, why: str) -> RefusedError:
+    return RefusedError(
+        f"{node.sql(dialect='postgres')} in {where} {why}: PostgreSQL would fail on such data, and an error in "
+        "place of the noisy answer would reveal it"
+    )
+
+
+# -- values that leave their type ------------------------------------------------------------------------------
+#
+# PostgreSQL also fails a statement when a value leaves its type: INTEGER/BIGINT arithmetic out of range, a
+# double precision result that overflows or underflows to 0 from non-zero operands (1e−200 · 1e−200), EXP
+# beyond e^709 or below e^−708 in double precision, NUMERIC beyond 10^131072 (its EXP from about 6000 on), a
+# cast to SMALLINT/INTEGER/BIGINT/NUMERIC(p, s)/REAL out of range or of NaN/Infinity, a DATE moved out of its
+# range. Which values the data can hold is fixed by the column's TYPE, not by the policy's range, which nothing
+# enforces on the data — except in the row-level SUM, whose columns are clamped to the declared ranges
+# (intervals.clamp_columns). ``_value`` types each node as PostgreSQL does (an operator of a NUMERIC and a
+# double precision is double precision, integer arithmetic runs in BIGINT: sqlgen.widen_integers) and bounds
+# its values over those of the columns' types, raising :class:`_MayFail` where one of them fails.
+
+_D = decimal.Decimal
+_CTX = decimal.Context(prec=40, Emax=10**9, Emin=-(10**9), traps=[])
+_INF = _D("Infinity")
+_ZERO = _D(0)
+FLOAT_MAX = _D("1.7976931348623157e308")
+FLOAT_LEAST = _D("4.9406564584124654e-324")  # the least non-zero double
+FLOAT_ZERO = _D("2.4703282292062328e-324")  # a product or quotient at most this small rounds to 0: underflow
+REAL_MAX, REAL_LEAST = _D("3.4028234e38"), _D("1.5e-45")
+NUMERIC_TOP = _D("1e131072")  # NUMERIC holds less than 10^131072
+NUMERIC_MAX = NUMERIC_TOP * (1 - _D("1e-30"))  # a result must stay below it; the margin absorbs rounding here
+SUM_MAX = _D("1e131053")  # a SUM of at most 2^63 rows of values up to it stays below 10^131072
+NUMERIC_EXP = _D(5900)  # EXP of a NUMERIC fails from about 6000 on (PostgreSQL 18)
+NUMERIC_POWER = _D(2500)  # a fractional POWER of NUMERICs goes through EXP: results below 10^2500
+FLOAT_EXP = (_D(-708), _D(709))  # e^709 < 1.8e308 and e^−708 > 2.2e−308; beyond, overflow or underflow
+INT8 = (_D(-(2**63)), _D(2**63 - 1))
+_T = exp.DataType.Type
+_INT_TYPES = {
+    _T.SMALLINT: (_D(-(2**15)), _D(2**15 - 1)),
+    _T.SMALLSERIAL: (_D(-(2**15)), _D(2**15 - 1)),
+    _T.INT: (_D(-(2**31)), _D(2**31 - 1)),
+    _T.SERIAL: (_D(-(2**31)), _D(2**31 - 1)),
+    _T.BIGINT: INT8,
+    _T.BIGSERIAL: INT8,
+}
+_NUMBER_KINDS = {"integer", "numeric"}
+_CLAMP = "LEAST(GREATEST(x, low), high)"
+
+
+class _MayFail(Exception):
+    """Not an error of sqldp: a node PostgreSQL may fail on, and why."""
+
+    def __init__(self, node: exp.Expression, why: str) -> None:
+        super().__init__(why)
+        self.node, self.why = node, why
+
+
+@dataclass(frozen=True)
+class _Value:
+    """What a number-valued node can be: PostgreSQL's type ("int", "float", "numeric"), the range [lo, hi] of
+    its finite values, whether it may be ±Infinity or NaN, and ``least``, a lower bound of its non-zero |·|
+    (0: none known)."""
+
+    typ: str
+    lo: decimal.Decimal
+    hi: decimal.Decimal
+    inf: bool = False
+    nan: bool = False
+    least: decimal.Decimal = _ZERO
+    sided: int = 0  # where ``inf``: 1 when only +Infinity, −1 when only −Infinity
+
+    @property
+    def pos(self) -> bool:
+        return self.inf and self.sided >= 0
+
+    @property
+    def neg(self) -> bool:
+        return self.inf and self.sided <= 0
+
+    @property
+    def big(self) -> decimal.Decimal:
+        return max(abs(self.lo), abs(self.hi))
+
+
+def _of_type(t: exp.DataType) -> _Value | None:
+    if t.this in _INT_TYPES:
+        lo, hi = _INT_TYPES[t.this]
+        return _Value("int", lo, hi, least=_D(1))
+    if t.this in (_T.DOUBLE, _T.FLOAT):
+        top = FLOAT_MAX if t.this == _T.DOUBLE else REAL_MAX
+        return _Value("float", -top, top, inf=True, nan=True, least=FLOAT_LEAST)
+    if t.this in (_T.DECIMAL, _T.MONEY):
+        if t.this == _T.DECIMAL and t.expressions:
+            p = int(t.expressions[0].sql())
+            s = int(t.expressions[1].sql()) if len(t.expressions) > 1 else 0
+            top = _CTX.power(10, p - s) - _CTX.power(10, -s)
+            return _Value("numeric", -top, top, nan=True, least=_CTX.power(10, -s))
+        return _Value("numeric", -NUMERIC_TOP, NUMERIC_TOP, inf=True, nan=True)
+    return None
+
+
+def _typ(*vs: _Value) -> str:
+    typs = {v.typ for v in vs}
+    return "float" if "float" in typs else "numeric" if "numeric" in typs else "int"
+
+
+class _Values:
+    """``_value`` of the nodes of one expression, each computed once."""
+
+    def __init__(self, dom: Domain, clamped: bool) -> None:
+        self.dom, self.clamped = dom, clamped
+        self.memo: dict[int, _Value | None] = {}
+
+    def column(self, e: exp.Column) -> _Value | None:
+        ref = ColumnRef(e.table, e.name)
+        if self.dom.kind(ref) not in _NUMBER_KINDS:
+            return None
+        if self.dom.type is not None:
+            v = _of_type(exp.DataType.build(self.dom.type(ref), dialect="postgres"))
+        else:
+            v = _of_type(exp.DataType.build("BIGINT" if self.dom.kind(ref) == "integer" else "NUMERIC"))
+        if v is None:  # a number kind of a type not listed above: any value
+            v = _Value("float", -FLOAT_MAX, FLOAT_MAX, inf=True, nan=True, least=FLOAT_LEAST)
+        r = self.dom.range(ref) if self.clamped else None
+        if r is not None:  # the row-level SUM clamps the column (NaN too: NaN > hi) into its declared range
+            lo, hi = _D(repr(float(r[0]))), _D(repr(float(r[1])))
+            least = v.least if lo <= 0 <= hi else min(abs(lo), abs(hi))
+            v = _Value(v.typ, lo, hi, least=least)
+        return v
+
+    def __call__(self, e: exp.Expression) -> _Value | None:
+        key = id(e)
+        if key not in self.memo:
+            self.memo[key] = self._value(e)
+        return self.memo[key]
+
+    def _value(self, e: exp.Expression) -> _Value | None:
+        def fail(why: str) -> _MayFail:
+            return _MayFail(e, why)
+
+        if isinstance(e, exp.Paren):
+            return self(e.this)
+        if isinstance(e, exp.Literal):
+            if e.is_string:
+                return None
+            v = _D(e.this)
+            typ = "int" if e.this.isdigit() and v <= INT8[1] else "numeric"
+            return _Value(typ, v, v, least=abs(v))
+        if isinstance(e, exp.Column):
+            return self.column(e) if e.table else None
+        if not reads_column(e):
+            c = constant(e)
+            if c is not None:
+                v = _D(repr(c))
+                return _Value("int" if c.is_integer() and abs(v) <= INT8[1] else "numeric", v, v, least=abs(v))
+        if isinstance(e, exp.Neg):
+            a = self(e.this)
+            if a is None:
+                return None
+            if a.typ == "int" and a.lo < -INT8[1]:
+                raise fail("negates a BIGINT that may be −2^63, out of range (write CAST(x AS NUMERIC))")
+            return replace(a, lo=-a.hi, hi=-a.lo, sided=-a.sided)
+        if isinstance(e, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)):
+            return self.arithmetic(e, fail)
+        if isinstance(e, exp.Abs):
+            a = self(e.this)
+            if a is None:
+                return None
+            if a.typ == "int" and a.lo < -INT8[1]:
+                raise fail("takes ABS of a BIGINT that may be −2^63, out of range (write ABS(CAST(x AS NUMERIC)))")
+            lo = _D(0) if a.lo <= 0 <= a.hi else min(abs(a.lo), abs(a.hi))
+            return replace(a, lo=lo, hi=a.big)
+        if isinstance(e, exp.Exp):
+            return self.exponential(e, fail)
+        if isinstance(e, exp.Sqrt):
+            a = self(e.this)
+            if a is None:
+                return None
+            typ = "numeric" if a.typ == "numeric" else "float"
+            lo, hi = (_CTX.sqrt(max(x, _D(0))) for x in (a.lo, a.hi))
+            return _Value(typ, lo, hi, a.inf, a.nan, _CTX.sqrt(a.least))
+        if isinstance(e, exp.Pow):
+            return self.power(e, fail)
+        if isinstance(e, (exp.Round, exp.Floor, exp.Ceil)):
+            a = self(e.this)
+            if a is None:
+                return None
+            typ = "numeric" if e.args.get("decimals") is not None else "float" if a.typ == "int" else a.typ
+            return _Value(typ, a.lo - 1, a.hi + 1, a.inf, a.nan)
+        if isinstance(e, exp.Cast):
+            return self.cast(e, fail)
+        if isinstance(e, (exp.Greatest, exp.Least, exp.Coalesce, exp.Nullif, exp.Case, exp.If)):
+            return self.choice(e, fail)
+        if isinstance(e, (exp.Length, exp.StrPosition)):
+            return _Value("int", _D(0), _D(2**31 - 1))
+        if isinstance(e, exp.Extract):
+            return _Value("numeric", -_D("1e15"), _D("1e15"), inf=True, nan=True)
+        if isinstance(e, (exp.Condition, exp.Func)) and not isinstance(e, exp.Anonymous):
+            return None  # comparisons, connectives, text and date functions: not a number (checked on their own)
+        # a node of unknown type: any number (its parents are then checked against the widest values)
+        return _Value("float", -FLOAT_MAX, FLOAT_MAX, inf=True, nan=True, least=FLOAT_LEAST)
+
+    def as_float(self, x: exp.Expression, v: _Value) -> _Value:
+        """``v`` converted to double precision where PostgreSQL mixes it with one: a NUMERIC beyond the doubles,
+        or so small it rounds to 0, fails the conversion."""
+        tiny = v.least <= FLOAT_ZERO and not (v.lo == v.hi == 0)
+        if v.typ == "numeric" and reads_column(x) and (v.big > FLOAT_MAX or tiny):
+            raise _MayFail(
+                x,
+                f"converts a NUMERIC that may reach {_sci(v.big)} to double precision "
+                f"(write CAST(x AS NUMERIC) on the double precision side, or {_CLAMP})",
+            )
+        return replace(v, typ="float") if v.typ != "float" else v
+
+    def arithmetic(self, e: exp.Expression, fail: Callable[[str], _MayFail]) -> _Value | None:
+        a, b = self(e.this), self(e.expression)
+        if a is None or b is None:
+            return None  # date or text operands: failure() refuses those that read a column
+        typ = _typ(a, b)
+        if typ == "float":
+            a, b = self.as_float(e.this, a), self.as_float(e.expression, b)
+        nan, inf = a.nan or b.nan or a.inf or b.inf, a.inf or b.inf
+        if isinstance(e, (exp.Add, exp.Sub)):
+            lo, hi = (a.lo + b.lo, a.hi + b.hi) if isinstance(e, exp.Add) else (a.lo - b.hi, a.hi - b.lo)
+            least = FLOAT_LEAST if typ == "float" else min(a.least, b.least)
+            v = _Value(typ, lo, hi, inf, nan, least)
+        elif isinstance(e, exp.Mul):
+            ends = [x * y for x in (a.lo, a.hi) for y in (b.lo, b.hi)]
+            v = _Value(typ, min(ends), max(ends), inf, nan, a.least * b.least)
+        elif isinstance(e, exp.Div):
+            if b.lo == b.hi == 0:
+                return _Value(typ, _D(0), _D(0), inf, True)  # x / 0: refused as a divisor above, or a constant
+            if b.lo > 0 or b.hi < 0:
+                ends = [x / y for x in (a.lo, a.hi) for y in (b.lo, b.hi)]
+                lo, hi = min(ends), max(ends)
+            else:  # NULLIF(y, 0): no less than its least non-zero |value| (a grid of 1 for integers)
+                top = a.big / b.least if b.least > 0 else _INF
+                lo, hi = -top, top
+            least = a.least / b.big if b.big > 0 else _D(0)
+            if typ == "int":
+                lo, hi = lo.to_integral_value(decimal.ROUND_DOWN), hi.to_integral_value(decimal.ROUND_DOWN)
+                least = _D(1)
+            elif typ == "numeric" and least < _D("1e-900"):
+                least = _D(0)  # NUMERIC rounds quotients to at most 1000 places
+            v = _Value(typ, lo, hi, inf, True, least)
+        else:  # % takes the dividend's sign and is smaller than both (PostgreSQL answers 0 for −2^63 % −1)
+            top = min(a.big, b.big)
+            v = _Value(typ, -top, top, inf, nan, _D(1) if typ == "int" else _D(0))
+        if not reads_column(e):
+            return v
+        what = {exp.Add: "a sum", exp.Sub: "a difference", exp.Mul: "a product", exp.Div: "a quotient"}.get(
+            type(e), "a remainder"
+        )
+        if typ == "int" and (v.lo < INT8[0] or v.hi > INT8[1]):
+            raise fail(f"computes {what} that may leave BIGINT (up to {_sci(v.big)}; write CAST(x AS NUMERIC))")
+        if typ == "numeric" and v.big > NUMERIC_MAX:
+            raise fail(f"computes {what} that may overflow NUMERIC (up to {_sci(v.big)}; clamp with {_CLAMP})")
+        if typ == "float":
+            if v.big > FLOAT_MAX:
+                raise fail(
+                    f"computes {what} that may overflow double precision (up to {_sci(v.big)}; write "
+                    "CAST(x AS NUMERIC) for a double precision operand)"
                 )
+            if isinstance(e, (exp.Mul, exp.Div)) and v.least <= FLOAT_ZERO:
+                raise fail(
+                    f"computes {what} of double precision values that may underflow to 0 (write "
+                    "CAST(x AS NUMERIC) for a double precision operand)"
+                )
+        return v
+
+    def exponential(self, e: exp.Exp, fail: Callable[[str], _MayFail]) -> _Value | None:
+        a = self(e.this)
+        if a is None:
+            return None
+        if a.typ == "numeric":
+            if a.hi > NUMERIC_EXP and reads_column(e):
+                raise fail(
+                    f"takes EXP of a NUMERIC that may reach {_sci(a.hi)} (it fails from 6000 on; write "
+                    "EXP(LEAST(x, 700)))"
+                )
+            # NUMERIC's EXP keeps about 16 significant digits: e^lo is not rounded to 0 above e^−700
+            least = _CTX.exp(a.lo) / 10 if a.lo > -700 else _ZERO
+            return _Value(
+                "numeric",
+                _CTX.exp(max(a.lo, _D(-700))) / 10 if a.lo > -700 else _ZERO,
+                _CTX.exp(min(a.hi, NUMERIC_EXP)),
+                a.inf,
+                a.nan,
+                least,
+            )
+        lo, hi = FLOAT_EXP
+        if (a.lo < lo or a.hi > hi) and reads_column(e):
+            raise fail(
+                f"takes EXP of values from {_sci(a.lo)} to {_sci(a.hi)}: double precision overflows beyond "
+                "e^709 and underflows below e^−708 (write EXP(LEAST(GREATEST(x, −700), 700)))"
+            )
+        lo, hi = max(a.lo, lo), min(a.hi, hi)
+        return _Value("float", _CTX.exp(lo), _CTX.exp(hi), a.inf, a.nan, _CTX.exp(lo))
+
+    def power(self, e: exp.Pow, fail: Callable[[str], _MayFail]) -> _Value | None:
+        a, k = self(e.this), self(e.expression)
+        if a is None or k is None:
+            return None
+        r = constant(e.expression)
+        typ = "numeric" if "numeric" in {a.typ, k.typ} and "float" not in {a.typ, k.typ} else "float"
+        if r is None:  # an exponent read from the data: refused by failure()
+            return _Value(typ, -_INF, _INF, True, True)
+        rd = _D(repr(r))
+        small, big = (_D(0) if a.lo <= 0 <= a.hi else min(abs(a.lo), abs(a.hi))), a.big
+        small = max(small, a.least)
+        ends = [_CTX.power(x, rd) if x > 0 else _D(0) for x in (small, big)]
+        top, least = max(ends), min(ends)
+        if rd == 0:
+            top = least = _D(1)
+        if reads_column(e):
+            if typ == "float" and top > FLOAT_MAX:
+                raise fail(
+                    f"raises to a power that may overflow double precision (up to {_sci(top)}; write "
+                    f"POWER(CAST(x AS NUMERIC), r) or clamp with {_CLAMP})"
+                )
+            if typ == "float" and rd != 0 and least <= FLOAT_ZERO:
+                raise fail(
+                    "raises to a power that may underflow to 0 in double precision (write "
+                    f"POWER(CAST(x AS NUMERIC), r) or clamp with {_CLAMP})"
+                )
+            limit = NUMERIC_MAX if r.is_integer() else _CTX.power(10, NUMERIC_POWER)
+            if typ == "numeric" and top > limit:
+                raise fail(f"raises to a power that may overflow NUMERIC (up to {_sci(top)}; clamp with {_CLAMP})")
+        odd = r.is_integer() and int(r) % 2 == 1
+        return _Value(typ, -top if odd and a.lo < 0 else _D(0), top, a.inf, a.nan, least)
+
+    def cast(self, e: exp.Cast, fail: Callable[[str], _MayFail]) -> _Value | None:
+        to = e.to
+        a = self(e.this)
+        target = _of_type(to)
+        if a is None or target is None:
+            return target  # text, dates: failure() decides which of those casts may fail
+        name = to.sql(dialect="postgres")
+        if not reads_column(e):
+            return target if a.lo != a.hi else replace(target, lo=a.lo, hi=a.hi, inf=False, nan=False)
+        if target.typ == "int":
+            if a.nan or a.inf or a.lo - _D("0.5") < target.lo or a.hi + _D("0.5") > target.hi:
+                raise fail(
+                    f"casts values from {_sci(a.lo)} to {_sci(a.hi)}{' or NaN/Infinity' if a.nan or a.inf else ''} "
+                    f"to {name}, out of its range (clamp with {_CLAMP} first, or cast to NUMERIC)"
+                )
+            lo, hi = a.lo.to_integral_value(decimal.ROUND_FLOOR), a.hi.to_integral_value(decimal.ROUND_CEILING)
+            return _Value("int", lo, hi, least=_D(1))
+        if target.typ == "numeric" and not target.inf:  # NUMERIC(p, s): |x| rounded to s places below 10^(p−s)
+            if a.inf or a.big > target.hi:
+                raise fail(
+                    f"casts values up to {_sci(a.big)}{' or ±Infinity' if a.inf else ''} to {name}, which holds "
+                    f"less than {_sci(target.hi)} (clamp with {_CLAMP} first, or cast to NUMERIC)"
+                )
+            return _Value("numeric", a.lo, a.hi, False, a.nan, min(a.least, target.least))
+        if target.typ == "numeric":
+            return replace(a, typ="numeric")
+        if to.this == _T.FLOAT and a.typ != "int":  # REAL
+            if a.big > REAL_MAX or (a.least <= REAL_LEAST and not (a.lo == a.hi == 0)):
+                raise fail(
+                    f"casts values up to {_sci(a.big)} or near 0 to REAL, which overflows or underflows "
+                    "(cast to DOUBLE PRECISION or NUMERIC)"
+                )
+            return replace(a, typ="float")
+        return self.as_float(e.this, a) if a.typ == "numeric" else replace(a, typ="float")
+
+    def choice(self, e: exp.Expression, fail: Callable[[str], _MayFail]) -> _Value | None:
+        """GREATEST, LEAST, COALESCE, NULLIF and CASE: one of their arguments, in their common type (NaN is
+        above every number: LEAST(NaN, 1) is 1, GREATEST(NaN, 1) NaN)."""
+        if isinstance(e, exp.Case):
+            if e.this is not None:
+                return None
+            args = case_values(e)
+        elif isinstance(e, exp.If):
+            args = [x for x in (e.args.get("true"), e.args.get("false")) if x is not None]
+        elif isinstance(e, exp.Nullif):
+            args = [e.this]
+        else:
+            args = [e.this, *e.expressions]
+        pairs = [(x, self(x)) for x in args]
+        vals = [v for _, v in pairs if v is not None]
+        if not vals:
+            return None
+        typ = _typ(*vals)
+        if typ == "float":
+            vals = [self.as_float(x, v) for x, v in pairs if v is not None]
+        least, nan = min(v.least for v in vals), any(v.nan for v in vals)
+        pick = max if isinstance(e, exp.Greatest) else min
+        if isinstance(e, (exp.Greatest, exp.Least)):
+            lo, hi = pick(v.lo for v in vals), pick(v.hi for v in vals)
+        else:
+            lo, hi = min(v.lo for v in vals), max(v.hi for v in vals)
+        # GREATEST is +Infinity when one argument may be, −Infinity only when all may be; LEAST the reverse
+        pos = (all if isinstance(e, exp.Least) else any)(v.pos for v in vals)
+        neg = (all if isinstance(e, exp.Greatest) else any)(v.neg for v in vals)
+        if isinstance(e, exp.Least):
+            nan = all(v.nan for v in vals)
+        v = _Value(typ, lo, hi, pos or neg, nan, least, 1 if pos and not neg else -1 if neg and not pos else 0)
+        if isinstance(e, exp.Nullif) and constant(e.expression) == 0 and v.least == 0:
+            v = replace(v, least=FLOAT_LEAST if typ == "float" else _D(0))
+        return v
+
+
+def _sci(x: decimal.Decimal) -> str:
+    if x.is_infinite() or x.is_nan():
+        return str(x)
+    return f"{float(x):g}" if abs(x) < _D("1e300") else f"{'-' if x < 0 else ''}1e{x.adjusted()}"
+
+
+def value_failure(e: exp.Expression, dom: Domain, *, clamped: bool = False) -> tuple[exp.Expression, str] | None:
+    """The first node of ``e`` whose value may leave its type for some value of the columns' types (of their
+    declared ranges where ``clamped``), and why; None when none can."""
+    values = _Values(dom, clamped)
+    with decimal.localcontext(_CTX):
+        for node in e.walk():
+            try:
+                values(node)
+            except _MayFail as err:
+                return err.node, err.why
+    return None

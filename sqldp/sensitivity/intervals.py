@@ -32,6 +32,9 @@ class Domain:
 
     range: RangeOf
     kind: KindOf
+    # the catalog's SQL type ("INTEGER", "NUMERIC(15,2)", …): which values the data can hold whatever the
+    # policy declares (failures.py); None: read from the kind, as widely as it allows
+    type: Callable[[ColumnRef], str] | None = None
 
 
 def domain(form: AnalysisForm, catalog: Catalog, policy: Policy) -> Domain:
@@ -50,7 +53,10 @@ def domain(form: AnalysisForm, catalog: Catalog, policy: Policy) -> Domain:
             raise RefusedError(f"the declared range {list(r)} of integer column {ref} holds no integer")
         return float(lo), float(hi)
 
-    return Domain(declared, kind)
+    def type_sql(ref: ColumnRef) -> str:
+        return catalog.table(form.use(ref.alias).table).column(ref.column).type_sql
+
+    return Domain(declared, kind, type_sql)
 
 
 def _mul(a: Interval, b: Interval) -> Interval:
