@@ -52,13 +52,17 @@ PREPARED_CACHE = 256  # analysed queries kept per session
 # forgets the connection's prepared statements on ROLLBACK, and re-planning the analysis queries costs more
 # than running them when the plain query takes a millisecond.
 READ_ONLY = "SET default_transaction_read_only = on"
+NO_TIMEOUT = "SET statement_timeout = 0"
 BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 
 def configure(conn: psycopg.Connection) -> None:
     """Set up a connection the session reads through (autocommit): read only, and statements prepared from
-    their first run, since an analysed query runs the same SQL texts every time (the session caches them)."""
+    their first run, since an analysed query runs the same SQL texts every time (the session caches them).
+    No statement timeout, whatever the server or role sets: how long a statement runs depends on the data, so
+    a timeout that cancels it would answer for the data without noise (README, "Errors are answers")."""
     conn.execute(READ_ONLY)
+    conn.execute(NO_TIMEOUT)
     conn.prepare_threshold = 0
 
 

@@ -274,3 +274,23 @@ def test_an_error_on_one_more_row_never_answers(pg_dsn: str, query: str, row: st
     after = _outcome(session, query)
     assert before == after, (before, after)
     assert not before.startswith("failed"), before
+
+
+def test_a_statement_timeout_does_not_answer_for_the_data(pg_dsn: str) -> None:
+    """A timeout the data trips is an answer (how many rows share a key decides how long the join takes): sqldp's
+    connections set no statement timeout, whatever the database configures, so the slow D is answered like the
+    fast one (without it, PostgreSQL cancels the slow one: "canceling statement due to statement timeout")."""
+    with psycopg.connect(pg_dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE t (id INT PRIMARY KEY, k INT)")
+        c.execute("INSERT INTO t SELECT i, i FROM generate_series(1, 3000) i")
+        dbname = c.info.dbname
+        c.execute(f'ALTER DATABASE "{dbname}" SET statement_timeout = 100')
+    policy = Policy.from_toml('[tables.t]\nrows = "private"\n')
+    query = "SELECT COUNT(*) FROM t AS t1, t AS t2 WHERE t1.k = t2.k"
+    assert sqldp.connect(pg_dsn, policy=policy, seed=1).run(query, epsilon=1.0).measurements[0][0].true_value == 3000
+    with psycopg.connect(pg_dsn, autocommit=True) as c:
+        c.execute("UPDATE t SET k = 0")  # one key: 9,000,000 joined pairs
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            c.execute(query).fetchone()
+    result = sqldp.connect(pg_dsn, policy=policy, seed=1).run(query, epsilon=1.0)
+    assert result.measurements[0][0].true_value == 3000 * 3000
