@@ -36,7 +36,7 @@ def case_values(e: exp.Case) -> list[exp.Expression]:
 def integer_valued(e: exp.Expression, kind_of: KindOf) -> bool:
     """Whether PostgreSQL gives ``e`` an integer type (so that ``e / k`` truncates), by its typing rules:
     integer columns and literals, LENGTH and POSITION, closed under + − × %, integer division, ABS,
-    GREATEST/LEAST, CASE and casts to an integer type."""
+    GREATEST/LEAST/COALESCE, NULLIF, CASE and casts to an integer type."""
     if isinstance(e, (exp.Paren, exp.Neg, exp.Abs)):
         return integer_valued(e.this, kind_of)
     if isinstance(e, exp.Column):
@@ -49,8 +49,10 @@ def integer_valued(e: exp.Expression, kind_of: KindOf) -> bool:
         return True
     if isinstance(e, (exp.Add, exp.Sub, exp.Mul, exp.Mod, exp.Div)):
         return integer_valued(e.this, kind_of) and integer_valued(e.expression, kind_of)
-    if isinstance(e, (exp.Greatest, exp.Least)):
+    if isinstance(e, (exp.Greatest, exp.Least, exp.Coalesce)):
         return all(integer_valued(x, kind_of) for x in [e.this, *e.expressions])
+    if isinstance(e, exp.Nullif):  # NULLIF(a, 0) has a's type: 7 / NULLIF(t.a, 0) truncates
+        return integer_valued(e.this, kind_of)
     if isinstance(e, exp.Case) and e.this is None:
         return all(integer_valued(b, kind_of) for b in case_values(e))
     return False

@@ -263,7 +263,7 @@ _ZERO = _D(0)
 FLOAT_MAX = _D("1.7976931348623157e308")
 FLOAT_LEAST = _D("4.9406564584124654e-324")  # the least non-zero double
 FLOAT_ZERO = _D("2.4703282292062328e-324")  # a product or quotient at most this small rounds to 0: underflow
-REAL_MAX, REAL_LEAST = _D("3.4028234e38"), _D("1.5e-45")
+REAL_MAX, REAL_LEAST, REAL_ZERO = _D("3.4028235e38"), _D("1.4e-45"), _D("7.1e-46")
 NUMERIC_TOP = _D("1e131072")  # NUMERIC holds less than 10^131072
 NUMERIC_MAX = NUMERIC_TOP * (1 - _D("1e-30"))  # a result must stay below it; the margin absorbs rounding here
 SUM_MAX = _D("1e131053")  # a SUM of at most 2^63 rows of values up to it stays below 10^131072
@@ -281,6 +281,11 @@ _INT_TYPES = {
     _T.BIGSERIAL: INT8,
 }
 _NUMBER_KINDS = {"integer", "numeric"}
+# the binary floating-point types: largest value, a result rounded to 0 when at most this, the least non-zero
+_FLOATS = {
+    "float": (FLOAT_MAX, FLOAT_ZERO, FLOAT_LEAST, "double precision"),
+    "real": (REAL_MAX, REAL_ZERO, REAL_LEAST, "REAL"),
+}
 _CLAMP = "LEAST(GREATEST(x, low), high)"
 
 
@@ -294,7 +299,7 @@ class _MayFail(Exception):
 
 @dataclass(frozen=True)
 class _Value:
-    """What a number-valued node can be: PostgreSQL's type ("int", "float", "numeric"), the range [lo, hi] of
+    """What a number-valued node can be: PostgreSQL's type ("int", "float", "real", "numeric"), the range [lo, hi] of
     its finite values, whether it may be ±Infinity or NaN, and ``least``, a lower bound of its non-zero |·|
     (0: none known)."""
 
@@ -323,9 +328,10 @@ def _of_type(t: exp.DataType) -> _Value | None:
     if t.this in _INT_TYPES:
         lo, hi = _INT_TYPES[t.this]
         return _Value("int", lo, hi, least=_D(1))
-    if t.this in (_T.DOUBLE, _T.FLOAT):
-        top = FLOAT_MAX if t.this == _T.DOUBLE else REAL_MAX
-        return _Value("float", -top, top, inf=True, nan=True, least=FLOAT_LEAST)
+    if t.this == _T.DOUBLE:
+        return _Value("float", -FLOAT_MAX, FLOAT_MAX, inf=True, nan=True, least=FLOAT_LEAST)
+    if t.this == _T.FLOAT:  # REAL
+        return _Value("real", -REAL_MAX, REAL_MAX, inf=True, nan=True, least=REAL_LEAST)
     if t.this in (_T.DECIMAL, _T.MONEY):
         if t.this == _T.DECIMAL and t.expressions:
             p = int(t.expressions[0].sql())
@@ -336,9 +342,13 @@ def _of_type(t: exp.DataType) -> _Value | None:
     return None
 
 
-def _typ(*vs: _Value) -> str:
+def _typ(*vs: _Value, choice: bool = False) -> str:
+    """The type of an operator of these (REAL with REAL is REAL, with anything else double precision); of
+    GREATEST, CASE and the like with ``choice`` (REAL with an integer or a NUMERIC stays REAL)."""
     typs = {v.typ for v in vs}
-    return "float" if "float" in typs else "numeric" if "numeric" in typs else "int"
+    if "float" in typs or ("real" in typs and not choice and typs != {"real"}):
+        return "float"
+    return "real" if "real" in typs else "numeric" if "numeric" in typs else "int"
 
 
 class _Values:
@@ -385,11 +395,6 @@ class _Values:
             return _Value(typ, v, v, least=abs(v))
         if isinstance(e, exp.Column):
             return self.column(e) if e.table else None
-        if not reads_column(e):
-            c = constant(e)
-            if c is not None:
-                v = _D(repr(c))
-                return _Value("int" if c.is_integer() and abs(v) <= INT8[1] else "numeric", v, v, least=abs(v))
         if isinstance(e, exp.Neg):
             a = self(e.this)
             if a is None:
@@ -437,29 +442,31 @@ class _Values:
         # a node of unknown type: any number (its parents are then checked against the widest values)
         return _Value("float", -FLOAT_MAX, FLOAT_MAX, inf=True, nan=True, least=FLOAT_LEAST)
 
-    def as_float(self, x: exp.Expression, v: _Value) -> _Value:
-        """``v`` converted to double precision where PostgreSQL mixes it with one: a NUMERIC beyond the doubles,
-        or so small it rounds to 0, fails the conversion."""
-        tiny = v.least <= FLOAT_ZERO and not (v.lo == v.hi == 0)
-        if v.typ == "numeric" and reads_column(x) and (v.big > FLOAT_MAX or tiny):
+    def convert(self, x: exp.Expression, v: _Value, typ: str) -> _Value:
+        """``v`` converted to the floating-point ``typ`` where PostgreSQL mixes it with one: a NUMERIC beyond its
+        largest value, or so small it rounds to 0, fails the conversion."""
+        if typ not in _FLOATS or v.typ == typ:
+            return v
+        top, zero, _, name = _FLOATS[typ]
+        tiny = v.least <= zero and not (v.lo == v.hi == 0)
+        if v.typ == "numeric" and reads_column(x) and (v.big > top or tiny):
             raise _MayFail(
                 x,
-                f"converts a NUMERIC that may reach {_sci(v.big)} to double precision "
-                f"(write CAST(x AS NUMERIC) on the double precision side, or {_CLAMP})",
+                f"converts a NUMERIC that may reach {_sci(v.big)}{' or near 0' if tiny else ''} to {name} "
+                f"(write CAST(x AS NUMERIC) on the {name} side, or {_CLAMP})",
             )
-        return replace(v, typ="float") if v.typ != "float" else v
+        return replace(v, typ=typ)
 
     def arithmetic(self, e: exp.Expression, fail: Callable[[str], _MayFail]) -> _Value | None:
         a, b = self(e.this), self(e.expression)
         if a is None or b is None:
             return None  # date or text operands: failure() refuses those that read a column
         typ = _typ(a, b)
-        if typ == "float":
-            a, b = self.as_float(e.this, a), self.as_float(e.expression, b)
+        a, b = self.convert(e.this, a, typ), self.convert(e.expression, b, typ)
         nan, inf = a.nan or b.nan or a.inf or b.inf, a.inf or b.inf
         if isinstance(e, (exp.Add, exp.Sub)):
             lo, hi = (a.lo + b.lo, a.hi + b.hi) if isinstance(e, exp.Add) else (a.lo - b.hi, a.hi - b.lo)
-            least = FLOAT_LEAST if typ == "float" else min(a.least, b.least)
+            least = _FLOATS[typ][2] if typ in _FLOATS else min(a.least, b.least)
             v = _Value(typ, lo, hi, inf, nan, least)
         elif isinstance(e, exp.Mul):
             ends = [x * y for x in (a.lo, a.hi) for y in (b.lo, b.hi)]
@@ -492,16 +499,17 @@ class _Values:
             raise fail(f"computes {what} that may leave BIGINT (up to {_sci(v.big)}; write CAST(x AS NUMERIC))")
         if typ == "numeric" and v.big > NUMERIC_MAX:
             raise fail(f"computes {what} that may overflow NUMERIC (up to {_sci(v.big)}; clamp with {_CLAMP})")
-        if typ == "float":
-            if v.big > FLOAT_MAX:
+        if typ in _FLOATS:
+            top, zero, _, name = _FLOATS[typ]
+            if v.big > top:
                 raise fail(
-                    f"computes {what} that may overflow double precision (up to {_sci(v.big)}; write "
-                    "CAST(x AS NUMERIC) for a double precision operand)"
+                    f"computes {what} that may overflow {name} (up to {_sci(v.big)}; write "
+                    f"CAST(x AS NUMERIC) for a {name} operand)"
                 )
-            if isinstance(e, (exp.Mul, exp.Div)) and v.least <= FLOAT_ZERO:
+            if isinstance(e, (exp.Mul, exp.Div)) and v.least <= zero:
                 raise fail(
-                    f"computes {what} of double precision values that may underflow to 0 (write "
-                    "CAST(x AS NUMERIC) for a double precision operand)"
+                    f"computes {what} of {name} values that may underflow to 0 (write "
+                    f"CAST(x AS NUMERIC) for a {name} operand)"
                 )
         return v
 
@@ -539,7 +547,8 @@ class _Values:
         if a is None or k is None:
             return None
         r = constant(e.expression)
-        typ = "numeric" if "numeric" in {a.typ, k.typ} and "float" not in {a.typ, k.typ} else "float"
+        r = None if r is None else float(r)
+        typ = "numeric" if "numeric" in {a.typ, k.typ} and not {a.typ, k.typ} & set(_FLOATS) else "float"
         if r is None:  # an exponent read from the data: refused by failure()
             return _Value(typ, -_INF, _INF, True, True)
         rd = _D(repr(r))
@@ -591,15 +600,18 @@ class _Values:
                 )
             return _Value("numeric", a.lo, a.hi, False, a.nan, min(a.least, target.least))
         if target.typ == "numeric":
+            if a.typ in _FLOATS:  # to 15 significant digits: 1.7976931348623157e308 becomes 1.79769313486232e308
+                slack = _D("1e-14")
+                return replace(a, typ="numeric", lo=a.lo - abs(a.lo) * slack, hi=a.hi + abs(a.hi) * slack)
             return replace(a, typ="numeric")
-        if to.this == _T.FLOAT and a.typ != "int":  # REAL
-            if a.big > REAL_MAX or (a.least <= REAL_LEAST and not (a.lo == a.hi == 0)):
+        if target.typ == "real" and a.typ == "float":
+            if a.big > REAL_MAX or (a.least <= REAL_ZERO and not (a.lo == a.hi == 0)):
                 raise fail(
                     f"casts values up to {_sci(a.big)} or near 0 to REAL, which overflows or underflows "
                     "(cast to DOUBLE PRECISION or NUMERIC)"
                 )
-            return replace(a, typ="float")
-        return self.as_float(e.this, a) if a.typ == "numeric" else replace(a, typ="float")
+            return replace(a, typ="real")
+        return self.convert(e.this, a, target.typ) if a.typ == "numeric" else replace(a, typ=target.typ)
 
     def choice(self, e: exp.Expression, fail: Callable[[str], _MayFail]) -> _Value | None:
         """GREATEST, LEAST, COALESCE, NULLIF and CASE: one of their arguments, in their common type (NaN is
@@ -618,15 +630,17 @@ class _Values:
         vals = [v for _, v in pairs if v is not None]
         if not vals:
             return None
-        typ = _typ(*vals)
-        if typ == "float":
-            vals = [self.as_float(x, v) for x, v in pairs if v is not None]
+        typ = _typ(*vals, choice=True)
+        vals = [self.convert(x, v, typ) for x, v in pairs if v is not None]
         least, nan = min(v.least for v in vals), any(v.nan for v in vals)
-        pick = max if isinstance(e, exp.Greatest) else min
-        if isinstance(e, (exp.Greatest, exp.Least)):
-            lo, hi = pick(v.lo for v in vals), pick(v.hi for v in vals)
-        else:
-            lo, hi = min(v.lo for v in vals), max(v.hi for v in vals)
+        # GREATEST and LEAST skip NULLs (GREATEST(NULL, −100) is −100): only an argument that is never NULL, a
+        # constant, bounds them from below (GREATEST) or above (LEAST); the others only widen the hull
+        lo, hi = min(v.lo for v in vals), max(v.hi for v in vals)
+        sure = [v for x, v in pairs if v is not None and constant(x) is not None]
+        if isinstance(e, exp.Greatest):
+            lo = max([lo, *(v.lo for v in sure)])
+        if isinstance(e, exp.Least):
+            hi = min([hi, *(v.hi for v in sure)])
         # GREATEST is +Infinity when one argument may be, −Infinity only when all may be; LEAST the reverse
         pos = (all if isinstance(e, exp.Least) else any)(v.pos for v in vals)
         neg = (all if isinstance(e, exp.Greatest) else any)(v.neg for v in vals)
@@ -634,7 +648,7 @@ class _Values:
             nan = all(v.nan for v in vals)
         v = _Value(typ, lo, hi, pos or neg, nan, least, 1 if pos and not neg else -1 if neg and not pos else 0)
         if isinstance(e, exp.Nullif) and constant(e.expression) == 0 and v.least == 0:
-            v = replace(v, least=FLOAT_LEAST if typ == "float" else _D(0))
+            v = replace(v, least=_FLOATS[typ][2] if typ in _FLOATS else _D(0))
         return v
 
 
