@@ -265,7 +265,7 @@ FLOAT_LEAST = _D("4.9406564584124654e-324")  # the least non-zero double
 FLOAT_ZERO = _D("2.4703282292062328e-324")  # a product or quotient at most this small rounds to 0: underflow
 REAL_MAX, REAL_LEAST, REAL_ZERO = _D("3.4028235e38"), _D("1.4e-45"), _D("7.1e-46")
 NUMERIC_TOP = _D("1e131072")  # NUMERIC holds less than 10^131072
-NUMERIC_MAX = NUMERIC_TOP * (1 - _D("1e-30"))  # a result must stay below it; the margin absorbs rounding here
+NUMERIC_MAX = _CTX.subtract(NUMERIC_TOP, _CTX.multiply(NUMERIC_TOP, _D("1e-30")))  # a margin for rounding here
 SUM_MAX = _D("1e131053")  # a SUM of at most 2^63 rows of values up to it stays below 10^131072
 NUMERIC_EXP = _D(5900)  # EXP of a NUMERIC fails from about 6000 on (PostgreSQL 18)
 NUMERIC_POWER = _D(2500)  # a fractional POWER of NUMERICs goes through EXP: results below 10^2500
@@ -332,8 +332,10 @@ def _of_type(t: exp.DataType) -> _Value | None:
         return _Value("float", -FLOAT_MAX, FLOAT_MAX, inf=True, nan=True, least=FLOAT_LEAST)
     if t.this == _T.FLOAT:  # REAL
         return _Value("real", -REAL_MAX, REAL_MAX, inf=True, nan=True, least=REAL_LEAST)
-    if t.this in (_T.DECIMAL, _T.MONEY):
-        if t.this == _T.DECIMAL and t.expressions:
+    if t.this == _T.MONEY:  # a BIGINT count of cents: its arithmetic leaves the type where BIGINT's does
+        return _Value("int", INT8[0], INT8[1], least=_D(1))
+    if t.this == _T.DECIMAL:
+        if t.expressions:
             p = int(t.expressions[0].sql())
             s = int(t.expressions[1].sql()) if len(t.expressions) > 1 else 0
             top = _CTX.power(10, p - s) - _CTX.power(10, -s)
