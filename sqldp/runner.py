@@ -29,7 +29,7 @@ import psycopg
 import psycopg.sql
 from sqlglot import exp
 
-from sqldp import mechanisms, sensitivity
+from sqldp import db, mechanisms, sensitivity
 from sqldp.catalog import Catalog
 from sqldp.db import connect, resolve_dsn
 from sqldp.errors import CatalogError, DatabaseError, InputError, RefusedError
@@ -269,23 +269,33 @@ class Session:
         data_dir: str | Path | None = None,
         seed: int | None = None,
         pool: Any = None,
+        analyst_dsn: str | None = None,
+        allow_privileged: bool = False,
     ) -> None:
+        # ``dsn`` is the owner's: it reads the catalog and grants; analyst statements run on connections to
+        # ``self.analyst_dsn``, a role that may only read the catalog's tables (sqldp.db.analyst_dsn)
         self.dsn = resolve_dsn(dsn, data_dir)
         # optional psycopg_pool.ConnectionPool of autocommit connections set up by ``configure``: the proxy
         # reuses connections because opening one per query costs milliseconds
         self.pool = pool
         self.policy = policy if isinstance(policy, Policy) else Policy.from_file(policy) if policy else Policy()
-        if isinstance(schema, Catalog):
-            self.catalog = schema
-        elif schema is not None:
-            self.catalog = Catalog.from_file(schema)
-        else:
-            with connect(self.dsn) as conn:
-                self.catalog = Catalog.from_database(conn)
-        self.policy.validate(self.catalog)
+        with connect(self.dsn) as owner:
+            if isinstance(schema, Catalog):
+                self.catalog = schema
+            elif schema is not None:
+                self.catalog = Catalog.from_file(schema)
+            else:
+                self.catalog = Catalog.from_database(owner)
+            self.policy.validate(self.catalog)
+            tables = sorted(t.name for t in self.catalog.tables.values())
+            self.analyst_dsn, first = db.analyst_dsn(
+                self.dsn, tables, explicit=analyst_dsn, allow_privileged=allow_privileged, owner_conn=owner
+            )
+        configure(first)
         self.noise = NoiseSource.seeded(seed) if seed is not None else NoiseSource()
-        # opening a connection costs ≈ 6 ms, more than many plain queries: keep the last few open
-        self._idle: list[psycopg.Connection] = []
+        # opening a connection costs ≈ 6 ms, more than many plain queries: keep the last few open (the start-up
+        # check's connection is the first)
+        self._idle: list[psycopg.Connection] = [first]
         self._lock = threading.Lock()
         # prepare() reads no data and depends only on the text, the privacy arguments, the catalog and the
         # policy (fixed for a session), so a repeated query skips parsing and analysis
@@ -301,7 +311,7 @@ class Session:
         with self._lock:
             conn = self._idle.pop() if self._idle else None
         if conn is None or conn.closed:
-            conn = connect(self.dsn)
+            conn = connect(self.analyst_dsn)
             configure(conn)
         try:
             yield conn

@@ -29,6 +29,17 @@ def test_db_start_status_url_stop(tmp_path: Path) -> None:
         url = sqldp("db", "url", "--data-dir", home).stdout.strip()
         with psycopg.connect(url) as conn:  # the server survives the command that started it
             assert conn.execute("SELECT 1").fetchone() == (1,)
+            # the analyst role exists from the start, and the default database is hardened for it
+            assert conn.execute("SELECT count(*) FROM pg_roles WHERE rolname = %s", (db.ANALYST_ROLE,)).fetchone() == (
+                1,
+            )
+            assert conn.execute("SELECT has_function_privilege('public', 'lo_create(oid)', 'EXECUTE')").fetchone() == (
+                False,
+            )
+        granted = sqldp("db", "grant", "--data-dir", home)
+        assert granted.returncode == 0 and "already granted" in granted.stdout, granted.stderr
+        printed = sqldp("db", "grant", "--print-sql")
+        assert printed.returncode == 0 and "CREATE ROLE" in printed.stdout and "REVOKE EXECUTE" in printed.stdout
         assert sqldp("db", "start", "--data-dir", home).stdout.strip().endswith(url)  # idempotent
     finally:
         assert sqldp("db", "stop", "--data-dir", home).stdout.strip() == "stopped"

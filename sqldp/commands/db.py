@@ -1,20 +1,33 @@
-"""``sqldp db start | stop | status | url``: the embedded PostgreSQL."""
+"""``sqldp db start | stop | status | url | grant``: the embedded PostgreSQL and the analyst role."""
 
 from __future__ import annotations
 
 import argparse
 
+from sqldp import db
 from sqldp.db import EmbeddedServer
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("db", help="manage the embedded PostgreSQL server")
-    p.add_argument("action", choices=("start", "stop", "status", "url"))
+    p = sub.add_parser("db", help="manage the embedded PostgreSQL server and the analyst role")
+    p.add_argument("action", choices=("start", "stop", "status", "url", "grant"))
     p.add_argument("--data-dir", help="server home (default: $SQLDP_HOME or the per-user data dir)")
+    p.add_argument("--dsn", help="grant: the owner's connection string (default: $SQLDP_DSN, else the embedded server)")
+    p.add_argument(
+        "--print-sql", action="store_true", help="grant: print the SQL that creates the role instead of running it"
+    )
+    p.add_argument(
+        "--harden",
+        action="store_true",
+        help="grant: also revoke from PUBLIC (every role of the database) what an analyst must not do; "
+        "always done on the embedded server",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action == "grant":
+        return grant(args)
     server = EmbeddedServer(args.data_dir)
     if args.action == "start":
         url = server.start()
@@ -31,4 +44,28 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"not running ({status.data_dir})")
             return 3  # like pg_ctl status
+    return 0
+
+
+def grant(args: argparse.Namespace) -> int:
+    """Create the analyst role and grant it SELECT on the data schema's tables, or print the SQL for that."""
+    if args.print_sql and not args.dsn:
+        print(db.print_sql("<database>"), end="")
+        return 0
+    dsn = db.resolve_dsn(args.dsn, args.data_dir)
+    with db.connect(dsn) as conn:
+        if args.print_sql:
+            print(db.print_sql(conn.info.dbname), end="")
+            return 0
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT relname FROM pg_class WHERE relnamespace = to_regnamespace(%s) "
+                "AND relkind IN ('r', 'v', 'm', 'p', 'f') ORDER BY 1",
+                (db.DATA_SCHEMA,),
+            ).fetchall()
+        ]
+        changed = db.provision(conn, tables, harden=args.harden or db.owns_server(conn))
+    state = "granted" if changed else "already granted"
+    print(f"{state}: {db.ANALYST_ROLE} may SELECT {len(tables)} table(s) in schema {db.DATA_SCHEMA}")
     return 0

@@ -9,7 +9,6 @@ send, ``harmless`` answers connection-time chatter, ``values`` encodes results a
 from __future__ import annotations
 
 import asyncio
-import inspect
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,14 +66,16 @@ def build(
 
     pol = policy if isinstance(policy, Policy) else Policy.from_file(policy)
     cfg = config_mod.load(pol)
-    runner_pool = _pool(dsn, cfg.pool_size, configure=configure)  # as the Session's own connections
+    # the ledger is written as the owner (``dsn``); analyst statements run as the Session's analyst role, which
+    # can neither read nor write the ledger's schema (sqldp.db.analyst_dsn)
     ledger_pool = _pool(ledger_dsn or dsn, max(2, cfg.pool_size // 2))
-    pools = [runner_pool, ledger_pool]
+    pools = [ledger_pool]
     try:
-        kwargs: dict[str, Any] = {"schema": schema, "seed": seed}
-        if "pool" in inspect.signature(Session).parameters:
-            kwargs["pool"] = runner_pool
-        session = Session(dsn, pol, **kwargs)
+        session = Session(dsn, pol, schema=schema, seed=seed)
+        runner_pool = _pool(session.analyst_dsn, cfg.pool_size, configure=configure)  # as the Session's own
+        pools.append(runner_pool)
+        session.close()
+        session.pool = runner_pool
         with ledger_pool.connection() as conn:
             ledger.ensure(conn)
             ledger.sync_limits(conn, [(a.name, a.epsilon_limit, a.delta_limit) for a in cfg.analysts.values()])
