@@ -80,12 +80,13 @@ def test_attack_succeeds_as_owner_and_fails_as_analyst(owner_dsn: str, policy_fi
     session = sqldp.connect(owner_dsn, policy_file)
     try:
         with session.connection() as conn:
-            assert conn.execute("SELECT current_user").fetchone()[0] == db.ANALYST_ROLE
             with pytest.raises(psycopg.Error) as info:
                 for stmt in sql.split("; "):
                     conn.execute(stmt)
             # refused for want of a privilege or by the read-only transaction, not by a typo in the attack
             assert isinstance(info.value, (psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTransaction))
+        with session.connection() as conn:
+            assert conn.execute("SELECT current_user").fetchone()[0] == "sqldp_analyst"
     finally:
         session.close()
     with psycopg.connect(owner_dsn) as conn:
