@@ -359,8 +359,10 @@ def provision(conn: Any, tables: list[str], *, harden: bool, role: str = ANALYST
     ]
     database = conn.info.dbname
     missing = conn.execute(
-        "SELECT (SELECT count(*) FROM pg_roles WHERE rolname = %(r)s) = 0"
-        " OR NOT EXISTS (SELECT FROM pg_db_role_setting s JOIN pg_roles r ON r.oid = s.setrole"
+        # CASE, not OR: has_table_privilege raises for a role that does not exist yet, and OR's operands may
+        # be evaluated in any order
+        "SELECT CASE WHEN NOT EXISTS (SELECT FROM pg_roles WHERE rolname = %(r)s) THEN true ELSE"
+        " NOT EXISTS (SELECT FROM pg_db_role_setting s JOIN pg_roles r ON r.oid = s.setrole"
         "                WHERE r.rolname = %(r)s AND s.setdatabase = 0"
         "                  AND 'default_transaction_read_only=on' = ANY(s.setconfig))"
         " OR EXISTS (SELECT FROM unnest(%(t)s::text[]) t"
@@ -368,7 +370,7 @@ def provision(conn: Any, tables: list[str], *, harden: bool, role: str = ANALYST
         " OR (%(h)s AND (has_database_privilege('public', %(d)s, 'TEMPORARY')"
         "                OR has_function_privilege('public', 'pg_catalog.lo_create(oid)', 'EXECUTE')"
         "                OR has_function_privilege('public', 'pg_catalog.set_config(text,text,boolean)', 'EXECUTE')"
-        "                OR has_table_privilege('public', 'pg_catalog.pg_stats', 'SELECT')))",
+        "                OR has_table_privilege('public', 'pg_catalog.pg_stats', 'SELECT'))) END",
         {"r": role, "t": existing, "s": DATA_SCHEMA, "h": harden, "d": database},
     ).fetchone()[0]
     if not missing:
@@ -493,7 +495,11 @@ def analyst_dsn(
         try:
             row = own.execute("SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = current_user").fetchone()
             if row and row[0]:
-                provision(own, tables, harden=owns_server(own))
+                try:
+                    provision(own, tables, harden=owns_server(own))
+                except psycopg.Error as exc:  # e.g. CREATEROLE without the right to grant on the tables
+                    first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+                    raise DatabaseError(f"cannot set up the analyst role: {first}; {PRIVILEGED_HINT}") from exc
                 chosen = with_user(owner_dsn, ANALYST_ROLE)
             else:
                 chosen = owner_dsn

@@ -8,6 +8,7 @@ so the failure is the role's doing and not the statement's.
 from __future__ import annotations
 
 import time
+import uuid
 
 import psycopg
 import pytest
@@ -201,3 +202,16 @@ def test_printed_sql_closes_what_public_may_do(pg_dsn: str) -> None:
         assert conn.execute("SELECT count(*) FROM people").fetchone()[0] == 100
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("SELECT lo_create(0)")
+
+
+def test_provision_creates_a_role_that_does_not_exist_yet(owner_dsn: str) -> None:
+    """The "is anything missing" query must not ask has_table_privilege about a role before it exists."""
+    role = f"sqldp_test_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(owner_dsn, autocommit=True) as conn:
+        try:
+            assert db.provision(conn, ["people"], harden=False, role=role) is True
+            assert db.provision(conn, ["people"], harden=False, role=role) is False
+            assert conn.execute("SELECT has_table_privilege(%s, 'people', 'SELECT')", (role,)).fetchone() == (True,)
+        finally:
+            conn.execute(f'REVOKE ALL ON people FROM "{role}"; REVOKE ALL ON SCHEMA public FROM "{role}"')
+            conn.execute(f'DROP ROLE IF EXISTS "{role}"')
