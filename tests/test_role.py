@@ -215,3 +215,24 @@ def test_provision_creates_a_role_that_does_not_exist_yet(owner_dsn: str) -> Non
         finally:
             conn.execute(f'REVOKE ALL ON people FROM "{role}"; REVOKE ALL ON SCHEMA public FROM "{role}"')
             conn.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
+def test_proxy_reads_as_the_analyst_and_keeps_the_ledger_as_the_owner(pg_dsn: str, tmp_path) -> None:
+    from proxy_support import make_tables, write_policy
+
+    from sqldp.proxy import build
+
+    make_tables(pg_dsn)
+    policy = write_policy(tmp_path / "policy.toml", {"alice": {"epsilon_limit": 3.5}})
+    built = build(pg_dsn, policy)
+    try:
+        session = built.server.session
+        with session.connection() as conn:  # the proxy's pool
+            assert conn.execute("SELECT current_user").fetchone()[0] == db.ANALYST_ROLE
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute("SELECT epsilon_spent FROM sqldp.budget_ledger")
+        with built.server.ledger_pool.connection() as conn:
+            assert conn.execute("SELECT current_user").fetchone()[0] != db.ANALYST_ROLE
+            assert ledger.balance(conn, "alice") is not None
+    finally:
+        built.close()
