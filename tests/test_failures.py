@@ -195,7 +195,7 @@ def test_exp_is_capped_under_value_level_privacy_instead_of_overflowing(pg_dsn: 
     the capped value and a finite bound. (Over a DOUBLE PRECISION column 0.05·a itself fails for a = 5e−324,
     an underflow: refused, test_values_that_leave_their_type_are_refused_or_never_fail.)"""
     with psycopg.connect(pg_dsn, autocommit=True) as c:
-        c.execute("CREATE TABLE t (id INT PRIMARY KEY, a NUMERIC)")
+        c.execute("CREATE TABLE t (id INT PRIMARY KEY, a NUMERIC(12, 2))")
         c.execute("INSERT INTO t VALUES (1, 200000), (2, 10)")
         with pytest.raises(psycopg.errors.NumericValueOutOfRange):
             c.execute("SELECT SUM(EXP(0.05 * t.a)) FROM t")
@@ -416,10 +416,10 @@ def test_what_the_check_accepts_never_fails_on_extreme_values(extremes: psycopg.
             extremes.execute(f"SELECT count({run}) FROM empty AS g").fetchone()
 
 
-def test_a_sum_of_doubles_runs_in_numeric(pg_dsn: str) -> None:
+def test_a_sum_of_doubles_is_refused_under_value_level_privacy(pg_dsn: str) -> None:
     """Under value-level privacy SUM's argument is not clamped: a double precision SUM fails once its total
-    passes 1.8e308 (D has one row of 1.7e308, D plus one row two). sqldp sums in NUMERIC (sqlgen.aggregate_expr):
-    answered on both, with the exact total."""
+    passes 1.8e308 (D has one row of 1.7e308, D plus one row two). The value-level analysis refuses DOUBLE
+    PRECISION columns before any query (its own double-precision SQL could fail too), on both databases."""
     with psycopg.connect(pg_dsn, autocommit=True) as c:
         c.execute("CREATE TABLE t (id INT PRIMARY KEY, f DOUBLE PRECISION)")
         c.execute("INSERT INTO t VALUES (1, 1.5), (2, 1.7e308)")
@@ -429,8 +429,47 @@ def test_a_sum_of_doubles_runs_in_numeric(pg_dsn: str) -> None:
             c.execute("SELECT SUM(t.f) FROM t").fetchone()
         c.execute("DELETE FROM t WHERE id = 3")
     session = sqldp.connect(pg_dsn, policy=Policy.from_toml('[tables.t]\nrows = "public"\nnorm = "l1(f)"\n'), seed=1)
-    assert session.run("SELECT SUM(t.f) FROM t", epsilon=1.0).measurements[0][0].true_value == pytest.approx(1.7e308)
+    refusals = []
+    for extra in ("", "INSERT INTO t VALUES (3, 1.7e308)"):
+        if extra:
+            with psycopg.connect(pg_dsn, autocommit=True) as c:
+                c.execute(extra)
+        with pytest.raises(RefusedError, match="DOUBLE PRECISION") as err:
+            session.run("SELECT SUM(t.f) FROM t", epsilon=1.0)
+        refusals.append(str(err.value))
+    assert refusals[0] == refusals[1]
+
+
+def test_sums_run_in_numeric(pg_dsn: str) -> None:
+    """sqlgen.aggregate_expr sums in NUMERIC: a NUMERIC(310, 0) total passing 1.8e308 is exact, where a
+    double precision sum would fail (the column's type is outside what the value-level analysis reads, so this
+    is checked on the SQL sqldp generates)."""
+    from sqldp.form import Aggregate
+    from sqldp.sqlgen import aggregate_expr
+
     with psycopg.connect(pg_dsn, autocommit=True) as c:
-        c.execute("INSERT INTO t VALUES (3, 1.7e308)")
-    m = session.run("SELECT SUM(t.f) FROM t", epsilon=1.0).measurements[0][0]
-    assert m.true_value == math.inf or m.true_value == pytest.approx(3.4e308)  # 3.4e308 is no double: inf
+        c.execute("CREATE TABLE t (id INT PRIMARY KEY, f DOUBLE PRECISION)")
+        c.execute("INSERT INTO t VALUES (1, 1.7e308), (2, 1.7e308)")
+        arg = sqlglot.parse_one("t.f", read="postgres")
+        agg = aggregate_expr(Aggregate("sum", arg, frozenset())).sql(dialect="postgres")
+        (total,) = c.execute(f"SELECT {agg} FROM t").fetchone()  # type: ignore[misc]
+    assert float(total) == math.inf or float(total) == pytest.approx(3.4e308)
+
+
+def test_value_level_analysis_refuses_double_precision_columns(pg_server_dsn: str) -> None:
+    """A private filter's sigmoid over a DOUBLE PRECISION column failed in PostgreSQL once a row held 1e308
+    (value out of range: overflow), while the same query was answered without that row: the error answered
+    for the row. Such columns are refused before any query, on D and on D plus the row alike."""
+    setup = "CREATE TABLE t (k INT PRIMARY KEY, f DOUBLE PRECISION);INSERT INTO t VALUES (1, 3.0), (2, 7.0);"
+    policy = Policy.from_toml('[tables.t]\nrows = "public"\nnorm = "l1(f)"\n[tables.t.columns.f]\nrange = [0, 10]\n')
+    outcomes = []
+    for extra in ("", "INSERT INTO t VALUES (3, 1e308);"):
+        with loaded_database(pg_server_dsn, setup + extra) as conn:
+            session = sqldp.connect(conn.info.dsn, policy=policy)
+            try:
+                with pytest.raises(RefusedError, match="DOUBLE PRECISION") as err:
+                    session.run("SELECT COUNT(*) FROM t WHERE t.f > 5", epsilon=1.0)
+                outcomes.append(str(err.value))
+            finally:
+                session.close()
+    assert outcomes[0] == outcomes[1]

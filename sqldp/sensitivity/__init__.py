@@ -33,6 +33,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from sqldp.catalog import Catalog
+from sqldp.errors import RefusedError
 from sqldp.form import AnalysisForm, ColumnRef
 from sqldp.policy import Policy
 from sqldp.sensitivity import failures
@@ -58,6 +59,36 @@ def plan(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | Non
     # a data-dependent error would answer without noise: refused first (failures.py)
     failures.check(form, domain(form, catalog, policy), bounded_sum=not values)
     if values:
+        _bounded_types(form, catalog, reads)
         return plan_columns(form, catalog, policy, beta)
     # a table with public rows and private values contributes nothing when none of its values is read
     return plan_rows(form, catalog, policy)
+
+
+def _bounded_types(form: AnalysisForm, catalog: Catalog, reads: set[ColumnRef]) -> None:
+    """The value-level analysis computes its smooth filters, window weights and per-row bounds in double
+    precision over the columns it reads (NR §3.3.8.4's sigmoids). PostgreSQL fails such arithmetic on values
+    near the limits of DOUBLE PRECISION (overflow at 1e308, underflow below 1e-308) and carries NaN through
+    it, so on a DOUBLE PRECISION, REAL or unconstrained NUMERIC column the statement would fail, or the bound
+    would be NaN, for some data: an error or refusal that answers for that data. Integer, DATE and NUMERIC(p, s)
+    values with p − s ≤ 300 and s ≤ 300 lie well inside double precision's range and are never subnormal, so
+    only those are read by the value-level analysis. (NUMERIC(p, s) still admits NaN: an open case, see the
+    README's limits.)"""
+    for ref in sorted(reads, key=str):
+        column = catalog.table(form.use(ref.alias).table).column(ref.column)
+        if column.kind == "numeric" and not _inside_double(column.type_sql):
+            raise RefusedError(
+                f"column {ref} has type {column.type_sql}, whose values (NaN, ±Infinity, magnitudes near 1e308) "
+                "make the value-level analysis's double-precision SQL fail or its bound NaN for some data; "
+                "declare it NUMERIC(p, s) or an integer type (NR §3.3.8)"
+            )
+
+
+def _inside_double(type_sql: str) -> bool:
+    """NUMERIC(p, s) / DECIMAL(p, s) whose values stay between 1e-300 and 1e300 in magnitude (or are 0)."""
+    head, _, args = type_sql.upper().replace(" ", "").partition("(")
+    if head not in ("NUMERIC", "DECIMAL") or not args:
+        return False
+    p, _, s = args.rstrip(")").partition(",")
+    scale = int(s or 0)
+    return int(p) - scale <= 300 and scale <= 300
