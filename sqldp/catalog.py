@@ -73,6 +73,7 @@ class Table:
     columns: Mapping[str, Column]
     primary_key: tuple[str, ...] = ()
     foreign_keys: tuple[ForeignKey, ...] = ()
+    unique: tuple[tuple[str, ...], ...] = ()  # UNIQUE constraints (the model-checking analysis uses them)
 
     def column(self, name: str) -> Column:
         try:
@@ -121,7 +122,10 @@ class Catalog:
         if not tables:
             raise InputError("no CREATE TABLE statement found", where=source)
         return cls(
-            {name: Table(name, t["columns"], tuple(t["pk"]), tuple(t["fks"])) for name, t in tables.items()},
+            {
+                name: Table(name, t["columns"], tuple(t["pk"]), tuple(t["fks"]), tuple(t["unique"]))
+                for name, t in tables.items()
+            },
             source,
         )
 
@@ -152,14 +156,14 @@ class Catalog:
               ON kcu.constraint_name = tc.constraint_name AND kcu.table_schema = tc.table_schema
             LEFT JOIN information_schema.constraint_column_usage ccu
               ON ccu.constraint_name = tc.constraint_name AND tc.constraint_type = 'FOREIGN KEY'
-            WHERE tc.table_schema = %s AND tc.constraint_type IN ('PRIMARY KEY', 'FOREIGN KEY')
+            WHERE tc.table_schema = %s AND tc.constraint_type IN ('PRIMARY KEY', 'FOREIGN KEY', 'UNIQUE')
             ORDER BY tc.table_name, tc.constraint_name, kcu.ordinal_position
             """,
             (schema,),
         ).fetchall()
         tables: dict[str, dict] = {}
         for table, column, dtype, nullable, precision, scale in cols:
-            t = tables.setdefault(table, {"columns": {}, "pk": [], "fks": {}})
+            t = tables.setdefault(table, {"columns": {}, "pk": [], "fks": {}, "unique": {}})
             type_sql = dtype.upper()
             if type_sql == "NUMERIC" and precision is not None:
                 # keep DECIMAL(p, s): its grid 10^−s decides how a private filter is approximated (filters.py)
@@ -172,6 +176,8 @@ class Catalog:
             if ctype == "PRIMARY KEY":
                 if column not in t["pk"]:
                     t["pk"].append(column)
+            elif ctype == "UNIQUE":
+                t["unique"].setdefault(cname, []).append(column)
             else:
                 fk = t["fks"].setdefault(cname, ([], ref_table, []))
                 if column not in fk[0]:
@@ -187,6 +193,7 @@ class Catalog:
                     t["columns"],
                     tuple(t["pk"]),
                     tuple(ForeignKey(tuple(c), rt, tuple(rc)) for c, rt, rc in t["fks"].values()),
+                    tuple(tuple(cols) for cols in t["unique"].values()),
                 )
                 for name, t in tables.items()
             },
@@ -203,7 +210,7 @@ def _add_create(tables: dict[str, dict], stmt: exp.Create, source: str) -> None:
     if not isinstance(schema, exp.Schema):
         raise InputError("CREATE TABLE … AS is not supported in schema files", where=source)
     name = _ident(schema.this)
-    t = tables.setdefault(name, {"columns": {}, "pk": [], "fks": []})
+    t = tables.setdefault(name, {"columns": {}, "pk": [], "fks": [], "unique": []})
     for item in schema.expressions:
         if isinstance(item, exp.ColumnDef):
             col = _ident(item.this)
@@ -217,6 +224,8 @@ def _add_create(tables: dict[str, dict], stmt: exp.Create, source: str) -> None:
                     not_null = True
                 elif isinstance(ck, exp.NotNullColumnConstraint) and not ck.args.get("allow_null"):
                     not_null = True
+                elif isinstance(ck, exp.UniqueColumnConstraint):
+                    t["unique"].append((col,))
                 elif isinstance(ck, exp.Reference):
                     ref = ck.this
                     rt = _ident(ref.this) if isinstance(ref, exp.Schema) else _ident(ref)
@@ -233,6 +242,8 @@ def _add_constraint(t: dict, item: exp.Expression) -> None:
             _add_constraint(t, inner)
     elif isinstance(item, exp.PrimaryKey):
         t["pk"].extend(_ident(c) for c in item.expressions)
+    elif isinstance(item, exp.UniqueColumnConstraint) and isinstance(item.this, exp.Schema):
+        t["unique"].append(tuple(_ident(c) for c in item.this.expressions))
     elif isinstance(item, exp.ForeignKey):
         ref = item.args.get("reference")
         target = ref.this if ref is not None else None
