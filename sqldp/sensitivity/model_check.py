@@ -636,8 +636,9 @@ def from_form(form: Any, *, grouped: bool | None = None) -> SPJ:
 
 def from_select(tree: exp.Select) -> SPJ:
     """A qualified single-block ``SELECT [DISTINCT] … FROM … [JOIN … ON …] WHERE …`` (no subqueries)."""
-    if any(isinstance(n, (exp.Subquery, exp.Union, exp.Intersect, exp.Except)) for n in tree.walk()):
-        raise ValueError("only single-block queries")
+    nested = (exp.Subquery, exp.Exists, exp.Union, exp.Intersect, exp.Except, exp.With)
+    if any(isinstance(n, nested) or (isinstance(n, exp.Select) and n is not tree) for n in tree.walk()):
+        raise ValueError("only single-block queries (subqueries need the workflow transformations of NR §4.3.6.1)")
     uses = []
     for t in tree.find_all(exp.Table):
         uses.append(Use(t.alias_or_name, t.name.lower()))
