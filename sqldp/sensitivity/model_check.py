@@ -653,3 +653,16 @@ def from_select(tree: exp.Select) -> SPJ:
     if tree.args.get("group") is not None:
         projections = tuple(tree.args["group"].expressions)
     return SPJ(tuple(uses), tuple(conditions), projections, semantics)
+
+
+def for_form(form: Any, catalog: Catalog, tables: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
+    """Per table: how many join rows one of its rows can change (what a COUNT over the join moves, Φ) and,
+    with GROUP BY, how many groups (Ψ over the keys, Theorem 3.111). Data-independent: safe to show anyone."""
+    bag = from_form(form, grouped=False)
+    out: dict[str, Any] = {}
+    for table in tables:
+        entry = {"join_rows": sensitivity(bag, catalog, table, timeout=timeout).to_json()}
+        if form.group_by:
+            entry["groups"] = sensitivity(from_form(form, grouped=True), catalog, table, timeout=timeout).to_json()
+        out[table] = entry
+    return out
