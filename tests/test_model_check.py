@@ -243,3 +243,19 @@ def test_witness_reaches_the_bound_on_postgresql(pg_dsn: str, case: int) -> None
         )
         after = conn.execute(count).fetchone()[0]  # type: ignore[index]
     assert before - after == got.value
+
+
+def test_explain_shows_the_global_sensitivity() -> None:
+    """`sqldp explain` prints each private table's global sensitivity (no data needed): Q12's shape, where an
+    order reaches the two ship modes the IN list keeps (NR Table 21: Q12 = 2)."""
+    from sqldp.commands.explain import explain
+    from sqldp.policy import Policy
+
+    query = (
+        "SELECT l_shipmode, COUNT(*) FROM orders, lineitem WHERE o_orderkey = l_orderkey "
+        "AND l_shipmode IN ('MAIL', 'SHIP') GROUP BY l_shipmode"
+    )
+    out = explain(query, TPCH, Policy.from_file(Path(__file__).resolve().parents[1] / "schemas" / "tpch.toml"))
+    g = out["global_sensitivity"]
+    assert g["orders"]["groups"]["sensitivity"] == 2 and g["orders"]["join_rows"]["sensitivity"] == "inf"
+    assert g["lineitem"]["groups"]["sensitivity"] == 1 and g["lineitem"]["join_rows"]["sensitivity"] == 1

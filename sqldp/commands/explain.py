@@ -13,6 +13,7 @@ from sqldp.errors import RefusedError
 from sqldp.form import describe
 from sqldp.frontend import parse
 from sqldp.normalize import PublicRelease, normalize
+from sqldp.sensitivity import model_check
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,6 +33,9 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
         out.update(analysis=None, public=True, refused=None, tables=list(form.tables))
     else:
         out.update(analysis=describe(form), public=False, refused=None)
+        private = [t for t in form.tables if policy.table(t).rows_private]
+        # from the schema's keys alone (NR §3.3.13): data-independent, so anyone may see it
+        out["global_sensitivity"] = model_check.for_form(form, catalog, private)
     return out
 
 
@@ -56,7 +60,19 @@ def _text(out: dict[str, Any]) -> str:
             lines.append(f"  after noise: ORDER BY {order or '-'} LIMIT {a['limit']}")
         if a["rewrites"]:
             lines.append("  rewrites:   " + "; ".join(a["rewrites"]))
+        if out.get("global_sensitivity"):
+            lines.append("Global sensitivity from the schema's keys (NR §3.3.13; data-independent):")
+            for table, entry in out["global_sensitivity"].items():
+                parts = [f"join rows {_global(entry['join_rows'])}"]
+                if "groups" in entry:
+                    parts.append(f"groups {_global(entry['groups'])}")
+                lines.append(f"  {table}: " + ", ".join(parts))
     return "\n".join(lines)
+
+
+def _global(g: dict[str, Any]) -> str:
+    value = "∞" if g["sensitivity"] == "inf" else f"{g['sensitivity']:g}"
+    return value if g["exact"] else f"≤ {value}"
 
 
 def run(args: argparse.Namespace) -> int:
