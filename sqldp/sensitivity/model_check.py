@@ -146,6 +146,7 @@ class _Formula:
         self.fresh = 0
         self.table_of = {u.alias: catalog.table(u.table) for u in query.uses}
         self.funcs: dict[tuple[str, tuple[str, ...], str], z3.FuncDeclRef] = {}
+        self.outputs: dict[str, z3.FuncDeclRef] = {}  # untranslatable output columns
 
     # -- variables ----------------------------------------------------------------------------------
 
@@ -292,15 +293,21 @@ class _Formula:
         return table[op](a, b)
 
     def output(self, e: exp.Expression, r: int) -> z3.ExprRef:
-        """An output column of row r; one the translation does not cover is a fresh value per row, which lets
-        rows differ more than the function could make them (an upper bound, said so)."""
+        """An output column of row r; one the translation does not cover is an uninterpreted function of the
+        row's identity (its uses' keys): any function the SQL computes is one of them, so the bound may only grow
+        (said so), and one row still has one output."""
         try:
             return self.term(e, r)
         except _Untranslatable as why:
             if str(why) not in self.approximated:
                 self.approximated.append(str(why))
-            self.fresh += 1
-            return z3.Int(f"out_{self.fresh}", self.ctx)
+            ident = [self.var(r, u.alias, c) for u in self.query.uses for c in self.columns(self.table_of[u.alias])]
+            name = e.sql(dialect="postgres")
+            if name not in self.outputs:
+                self.outputs[name] = z3.Function(
+                    f"out_{len(self.outputs)}", *(v.sort() for v in ident), z3.IntSort(self.ctx)
+                )
+            return self.outputs[name](*ident)
 
     def _kind(self, c: exp.Column) -> str:
         return self.table_of[c.table].column(c.name).kind
