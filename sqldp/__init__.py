@@ -7,7 +7,7 @@ The pipeline (data flows one way): ``frontend`` (SQL text → relational algebra
     import sqldp
     session = sqldp.connect(policy="policy.toml")      # embedded PostgreSQL, or a DSN
     result = session.run("SELECT COUNT(*) FROM t", epsilon=1.0)
-    result.answer, result.to_json()["error"]
+    result.answer, result.to_json()  # the noisy answer and data-independent figures; audit=True adds the rest
 """
 
 from __future__ import annotations

@@ -75,9 +75,13 @@ class PrivacyParams:
     confidence: float
     advantage: float | None = None
     epsilon_source: str = "epsilon"
+    # where a refusal about β points: the flag or the policy key the user set it with (None: chosen by sqldp)
+    beta_where: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        del out["beta_where"]
+        return out
 
 
 def resolve_params(
@@ -119,9 +123,28 @@ def resolve_params(
     if dlt is not None and not 0 < dlt < 1:
         raise InputError(f"delta must be in (0, 1), got {dlt}", where="--delta")
     b = beta if beta is not None else d.beta
+    # a refusal names only what the user set: the flag, else the policy key, else nothing
+    beta_where = "--beta" if beta is not None else "defaults.beta" if d.beta is not None else None
     if b is not None and b < 0:
-        raise InputError(f"beta must be ≥ 0, got {b}", where="--beta")
-    return PrivacyParams(epsilon, dlt if mech == "laplace" else None, b, mech, conf, advantage, source)
+        raise InputError(f"beta must be ≥ 0, got {b}", where=beta_where)
+    return PrivacyParams(epsilon, dlt if mech == "laplace" else None, b, mech, conf, advantage, source, beta_where)
+
+
+def check_beta(params: PrivacyParams, shares: Sequence[tuple[float, float | None]]) -> None:
+    """Refuse a fixed β that no noise level can match at some measurement's ε (and δ) share — before anything
+    is read or charged (the proxy charges between prepare and run). NR Theorem 3.53 (generalized Cauchy) needs
+    β < ε/(γ + 1); Theorem 3.56 (Laplace) needs β < ε/(ε − 1 − ln(δ/2)). A β chosen by sqldp (Theorem 3.73)
+    is taken from a grid inside the feasible interval and needs no check."""
+    if params.beta is None:
+        return
+    for eps, delta in shares:
+        try:
+            if params.mechanism == "laplace":
+                mechanisms.laplace_b(eps, delta or 0.0, params.beta)
+            else:
+                mechanisms.cauchy_b(eps, params.beta)
+        except InputError as err:
+            raise InputError(err.message, where=params.beta_where) from None
 
 
 @dataclass
@@ -145,13 +168,23 @@ class Measurement:
         terms cost a small query's noisy run a third of its time, and most runs never read them."""
         return {t: _jsonable(term) for t, term in self.terms.items()}
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, *, audit: bool = False) -> dict[str, Any]:
+        """Without ``audit`` only what the query, the policy and the noise decide (see README, "What each
+        output field reveals"): the aggregate, its ε and δ share and the noisy value."""
+        if not audit:
+            return {k: getattr(self, k) for k in _RELEASED}
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _UNSERIALISED}
         out["tables"] = self.tables
         return out
 
 
 _UNSERIALISED = frozenset({"terms", "true_value"})
+# data-independent (ε and δ shares depend on the query, the policy and the public group domains only) or noisy
+_RELEASED = ("aggregate", "epsilon", "delta", "noisy_value")
+AUDIT_WARNING = (
+    "AUDIT MODE: the sensitivities, noise scales, error bars, β and per-table figures below are computed from "
+    "the private data without noise; they are for the data owner and must not be handed to analysts"
+)
 
 
 @dataclass
@@ -167,6 +200,11 @@ class Result:
     timings: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     grouped: bool = False
+    # data-owner mode: to_json carries the data-dependent figures too (marked "audit": true). The Python
+    # attributes are always there: whoever holds a Session holds the database connection anyway; what an
+    # analyst may see is the serialisation (the CLI's output, JSON handed on, the proxy's result set).
+    audit: bool = False
+    plan: list[dict[str, Any]] = field(default_factory=list)  # analyze without audit: nothing read
 
     @property
     def answer(self) -> Any:
@@ -191,27 +229,43 @@ class Result:
     def _main(self) -> Measurement | None:
         return max((m for group in self.measurements for m in group), key=lambda m: m.noise_scale, default=None)
 
-    def to_json(self) -> dict[str, Any]:
-        main = self._main()
+    def to_json(self, *, audit: bool | None = None) -> dict[str, Any]:
+        """The result as JSON. Without audit (the default unless the result was made in audit mode): the noisy
+        answer and the data-independent figures only — ε, δ, the mechanism, β when the user fixed it, the
+        per-aggregate ε/δ shares. The sensitivity, noise scale, error bar, chosen β (NR Theorem 3.73),
+        per-table terms and timings are functions of the private data released without noise, so they
+        appear only in audit mode (README, "What each output field reveals")."""
+        audit = self.audit if audit is None else audit
         p = self.params
         out: dict[str, Any] = {
             "query": self.sql,
+            "audit": audit,
             "public": self.public,
             "test_mode": self.test_mode,
             "epsilon": p.epsilon if p else 0.0,
             "delta": p.delta if p else None,
-            "beta": main.beta if main else None,
+            "beta": p.beta if p else None,  # as given; None: chosen per answer, shown in audit mode only
             "mechanism": p.mechanism if p else None,
             "epsilon_from": p.epsilon_source if p else None,
             "advantage": p.advantage if p else None,
-            "sensitivity": main.sensitivity if main else 0.0,
-            "noise_scale": main.noise_scale if main else 0.0,
-            "error": self._error(main),
-            "tables": dict(main.tables) if main else {},
-            "measurements": [[m.to_json() for m in group] for group in self.measurements],
-            "timings_ms": {k: round(v * 1000, 3) for k, v in self.timings.items()},
+            "measurements": [[m.to_json(audit=audit) for m in group] for group in self.measurements],
             "notes": self.notes,
         }
+        if self.plan:
+            out["plan"] = self.plan
+        if audit:
+            main = self._main()
+            out.update(
+                {
+                    "warning": AUDIT_WARNING,
+                    "beta": main.beta if main else out["beta"],
+                    "sensitivity": main.sensitivity if main else 0.0,
+                    "noise_scale": main.noise_scale if main else 0.0,
+                    "error": self._error(main),
+                    "tables": dict(main.tables) if main else {},
+                    "timings_ms": {k: round(v * 1000, 3) for k, v in self.timings.items()},
+                }
+            )
         if self.released:
             if self.grouped or self.public:
                 out["rows"] = self.rows
@@ -396,15 +450,47 @@ class Session:
         answer = answer_query(
             dataclasses.replace(form, aggregates=tuple(p.aggregate for p in plans), conjuncts=wheres[0])
         )
+        # every refusal that does not need the data happens here, before the proxy charges: a fixed β too
+        # large for a measurement's ε share would otherwise fail at calibration, after the charge. A group
+        # count read from a public table at run time is unknown here: those shares are checked again then.
+        check_beta(params, [s for s in _shares(form, params, plans, _declared_groups(domains)) if s is not None])
         return Prepared(self, sql, form, params, plans, domains, t0, answer)
 
-    def analyze(self, sql: str, **privacy: Any) -> Result:
-        """Sensitivity and noise scale; no answer is released."""
-        return self.prepare(sql, **privacy).analyze()
+    def analyze(self, sql: str, *, audit: bool = True, **privacy: Any) -> Result:
+        """The data owner's analysis: sensitivity and noise scale from the data, nothing released. With
+        ``audit=False``, the plan only: nothing is read (what an analyst may see, as ``sqldp analyze``)."""
+        prepared = self.prepare(sql, **privacy)
+        return prepared.analyze() if audit else prepared.describe()
 
-    def run(self, sql: str, **privacy: Any) -> Result:
-        """The noisy answer."""
-        return self.prepare(sql, **privacy).run()
+    def run(self, sql: str, *, audit: bool = False, **privacy: Any) -> Result:
+        """The noisy answer; ``audit=True`` makes its serialisation carry the data-dependent figures too."""
+        result = self.prepare(sql, **privacy).run()
+        result.audit = audit
+        return result
+
+
+def _declared_groups(domains: Sequence[Any]) -> int | None:
+    """The number of groups when every key's domain is declared in the policy; None when one is read from a
+    public table at run time."""
+    sizes = [len(d.values) for d in domains if d.values is not None]
+    return math.prod(sizes) if len(sizes) == len(domains) else None
+
+
+def _shares(
+    form: AnalysisForm, params: PrivacyParams, plans: Sequence[Any], groups: int | None
+) -> list[tuple[float, float | None] | None]:
+    """Each aggregate's (ε, δ) share (NR §3.3.10.4): the aggregates split ε and δ equally (sequential
+    composition); the groups of a GROUP BY get the full share when a neighbouring change touches one group
+    (parallel composition), else share/m for m groups (None while m is unknown)."""
+    out: list[tuple[float, float | None] | None] = []
+    for plan in plans:
+        divisor = 1 if (not form.group_by or plan.disjoint_groups) else groups
+        if divisor is None:
+            out.append(None)
+            continue
+        eps = params.epsilon / len(plans) / divisor
+        out.append((eps, params.delta / len(plans) / divisor if params.delta else None))
+    return out
 
 
 @dataclass
@@ -455,7 +541,31 @@ class Prepared:
         return isinstance(self.form, PublicRelease)
 
     def analyze(self) -> Result:
-        return self._execute(release=False)
+        """The data owner's analysis (audit mode): reads the data, releases nothing."""
+        result = self._execute(release=False)
+        result.audit = True
+        return result
+
+    def describe(self) -> Result:
+        """What ``analyze`` may show an analyst: the plan and the data-independent figures. Reads nothing —
+        not even the sensitivity queries, whose outcome (a bound, or a refusal of an unbounded one) depends on
+        the data and would leave without noise and without a charge."""
+        result = Result(self.sql, self.params, public=self.public, notes=list(getattr(self.form, "notes", [])))
+        if isinstance(self.form, PublicRelease) or self.params is None:
+            return result
+        form = self.form
+        shares = _shares(form, self.params, self.plans, _declared_groups(self.domains))
+        for agg, plan, share in zip(form.aggregates, self.plans, shares, strict=True):
+            parallel = not form.group_by or plan.disjoint_groups
+            result.plan.append(
+                {
+                    "aggregate": agg.sql,
+                    "groups": "full share" if parallel else "share divided among the groups",
+                    "epsilon": share[0] if share else None,  # None: m is read from a public table at run
+                    "delta": share[1] if share else None,
+                }
+            )
+        return result
 
     def run(self) -> Result:
         return self._execute(release=True)
@@ -493,12 +603,12 @@ class Prepared:
         by_key = _by_group(answer_rows, [len(vals) for vals in domain_values]) if form.group_by else {}
         # NR §3.3.10.4: the aggregates share ε (sequential composition); groups get the full share when a
         # neighbouring change touches one group only (parallel composition), else share/m.
-        n_aggs = len(self.plans)
+        shares = _shares(form, params, self.plans, len(groups))
+        check_beta(params, [s for s in shares if s is not None])  # the group count is known now
         templates = []
-        for i, (plan, results) in enumerate(zip(self.plans, sens_results, strict=True)):
-            divisor = 1 if (not form.group_by or plan.disjoint_groups) else len(groups)
-            eps = params.epsilon / n_aggs / divisor
-            delta = params.delta / n_aggs / divisor if params.delta else None
+        for i, (plan, results, share) in enumerate(zip(self.plans, sens_results, shares, strict=True)):
+            assert share is not None
+            eps, delta = share
             cal, bound = _calibrate(plan, results, eps, delta, params)
             templates.append(
                 Measurement(

@@ -210,7 +210,8 @@ def test_json_breakdown_and_answer(pg_dsn: str) -> None:
         conn.execute(DDL)
     _load(pg_dsn, [(1, 0, 2, 1.5), (2, 1, 4, -0.25), (3, 2, 1, 2.0)], [(1, 0, 3), (2, 1, -1)])
     session = sqldp.connect(pg_dsn, policy=Policy.from_toml(POLICY), seed=1)
-    out = session.run("SELECT MIN(t.x * 2 + u.b) FROM t, u WHERE t.k = u.k", epsilon=1.0, beta=BETA).to_json()
+    q = "SELECT MIN(t.x * 2 + u.b) FROM t, u WHERE t.k = u.k"
+    out = session.run(q, epsilon=1.0, beta=BETA, audit=True).to_json()
     assert set(out["tables"]) == {"t", "u"}
     t, u = out["tables"]["t"], out["tables"]["u"]
     assert t["norm"] == "l1(a, 0.5*x)" and t["row_privacy"] == "public"
@@ -312,7 +313,7 @@ def test_private_filter_shift_is_tight(pg_dsn: str) -> None:
     assert (f0, f1) == (pytest.approx(1.0), pytest.approx(1.0 + DELTA_X))  # no row passes: min(x) + Δ
     assert c0 == c1 == pytest.approx(DELTA_X)  # max(Δ·1 for a, 1/0.5 for x): ℓ1's dual, the largest term
     assert f1 - f0 > 0.5 * math.exp(BETA) * c0  # distance 1
-    out = session.run(q, epsilon=1.0, beta=BETA).to_json()
+    out = session.run(q, epsilon=1.0, beta=BETA, audit=True).to_json()
     assert out["tables"]["t"]["filtered_out_shift"] == pytest.approx(DELTA_X)
     assert out["tables"]["t"]["columns"]["a"]["filter_slope"] == pytest.approx(1.0)
     assert session.run("SELECT MAX(t.x) FROM t WHERE t.a >= 2", epsilon=1e9).answer == pytest.approx(1.0 - DELTA_X)

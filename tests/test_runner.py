@@ -55,7 +55,8 @@ def test_count_is_noisy_and_calibrated(db: tuple[str, Path]) -> None:
     dsn, policy = db
     session = sqldp.connect(dsn, policy)
     answers = [session.run("SELECT COUNT(*) FROM t").answer for _ in range(30)]
-    out = session.run("SELECT COUNT(*) FROM t").to_json()
+    out = session.run("SELECT COUNT(*) FROM t", audit=True).to_json()  # the data owner's view
+    assert out["audit"] is True and "not be handed to analysts" in out["warning"]
     for key in ("epsilon", "delta", "beta", "mechanism", "sensitivity", "noise_scale", "error", "tables", "answer"):
         assert key in out
     assert out["sensitivity"] == 1.0 and out["mechanism"] == "cauchy" and out["test_mode"] is False
@@ -72,7 +73,7 @@ def test_seeded_runs_are_reproducible_and_marked(db: tuple[str, Path]) -> None:
     a = sqldp.connect(dsn, policy, seed=3).run("SELECT SUM(time) FROM t")
     b = sqldp.connect(dsn, policy, seed=3).run("SELECT SUM(time) FROM t")
     assert a.answer == b.answer and a.to_json()["test_mode"] is True
-    assert a.to_json()["sensitivity"] == 60.0  # max |time| over the declared range [0, 60]
+    assert a.to_json(audit=True)["sensitivity"] == 60.0  # max |time| over the declared range [0, 60]
 
 
 def test_group_by_answers_every_declared_group(db: tuple[str, Path]) -> None:

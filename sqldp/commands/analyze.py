@@ -1,4 +1,10 @@
-"""``sqldp analyze`` (sensitivity and noise scale, nothing released) and ``sqldp run`` (the noisy answer)."""
+"""``sqldp analyze`` (the plan, nothing read; with ``--audit`` the sensitivity and noise scale, nothing
+released) and ``sqldp run`` (the noisy answer; with ``--audit`` the data-dependent figures too).
+
+Who sees what (README, "What each output field reveals"): without ``--audit`` the output carries only the
+noisy answer and figures the query and the policy decide, so it can be handed to an analyst. ``--audit`` is
+the data owner's mode: it adds the sensitivity, noise scale, error bar, chosen β and per-table terms, which
+are functions of the private data released without noise, and says so in the output."""
 
 from __future__ import annotations
 
@@ -6,7 +12,7 @@ import argparse
 from typing import Any
 
 from sqldp.cli import common_options, emit, read_query
-from sqldp.runner import Session
+from sqldp.runner import AUDIT_WARNING, Session
 
 
 def privacy_options() -> argparse.ArgumentParser:
@@ -22,13 +28,21 @@ def privacy_options() -> argparse.ArgumentParser:
     g.add_argument("--confidence", type=float, help="confidence level of the reported error (default 0.78)")
     g.add_argument("--seed", type=int, help="TEST MODE: seed the noise (output is marked test_mode)")
     g.add_argument(
+        "--audit",
+        action="store_true",
+        help="DATA OWNER ONLY: add the data-dependent figures (sensitivity, noise scale, error, β); not private",
+    )
+    g.add_argument(
         "--privacy-at-risk", action="store_true", help="Laplace only: add the (ε, γ) pairs of privacy at risk"
     )
     return p
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    for name, helptext in (("analyze", "sensitivity and noise scale, no answer"), ("run", "the noisy answer")):
+    for name, helptext in (
+        ("analyze", "the plan (with --audit: sensitivity, noise scale)"),
+        ("run", "the noisy answer"),
+    ):
         p = sub.add_parser(name, parents=[common_options(), privacy_options()], help=helptext)
         p.set_defaults(func=run, release=name == "run")
 
@@ -46,16 +60,23 @@ def privacy_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 def format_text(out: dict[str, Any]) -> str:
     lines = []
+    if out.get("audit"):
+        lines.append(out.get("warning") or AUDIT_WARNING)
     if out.get("test_mode"):
         lines.append("TEST MODE: noise drawn from a seeded generator; not private")
     if out["public"]:
         lines.append("public data: answered exactly")
     else:
-        err = out["error"]
+        beta = f", β = {out['beta']:.4g}" if out.get("beta") is not None else ""
         lines.append(
             f"ε = {out['epsilon']:g}{' (from advantage ' + str(out['advantage']) + ')' if out['advantage'] else ''}"
-            f", δ = {out['delta'] or 0:g}, β = {out['beta']:.4g}, mechanism = {out['mechanism']}"
+            f", δ = {out['delta'] or 0:g}{beta}, mechanism = {out['mechanism']}"
         )
+        for step in out.get("plan", []):
+            share = f"ε = {step['epsilon']:g}" if step["epsilon"] is not None else "ε divided among the groups"
+            lines.append(f"  {step['aggregate']}: {share} ({step['groups']})")
+    if not out["public"] and out.get("audit"):
+        err = out["error"]
         lines.append(f"sensitivity = {out['sensitivity']:.6g}, noise scale = {out['noise_scale']:.6g}")
         lines.append(f"error at {err['confidence']:.0%} confidence: ± {err['absolute']:.6g}")
         for table, term in out["tables"].items():
@@ -127,7 +148,7 @@ def _describe_values(term: dict[str, Any]) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     sql = read_query(args)
     session = Session(args.dsn, args.policy, schema=args.schema, data_dir=args.data_dir, seed=args.seed)
-    result = (session.run if args.release else session.analyze)(sql, **privacy_kwargs(args))
+    result = (session.run if args.release else session.analyze)(sql, audit=args.audit, **privacy_kwargs(args))
     out = result.to_json()
     if getattr(args, "privacy_at_risk", False):
         out["privacy_at_risk"] = privacy_at_risk_report(out)

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqldp.errors import ForbiddenError, RefusedError, SqldpError, SqlSyntaxError
+from sqldp.errors import ForbiddenError, InputError, RefusedError, SqldpError, SqlSyntaxError
 from sqldp.proxy import harmless, ledger, statements
 from sqldp.proxy import protocol as pr
 from sqldp.proxy import values as v
@@ -516,8 +516,17 @@ class Connection:
         return outcome
 
     def _run_private(self, sql: str, fingerprint: str, analyst: Analyst) -> tuple[Outcome, tuple[float, float]]:
-        """In a worker thread: analyse, charge (committed), run, and shape the answer."""
-        prepared = prepare_query(self.server.session, sql, analyst.privacy)
+        """In a worker thread: analyse, charge (committed), run, and shape the answer.
+
+        Every refusal that does not depend on the data happens in ``prepare_query``, before the charge. Only the
+        noisy result set leaves (``Result.table``): no sensitivity, noise scale, error bar or β, in a NOTICE or
+        anywhere else — those are functions of the private data (README, "What each output field reveals")."""
+        try:
+            prepared = prepare_query(self.server.session, sql, analyst.privacy)
+        except InputError as err:
+            if err.where == "--beta":  # the analyst's β comes from this file's [analysts] table, not a flag
+                raise InputError(err.message, where=f"analysts.{analyst.name}.beta") from None
+            raise
         eps = delta = 0.0
         if not prepared.public:
             params = prepared.params
