@@ -17,7 +17,7 @@ from typing import Any
 from sqldp.errors import DatabaseError
 from sqldp.policy import Policy
 from sqldp.proxy import config as config_mod
-from sqldp.proxy import harmless, ledger
+from sqldp.proxy import harmless, ledger, upstream
 from sqldp.proxy.server import ProxyServer
 
 
@@ -25,7 +25,8 @@ from sqldp.proxy.server import ProxyServer
 class Built:
     server: ProxyServer
     config: config_mod.ProxyConfig
-    pools: list[Any]
+    pools: list[Any]  # the runner's (pools[0]) and the ledger's
+    isolation: upstream.Isolation | None = None
 
     def close(self) -> None:
         self.server.close()
@@ -33,7 +34,7 @@ class Built:
             p.close()
 
 
-def _pool(dsn: str, size: int, *, configure: Any = None) -> Any:
+def _pool(dsn: str, size: int, *, configure: Any = None, reset: Any = None) -> Any:
     from psycopg_pool import ConnectionPool
 
     # psycopg_pool keeps connections open between queries: opening one costs milliseconds (authentication,
@@ -44,6 +45,7 @@ def _pool(dsn: str, size: int, *, configure: Any = None) -> Any:
         max_size=size,
         kwargs={"autocommit": True, "connect_timeout": 10},
         configure=configure,
+        reset=reset,
         open=False,
     )
     try:
@@ -67,12 +69,16 @@ def build(
     pol = policy if isinstance(policy, Policy) else Policy.from_file(policy)
     cfg = config_mod.load(pol)
     # the ledger is written as the owner (``dsn``); analyst statements run as the Session's analyst role, which
-    # can neither read nor write the ledger's schema (sqldp.db.analyst_dsn)
+    # can neither read nor write the ledger's schema (sqldp.db.analyst_dsn). Analysts share the reading
+    # connections, which are reset after every use (upstream.py)
+    isolation = upstream.Isolation(configure)
     ledger_pool = _pool(ledger_dsn or dsn, max(2, cfg.pool_size // 2))
     pools = [ledger_pool]
     try:
         session = Session(dsn, pol, schema=schema, seed=seed)
-        runner_pool = _pool(session.analyst_dsn, cfg.pool_size, configure=configure)  # as the Session's own
+        runner_pool = _pool(
+            session.analyst_dsn, cfg.pool_size, configure=isolation.configure, reset=isolation.reset
+        )  # as the Session's own connections
         pools.append(runner_pool)
         session.close()
         session.pool = runner_pool
@@ -80,7 +86,7 @@ def build(
             ledger.ensure(conn)
             ledger.sync_limits(conn, [(a.name, a.epsilon_limit, a.delta_limit) for a in cfg.analysts.values()])
             settings = harmless.server_settings(conn)
-        return Built(ProxyServer(session, cfg, ledger_pool, settings), cfg, pools)
+        return Built(ProxyServer(session, cfg, ledger_pool, settings), cfg, pools, isolation)
     except BaseException:
         for p in pools:
             p.close()

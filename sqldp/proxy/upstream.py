@@ -1,0 +1,81 @@
+"""Upstream connections shared by analysts: every connection goes back to its pool as it came out.
+
+The runner's connections are pooled (opening one per query costs milliseconds), so anything a statement leaves
+in its upstream session — a setting (``set_config(name, value, false)``), a role, an advisory lock, a cursor,
+a temporary table — would reach whichever analyst runs next on that connection: a ``statement_timeout`` of
+1 ms set by one analyst made another's queries fail. The pool calls :func:`Isolation.reset` on every returned
+connection (in its own worker, off the query's path): the session state is reset, the connection's own set-up
+is applied again, and the state is compared with what it was right after that set-up. A connection that does
+not compare equal is closed by the pool, never handed out again.
+
+``DISCARD ALL`` would do the reset in one statement but also deallocates the prepared statements the runner
+relies on (its analysis queries are prepared once per connection, so re-planning them on every query would
+cost more than some queries take); the statements below are what ``DISCARD ALL`` does less ``DEALLOCATE ALL``
+and ``DISCARD PLANS`` (PostgreSQL manual, DISCARD). Prepared statements themselves cannot be created by an
+analyst (``PREPARE`` is refused) and the check counts any that were.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+RESET = (
+    "RESET ALL; SET SESSION AUTHORIZATION DEFAULT; CLOSE ALL; UNLISTEN *; "
+    "SELECT pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES"
+)
+# Everything a session can carry over that the reset is meant to clear; compared before and after.
+STATE = """SELECT
+ (SELECT coalesce(string_agg(name || '=' || setting, ',' ORDER BY name), '')
+    FROM pg_settings WHERE source IN ('client', 'session')),
+ current_user::text, session_user::text,
+ (SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'),
+ (SELECT count(*) FROM pg_prepared_statements WHERE from_sql),
+ (SELECT count(*) FROM pg_cursors),
+ (SELECT count(*) FROM pg_listening_channels()),
+ (SELECT count(*) FROM pg_class WHERE relnamespace = pg_my_temp_schema())"""
+
+
+class LeftoverState(psycopg.InterfaceError):
+    """A returned connection whose session state differs from its set-up's after the reset (the pool closes
+    it: psycopg_pool discards a connection whose reset callback raises)."""
+
+
+def state(conn: psycopg.Connection) -> tuple[Any, ...]:
+    row = conn.execute(STATE, prepare=False).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+class Isolation:
+    """``configure`` and ``reset`` callbacks for a psycopg_pool.ConnectionPool of autocommit connections."""
+
+    def __init__(self, setup: Callable[[psycopg.Connection], None]) -> None:
+        self.setup = setup
+        self._baseline: weakref.WeakKeyDictionary[psycopg.Connection, tuple[Any, ...]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()
+        self.resets = 0  # how many returned connections were reset (for tests and benchmarks)
+
+    def configure(self, conn: psycopg.Connection) -> None:
+        self.setup(conn)
+        baseline = state(conn)
+        with self._lock:
+            self._baseline[conn] = baseline
+
+    def reset(self, conn: psycopg.Connection) -> None:
+        with self._lock:
+            baseline = self._baseline.get(conn)
+        if baseline is None:
+            raise LeftoverState("a connection the pool did not set up")
+        conn.cursor().execute(RESET, prepare=False)  # several statements: the simple query protocol, one trip
+        self.setup(conn)
+        if state(conn) != baseline:
+            raise LeftoverState("session state survived the reset")
+        with self._lock:
+            self.resets += 1

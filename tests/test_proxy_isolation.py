@@ -1,0 +1,69 @@
+"""The proxy's analysts share upstream connections but nothing else: session state left on a pooled connection
+never reaches the next analyst (sqldp.proxy.upstream)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from proxy_support import client_dsn, make_tables, write_policy
+
+from sqldp.proxy import ThreadedProxy, build, upstream
+
+
+@pytest.fixture
+def one_connection_proxy(pg_dsn: str, tmp_path: Path) -> Iterator[ThreadedProxy]:
+    """A proxy whose runner has exactly one upstream connection, so every analyst uses the same one."""
+    make_tables(pg_dsn)
+    policy = write_policy(
+        tmp_path / "policy.toml",
+        {"alice": {"epsilon_limit": 100.0}, "bob": {"epsilon_limit": 100.0}},
+        extra="[proxy]\npool_size = 1\n",
+    )
+    with ThreadedProxy(build(pg_dsn, policy)) as p:
+        yield p
+
+
+def test_state_left_on_the_upstream_connection_does_not_reach_the_next_analyst(
+    one_connection_proxy: ThreadedProxy, pg_dsn: str
+) -> None:
+    pool = one_connection_proxy.built.pools[0]
+    with pool.connection() as conn:  # what alice's statement could have done to the shared connection
+        backend = conn.info.backend_pid
+        conn.execute(
+            "SELECT set_config('statement_timeout', '1', false), set_config('search_path', 'nowhere', false), "
+            "set_config('sqldp.note', 'from alice', false), pg_advisory_lock(17)"
+        )
+    with psycopg.connect(client_dsn(one_connection_proxy.port, user="bob"), autocommit=True) as bob:
+        # both read through the one upstream connection: the public lookup and the noisy count
+        assert bob.execute("SELECT n_name FROM nation WHERE n_nationkey = 1").fetchone() == ("ALGERIA",)
+        (count,) = bob.execute("SELECT COUNT(*) FROM visits").fetchone() or (None,)
+        assert isinstance(count, float)
+    with pool.connection() as conn:
+        assert conn.info.backend_pid == backend  # the same connection, reset rather than replaced
+        row = conn.execute(
+            "SELECT current_setting('statement_timeout'), current_setting('search_path'), "
+            "current_setting('sqldp.note', true), current_setting('default_transaction_read_only')"
+        ).fetchone()
+        assert row == ("0", '"$user", public', "", "on")  # the runner's own set-up is back
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        assert admin.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone() == (0,)
+    assert one_connection_proxy.built.isolation is not None and one_connection_proxy.built.isolation.resets >= 3
+
+
+def test_a_connection_whose_state_does_not_reset_is_closed(pg_dsn: str) -> None:
+    calls = []
+
+    def setup(conn: psycopg.Connection) -> None:  # a set-up that differs the second time round
+        calls.append(1)
+        conn.execute(f"SET work_mem = '{4 + len(calls)}MB'")
+
+    iso = upstream.Isolation(setup)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        iso.configure(conn)
+        with pytest.raises(upstream.LeftoverState):
+            iso.reset(conn)
+    with psycopg.connect(pg_dsn, autocommit=True) as stranger, pytest.raises(upstream.LeftoverState):
+        iso.reset(stranger)  # not set up by this pool: no baseline to compare with
