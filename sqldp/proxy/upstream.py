@@ -56,9 +56,7 @@ class Isolation:
 
     def __init__(self, setup: Callable[[psycopg.Connection], None]) -> None:
         self.setup = setup
-        self._baseline: weakref.WeakKeyDictionary[psycopg.Connection, tuple[Any, ...]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._baseline: weakref.WeakKeyDictionary[psycopg.Connection, tuple[Any, ...]] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
         self.resets = 0  # how many returned connections were reset (for tests and benchmarks)
 
