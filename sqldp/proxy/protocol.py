@@ -59,8 +59,29 @@ async def read_message(reader: asyncio.StreamReader, limit: int = MAX_MESSAGE) -
     if length < 4:
         raise ProtocolError(f"invalid message length {length} for message type {kind!r}")
     if length - 4 > limit:
-        raise ProtocolError(f"message of type {kind!r} is {length - 4} bytes, over the limit of {limit}")
+        raise Oversize(kind, length - 4, limit)
     return kind, await read_exactly(reader, length - 4)
+
+
+class Oversize(ProtocolError):
+    """A message longer than the limit, noticed from its length word before any of its body is read. The body
+    can be skipped (:func:`discard`) and the connection kept, since the framing is intact."""
+
+    sqlstate = "54000"  # program_limit_exceeded
+
+    def __init__(self, kind: bytes, size: int, limit: int) -> None:
+        super().__init__(f"message of type {kind!r} is {size} bytes, over the limit of {limit}")
+        self.kind = kind
+        self.size = size
+
+
+async def discard(reader: asyncio.StreamReader, n: int) -> None:
+    """Read and drop ``n`` bytes, never holding more than 64 KiB of them."""
+    while n > 0:
+        chunk = await reader.read(min(n, 1 << 16))
+        if not chunk:
+            raise EOFError("connection closed mid-message")
+        n -= len(chunk)
 
 
 class Buffer:

@@ -36,6 +36,14 @@ from sqldp.proxy.scram import MECHANISM, AuthFailed, ScramServer
 
 log = logging.getLogger("sqldp.proxy")
 AUTH_TIMEOUT = 30.0  # seconds a client has to finish start-up and authentication
+# What one connection may keep (PostgreSQL sets no limit; a client could otherwise grow the proxy without bound:
+# 200 named statements of 1 MB each grew it to 1.25 GB): named prepared statements, their text, open portals.
+MAX_PREPARED = 256
+MAX_PREPARED_BYTES = 16 << 20
+MAX_PORTALS = 256
+# Messages whose oversize body can be skipped with the connection kept: the framing is intact and the
+# protocol has an error path for them (§55.2.2: ErrorResponse then ReadyForQuery; §55.2.3: skip to Sync).
+_SKIPPABLE = frozenset(b"QPBDECFdcf"[i : i + 1] for i in range(10))
 
 
 @dataclass
@@ -51,9 +59,12 @@ class Outcome:
 def prepare_query(session: Any, sql: str, privacy: Mapping[str, Any]) -> Any:
     """The runner's two-step API: analyse now (no private data), run later. Falls back to an equivalent shim
     while :meth:`Session.prepare` is not available."""
-    if hasattr(session, "prepare"):
-        return session.prepare(sql, **privacy)
-    return _PreparedShim(session, sql, dict(privacy))
+    try:
+        if hasattr(session, "prepare"):
+            return session.prepare(sql, **privacy)
+        return _PreparedShim(session, sql, dict(privacy))
+    except RecursionError:  # sqlglot and the analyses recurse over the expression tree
+        raise _TooComplex() from None
 
 
 class _PreparedShim:
@@ -83,6 +94,9 @@ class ProxyServer:
         self.ledger_pool = ledger_pool
         self.settings = dict(settings)
         self.executor = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="sqldp-proxy")
+        # lexing, classifying and the answers that need no data run here, apart from the analyses and queries
+        # above, so that a long analysis does not hold up other clients' connection-time chatter
+        self.front = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="sqldp-proxy-front")
         self.connections: dict[tuple[int, int], Connection] = {}
         self.mock_secret = secrets.token_bytes(32)
         self.tls: ssl.SSLContext | None = None
@@ -106,8 +120,9 @@ class ProxyServer:
             await conn.run()
         except (ConnectionError, EOFError, asyncio.IncompleteReadError, TimeoutError):
             pass
-        except Exception:  # a bug must cost one connection, never the server
-            log.exception("internal error on a client connection")
+        except Exception as exc:  # a bug must cost one connection, never the server; one line, no traceback
+            _internal_log("connection", exc)
+            await conn._fatal("XX000", "internal error in sqldp; the connection is closed")
         finally:
             self.connections.pop(conn.key, None)
             with contextlib.suppress(Exception, asyncio.CancelledError):
@@ -116,6 +131,7 @@ class ProxyServer:
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.front.shutdown(wait=False, cancel_futures=True)
 
 
 @dataclass
@@ -124,6 +140,14 @@ class Portal:
     result_formats: tuple[int, ...]
     outcome: Outcome | None = None
     sent: int = 0
+    empty: bool = False  # no statement in it (only comments or blanks): EmptyQueryResponse
+
+
+def _internal_log(where: str, exc: BaseException) -> None:
+    """One log line for an unexpected exception (no traceback: the log is read by people and by the wire fuzz
+    test, and a traceback's locals are not ours to print); its first line of text, shortened."""
+    text = " ".join(str(exc).split())[:200]
+    log.error(json.dumps({"event": "internal_error", "where": where, "error": exc.__class__.__name__, "text": text}))
 
 
 def _log(analyst: str, fingerprint: str, decision: str, **extra: Any) -> None:
@@ -260,6 +284,20 @@ class Connection:
         while True:
             try:
                 kind, body = await pr.read_message(self.reader, limit)
+            except pr.Oversize as exc:
+                if exc.kind not in _SKIPPABLE:
+                    await self._fatal("08P01", str(exc))
+                    return
+                if not skipping:  # the error goes out before the body is skipped: the client may wait for it
+                    self._error(_TooLarge(str(exc)))
+                    await self.writer.drain()
+                await pr.discard(self.reader, exc.size)
+                if exc.kind == b"Q":
+                    self.writer.write(pr.ready_for_query(self.status))
+                else:
+                    skipping = True
+                await self.writer.drain()
+                continue
             except pr.ProtocolError as exc:
                 await self._fatal("08P01", str(exc))
                 return
@@ -292,6 +330,17 @@ class Connection:
             except pr.ProtocolError as exc:
                 await self._fatal("08P01", str(exc))
                 return
+            except (ConnectionError, EOFError, asyncio.IncompleteReadError, TimeoutError):
+                raise
+            except Exception as exc:  # a bug: this message fails (one log line), the connection goes on
+                _internal_log(f"message {kind!r}", exc)
+                self._error(_Internal(exc))
+                if kind == b"Q":
+                    self.writer.write(pr.ready_for_query(self.status))
+                elif kind != b"S":
+                    skipping = True
+                else:
+                    self.writer.write(pr.ready_for_query(self.status))
             await self.writer.drain()
 
     def _error(self, err: SqldpError) -> None:
@@ -299,9 +348,17 @@ class Connection:
             self.status = "E"
         self.writer.write(pr.error_response(err.sqlstate, str(err)))
 
+    async def _off(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in a worker thread: lexing, parsing and classifying take time in proportion to the text
+        (up to the message limit) and on the event loop would stall every other client meanwhile."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.server.front, fn, *args)
+        except RecursionError:  # sqlglot recurses over nested parentheses
+            raise _TooComplex() from None
+
     async def _simple(self, sql: str) -> None:
         try:
-            if not statements.split(sql):
+            if not await self._off(statements.split, sql):
                 self.writer.write(pr.empty_query())
             else:
                 outcome = await self._answer(sql)
@@ -321,10 +378,17 @@ class Connection:
     async def _extended(self, kind: bytes, body: bytes) -> None:
         if kind == b"P":
             msg = pr.parse_parse(body)
-            if len(statements.split(msg.query)) > 1:
+            if len(await self._off(statements.split, msg.query)) > 1:
                 raise RefusedError("cannot insert multiple commands into a prepared statement")
             if msg.name and msg.name in self.statements:
                 raise SqlSyntaxError(f'prepared statement "{msg.name}" already exists')
+            kept = [q for name, (q, _) in self.statements.items() if name != msg.name]
+            if msg.name and len(kept) >= MAX_PREPARED:
+                raise _TooLarge(f"too many prepared statements on this connection (limit {MAX_PREPARED}); close some")
+            if sum(map(len, kept)) + len(msg.query) > MAX_PREPARED_BYTES:
+                raise _TooLarge(
+                    f"prepared statements on this connection would hold over {MAX_PREPARED_BYTES} bytes; close some"
+                )
             self.statements[msg.name] = (msg.query, msg.param_types)
             self.writer.write(pr.parse_complete())
         elif kind == b"B":
@@ -332,28 +396,15 @@ class Connection:
             if bind.statement not in self.statements:
                 raise SqlSyntaxError(f'prepared statement "{bind.statement}" does not exist')
             query, types = self.statements[bind.statement]
-            n = len(bind.params)
-            if n != statements.param_count(query):
-                raise SqlSyntaxError(
-                    f"bind message supplies {n} parameters, but prepared statement requires "
-                    f"{statements.param_count(query)}"
-                )
-            if len(bind.param_formats) not in (0, 1, n):
-                raise pr.ProtocolError("invalid number of parameter format codes in Bind message")
-
-            def fmt(i: int) -> int:
-                return bind.param_formats[0 if len(bind.param_formats) == 1 else i] if bind.param_formats else 0
-
-            sql = statements.bind(
-                query,
-                lambda k: v.literal(bind.params[k - 1], fmt(k - 1), types[k - 1] if k - 1 < len(types) else 0, k),
-            )
-            self.portals[bind.portal] = Portal(sql, bind.result_formats)
+            if bind.portal and bind.portal not in self.portals and len(self.portals) >= MAX_PORTALS:
+                raise _TooLarge(f"too many open portals on this connection (limit {MAX_PORTALS}); close some")
+            sql, empty = await self._off(_bind, query, types, bind)
+            self.portals[bind.portal] = Portal(sql, bind.result_formats, empty=empty)
             self.writer.write(pr.bind_complete())
         elif kind == b"D":
             target, name = pr.parse_describe_or_close(body, "Describe")
             if target == "S":
-                self._describe_statement(name)
+                await self._describe_statement(name)
             else:
                 portal = self._portal(name)
                 outcome = await self._outcome(portal)
@@ -366,7 +417,7 @@ class Connection:
             name, max_rows = pr.parse_execute(body)
             portal = self._portal(name)
             outcome = await self._outcome(portal)
-            if not statements.split(portal.sql):
+            if portal.empty:
                 self.writer.write(pr.empty_query())
                 return
             if outcome.columns is not None:
@@ -400,30 +451,38 @@ class Connection:
 
     async def _outcome(self, portal: Portal) -> Outcome:
         if portal.outcome is None:
-            portal.outcome = await self._answer(portal.sql) if statements.split(portal.sql) else Outcome("")
+            portal.outcome = Outcome("") if portal.empty else await self._answer(portal.sql)
         return portal.outcome
 
-    def _describe_statement(self, name: str) -> None:
+    async def _describe_statement(self, name: str) -> None:
         """Parameter types as declared (unspecified ones as text) and, for a SELECT, the result columns as far as
         they are known without running it: names from the select list, each typed text until executed."""
         if name not in self.statements:
             raise SqlSyntaxError(f'prepared statement "{name}" does not exist')
         query, types = self.statements[name]
-        n = statements.param_count(query)
+        n, names = await self._off(_statement_shape, query)
         oids = [(types[i] if i < len(types) and types[i] else v.TEXT) for i in range(n)]
         self.writer.write(pr.parameter_description(oids))
-        stmt = statements.classify(query)
-        if stmt.kind not in ("select", "show"):
+        if names is None:
             self.writer.write(pr.no_data())
             return
-        names = _select_names(statements.bind(query, lambda k: "NULL"))
-        if stmt.kind == "show":
-            names = [" ".join(stmt.words[1:])]
         self.writer.write(pr.row_description(_fields(names, [v.TEXT] * len(names))))
 
     # -- answering one statement --------------------------------------------------------------
 
     async def _answer(self, sql: str) -> Outcome:
+        """Connection-time chatter answered in a worker thread (:meth:`_answer_now`), the rest by the runner."""
+        notes: list[bytes] = []
+        outcome = await self._off(self._answer_now, sql, notes)
+        self.writer.write(b"".join(notes))
+        if isinstance(outcome, Outcome):
+            return outcome
+        return await self._private(outcome)
+
+    def _answer_now(self, sql: str, notes: list[bytes]) -> Outcome | str:
+        """In a worker thread, while this connection's task waits for it (so its state is ours to change):
+        the answer to a statement that reads no data, or the statement to hand to the runner. Messages to
+        send go to ``notes`` (the writer belongs to the event loop)."""
         analyst = self.user
         stmt = statements.classify(sql)
         if self.status == "E" and stmt.kind not in ("rollback", "commit", "rollback_to"):
@@ -454,7 +513,7 @@ class Connection:
             else:
                 self.settings[name] = value
                 if name in harmless.REPORTED:
-                    self.writer.write(pr.parameter_status(name, value))
+                    notes.append(pr.parameter_status(name, value))
             return Outcome(stmt.kind.upper())
         if stmt.kind == "discard":
             return Outcome("DISCARD ALL")
@@ -484,7 +543,7 @@ class Connection:
             probe = harmless.catalog_select(stmt.sql, lambda name: name in tables)
             if probe is not None:
                 return Outcome(probe.tag, probe.columns, probe.types, probe.rows)
-        return await self._private(stmt.sql)
+        return stmt.sql
 
     async def _private(self, sql: str) -> Outcome:
         self.cancel_requested = False
@@ -564,11 +623,52 @@ class _Internal(SqldpError):
         super().__init__(f"internal error in sqldp ({exc.__class__.__name__}); nothing was released")
 
 
+class _TooLarge(SqldpError):
+    sqlstate = "54000"  # program_limit_exceeded
+
+
+class _TooComplex(SqldpError):
+    sqlstate = "54001"  # statement_too_complex
+
+    def __init__(self) -> None:
+        super().__init__("the statement is nested too deeply to be analysed")
+
+
 class _Cancelled(SqldpError):
     sqlstate = "57014"
 
     def __init__(self) -> None:
         super().__init__("canceling statement due to user request")
+
+
+def _bind(query: str, types: tuple[int, ...], bind: pr.Bind) -> tuple[str, bool]:
+    """The statement with the Bind message's parameters as validated literals, and whether it is empty."""
+    n = len(bind.params)
+    wanted = statements.param_count(query)
+    if n != wanted:
+        raise SqlSyntaxError(f"bind message supplies {n} parameters, but prepared statement requires {wanted}")
+    if len(bind.param_formats) not in (0, 1, n):
+        raise pr.ProtocolError("invalid number of parameter format codes in Bind message")
+
+    def fmt(i: int) -> int:
+        return bind.param_formats[0 if len(bind.param_formats) == 1 else i] if bind.param_formats else 0
+
+    sql = statements.bind(
+        query, lambda k: v.literal(bind.params[k - 1], fmt(k - 1), types[k - 1] if k - 1 < len(types) else 0, k)
+    )
+    return sql, not statements.split(sql)
+
+
+def _statement_shape(query: str) -> tuple[int, list[str] | None]:
+    """A prepared statement's parameter count and, for a SELECT or SHOW, its result column names as far as
+    they are known without running it (None: no result set)."""
+    n = statements.param_count(query)
+    stmt = statements.classify(query)
+    if stmt.kind == "show":
+        return n, [" ".join(stmt.words[1:])]
+    if stmt.kind != "select":
+        return n, None
+    return n, _select_names(statements.bind(query, lambda k: "NULL"))
 
 
 def _fields(columns: list[str], types: list[int]) -> list[pr.Field]:

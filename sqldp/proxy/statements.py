@@ -17,6 +17,11 @@ from sqldp.errors import ForbiddenError, RefusedError, SqlSyntaxError
 _DOLLAR_TAG = re.compile(r"\$([A-Za-z_][A-Za-z_0-9]*)?\$")
 _PARAM = re.compile(r"\$(\d+)")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+_COMMENT_EDGE = re.compile(r"/\*|\*/")
+# the rest of a quoted string or identifier up to its closing quote (a doubled quote stands for itself); the
+# possessive *+ never gives back a doubled quote, so "'ab''" is unterminated as in PostgreSQL's lexer
+_QUOTED_BODY = {q: re.compile(f"(?:[^{q}]|{q}{q})*+{q}") for q in "'\""}
+_ESCAPED = re.compile(r"(?:[^'\\]|\\.|'')*+'", re.S)  # E'…' strings: a backslash escapes any character
 _PLAIN = re.compile(r"[^-/'\";$]+")  # a run of characters that cannot start a literal, comment or separator
 
 
@@ -31,39 +36,27 @@ def _tokens(sql: str) -> Iterator[tuple[str, int, int]]:
             yield "comment", i, j
             i = j
         elif c == "/" and sql.startswith("/*", i):
-            depth, j = 1, i + 2  # block comments nest in PostgreSQL
-            while j < n and depth:
-                if sql.startswith("/*", j):
-                    depth, j = depth + 1, j + 2
-                elif sql.startswith("*/", j):
-                    depth, j = depth - 1, j + 2
-                else:
-                    j += 1
+            depth = 1  # block comments nest in PostgreSQL; only their edges are visited (a long one is one scan)
+            for edge in _COMMENT_EDGE.finditer(sql, i + 2):
+                depth += 1 if edge.group() == "/*" else -1
+                if not depth:
+                    break
             if depth:
                 raise SqlSyntaxError("unterminated /* comment", where=f"position {i + 1}")
-            yield "comment", i, j
-            i = j
+            yield "comment", i, edge.end()
+            i = edge.end()
         elif c in "'\"":
             escape = (
                 c == "'" and i > 0 and sql[i - 1] in "eE" and (i < 2 or not (sql[i - 2].isalnum() or sql[i - 2] == "_"))
             )
-            j = i + 1
-            while True:
-                if j >= n:
-                    raise SqlSyntaxError(
-                        "unterminated " + ("string" if c == "'" else "quoted identifier"), where=f"position {i + 1}"
-                    )
-                if escape and sql[j] == "\\":
-                    j += 2
-                    continue
-                if sql[j] == c:
-                    if j + 1 < n and sql[j + 1] == c:
-                        j += 2
-                        continue
-                    break
-                j += 1
-            yield "literal", i, j + 1
-            i = j + 1
+            # the closing quote by a regular expression, not a loop over characters: a literal may be 1 MB long
+            m = (_ESCAPED if escape else _QUOTED_BODY[c]).match(sql, i + 1)
+            if m is None:
+                raise SqlSyntaxError(
+                    "unterminated " + ("string" if c == "'" else "quoted identifier"), where=f"position {i + 1}"
+                )
+            yield "literal", i, m.end()
+            i = m.end()
         elif (
             c == "$"
             and (m := _DOLLAR_TAG.match(sql, i))
