@@ -160,3 +160,12 @@ def test_a_long_parse_does_not_stall_other_clients(roomy_proxy: ThreadedProxy) -
     print(f"long query {took[0]:.2f} s (its parse {on_loop:.2f} s), other client max {max(waits) * 1000:.0f} ms")
     assert on_loop > 0.3, on_loop  # long enough for the comparison to mean something
     assert len(waits) >= 5 and max(waits) < on_loop / 2, (max(waits), on_loop)
+
+
+def test_a_parameter_in_a_simple_query_is_refused_by_the_proxy(proxy: ThreadedProxy) -> None:
+    sock = raw_login(proxy.port)
+    sock.sendall(_msg(b"Q", b"SELECT n_name FROM nation WHERE n_nationkey = $1\0"))
+    got = _until_ready(sock)
+    assert [k for k, _ in got] == [b"E", b"Z"] and got[0][1]["C"] == "42P02", got  # it was 08000 from upstream
+    _lookup(sock)
+    sock.close()

@@ -152,7 +152,8 @@ class ScramServer:
         attrs = dict(_attributes(without_proof))
         if attrs.get("c") != _b64(self._gs2.encode("utf-8")):
             raise AuthFailed("channel-binding data does not match the GS2 header")
-        if not hmac.compare_digest(attrs.get("r", ""), self._nonce):
+        # as bytes: compare_digest refuses str with non-ASCII characters (a TypeError, not a failed login)
+        if not hmac.compare_digest(attrs.get("r", "").encode("utf-8"), self._nonce.encode("utf-8")):
             raise AuthFailed("nonce mismatch")
         try:
             proof = base64.b64decode(proof_b64.encode("ascii"), validate=True)

@@ -358,7 +358,7 @@ class Connection:
 
     async def _simple(self, sql: str) -> None:
         try:
-            if not await self._off(statements.split, sql):
+            if not await self._off(_simple_statements, sql):
                 self.writer.write(pr.empty_query())
             else:
                 outcome = await self._answer(sql)
@@ -623,6 +623,13 @@ class _Internal(SqldpError):
         super().__init__(f"internal error in sqldp ({exc.__class__.__name__}); nothing was released")
 
 
+class _NoParameter(SqldpError):
+    sqlstate = "42P02"  # undefined_parameter
+
+    def __init__(self, n: int) -> None:
+        super().__init__(f"there is no parameter ${n} (parameters need the extended query protocol)")
+
+
 class _TooLarge(SqldpError):
     sqlstate = "54000"  # program_limit_exceeded
 
@@ -657,6 +664,15 @@ def _bind(query: str, types: tuple[int, ...], bind: pr.Bind) -> tuple[str, bool]
         query, lambda k: v.literal(bind.params[k - 1], fmt(k - 1), types[k - 1] if k - 1 < len(types) else 0, k)
     )
     return sql, not statements.split(sql)
+
+
+def _simple_statements(sql: str) -> list[str]:
+    """The statements of a simple Query; a ``$n`` there has no value (the upstream failed on it with a
+    connection error, 08000, as if the database had failed)."""
+    n = statements.param_count(sql)
+    if n:
+        raise _NoParameter(n)
+    return statements.split(sql)
 
 
 def _statement_shape(query: str) -> tuple[int, list[str] | None]:
