@@ -27,6 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from psycopg import pq
+
 from sqldp.errors import ForbiddenError, InputError, RefusedError, SqldpError, SqlSyntaxError
 from sqldp.proxy import harmless, ledger, statements
 from sqldp.proxy import protocol as pr
@@ -141,6 +143,16 @@ class Portal:
     outcome: Outcome | None = None
     sent: int = 0
     empty: bool = False  # no statement in it (only comments or blanks): EmptyQueryResponse
+    types: tuple[int, ...] | None = None  # result column types as Describe of its statement announced them
+
+
+@dataclass(frozen=True)
+class Description:
+    """A prepared statement as a client learns it from Describe: parameter and result column types."""
+
+    params: tuple[int, ...]
+    names: tuple[str, ...]
+    columns: tuple[int, ...]
 
 
 def _internal_log(where: str, exc: BaseException) -> None:
@@ -172,6 +184,7 @@ class Connection:
         self.status = "I"  # ReadyForQuery: I idle, T in a transaction block, E failed transaction block
         self.statements: dict[str, tuple[str, tuple[int, ...]]] = {}
         self.portals: dict[str, Portal] = {}
+        self.described: dict[str, Description | None] = {}  # statement name → what the upstream said of it
         self.cancel_requested = False
 
     # -- start-up -----------------------------------------------------------------------------
@@ -390,16 +403,25 @@ class Connection:
                     f"prepared statements on this connection would hold over {MAX_PREPARED_BYTES} bytes; close some"
                 )
             self.statements[msg.name] = (msg.query, msg.param_types)
+            self.described.pop(msg.name, None)
             self.writer.write(pr.parse_complete())
         elif kind == b"B":
             bind = pr.parse_bind(body)
             if bind.statement not in self.statements:
                 raise SqlSyntaxError(f'prepared statement "{bind.statement}" does not exist')
             query, types = self.statements[bind.statement]
+            # binary parameters need their types, binary results the columns' (§55.2.3): ask the upstream
+            unknown = any(f == 1 and (i >= len(types) or not types[i]) for i, f in enumerate(_param_formats(bind)))
+            desc = None
+            if unknown or 1 in bind.result_formats or bind.statement in self.described:
+                desc = await self._description(bind.statement)
+                query, types = self.statements[bind.statement]
             if bind.portal and bind.portal not in self.portals and len(self.portals) >= MAX_PORTALS:
                 raise _TooLarge(f"too many open portals on this connection (limit {MAX_PORTALS}); close some")
             sql, empty = await self._off(_bind, query, types, bind)
-            self.portals[bind.portal] = Portal(sql, bind.result_formats, empty=empty)
+            self.portals[bind.portal] = Portal(
+                sql, bind.result_formats, empty=empty, types=desc.columns if desc is not None else None
+            )
             self.writer.write(pr.bind_complete())
         elif kind == b"D":
             target, name = pr.parse_describe_or_close(body, "Describe")
@@ -411,7 +433,7 @@ class Connection:
                 if outcome.columns is None:
                     self.writer.write(pr.no_data())
                 else:
-                    fields = _fields(outcome.columns, outcome.types or [])
+                    fields = _fields(outcome.columns, _result_types(portal, outcome))
                     self.writer.write(pr.row_description(fields, _formats(portal.result_formats, len(fields))))
         elif kind == b"E":
             name, max_rows = pr.parse_execute(body)
@@ -421,7 +443,7 @@ class Connection:
                 self.writer.write(pr.empty_query())
                 return
             if outcome.columns is not None:
-                types = outcome.types or []
+                types = _result_types(portal, outcome)
                 formats = _formats(portal.result_formats, len(types))
                 end = len(outcome.rows) if max_rows <= 0 else min(len(outcome.rows), portal.sent + max_rows)
                 chunk = []
@@ -441,6 +463,8 @@ class Connection:
         else:  # Close
             target, name = pr.parse_describe_or_close(body, "Close")
             (self.statements if target == "S" else self.portals).pop(name, None)
+            if target == "S":
+                self.described.pop(name, None)
             self.writer.write(pr.close_complete())
 
     def _portal(self, name: str) -> Portal:
@@ -459,14 +483,34 @@ class Connection:
         they are known without running it: names from the select list, each typed text until executed."""
         if name not in self.statements:
             raise SqlSyntaxError(f'prepared statement "{name}" does not exist')
-        query, types = self.statements[name]
-        n, names = await self._off(_statement_shape, query)
+        n, names = await self._off(_statement_shape, self.statements[name][0])
+        desc = await self._description(name) if names is not None else None
+        types = self.statements[name][1]
         oids = [(types[i] if i < len(types) and types[i] else v.TEXT) for i in range(n)]
         self.writer.write(pr.parameter_description(oids))
         if names is None:
             self.writer.write(pr.no_data())
-            return
-        self.writer.write(pr.row_description(_fields(names, [v.TEXT] * len(names))))
+        elif desc is not None:
+            self.writer.write(pr.row_description(_fields(list(desc.names), list(desc.columns))))
+        else:
+            self.writer.write(pr.row_description(_fields(names, [v.TEXT] * len(names))))
+
+    async def _description(self, name: str) -> Description | None:
+        """The statement's parameter and result types (:func:`describe`), once per statement; parameters the
+        client left unspecified take the types described, so that binary values are read as such."""
+        if name not in self.described:
+            query, types = self.statements[name]
+            analyst = self.analyst
+            assert analyst is not None
+            loop = asyncio.get_running_loop()
+            desc = await loop.run_in_executor(
+                self.server.executor, describe, self.server.session, query, types, analyst.privacy
+            )
+            self.described[name] = desc
+            if desc is not None:
+                merged = tuple(types[i] if i < len(types) and types[i] else t for i, t in enumerate(desc.params))
+                self.statements[name] = (query, merged)
+        return self.described[name]
 
     # -- answering one statement --------------------------------------------------------------
 
@@ -664,6 +708,57 @@ def _bind(query: str, types: tuple[int, ...], bind: pr.Bind) -> tuple[str, bool]
         query, lambda k: v.literal(bind.params[k - 1], fmt(k - 1), types[k - 1] if k - 1 < len(types) else 0, k)
     )
     return sql, not statements.split(sql)
+
+
+def describe(session: Any, query: str, types: tuple[int, ...], privacy: Mapping[str, Any]) -> Description | None:
+    """Parameter and result column types of a SELECT, as a client learns them from Describe before it runs:
+    asyncpg and pg8000 decode results by these (a noisy value announced as text failed to decode), asyncpg
+    encodes parameters by them. None when unknown (the statement is not one the runner accepts).
+
+    The runner's analysis (no data read) says which columns are released exactly; the upstream describes the
+    statement (Parse and Describe read no rows) only after the analysis accepted it. Public columns and
+    group keys keep the upstream's types; every noisy value is float8."""
+    try:
+        if statements.classify(query).kind != "select":
+            return None
+        n = statements.param_count(query)
+        bound = statements.bind(query, lambda k: v.null_literal(types[k - 1] if k - 1 < len(types) else 0))
+        prepared = prepare_query(session, bound, privacy)
+    except (SqldpError, RecursionError):
+        return None
+    oids = [types[i] if i < len(types) else 0 for i in range(n)]
+    with session.connection() as conn:
+        pg = conn.pgconn
+        ok = pq.ExecStatus.COMMAND_OK
+        if pg.prepare(b"", query.encode("utf-8"), oids).status != ok:
+            return None
+        d = pg.describe_prepared(b"")
+        if d.status != ok:
+            return None
+        params = tuple(d.param_type(i) for i in range(d.nparams))
+        names = tuple((d.fname(i) or b"?column?").decode("utf-8", "replace") for i in range(d.nfields))
+        upstream = tuple(d.ftype(i) for i in range(d.nfields))
+    if prepared.public:
+        return Description(params, names, upstream)
+    outputs = getattr(getattr(prepared, "form", None), "outputs", None)
+    if outputs is None or len(outputs) != len(upstream):
+        return None
+    return Description(
+        params, names, tuple(u if o.is_key else v.FLOAT8 for u, o in zip(upstream, outputs, strict=True))
+    )
+
+
+def _result_types(portal: Portal, outcome: Outcome) -> list[int]:
+    """The result's column types: as announced by Describe of the statement if it was described (a client
+    decodes by those), else as the outcome's values say."""
+    if portal.types is not None and outcome.columns is not None and len(portal.types) == len(outcome.columns):
+        return list(portal.types)
+    return outcome.types or []
+
+
+def _param_formats(bind: pr.Bind) -> list[int]:
+    n, f = len(bind.params), bind.param_formats
+    return list(f) if len(f) == n else [f[0]] * n if len(f) == 1 else [0] * n
 
 
 def _simple_statements(sql: str) -> list[str]:

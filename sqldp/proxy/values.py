@@ -7,12 +7,16 @@ those of ``pg_type`` (``src/include/catalog/pg_type.dat``), stable across releas
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 import re
 import struct
 from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
+
+import psycopg
+from psycopg.pq import Format
 
 from sqldp.errors import InputError, RefusedError
 
@@ -69,6 +73,8 @@ def encode_text(v: Any, oid: int) -> bytes | None:
         return b"t" if v else b"f"
     if oid in (FLOAT8, FLOAT4):
         return _float_text(float(v)).encode()
+    if oid in (INT2, INT4, INT8) and isinstance(v, float | Decimal) and v == int(v):
+        return str(int(v)).encode()
     if isinstance(v, float):
         return _float_text(v).encode()
     if isinstance(v, dt.datetime):
@@ -80,22 +86,46 @@ def encode_text(v: Any, oid: int) -> bytes | None:
     return str(v).encode("utf-8")
 
 
+_INT_RANGE = {INT2: (-(1 << 15), 1 << 15), INT4: (-(1 << 31), 1 << 31), INT8: (-(1 << 63), 1 << 63), OID: (0, 1 << 32)}
+
+
+def _coerce(v: Any, oid: int) -> Any:
+    """The Python value psycopg's dumper for ``oid`` takes: the runner hands back ints for BIGINT keys and
+    Decimals for NUMERIC, and a column described as numeric or integer upstream keeps that type here."""
+    if oid in (INT2, INT4, INT8, OID):
+        if isinstance(v, float | Decimal) and v != int(v):
+            raise ValueError("not an integer")
+        lo, hi = _INT_RANGE[oid]
+        if not lo <= int(v) < hi:  # psycopg's integer dumpers would wrap around silently
+            raise ValueError("out of range")
+        return int(v)
+    if oid in (FLOAT4, FLOAT8):
+        return float(v)
+    if oid == NUMERIC:
+        return v if isinstance(v, Decimal) else Decimal(repr(v)) if isinstance(v, float) else Decimal(v)
+    if oid in (TEXT, VARCHAR, BPCHAR, NAME, UNKNOWN):
+        return v if isinstance(v, str) else (encode_text(v, TEXT) or b"").decode("utf-8")
+    return v
+
+
+@functools.cache
+def _dumper(oid: int, py_type: type) -> Any:
+    # BPCHAR and UNKNOWN have no binary dumper in psycopg; their binary form is the text's (bpcharsend)
+    cls = psycopg.adapters.get_dumper_by_oid(TEXT if oid in (BPCHAR, UNKNOWN) else oid, Format.BINARY)
+    return cls(py_type)
+
+
 def encode_binary(v: Any, oid: int) -> bytes | None:
+    """The binary form of a result value (the type's ``*send`` function), by psycopg's dumper for ``oid``."""
     if v is None:
         return None
-    if oid == BOOL:
-        return b"\x01" if v else b"\x00"
-    if oid == INT8:
-        return struct.pack("!q", int(v))
-    if oid == FLOAT8:
-        return struct.pack("!d", float(v))
-    if oid in (TEXT, NAME, VARCHAR):
-        return str(v).encode("utf-8")
-    if oid == DATE:
-        return struct.pack("!i", (v - PG_EPOCH).days)
-    if oid == INT4:
-        return struct.pack("!i", int(v))
-    raise RefusedError(f"binary result format is not supported for type OID {oid}; ask for text format")
+    try:
+        value = _coerce(v, oid)
+        return bytes(_dumper(oid, type(value)).dump(value))
+    except (psycopg.ProgrammingError, ValueError, TypeError, ArithmeticError, struct.error, OverflowError):
+        raise RefusedError(
+            f"binary result format is not supported for this value of type OID {oid}; ask for text format"
+        ) from None
 
 
 # -- parameters -----------------------------------------------------------------------------------
@@ -123,59 +153,52 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _numeric_binary(raw: bytes) -> str:
-    """numeric_send: ndigits, weight, sign, dscale, then base-10000 digits (src/backend/utils/adt/numeric.c)."""
-    if len(raw) < 8:
-        raise InputError("truncated binary numeric parameter")
-    ndigits, weight, sign, dscale = struct.unpack("!hhHh", raw[:8])
-    if sign == 0xC000:
-        return "NaN"
-    if len(raw) != 8 + 2 * ndigits or ndigits < 0:
-        raise InputError("malformed binary numeric parameter")
-    digits = struct.unpack(f"!{ndigits}h", raw[8:])
-    value = Decimal(0)
-    for i, d in enumerate(digits):
-        value += Decimal(d).scaleb(4 * (weight - i))
-    if sign == 0x4000:
-        value = -value
-    return f"{value:.{max(dscale, 0)}f}"
+@functools.cache
+def _loader(oid: int) -> Any:
+    return psycopg.adapters.get_loader(oid, Format.BINARY)(oid)
 
 
 def _decode_binary(raw: bytes, oid: int) -> str:
-    try:
-        if oid == INT2:
-            return str(struct.unpack("!h", raw)[0])
-        if oid == INT4:
-            return str(struct.unpack("!i", raw)[0])
-        if oid == INT8:
-            return str(struct.unpack("!q", raw)[0])
-        if oid == OID:
-            return str(struct.unpack("!I", raw)[0])
-        if oid == FLOAT4:
-            return repr(struct.unpack("!f", raw)[0])
-        if oid == FLOAT8:
-            return repr(struct.unpack("!d", raw)[0])
-        if oid == BOOL:
-            return "true" if raw == b"\x01" else "false"
-        if oid == DATE:
-            return (PG_EPOCH + dt.timedelta(days=struct.unpack("!i", raw)[0])).isoformat()
-        if oid == NUMERIC:
-            return _numeric_binary(raw)
-        if oid in _TEXT_OIDS:
+    """A binary parameter (the type's ``*recv`` form) as text for a literal, by psycopg's loader for ``oid``."""
+    if oid in _TEXT_OIDS:
+        try:
             return raw.decode("utf-8")
-    except (struct.error, UnicodeDecodeError, OverflowError) as exc:
-        raise InputError(f"malformed binary parameter of type OID {oid}: {exc}") from None
-    raise InputError(f"binary parameters of type OID {oid} are not supported; send them as text")
+        except UnicodeDecodeError:
+            raise InputError("not valid UTF-8") from None
+    if oid not in _CAST and oid != OID:
+        raise InputError(f"binary parameters of type OID {oid} are not supported; send them as text")
+    # psycopg's C loaders trust the length: a short buffer would be read past its end, so check it first
+    size = 4 if oid == OID else TYPE_SIZE.get(oid)
+    if size is not None and len(raw) != size:
+        raise InputError(f"binary parameter of type OID {oid} must be {size} bytes, got {len(raw)}")
+    if oid == NUMERIC and (len(raw) < 8 or len(raw) != 8 + 2 * struct.unpack("!h", raw[:2])[0]):
+        raise InputError("malformed binary numeric parameter")
+    try:
+        value = _loader(oid).load(raw)
+    except (psycopg.Error, struct.error, ValueError, TypeError, ArithmeticError, OverflowError) as exc:
+        raise InputError(f"malformed binary parameter of type OID {oid}: {' '.join(str(exc).split())[:80]}") from None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, dt.date | dt.time):
+        return value.isoformat()
+    return str(value)
 
 
 _NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+
+def null_literal(oid: int) -> str:
+    """A typed NULL standing for a parameter whose value is not known yet (describing a statement)."""
+    return f"CAST(NULL AS {_CAST[oid]})" if oid in _CAST else "NULL"
 
 
 def literal(raw: bytes | None, fmt: int, oid: int, position: int) -> str:
     """A bound parameter as a SQL literal. Values are validated for their declared type and quoted, so a
     parameter can never change the statement's shape."""
     if raw is None:
-        return f"CAST(NULL AS {_CAST[oid]})" if oid in _CAST else "NULL"
+        return null_literal(oid)
     try:
         text = _decode_binary(raw, oid) if fmt == 1 else raw.decode("utf-8")
     except UnicodeDecodeError:

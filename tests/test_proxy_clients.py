@@ -1,0 +1,93 @@
+"""Real drivers through the proxy: asyncpg and pg8000 (binary formats, typed parameters, the types Describe
+announces), psycopg with binary results; noisy values arrive as float8, exact public values in their own type."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+
+import psycopg
+import pytest
+from proxy_support import PASSWORD, client_dsn, make_tables, write_policy
+
+from sqldp.proxy import ThreadedProxy, build
+from sqldp.proxy.scram import make_verifier
+
+asyncpg = pytest.importorskip("asyncpg")
+pg8000 = pytest.importorskip("pg8000.native")
+
+
+@pytest.fixture
+def proxy(pg_dsn: str, tmp_path: Path) -> Iterator[ThreadedProxy]:
+    make_tables(pg_dsn)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE rates (day date PRIMARY KEY, rate numeric(6, 3) NOT NULL, note varchar(10))")
+        conn.execute("INSERT INTO rates VALUES ('2024-01-01', 1.250, 'new year'), ('2024-02-01', 2.500, NULL)")
+    # pg8000 (scramp) refuses SCRAM iteration counts under 4096, RFC 7677's minimum
+    analyst = {"epsilon_limit": 100.0, "verifier": str(make_verifier(PASSWORD, iterations=4096))}
+    extra = '[tables.rates]\nrows = "public"\n[tables.visits.columns.faculty]\ndomain = ["cs", "math"]\n'
+    policy = write_policy(tmp_path / "policy.toml", {"alice": analyst}, extra=extra)
+    with ThreadedProxy(build(pg_dsn, policy)) as p:
+        yield p
+
+
+def test_asyncpg(proxy: ThreadedProxy) -> None:
+    async def session() -> None:
+        conn = await asyncpg.connect(
+            host="127.0.0.1", port=proxy.port, user="alice", password=PASSWORD, database="analytics", ssl=False
+        )
+        try:
+            rows = await conn.fetch("SELECT n_name, n_nationkey FROM nation ORDER BY n_nationkey")
+            assert [tuple(r) for r in rows] == [("ALGERIA", 1), ("ARGENTINA", 2), ("BRAZIL", 3)]
+            # typed parameters: int, Decimal, date (asyncpg sends them in binary, typed as Describe said)
+            assert await conn.fetchval("SELECT n_name FROM nation WHERE n_nationkey = $1", 2) == "ARGENTINA"
+            assert await conn.fetchval("SELECT day FROM rates WHERE rate = $1", Decimal("2.5")) == dt.date(2024, 2, 1)
+            got = await conn.fetchrow("SELECT rate, note FROM rates WHERE day = $1", dt.date(2024, 1, 1))
+            assert tuple(got) == (Decimal("1.250"), "new year")
+            # private answers: noisy float8, charged
+            count = await conn.fetchval("SELECT COUNT(*) FROM visits WHERE faculty = $1", "math")
+            assert isinstance(count, float) and count != 100.0
+            groups = await conn.fetch("SELECT faculty, SUM(minutes) FROM visits GROUP BY faculty")
+            assert sorted(r[0] for r in groups) == ["cs", "math"] and all(isinstance(r[1], float) for r in groups)
+        finally:
+            await conn.close()
+
+    asyncio.run(session())
+
+
+def test_pg8000(proxy: ThreadedProxy) -> None:
+    conn = pg8000.Connection("alice", password=PASSWORD, host="127.0.0.1", port=proxy.port, database="analytics")
+    try:
+        assert conn.run("SELECT n_name, n_nationkey FROM nation ORDER BY n_nationkey") == [
+            ["ALGERIA", 1],
+            ["ARGENTINA", 2],
+            ["BRAZIL", 3],
+        ]
+        assert conn.run("SELECT n_name FROM nation WHERE n_nationkey = :k", k=3) == [["BRAZIL"]]
+        assert conn.run("SELECT day, rate FROM rates WHERE rate > :r", r=Decimal("2")) == [
+            [dt.date(2024, 2, 1), Decimal("2.500")]
+        ]
+        ((value,),) = conn.run("SELECT SUM(minutes) FROM visits")
+        assert isinstance(value, float)
+        assert [c["type_oid"] for c in conn.columns] == [701]
+    finally:
+        conn.close()
+
+
+def test_psycopg_binary_cursor(proxy: ThreadedProxy) -> None:
+    with psycopg.connect(client_dsn(proxy.port), autocommit=True) as conn:
+        cur = conn.cursor(binary=True)
+        cur.execute("SELECT day, rate, note FROM rates ORDER BY day")
+        assert cur.fetchall() == [
+            (dt.date(2024, 1, 1), Decimal("1.250"), "new year"),
+            (dt.date(2024, 2, 1), Decimal("2.500"), None),
+        ]
+        cur.execute("SELECT n_nationkey FROM nation WHERE n_name = %s AND n_nationkey > %s", ("BRAZIL", 1))
+        assert cur.fetchall() == [(3,)]
+        cur.execute("SELECT COUNT(*), AVG(minutes) FROM visits")
+        row = cur.fetchone()
+        assert row is not None and all(isinstance(x, float) for x in row)
+        assert [d.type_code for d in cur.description or []] == [701, 701]
