@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from proxy_support import _msg, client_dsn, error_fields, make_tables, raw_login, recv_message, write_policy
 
-from sqldp.proxy import ThreadedProxy, build, harmless
+from sqldp.proxy import ThreadedProxy, build, harmless, ledger
 from sqldp.proxy import server as proxy_server
 
 LIMIT = 4096  # max_message_bytes of the proxy below
@@ -169,3 +169,31 @@ def test_a_parameter_in_a_simple_query_is_refused_by_the_proxy(proxy: ThreadedPr
     assert [k for k, _ in got] == [b"E", b"Z"] and got[0][1]["C"] == "42P02", got  # it was 08000 from upstream
     _lookup(sock)
     sock.close()
+
+
+def test_a_cancel_request_is_answered_at_once_and_nothing_is_charged(
+    roomy_proxy: ThreadedProxy, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = roomy_proxy.built.server.session
+    real = session.prepare
+
+    def slow_analysis(sql: str, **privacy: object) -> object:  # an analysis that takes 5 s
+        time.sleep(5)
+        return real(sql, **privacy)
+
+    monkeypatch.setattr(session, "prepare", slow_analysis)
+    with psycopg.connect(client_dsn(roomy_proxy.port), autocommit=True) as conn:
+        timer = threading.Timer(0.5, conn.cancel_safe)
+        timer.start()
+        t0 = time.perf_counter()
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            conn.execute("SELECT COUNT(*) FROM visits")
+        took = time.perf_counter() - t0
+        timer.join()
+        assert took < 2.5, took  # it was the whole analysis (5 s) before
+        monkeypatch.setattr(session, "prepare", real)
+        assert conn.execute("SELECT n_name FROM nation WHERE n_nationkey = 1").fetchone() == ("ALGERIA",)
+    time.sleep(5)  # the abandoned analysis finishes, finds the cancel and does not charge
+    with psycopg.connect(pg_dsn) as admin:
+        balance = ledger.balance(admin, "alice")
+        assert balance is None or float(balance.epsilon_spent) == 0.0

@@ -22,7 +22,7 @@ import ssl
 import struct
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -155,6 +155,12 @@ class Description:
     columns: tuple[int, ...]
 
 
+def _drop_result(task: asyncio.Future[Any]) -> None:
+    """Retrieve a cancelled statement's late result or error so that asyncio does not log it."""
+    if not task.cancelled():
+        task.exception()
+
+
 def _internal_log(where: str, exc: BaseException) -> None:
     """One log line for an unexpected exception (no traceback: the log is read by people and by the wire fuzz
     test, and a traceback's locals are not ours to print); its first line of text, shortened."""
@@ -184,6 +190,8 @@ class Connection:
         self.status = "I"  # ReadyForQuery: I idle, T in a transaction block, E failed transaction block
         self.statements: dict[str, tuple[str, tuple[int, ...]]] = {}
         self.portals: dict[str, Portal] = {}
+        self.cancelled = asyncio.Event()  # a CancelRequest for the statement running now (§55.2.8)
+        self.abandoned: asyncio.Future[Outcome] | None = None  # a cancelled statement still running
         self.described: dict[str, Description | None] = {}  # statement name → what the upstream said of it
         self.cancel_requested = False
 
@@ -235,7 +243,8 @@ class Connection:
         pid, key = struct.unpack("!iI", body[:8])
         target = self.server.connections.get((pid, key))
         if target is not None:
-            target.cancel_requested = True  # honoured before the next charge; a paid answer is still sent
+            target.cancel_requested = True  # honoured before the charge
+            target.cancelled.set()  # and the client is answered at once (_cancellable)
 
     async def _authenticate(self, params: dict[str, str]) -> bool:
         user = params.get("user", "")
@@ -521,7 +530,29 @@ class Connection:
         self.writer.write(b"".join(notes))
         if isinstance(outcome, Outcome):
             return outcome
-        return await self._private(outcome)
+        return await self._cancellable(self._private(outcome))
+
+    async def _cancellable(self, work: Coroutine[Any, Any, Outcome]) -> Outcome:
+        """``work``, or 57014 as soon as a CancelRequest for this connection arrives: a worker thread cannot be
+        stopped, so the statement goes on (a charge already made stays; it is not charged after the cancel,
+        see ``cancel_requested``) but its answer is dropped. JDBC's setQueryTimeout waited for the whole run
+        and gave up with an I/O error. The next statement waits for the dropped one: it still has to see the
+        cancel flag (which the next statement resets) before its charge."""
+        if self.abandoned is not None:
+            await asyncio.wait({self.abandoned})
+            self.abandoned = None
+        self.cancelled.clear()
+        task = asyncio.ensure_future(work)
+        signal = asyncio.ensure_future(self.cancelled.wait())
+        try:
+            await asyncio.wait({task, signal}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            signal.cancel()
+        if task.done():
+            return task.result()
+        task.add_done_callback(_drop_result)
+        self.abandoned = task
+        raise _Cancelled()
 
     def _answer_now(self, sql: str, notes: list[bytes]) -> Outcome | str:
         """In a worker thread, while this connection's task waits for it (so its state is ours to change):
