@@ -91,3 +91,32 @@ def test_psycopg_binary_cursor(proxy: ThreadedProxy) -> None:
         row = cur.fetchone()
         assert row is not None and all(isinstance(x, float) for x in row)
         assert [d.type_code for d in cur.description or []] == [701, 701]
+
+
+def test_transaction_characteristics_are_accepted_as_no_ops(proxy: ThreadedProxy) -> None:
+    """What JDBC's setReadOnly / setTransactionIsolation and other drivers send; READ WRITE stays refused."""
+    accepted = [
+        "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY",
+        "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED",
+        "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL SERIALIZABLE, READ ONLY",
+        "SET default_transaction_read_only = on",
+        "SET default_transaction_isolation = 'repeatable read'",
+        "BEGIN READ ONLY",
+        "SET TRANSACTION READ ONLY",
+        "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+        "COMMIT",
+        "START TRANSACTION ISOLATION LEVEL SERIALIZABLE READ ONLY DEFERRABLE",
+        "COMMIT",
+    ]
+    with psycopg.connect(client_dsn(proxy.port), autocommit=True) as conn:
+        for sql in accepted:
+            conn.execute(sql)
+        for sql in (
+            "SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE",
+            "SET TRANSACTION READ WRITE",
+            "SET default_transaction_read_only = off",
+            "SET TRANSACTION SNAPSHOT '00000003-0000001B-1'",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(sql)
+        assert conn.execute("SELECT n_name FROM nation WHERE n_nationkey = 1").fetchone() == ("ALGERIA",)

@@ -134,7 +134,13 @@ def set_(sql: str, words: tuple[str, ...], session: dict[str, str]) -> tuple[str
         if name in SETTABLE:
             return name, None
         raise ForbiddenError(f"RESET {name} is not allowed through sqldp")
+    if rest[:1] == ["transaction"] or rest[:3] == ["characteristics", "as", "transaction"]:
+        return _transaction_characteristics(rest[1:] if rest[0] == "transaction" else rest[3:])
     name = rest[0] if rest else ""
+    if name in ("default_transaction_read_only", "default_transaction_isolation", "transaction_isolation"):
+        if name == "default_transaction_read_only" and not {"on", "true", "1", "yes"} & set(rest[1:]):
+            raise ForbiddenError("transactions that write are not allowed through sqldp (read only is fixed)")
+        return "transaction", None
     if name not in SETTABLE:
         if name == "client_encoding" and any(x in ("utf8", "unicode") for x in rest[1:]):
             return "client_encoding", "UTF8"
@@ -151,6 +157,22 @@ def set_(sql: str, words: tuple[str, ...], session: dict[str, str]) -> tuple[str
     if not value:
         raise ForbiddenError(f"SET {name}: could not read the value")
     return name, value
+
+
+_TX_WORDS = {"read", "only", "isolation", "level", "serializable", "repeatable", "committed", "uncommitted"}
+_TX_WORDS |= {"deferrable", "not"}
+
+
+def _transaction_characteristics(words: list[str]) -> tuple[str, None]:
+    """SET TRANSACTION … and SET SESSION CHARACTERISTICS AS TRANSACTION … (JDBC's setReadOnly and
+    setTransactionIsolation send them) are accepted and change nothing: every statement sqldp runs is read
+    only, in a snapshot of its own. READ WRITE is refused, as in BEGIN."""
+    if "write" in words:
+        raise ForbiddenError("transactions that write are not allowed through sqldp (READ WRITE)")
+    unknown = [w for w in words if w not in _TX_WORDS]
+    if unknown or not words:
+        raise ForbiddenError(f"SET TRANSACTION {' '.join(unknown or words).upper()} is not available through sqldp")
+    return "transaction", None
 
 
 # -- constant SELECTs -----------------------------------------------------------------------------
