@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import shutil
+import subprocess
+import time
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -120,3 +123,38 @@ def test_transaction_characteristics_are_accepted_as_no_ops(proxy: ThreadedProxy
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(sql)
         assert conn.execute("SELECT n_name FROM nation WHERE n_nationkey = 1").fetchone() == ("ALGERIA",)
+
+
+def _pgjdbc() -> Path | None:
+    """The PostgreSQL JDBC driver from the local Maven repository, if there is one."""
+    jars = sorted((Path.home() / ".m2/repository/org/postgresql/postgresql").glob("*/postgresql-*.jar"))
+    return jars[-1] if jars and shutil.which("java") else None
+
+
+@pytest.mark.skipif(_pgjdbc() is None, reason="java or the pgjdbc jar (in ~/.m2) is not available")
+def test_jdbc(proxy: ThreadedProxy, monkeypatch: pytest.MonkeyPatch) -> None:
+    session = proxy.built.server.session
+    real = session.prepare
+
+    def prepare(sql: str, **privacy: object) -> object:
+        if "SUM(minutes)" in sql:  # the statement the client times out on: a 5 s analysis
+            time.sleep(5)
+        return real(sql, **privacy)
+
+    monkeypatch.setattr(session, "prepare", prepare)
+    source = Path(__file__).parent / "jdbc" / "ProxyClient.java"
+    out = subprocess.run(
+        ["java", "-cp", str(_pgjdbc()), str(source), str(proxy.port), PASSWORD],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = {line.split(" ")[1]: line for line in out.stdout.splitlines() if line.startswith(("OK ", "FAIL "))}
+    assert set(lines) == {"readonly", "isolation", "public", "prepared", "private", "timeout"}, out.stdout + out.stderr
+    assert all(line.startswith("OK ") for line in lines.values()), lines
+    assert lines["public"] == "OK public ALGERIA:1,ARGENTINA:2,BRAZIL:3,"
+    assert lines["prepared"].endswith(" ARGENTINA")  # key 1 + 7 % 3 = 2, past the prepare threshold
+    kind, value = lines["private"].split(" ")[2:]
+    assert kind == "float8" and float(value) != 200.0
+    state, ms = lines["timeout"].split(" ")[2:]
+    assert state == "57014" and int(ms) < 3000, lines["timeout"]  # cancelled after 1 s, not after the 5 s run
