@@ -34,14 +34,14 @@ class Built:
             p.close()
 
 
-def _pool(dsn: str, size: int, *, configure: Any = None, reset: Any = None) -> Any:
+def _pool(dsn: str, size: int, *, configure: Any = None, reset: Any = None, keep: int = 1) -> Any:
     from psycopg_pool import ConnectionPool
 
     # psycopg_pool keeps connections open between queries: opening one costs milliseconds (authentication,
     # backend start-up), which alone would exceed the proxy's overhead budget.
     pool = ConnectionPool(
         dsn,
-        min_size=1,
+        min_size=min(keep, size),
         max_size=size,
         kwargs={"autocommit": True, "connect_timeout": 10},
         configure=configure,
@@ -76,9 +76,11 @@ def build(
     pools = [ledger_pool]
     try:
         session = Session(dsn, pol, schema=schema, seed=seed)
+        # a few kept open, so that a connection is free while the one just returned is being reset (with one,
+        # a client's next statement waited for its last one's reset: 0.07 → 0.49 ms p50 for a public lookup)
         runner_pool = _pool(
-            session.analyst_dsn, cfg.pool_size, configure=isolation.configure, reset=isolation.reset
-        )  # as the Session's own connections
+            session.analyst_dsn, cfg.pool_size, configure=isolation.configure, reset=isolation.reset, keep=4
+        )
         pools.append(runner_pool)
         session.close()
         session.pool = runner_pool

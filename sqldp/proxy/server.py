@@ -22,6 +22,7 @@ import ssl
 import struct
 import threading
 import time
+import typing
 from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -380,10 +381,10 @@ class Connection:
 
     async def _simple(self, sql: str) -> None:
         try:
-            if not await self._off(_simple_statements, sql):
+            outcome = await self._answer(sql, simple=True)
+            if outcome is None:
                 self.writer.write(pr.empty_query())
             else:
-                outcome = await self._answer(sql)
                 if outcome.columns is not None:
                     types = outcome.types or []
                     self.writer.write(pr.row_description(_fields(outcome.columns, types)))
@@ -523,12 +524,17 @@ class Connection:
 
     # -- answering one statement --------------------------------------------------------------
 
-    async def _answer(self, sql: str) -> Outcome:
-        """Connection-time chatter answered in a worker thread (:meth:`_answer_now`), the rest by the runner."""
+    @typing.overload
+    async def _answer(self, sql: str) -> Outcome: ...
+    @typing.overload
+    async def _answer(self, sql: str, *, simple: bool) -> Outcome | None: ...
+    async def _answer(self, sql: str, *, simple: bool = False) -> Outcome | None:
+        """Connection-time chatter answered in a worker thread (:meth:`_answer_now`), the rest by the runner.
+        ``simple``: a Query message's text, checked there too (None: no statement in it)."""
         notes: list[bytes] = []
-        outcome = await self._off(self._answer_now, sql, notes)
+        outcome = await self._off(self._answer_now, sql, notes, simple)
         self.writer.write(b"".join(notes))
-        if isinstance(outcome, Outcome):
+        if outcome is None or isinstance(outcome, Outcome):
             return outcome
         return await self._cancellable(self._private(outcome))
 
@@ -554,10 +560,13 @@ class Connection:
         self.abandoned = task
         raise _Cancelled()
 
-    def _answer_now(self, sql: str, notes: list[bytes]) -> Outcome | str:
+    def _answer_now(self, sql: str, notes: list[bytes], simple: bool = False) -> Outcome | str | None:
         """In a worker thread, while this connection's task waits for it (so its state is ours to change):
         the answer to a statement that reads no data, or the statement to hand to the runner. Messages to
-        send go to ``notes`` (the writer belongs to the event loop)."""
+        send go to ``notes`` (the writer belongs to the event loop). One hand-off per statement: the simple
+        protocol's checks are made here too."""
+        if simple and not _simple_statements(sql):
+            return None
         analyst = self.user
         stmt = statements.classify(sql)
         if self.status == "E" and stmt.kind not in ("rollback", "commit", "rollback_to"):

@@ -5,8 +5,11 @@ in its upstream session — a setting (``set_config(name, value, false)``), a ro
 a temporary table — would reach whichever analyst runs next on that connection: a ``statement_timeout`` of
 1 ms set by one analyst made another's queries fail. The pool calls :func:`Isolation.reset` on every returned
 connection (in its own worker, off the query's path): the session state is reset, the connection's own set-up
-is applied again, and the state is compared with what it was right after that set-up. A connection that does
-not compare equal is closed by the pool, never handed out again.
+is applied again, and the roles are checked. Every ``check_every``-th reset, and the first of each connection,
+also compares the whole session state (:data:`STATE`) with what it was right after that set-up: the reset
+clears what it names for certain, and the comparison (2-3 ms of catalog reads, more than a small query
+takes) is there to catch what it might not. A connection that does not compare equal is closed by the pool,
+never handed out again.
 
 ``DISCARD ALL`` would do the reset in one statement but also deallocates the prepared statements the runner
 relies on (its analysis queries are prepared once per connection, so re-planning them on every query would
@@ -28,6 +31,7 @@ RESET = (
     "RESET ALL; SET SESSION AUTHORIZATION DEFAULT; CLOSE ALL; UNLISTEN *; "
     "SELECT pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES"
 )
+ROLES = "SELECT current_user::text, session_user::text"
 # Everything a session can carry over that the reset is meant to clear; compared before and after.
 STATE = """SELECT
  (SELECT coalesce(string_agg(name || '=' || setting, ',' ORDER BY name), '')
@@ -54,11 +58,14 @@ def state(conn: psycopg.Connection) -> tuple[Any, ...]:
 class Isolation:
     """``configure`` and ``reset`` callbacks for a psycopg_pool.ConnectionPool of autocommit connections."""
 
-    def __init__(self, setup: Callable[[psycopg.Connection], None]) -> None:
+    def __init__(self, setup: Callable[[psycopg.Connection], None], check_every: int = 50) -> None:
         self.setup = setup
+        self.check_every = check_every
         self._baseline: weakref.WeakKeyDictionary[psycopg.Connection, tuple[Any, ...]] = weakref.WeakKeyDictionary()
+        self._checked: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
         self._lock = threading.Lock()
         self.resets = 0  # how many returned connections were reset (for tests and benchmarks)
+        self.checks = 0  # how many of them had their whole state compared
 
     def configure(self, conn: psycopg.Connection) -> None:
         self.setup(conn)
@@ -73,7 +80,14 @@ class Isolation:
             raise LeftoverState("a connection the pool did not set up")
         conn.cursor().execute(RESET, prepare=False)  # several statements: the simple query protocol, one trip
         self.setup(conn)
-        if state(conn) != baseline:
-            raise LeftoverState("session state survived the reset")
         with self._lock:
             self.resets += 1
+            full = self.resets % self.check_every == 1 or self.check_every == 1 or conn not in self._checked
+            self._checked.add(conn)
+        if full:
+            with self._lock:
+                self.checks += 1
+            if state(conn) != baseline:
+                raise LeftoverState("session state survived the reset")
+        elif conn.execute(ROLES, prepare=False).fetchone() != baseline[1:3]:
+            raise LeftoverState("the session's role survived the reset")
