@@ -197,3 +197,26 @@ def test_a_cancel_request_is_answered_at_once_and_nothing_is_charged(
     with psycopg.connect(pg_dsn) as admin:
         balance = ledger.balance(admin, "alice")
         assert balance is None or float(balance.epsilon_spent) == 0.0
+
+
+def test_an_internal_error_is_one_log_line_and_the_connection_stays(
+    roomy_proxy: ThreadedProxy, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    session = roomy_proxy.built.server.session
+    real = session.prepare
+
+    def broken(sql: str, **privacy: object) -> object:
+        if "visits" in sql:
+            raise ValueError("a bug in the analysis\nsecond line")
+        return real(sql, **privacy)
+
+    monkeypatch.setattr(session, "prepare", broken)
+    caplog.set_level(logging.INFO, logger="sqldp.proxy")
+    with psycopg.connect(client_dsn(roomy_proxy.port), autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.InternalError_) as info:
+            conn.execute("SELECT COUNT(*) FROM visits")
+        assert "nothing was released" in str(info.value)
+        assert conn.execute("SELECT n_name FROM nation WHERE n_nationkey = 1").fetchone() == ("ALGERIA",)
+    records = [r for r in caplog.records if r.name == "sqldp.proxy"]
+    assert not [r for r in records if r.exc_info or r.exc_text or "\n" in r.getMessage()]
+    assert [r.getMessage() for r in records if "internal_error" in r.getMessage() and "ValueError" in r.getMessage()]

@@ -38,6 +38,24 @@ from sqldp.proxy.config import Analyst, ProxyConfig
 from sqldp.proxy.scram import MECHANISM, AuthFailed, ScramServer
 
 log = logging.getLogger("sqldp.proxy")
+
+
+class _OneLine(logging.Filter):
+    """Every record of the proxy's log is one line: an exception logged with its traceback (``log.exception``)
+    becomes the exception's class and first line of text. The log is read line by line (JSON), and a
+    traceback's frames are not ours to print."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            text = " ".join(str(exc).split())[:200]
+            entry = {"event": "internal_error", "where": record.getMessage(), "error": type(exc).__name__}
+            record.msg, record.args = json.dumps({**entry, "text": text}), ()
+            record.exc_info, record.exc_text, record.stack_info = None, None, None
+        return True
+
+
+log.addFilter(_OneLine())
 AUTH_TIMEOUT = 30.0  # seconds a client has to finish start-up and authentication
 # What one connection may keep (PostgreSQL sets no limit; a client could otherwise grow the proxy without bound:
 # 200 named statements of 1 MB each grew it to 1.25 GB): named prepared statements, their text, open portals.
