@@ -2,8 +2,9 @@
 
 ``protocol`` frames and parses messages, ``scram`` authenticates analysts, ``statements`` classifies what they
 send, ``harmless`` answers connection-time chatter, ``values`` encodes results and binds parameters,
-``ledger`` keeps the budget, ``config`` reads the policy's ``[proxy]`` and ``[analysts]`` sections and
-``server`` ties them together. :func:`build` assembles a server; :class:`ThreadedProxy` runs one in a thread.
+``ledger`` keeps the budget, ``upstream`` resets the pooled upstream connections between uses, ``config``
+reads the policy's ``[proxy]`` and ``[analysts]`` sections and ``server`` ties them together. :func:`build`
+assembles a server; :class:`ThreadedProxy` runs one in a thread.
 """
 
 from __future__ import annotations
