@@ -29,13 +29,13 @@ def one_connection_proxy(pg_dsn: str, tmp_path: Path) -> Iterator[ThreadedProxy]
 def test_state_left_on_the_upstream_connection_does_not_reach_the_next_analyst(
     one_connection_proxy: ThreadedProxy, pg_dsn: str
 ) -> None:
-    pool = one_connection_proxy.built.pools[0]
+    pool = one_connection_proxy.built.pools[-1]  # the reading pool (the ledger's is the owner's)
     with pool.connection() as conn:  # what alice's statement could have done to the shared connection
         backend = conn.info.backend_pid
-        conn.execute(
-            "SELECT set_config('statement_timeout', '1', false), set_config('search_path', 'nowhere', false), "
-            "set_config('sqldp.note', 'from alice', false), pg_advisory_lock(17)"
-        )
+        # as the analyst role, which may SET but may not call set_config or take advisory locks (sqldp.db)
+        conn.execute("SET statement_timeout = 1")
+        conn.execute("SET search_path = nowhere")
+        conn.execute("SET sqldp.note = 'from alice'")
     with psycopg.connect(client_dsn(one_connection_proxy.port, user="bob"), autocommit=True) as bob:
         # both read through the one upstream connection: the public lookup and the noisy count
         assert bob.execute("SELECT n_name FROM nation WHERE n_nationkey = 1").fetchone() == ("ALGERIA",)
@@ -47,7 +47,7 @@ def test_state_left_on_the_upstream_connection_does_not_reach_the_next_analyst(
             "SELECT current_setting('statement_timeout'), current_setting('search_path'), "
             "current_setting('sqldp.note', true), current_setting('default_transaction_read_only')"
         ).fetchone()
-        assert row == ("0", '"$user", public', "", "on")  # the runner's own set-up is back
+        assert row == ("0", "public, pg_catalog, pg_temp", "", "on")  # the analyst role's own set-up is back
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
         assert admin.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone() == (0,)
     assert one_connection_proxy.built.isolation is not None and one_connection_proxy.built.isolation.resets >= 3

@@ -26,7 +26,7 @@ from sqldp.proxy.server import ProxyServer
 class Built:
     server: ProxyServer
     config: config_mod.ProxyConfig
-    pools: list[Any]  # the runner's (pools[0]) and the ledger's
+    pools: list[Any]  # the ledger's (pools[0]) and the reading pool (pools[-1])
     isolation: upstream.Isolation | None = None
 
     def close(self) -> None:

@@ -27,10 +27,11 @@ from typing import Any
 
 import psycopg
 
-RESET = (
-    "RESET ALL; SET SESSION AUTHORIZATION DEFAULT; CLOSE ALL; UNLISTEN *; "
-    "SELECT pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES"
-)
+RESET = "RESET ALL; SET SESSION AUTHORIZATION DEFAULT; CLOSE ALL; UNLISTEN *; DISCARD TEMP; DISCARD SEQUENCES"
+# only where the role may take advisory locks at all (sqldp's analyst role on its embedded server may not:
+# sqldp.db revokes the functions, and calling one would fail the reset)
+UNLOCK = "; SELECT pg_advisory_unlock_all()"
+CAN_LOCK = "SELECT has_function_privilege('pg_advisory_unlock_all()', 'EXECUTE')"
 ROLES = "SELECT current_user::text, session_user::text"
 # Everything a session can carry over that the reset is meant to clear; compared before and after.
 STATE = """SELECT
@@ -41,7 +42,9 @@ STATE = """SELECT
  (SELECT count(*) FROM pg_prepared_statements WHERE from_sql),
  (SELECT count(*) FROM pg_cursors),
  (SELECT count(*) FROM pg_listening_channels()),
- (SELECT count(*) FROM pg_class WHERE relnamespace = pg_my_temp_schema())"""
+ (SELECT count(*) FROM information_schema.tables WHERE table_type = 'LOCAL TEMPORARY')"""
+# (information_schema, not pg_class: the analyst role may not read pg_class, sqldp.db; the view reads it as
+# its owner and lists the temporary tables the session can see, its own)
 
 
 class LeftoverState(psycopg.InterfaceError):
@@ -63,6 +66,7 @@ class Isolation:
         self.check_every = check_every
         self._baseline: weakref.WeakKeyDictionary[psycopg.Connection, tuple[Any, ...]] = weakref.WeakKeyDictionary()
         self._checked: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
+        self._reset: weakref.WeakKeyDictionary[psycopg.Connection, str] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
         self.resets = 0  # how many returned connections were reset (for tests and benchmarks)
         self.checks = 0  # how many of them had their whole state compared
@@ -70,15 +74,18 @@ class Isolation:
     def configure(self, conn: psycopg.Connection) -> None:
         self.setup(conn)
         baseline = state(conn)
+        can_lock = conn.execute(CAN_LOCK, prepare=False).fetchone()
         with self._lock:
             self._baseline[conn] = baseline
+            self._reset[conn] = RESET + (UNLOCK if can_lock and can_lock[0] else "")
 
     def reset(self, conn: psycopg.Connection) -> None:
         with self._lock:
             baseline = self._baseline.get(conn)
+            reset = self._reset.get(conn, RESET)
         if baseline is None:
             raise LeftoverState("a connection the pool did not set up")
-        conn.cursor().execute(RESET, prepare=False)  # several statements: the simple query protocol, one trip
+        conn.cursor().execute(reset, prepare=False)  # several statements: the simple query protocol, one trip
         self.setup(conn)
         with self._lock:
             self.resets += 1
