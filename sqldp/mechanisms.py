@@ -1,17 +1,46 @@
 """Noise: generalized Cauchy (ε-DP) and Laplace ((ε, δ)-DP) calibrated to a β-smooth sensitivity bound.
 
-Pure functions, no database (DESIGN.md, step 4). The mechanisms are those of NR §3.3.7.1:
+Pure functions, no database. The mechanisms are those of NR §3.3.7.1:
 
 * Theorem 3.53 / 3.62 — ``f(x) + c(x)/b · η`` with η ~ GenCauchy(γ), density ∝ 1/(1 + |x|^γ), is ε-DP when
   c is a β-smooth upper bound on the derivative sensitivity and ε = (γ + 1)(b + β), i.e.
-  b = ε/(γ + 1) − β (FORMULAS.md §1.9; the "ε/γ − β" printed in NR §3.3.8.5 is a typo).
+  b = ε/(γ + 1) − β (the "ε/γ − β" printed in NR §3.3.8.5 contradicts the theorem it applies).
 * Theorem 3.56 — the same with η ~ Lap(1) and b + β ≤ ε is (ε, δ)-DP with δ = 2·e^(ε − 1 − (ε − b)/β).
 * Theorem 3.73 — for generalized Cauchy, the noise level may be min over a fixed family of (b_I, β_I) of
   c_I(x)/b_I: β is chosen per input to minimise the noise. The family (the β grid) is fixed in advance and
   never depends on the data.
 
-Noise is drawn from the operating system's CSPRNG (``secrets``) and turned into GenCauchy/Laplace variates by
-the exact inverse CDF. A seeded generator exists only for tests; results made with it are marked.
+**The sampler** (``release``). The theorems are about the real-valued ``Y = f + s·η``. Computing it as
+``f + s·F⁻¹(u)`` in floating point is not that distribution: the set of doubles such a computation can
+reach, and their probabilities, depend on f and s, so a single output can identify the true value (Mironov,
+"On significance of the least significant bits for differential privacy", CCS 2012, §3). sqldp instead
+releases ``K·Λ``, where Λ = 2^GRID_EXPONENT is a fixed grid that depends on nothing (not on the data, the
+query, s or f) and the integer K is drawn with exactly the probabilities
+
+    P(K = k) = P(Y ∈ [(k − ½)Λ, (k + ½)Λ)) = F(((k + ½)Λ − f)/s) − F(((k − ½)Λ − f)/s),
+
+F the CDF of η, computed for the exact binary values of f and s. K is a function of Y (rounding to the
+grid), so releasing K·Λ is post-processing of the analysed release and has the same (ε, δ) (post-processing
+lemma, Dwork & Roth, "The Algorithmic Foundations of Differential Privacy", Prop. 2.1); its support is the
+grid, whatever f is, and converting K·Λ to a double is a fixed function of K. The rounding moves the answer
+by at most Λ/2 ≈ 4.5e−13, so error bars are those of the continuous mechanism (``Calibration.half_width``).
+
+K is drawn exactly by inversion. With probability ½ each, η is +A or −A, A = |η| with CDF G; A = G⁻¹(u) for
+a uniform u whose binary digits are drawn lazily from the source (the OS CSPRNG, or the seeded PRNG in test
+mode): after n bits u is known to lie in the dyadic interval [m/2^n, (m + 1)/2^n). The cell k holds the
+A ∈ [a_lo, a_hi) with a_lo, a_hi exact rationals, i.e. the u ∈ [G(a_lo), G(a_hi)); the sampler answers k
+only when certified bounds prove G(a_lo) ≤ m/2^n and (m + 1)/2^n ≤ G(a_hi), so that every u of the interval
+lies in cell k, and otherwise draws 32 more bits (and raises the precision). The answer is therefore a
+function of the infinite bit string u alone, equal to the cell of f + s·G⁻¹(u) except on the boundary
+points (probability 0): P(K = k) is exactly the cell probability above. The bounds come from MPFR (through
+gmpy2), whose elementary functions are correctly rounded in the directed rounding modes, combined by
+interval arithmetic (each operation rounded outward) over closed forms of G:
+
+* Laplace(1): G(a) = 1 − e^(−a) = −expm1(−a);
+* GenCauchy(4), density √2/(π(1 + x⁴)): G(a) = 2∫₀^a = (1/(2π))·ln((a² + √2a + 1)/(a² − √2a + 1))
+  + (1/π)·(atan(√2a + 1) + atan(√2a − 1)).
+
+A float (or a few Newton steps in MPFR) only proposes the candidate k; it never decides.
 """
 
 from __future__ import annotations
@@ -23,12 +52,18 @@ import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import gmpy2
+from gmpy2 import mpfr, mpq
 from scipy import special
 
 from sqldp.errors import InputError, RefusedError
 
 GAMMA = 4.0  # NR l.7595: the tool fixes γ = 4 for generalized Cauchy
 BETA_GRID_SIZE = 48
+# Λ = 2^−40 ≈ 9.1e−13: fixed, so that the grid of possible answers reveals nothing; fine enough that the
+# rounding (≤ Λ/2) is far below any noise scale a release meets, and coarse enough that a draw usually needs
+# only log2(s/Λ) + 24 random bits (one 64-bit word for s up to about 2^0).
+GRID_EXPONENT = -40
 
 
 class NoiseSource:
@@ -42,6 +77,10 @@ class NoiseSource:
     def seeded(cls, seed: int) -> NoiseSource:
         """TEST MODE: reproducible noise. Every result built with it carries ``test_mode = True``."""
         return cls(random.Random(seed))
+
+    def bits(self, n: int) -> int:
+        """n uniform random bits, as an integer in [0, 2^n)."""
+        return self._rng.getrandbits(n)
 
     def uniform(self) -> float:
         """A uniform variate in the open interval (0, 1)."""
@@ -61,7 +100,7 @@ def gencauchy_abs_cdf(a: float, gamma: float = GAMMA) -> float:
     """P(|η| ≤ a) for η ~ GenCauchy(γ).
 
     With t = a^γ/(1 + a^γ), ∫₀^a dx/(1 + x^γ) = (1/γ)·B(t; 1/γ, 1 − 1/γ), so P(|η| ≤ a) is the regularised
-    incomplete beta function I_t(1/γ, 1 − 1/γ). For γ = 4 it equals the closed form of FORMULAS.md §1.9.
+    incomplete beta function I_t(1/γ, 1 − 1/γ). For γ = 4 it equals the closed form the sampler uses.
     """
     if a <= 0:
         return 0.0
@@ -91,20 +130,179 @@ def gencauchy_density(x: float, gamma: float = GAMMA) -> float:
 
 
 def laplace_abs_quantile(p: float) -> float:
-    """The a with P(|η| ≤ a) = p for η ~ Lap(1): a = −ln(1 − p) (FORMULAS.md §1.9)."""
+    """The a with P(|η| ≤ a) = p for η ~ Lap(1): a = −ln(1 − p)."""
     if not 0.0 <= p < 1.0:
         raise ValueError(f"probability must be in [0, 1), got {p}")
     return -math.log1p(-p)
 
 
-def sample(kind: str, source: NoiseSource, *, gamma: float = GAMMA) -> float:
-    """One standard variate: GenCauchy(γ) for ``"cauchy"``, Lap(1) for ``"laplace"`` (inverse CDF)."""
-    u = source.uniform()
-    if kind == "cauchy":
-        return source.sign() * gencauchy_abs_quantile(u, gamma)
+# -- the exact sampler ----------------------------------------------------------------------------
+
+_HALF = mpq(1, 2)
+_ROOT2_OVER_PI = math.sqrt(2.0) / math.pi  # the density of GenCauchy(4) at 0; only proposes candidates
+
+
+@functools.lru_cache(maxsize=256)
+def _contexts(precision: int) -> tuple[gmpy2.context, gmpy2.context, gmpy2.context]:
+    """MPFR contexts rounding toward −∞, toward +∞ and to nearest; the exponent range is MPFR's widest, so
+    nothing this module computes underflows or overflows."""
+    wide = {"precision": precision, "emin": -(2**30) + 1, "emax": 2**30 - 1}
+    return (
+        gmpy2.context(round=gmpy2.RoundDown, **wide),
+        gmpy2.context(round=gmpy2.RoundUp, **wide),
+        gmpy2.context(round=gmpy2.RoundToNearest, **wide),
+    )
+
+
+def _abs_cdf_bounds(kind: str, a: mpq, precision: int) -> tuple[mpfr, mpfr]:
+    """Certified bounds lo ≤ G(a) ≤ hi on G(a) = P(|η| ≤ a), for an exact rational a ≥ 0; each bound is within
+    a few units in the last place of ``precision`` bits of G(a) (an absolute error, since G ≤ 1).
+
+    Interval arithmetic: every operation is done twice by MPFR, rounded down for the lower end of its result
+    and up for the upper end, from the ends of its operands that make the result smallest and largest."""
+    if a <= 0:
+        return mpfr(0), mpfr(0)
+    dn, up, _ = _contexts(precision)
+    al, ah = mpfr(a, precision, context=dn), mpfr(a, precision, context=up)
     if kind == "laplace":
-        return source.sign() * laplace_abs_quantile(u)
-    raise ValueError(f"unknown mechanism {kind!r}")
+        # G = −expm1(−a), increasing in a
+        return -up.expm1(-al), -dn.expm1(-ah)
+    # GenCauchy(4): G(a) = (ln(N/D)/2 + atan(p + 1) + atan(p − 1))/π with p = √2a, N = a² + p + 1,
+    # D = a² − p + 1 ≥ ½; all of a, p, a², N, D are positive
+    pl, ph = dn.mul(dn.sqrt(2), al), up.mul(up.sqrt(2), ah)
+    ql, qh = dn.square(al), up.square(ah)
+    nl, nh = dn.add(dn.add(ql, pl), 1), up.add(up.add(qh, ph), 1)
+    dl, dh = dn.add(dn.sub(ql, ph), 1), up.add(up.sub(qh, pl), 1)
+    tl = dn.add(dn.div_2exp(dn.log(dn.div(nl, dh)), 1), dn.add(dn.atan(dn.add(pl, 1)), dn.atan(dn.sub(pl, 1))))
+    th = up.add(up.div_2exp(up.log(up.div(nh, dl)), 1), up.add(up.atan(up.add(ph, 1)), up.atan(up.sub(ph, 1))))
+    pil, pih = dn.const_pi(), up.const_pi()
+    lo = dn.div(tl, pih) if tl >= 0 else dn.div(tl, pil)
+    hi = up.div(th, pil) if th >= 0 else up.div(th, pih)
+    return max(lo, mpfr(0)), min(hi, mpfr(1))
+
+
+def _nearest(x: mpq) -> int:
+    """The k with x ∈ [k − ½, k + ½), exactly (gmpy2.floor would round a large x to a double first)."""
+    y = x + _HALF
+    return int(y.numerator // y.denominator)
+
+
+def _exact(x: float) -> mpq:
+    return mpq(*x.as_integer_ratio())
+
+
+def _candidate(kind: str, f: mpq, s: mpq, m: int, n: int) -> int:
+    """A guess of the cell of f + s·G⁻¹(u) for u the midpoint of [m/2^n, (m + 1)/2^n): only a proposal,
+    which ``_one_side`` certifies or corrects; a wrong guess costs time, never exactness."""
+    tail = mpq(2 ** (n + 1) - 2 * m - 1, 2 ** (n + 1))  # 1 − u, exactly
+    scale_bits = max(0, int(s.numerator.bit_length() - s.denominator.bit_length()))
+    if kind == "laplace":
+        _, _, near = _contexts(n + scale_bits + 32)
+        a = -near.log(mpfr(tail, near.precision, context=near))  # G⁻¹(u) = −ln(1 − u)
+    else:
+        q = float(tail)
+        a0 = _gencauchy_tail_quantile(q) if q > 0 else 2.0**340
+        # Newton on G(a) = u: an error e in G moves a by e/g(a) ≈ e·a⁴, and s·a must be right to < 1/64 cell
+        growth = 4 * max(0, math.frexp(a0)[1])
+        precision = n + scale_bits + growth + 32
+        _, _, near = _contexts(precision)
+        u = 1 - tail
+        a = mpfr(a0, precision, context=near)
+        for _ in range(8):
+            lo, hi = _abs_cdf_bounds("cauchy", mpq(a), precision)
+            density = 2.0 * _ROOT2_OVER_PI / (1.0 + float(a) ** 4)
+            step = near.div(near.sub(near.div_2exp(near.add(lo, hi), 1), mpfr(u, precision, context=near)), density)
+            a = near.sub(a, step)
+            if a < 0:
+                a = mpfr(0)
+            if abs(float(step)) * float(s) < 1 / 64:
+                break
+    y = f + s * mpq(a)
+    return _nearest(y)
+
+
+def _gencauchy_tail_quantile(q: float) -> float:
+    """The a with P(|η| > a) = q for η ~ GenCauchy(4), in floating point (a starting point only)."""
+    if q >= 0.5:
+        return gencauchy_abs_quantile(1.0 - q)
+    t1 = float(special.betaincinv(1.0 - 1.0 / GAMMA, 1.0 / GAMMA, q))  # 1 − t of gencauchy_abs_quantile
+    return ((1.0 - t1) / t1) ** (1.0 / GAMMA) if t1 > 0 else 2.0**340
+
+
+def _one_side(kind: str, f: mpq, s: mpq, source: NoiseSource) -> int:
+    """The k with f + s·A ∈ [k − ½, k + ½) for A = G⁻¹(u), u uniform and drawn bit by bit (s > 0, f and s in
+    units of the grid). Answers only once every u of the drawn dyadic interval gives the same k."""
+    scale_bits = max(0, int(s.numerator.bit_length() - s.denominator.bit_length()))
+    # the cells near the mode are ≈ g(0)/s wide in u: 24 bits more make a draw that straddles two rare
+    n = max(64, scale_bits + 24)
+    m = source.bits(n)
+    k: int | None = None
+    while True:
+        precision = n + 24
+        if k is None:
+            k = _candidate(kind, f, s, m, n)
+        lo_u, hi_u = mpq(m, 2**n), mpq(m + 1, 2**n)
+        for _ in range(8):
+            a_hi = (k + _HALF - f) / s
+            if a_hi <= 0:  # the whole cell lies below f, where this side puts no mass
+                k += 1
+                continue
+            g_lo = _abs_cdf_bounds(kind, max((k - _HALF - f) / s, mpq(0)), precision)
+            g_hi = _abs_cdf_bounds(kind, a_hi, precision)
+            if g_lo[1] <= lo_u and hi_u <= g_hi[0]:
+                return k
+            if g_hi[1] <= lo_u:  # every u of the interval is beyond this cell's upper end
+                k += 1
+            elif g_lo[0] >= hi_u:  # … or below its lower end
+                k -= 1
+            else:  # the interval straddles an end, or the bounds are too wide to tell: more bits, more precision
+                break
+        else:
+            k = None  # the guess was far off: guess again with the longer u
+        m = (m << 32) | source.bits(32)
+        n += 32
+
+
+def release(kind: str, value: float, scale: float, source: NoiseSource, *, grid_exponent: int = GRID_EXPONENT) -> float:
+    """The noisy answer ``K·Λ`` (Λ = 2^grid_exponent) with K distributed exactly as the grid cell of
+    ``value + scale·η``, η ~ GenCauchy(4) (``"cauchy"``) or Lap(1) (``"laplace"``); see the module docstring.
+
+    ``scale == 0`` (nothing private can move the value) releases the cell of ``value`` itself."""
+    if kind not in ("cauchy", "laplace"):
+        raise ValueError(f"unknown mechanism {kind!r}")
+    if not (math.isfinite(value) and math.isfinite(scale) and scale >= 0):
+        raise RefusedError(f"the true value {value} or the noise scale {scale} is not finite; nothing is released")
+    unit = mpq(2) ** -grid_exponent  # 1/Λ
+    f, s = _exact(value) * unit, _exact(scale) * unit
+    if s == 0:
+        k = _nearest(f)
+    elif source.bits(1):
+        k = _one_side(kind, f, s, source)
+    else:  # η = −A: the cell of f − s·A is minus the cell of −f + s·A (up to the ends, of probability 0)
+        k = -_one_side(kind, -f, s, source)
+    try:
+        return k * 2.0**grid_exponent if abs(k) < 2**53 else float(mpq(k) / unit)
+    except OverflowError:  # a fixed function of k: beyond the largest double
+        return math.copysign(math.inf, k)
+
+
+def cell_probability(
+    kind: str, value: float, scale: float, k: int, *, grid_exponent: int = GRID_EXPONENT, precision: int = 256
+) -> tuple[mpfr, mpfr]:
+    """Certified bounds on P(K = k) = F(((k + ½)Λ − f)/s) − F(((k − ½)Λ − f)/s) of ``release`` (s > 0), F the
+    CDF of η: the distribution the sampler draws from, for tests and audits."""
+    unit = mpq(2) ** -grid_exponent
+    f, s = _exact(value) * unit, _exact(scale) * unit
+    dn, up, _ = _contexts(precision)
+
+    def cdf(x: mpq) -> tuple[mpfr, mpfr]:  # F(x) = ½ + ½·sign(x)·G(|x|)
+        lo, hi = _abs_cdf_bounds(kind, abs(x), precision)
+        if x >= 0:
+            return dn.div_2exp(dn.add(1, lo), 1), up.div_2exp(up.add(1, hi), 1)
+        return dn.div_2exp(dn.sub(1, hi), 1), up.div_2exp(up.sub(1, lo), 1)
+
+    upper, lower = cdf((k + _HALF - f) / s), cdf((k - _HALF - f) / s)
+    return max(dn.sub(upper[0], lower[1]), mpfr(0)), up.sub(upper[1], lower[0])
 
 
 # -- calibration ----------------------------------------------------------------------------------
@@ -124,7 +322,8 @@ class Calibration:
     gamma: float = GAMMA
 
     def half_width(self, confidence: float) -> float:
-        """The a·scale with P(|noise| ≤ a·scale) = confidence (NR §3.3.8.5; FORMULAS.md §1.9)."""
+        """The a·scale with P(|noise| ≤ a·scale) = confidence (NR §3.3.8.5). The grid of ``release`` moves the
+        answer by at most Λ/2 more, which these half-widths do not add (Λ is below any scale they print)."""
         if self.scale == 0.0:
             return 0.0
         if self.mechanism == "cauchy":
@@ -170,7 +369,7 @@ def laplace_beta_limit(epsilon: float, delta: float) -> float:
 
 
 def laplace_delta(epsilon: float, b: float, beta: float) -> float:
-    """δ of Theorem 3.56 (with the factor 2; FORMULAS.md D8: ε = 1, b = β = 0.1 → 2.4682e−4)."""
+    """δ of Theorem 3.56 (with the factor 2: ε = 1, b = β = 0.1 → 2.4682e−4)."""
     if beta == 0.0:
         return 0.0
     return 2.0 * math.exp(epsilon - 1.0 - (epsilon - b) / beta)

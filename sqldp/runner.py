@@ -714,7 +714,7 @@ class Prepared:
             for m in measured:
                 if m.true_value is None:
                     raise RefusedError(f"{m.aggregate} has no value for a group with no rows; not released")
-                m.noisy_value = m.true_value + m.noise_scale * mechanisms.sample(kind, self.session.noise)
+                m.noisy_value = mechanisms.release(kind, m.true_value, m.noise_scale, self.session.noise)
                 noisy.append(m.noisy_value)
             values: dict[str, Any] = {}
             keys: dict[str, Any] = {}
