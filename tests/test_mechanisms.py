@@ -7,7 +7,7 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy import integrate, stats
+from scipy import integrate
 
 from sqldp import mechanisms as m
 from sqldp.errors import InputError, RefusedError
