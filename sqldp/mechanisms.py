@@ -139,7 +139,6 @@ def laplace_abs_quantile(p: float) -> float:
 # -- the exact sampler ----------------------------------------------------------------------------
 
 _HALF = mpq(1, 2)
-_ROOT2_OVER_PI = math.sqrt(2.0) / math.pi  # the density of GenCauchy(4) at 0; only proposes candidates
 
 
 @functools.lru_cache(maxsize=256)
@@ -165,8 +164,9 @@ def _abs_cdf_bounds(kind: str, a: mpq, precision: int) -> tuple[mpfr, mpfr]:
     dn, up, _ = _contexts(precision)
     al, ah = mpfr(a, precision, context=dn), mpfr(a, precision, context=up)
     if kind == "laplace":
-        # G = −expm1(−a), increasing in a
-        return -up.expm1(-al), -dn.expm1(-ah)
+        # G = −expm1(−a), increasing in a. Negation through the contexts (exact at the operand's precision):
+        # Python's unary minus on an mpfr rounds to the *global* context's 53 bits, which would void the bounds
+        return dn.minus(up.expm1(up.minus(al))), up.minus(dn.expm1(dn.minus(ah)))
     # GenCauchy(4): G(a) = (ln(N/D)/2 + atan(p + 1) + atan(p − 1))/π with p = √2a, N = a² + p + 1,
     # D = a² − p + 1 ≥ ½; all of a, p, a², N, D are positive
     pl, ph = dn.mul(dn.sqrt(2), al), up.mul(up.sqrt(2), ah)
@@ -198,7 +198,7 @@ def _candidate(kind: str, f: mpq, s: mpq, m: int, n: int) -> int:
     scale_bits = max(0, int(s.numerator.bit_length() - s.denominator.bit_length()))
     if kind == "laplace":
         _, _, near = _contexts(n + scale_bits + 32)
-        a = -near.log(mpfr(tail, near.precision, context=near))  # G⁻¹(u) = −ln(1 − u)
+        a = near.minus(near.log(mpfr(tail, near.precision, context=near)))  # G⁻¹(u) = −ln(1 − u)
     else:
         q = float(tail)
         a0 = _gencauchy_tail_quantile(q) if q > 0 else 2.0**340
@@ -208,14 +208,20 @@ def _candidate(kind: str, f: mpq, s: mpq, m: int, n: int) -> int:
         _, _, near = _contexts(precision)
         u = 1 - tail
         a = mpfr(a0, precision, context=near)
-        for _ in range(8):
+        target = near.div(mpfr(1, precision, context=near), near.mul(64, mpfr(s, precision, context=near)))
+        # Newton with the density in MPFR too (a double density would make it converge only linearly, by 2^-53 a
+        # step, which is not enough when s is huge); quadratic convergence from a double start needs ~log2 of the
+        # precision steps. Bounded: a candidate that is still off is corrected or re-guessed by the caller.
+        for _ in range(4 + precision.bit_length()):
             lo, hi = _abs_cdf_bounds("cauchy", mpq(a), precision)
-            density = 2.0 * _ROOT2_OVER_PI / (1.0 + float(a) ** 4)
+            density = near.div(
+                near.mul(2, near.div(near.sqrt(2), near.const_pi())), near.add(1, near.square(near.square(a)))
+            )
             step = near.div(near.sub(near.div_2exp(near.add(lo, hi), 1), mpfr(u, precision, context=near)), density)
             a = near.sub(a, step)
             if a < 0:
                 a = mpfr(0)
-            if abs(float(step)) * float(s) < 1 / 64:
+            if abs(step) < target:
                 break
     y = f + s * mpq(a)
     return _nearest(y)
@@ -301,7 +307,18 @@ def cell_probability(
             return dn.div_2exp(dn.add(1, lo), 1), up.div_2exp(up.add(1, hi), 1)
         return dn.div_2exp(dn.sub(1, hi), 1), up.div_2exp(up.sub(1, lo), 1)
 
-    upper, lower = cdf((k + _HALF - f) / s), cdf((k - _HALF - f) / s)
+    x1, x2 = (k - _HALF - f) / s, (k + _HALF - f) / s
+    if kind == "laplace" and (x1 >= 0 or x2 <= 0):
+        # A cell in one tail: P = ½·e^(−t)·(1 − e^(−w)) with t = min(|x1|, |x2|) and w = x2 − x1, computed with
+        # relative precision (the difference of two CDF values near 0 or 1 would lose every digit in the far
+        # tail, where Laplace cells are e^(−10⁶) small)
+        t, w = min(abs(x1), abs(x2)), x2 - x1
+        tl, th = mpfr(t, precision, context=dn), mpfr(t, precision, context=up)
+        wl, wh = mpfr(w, precision, context=dn), mpfr(w, precision, context=up)
+        lo = dn.mul(dn.exp(dn.minus(th)), dn.minus(up.expm1(up.minus(wl))))
+        hi = up.mul(up.exp(up.minus(tl)), up.minus(dn.expm1(dn.minus(wh))))
+        return dn.div_2exp(lo, 1), up.div_2exp(hi, 1)
+    upper, lower = cdf(x2), cdf(x1)
     return max(dn.sub(upper[0], lower[1]), mpfr(0)), up.sub(upper[1], lower[0])
 
 

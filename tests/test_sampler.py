@@ -40,6 +40,33 @@ def prob(kind: str, f: float, s: float, k: int) -> mpfr:
     return lo
 
 
+def _reference_abs_cdf(kind: str, a: mpq) -> mpfr:
+    """G(a) at 2000 bits, rounded to nearest (independent of the sampler's interval code)."""
+    ctx = gmpy2.context(precision=2000)
+    x = ctx.add(mpfr(0, 2000), a)
+    if kind == "laplace":
+        return ctx.sub(1, ctx.exp(ctx.sub(0, x)))
+    r2 = ctx.sqrt(2)
+    num, den = ctx.add(ctx.add(ctx.square(x), ctx.mul(r2, x)), 1), ctx.add(ctx.sub(ctx.square(x), ctx.mul(r2, x)), 1)
+    t = ctx.add(
+        ctx.div(ctx.log(ctx.div(num, den)), 2),
+        ctx.add(ctx.atan(ctx.add(ctx.mul(r2, x), 1)), ctx.atan(ctx.sub(ctx.mul(r2, x), 1))),
+    )
+    return ctx.div(t, ctx.const_pi())
+
+
+@pytest.mark.parametrize("kind", ["cauchy", "laplace"])
+@pytest.mark.parametrize("precision", [64, 120, 300])
+def test_interval_bounds_enclose_a_high_precision_reference(kind: str, precision: int) -> None:
+    """The certified bounds must hold at every precision, not only to a double's 1e−13: an operation done
+    outside the directed-rounding contexts (Python's unary minus on an mpfr rounds to 53 bits) breaks this."""
+    for a in (mpq(1, 3), mpq(2236, 1000) + mpq(1, 2**90), mpq(17, 1), mpq(10**6, 7)):
+        lo, hi = m._abs_cdf_bounds(kind, a, precision)
+        ref = _reference_abs_cdf(kind, a)
+        assert mpq(lo) <= mpq(ref) <= mpq(hi), (kind, precision, a)
+        assert mpq(hi) - mpq(lo) <= mpq(1, 2 ** (precision - 8))
+
+
 @pytest.mark.parametrize("a", [0.0, 1e-9, 0.3, 0.7071, 1.0, 2.5, 17.0, 1e3, 1e7])
 def test_interval_bounds_enclose_the_analysed_cdf(a: float) -> None:
     """The sampler's certified G(a) = P(|η| ≤ a) against independent evaluations: the incomplete-beta form and
