@@ -277,7 +277,7 @@ def release(kind: str, value: float, scale: float, source: NoiseSource, *, grid_
     if kind not in ("cauchy", "laplace"):
         raise ValueError(f"unknown mechanism {kind!r}")
     if not (math.isfinite(value) and math.isfinite(scale) and scale >= 0):
-        raise RefusedError(f"the true value {value} or the noise scale {scale} is not finite; nothing is released")
+        raise RefusedError("the true value or the noise scale is not finite; nothing is released")
     unit = mpq(2) ** -grid_exponent  # 1/Λ
     f, s = _exact(value) * unit, _exact(scale) * unit
     if s == 0:
