@@ -19,6 +19,7 @@ from sqlglot.optimizer.qualify import qualify
 from sqlglot.tokens import TokenType
 
 from sqldp import algebra as ra
+from sqldp import dates
 from sqldp.catalog import Catalog
 from sqldp.errors import CatalogError, ForbiddenError, InputError, RefusedError, SqlSyntaxError
 
@@ -192,7 +193,8 @@ def parse(sql: str, catalog: Catalog) -> ParsedQuery:
         raise RefusedError(f"only queries (SELECT) can be answered, not {kind}", where=position(sql, tree))
     try:
         _check_tables(sql, tree, catalog)
-        qualified = _qualify(sql, tree, catalog)
+        # constant date ± interval becomes the date PostgreSQL computes (sqldp.dates), before any analysis
+        qualified = dates.fold_date_arithmetic(_qualify(sql, tree, catalog))
         assert isinstance(qualified, exp.Query)
         return ParsedQuery(sql, qualified, Builder(sql).query(qualified, {}), tree)
     except RecursionError:

@@ -115,7 +115,9 @@ def test_tpch_policy_mirrors_naples_norms() -> None:
         "4-NOT SPECIFIED",
         "5-LOW",
     )
-    assert (policy.defaults.epsilon, policy.defaults.beta, policy.defaults.mechanism) == (1.0, 0.1, "cauchy")
+    # NAPLES' β = 0.1 is passed by benchmarks/naples_bench.py; the policy lets sqldp choose β (Thm 3.73), since
+    # a fixed 0.1 is infeasible once ε is split over many aggregates (TPC-H Q1)
+    assert (policy.defaults.epsilon, policy.defaults.beta, policy.defaults.mechanism) == (1.0, None, "cauchy")
 
 
 def test_cafeteria_files() -> None:
