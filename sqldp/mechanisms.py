@@ -414,6 +414,15 @@ def calibrate_laplace(sensitivity: float, epsilon: float, delta: float | None, b
     return Calibration("laplace", epsilon, delta, beta, b, c, c / b)
 
 
+def calibrate_global(sensitivity: float, epsilon: float) -> Calibration:
+    """Laplace noise at c/ε for a bound c that holds on every database (a global sensitivity): ε-DP with
+    δ = 0 and no smoothing (β = 0, b = ε; Dwork, McSherry, Nissim and Smith, TCC 2006)."""
+    c = _check_sensitivity(sensitivity)
+    if not (epsilon > 0 and math.isfinite(epsilon)):
+        raise InputError(f"ε must be positive and finite, got {epsilon}", where="--epsilon")
+    return Calibration("laplace", epsilon, 0.0, 0.0, epsilon, c, c / epsilon)
+
+
 def beta_grid(epsilon: float, gamma: float = GAMMA) -> list[float]:
     """The fixed, data-independent family of β values of Theorem 3.73 for generalized Cauchy: geometric steps
     inside the feasible interval (0, ε/(γ + 1)), where β = ε/(γ + 1) would make b = 0."""

@@ -159,6 +159,9 @@ class Measurement:
     noise_scale: float
     half_width: float
     terms: Mapping[str, Any] = field(repr=False)  # the analysis' per-table terms, as bound
+    # "laplace-global" when the plan's bound is data-independent (see _calibrate), else the policy's mechanism;
+    # it depends on the query and the policy only, so it is released
+    mechanism: str = "cauchy"
     true_value: float | None = None  # never released; kept out of every serialisation
     noisy_value: float | None = None
 
@@ -179,8 +182,9 @@ class Measurement:
 
 
 _UNSERIALISED = frozenset({"terms", "true_value"})
-# data-independent (ε and δ shares depend on the query, the policy and the public group domains only) or noisy
-_RELEASED = ("aggregate", "epsilon", "delta", "noisy_value")
+# data-independent (ε and δ shares depend on the query, the policy and the public group domains only; the
+# mechanism on the query and the policy) or noisy
+_RELEASED = ("aggregate", "epsilon", "delta", "mechanism", "noisy_value")
 AUDIT_WARNING = (
     "AUDIT MODE: the sensitivities, noise scales, error bars, β and per-table figures below are computed from "
     "the private data without noise; they are for the data owner and must not be handed to analysts"
@@ -245,7 +249,7 @@ class Result:
             "epsilon": p.epsilon if p else 0.0,
             "delta": p.delta if p else None,
             "beta": p.beta if p else None,  # as given; None: chosen per answer, shown in audit mode only
-            "mechanism": p.mechanism if p else None,
+            "mechanism": self._mechanism(),
             "epsilon_from": p.epsilon_source if p else None,
             "advantage": p.advantage if p else None,
             "measurements": [[m.to_json(audit=audit) for m in group] for group in self.measurements],
@@ -273,6 +277,14 @@ class Result:
                 out["answer"] = self.answer
                 out["values"] = self.rows[0]["values"] if self.rows else {}
         return out
+
+    def _mechanism(self) -> str | None:
+        """The mechanism the measurements used (data-independent: it follows from the query and the policy),
+        the policy's when nothing was measured."""
+        used = sorted({m.mechanism for group in self.measurements for m in group})
+        if used:
+            return ", ".join(used)
+        return self.params.mechanism if self.params else None
 
     def _error(self, main: Measurement | None) -> dict[str, Any]:
         conf = self.params.confidence if self.params else None
@@ -453,7 +465,7 @@ class Session:
         # every refusal that does not need the data happens here, before the proxy charges: a fixed β too
         # large for a measurement's ε share would otherwise fail at calibration, after the charge. A group
         # count read from a public table at run time is unknown here: those shares are checked again then.
-        check_beta(params, [s for s in _shares(form, params, plans, _declared_groups(domains)) if s is not None])
+        check_beta(params, _smoothed(_shares(form, params, plans, _declared_groups(domains)), plans))
         return Prepared(self, sql, form, params, plans, domains, t0, answer)
 
     def analyze(self, sql: str, *, audit: bool = True, **privacy: Any) -> Result:
@@ -604,7 +616,7 @@ class Prepared:
         # NR §3.3.10.4: the aggregates share ε (sequential composition); groups get the full share when a
         # neighbouring change touches one group only (parallel composition), else share/m.
         shares = _shares(form, params, self.plans, len(groups))
-        check_beta(params, [s for s in shares if s is not None])  # the group count is known now
+        check_beta(params, _smoothed(shares, self.plans))  # the group count is known now
         templates = []
         for i, (plan, results, share) in enumerate(zip(self.plans, sens_results, shares, strict=True)):
             assert share is not None
@@ -620,6 +632,7 @@ class Prepared:
                     noise_scale=cal.scale,
                     half_width=cal.half_width(params.confidence),
                     terms=bound.tables,
+                    mechanism=GLOBAL if _data_independent(plan) else cal.mechanism,
                 )
             )
         indices = all_groups([tuple(range(len(vals))) for vals in domain_values]) if form.group_by else [()]
@@ -707,13 +720,13 @@ class Prepared:
 
     def _release(self, form: AnalysisForm, result: Result, groups: list[tuple]) -> None:
         assert result.params is not None
-        kind = result.params.mechanism
         rows: list[tuple[dict[str, Any], dict[str, Any]]] = []
         for g, measured in zip(groups, result.measurements, strict=True):
             noisy = []
             for m in measured:
                 if m.true_value is None:
                     raise RefusedError(f"{m.aggregate} has no value for a group with no rows; not released")
+                kind = "laplace" if m.mechanism == GLOBAL else m.mechanism
                 m.noisy_value = mechanisms.release(kind, m.true_value, m.noise_scale, self.session.noise)
                 noisy.append(m.noisy_value)
             values: dict[str, Any] = {}
@@ -911,6 +924,12 @@ def _calibrate(
     """The noise for one aggregate: β from the user, or chosen to minimise the noise (NR Theorem 3.73)."""
 
     bound_at = plan.bind(results)  # the β-independent work once; then one cheap evaluation per β
+    if _data_independent(plan):
+        # The bound does not depend on the private data (nor on β): it is the global sensitivity over every
+        # database that differs in private rows, so value + Lap(c/ε) is ε-DP (Dwork, McSherry, Nissim, Smith,
+        # "Calibrating noise to sensitivity in private data analysis", TCC 2006) with δ = 0 — a scale c/ε
+        # where generalized Cauchy needs c/(ε/(γ + 1) − β) ≥ 5c/ε. Chosen from the plan's shape only.
+        return mechanisms.calibrate_global(float(bound_at(0.0).sensitivity), eps), bound_at(0.0)
 
     def smooth(beta: float) -> float:
         return float(bound_at(beta).sensitivity)
@@ -923,6 +942,20 @@ def _calibrate(
     else:
         cal = mechanisms.calibrate_cauchy(smooth(params.beta), eps, params.beta)
     return cal, bound_at(cal.beta)
+
+
+GLOBAL = "laplace-global"
+
+
+def _data_independent(plan: Any) -> bool:
+    return bool(getattr(plan, "data_independent", False))
+
+
+def _smoothed(
+    shares: Sequence[tuple[float, float | None] | None], plans: Sequence[Any]
+) -> list[tuple[float, float | None]]:
+    """The (ε, δ) shares whose noise uses β (a data-independent plan's does not, so a fixed β is no constraint)."""
+    return [s for s, plan in zip(shares, plans, strict=True) if s is not None and not _data_independent(plan)]
 
 
 def _single(form: AnalysisForm, index: int) -> AnalysisForm:

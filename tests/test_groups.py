@@ -44,13 +44,28 @@ def _loss_1d(v: float, s: float, w: float, t: float) -> float:
     return max(loss(best), -refined.fun, tail)
 
 
-def joint_loss(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
-    """The exact privacy loss (both directions) of two released vectors of independent GenCauchy noise:
-    ``a`` and ``b`` are (true value, noise scale) per released coordinate, in release order. The supremum of
-    a sum of functions of separate coordinates is the sum of their suprema."""
+def _laplace_loss_1d(v: float, s: float, w: float, t: float) -> float:
+    """sup_y ln p(y)/q(y) for Laplace noise of the same scale: |v − w|/s (different scales never occur: the
+    global mechanism's scale does not depend on the data)."""
+    assert s == t
+    return abs(v - w) / s
+
+
+def joint_loss(a: list[tuple], b: list[tuple]) -> float:
+    """The exact privacy loss (both directions) of two released vectors of independent noise: ``a`` and ``b``
+    are (true value, noise scale[, mechanism]) per released coordinate, in release order; the mechanism is
+    GenCauchy unless it says "laplace-global". The supremum of a sum of functions of separate coordinates is
+    the sum of their suprema."""
     assert len(a) == len(b), "the set of released groups must not depend on the data"
-    there = sum(_loss_1d(v, s, w, t) for (v, s), (w, t) in zip(a, b, strict=True))
-    back = sum(_loss_1d(w, t, v, s) for (v, s), (w, t) in zip(a, b, strict=True))
+
+    def one(x: tuple, y: tuple) -> float:
+        mech = x[2] if len(x) > 2 else "cauchy"
+        assert mech == (y[2] if len(y) > 2 else "cauchy"), "the mechanism must not depend on the data"
+        f = _laplace_loss_1d if mech == "laplace-global" else _loss_1d
+        return f(x[0], x[1], y[0], y[1])
+
+    there = sum(one(x, y) for x, y in zip(a, b, strict=True))
+    back = sum(one(y, x) for x, y in zip(a, b, strict=True))
     return max(there, back)
 
 
@@ -68,15 +83,15 @@ def tiny(pg_dsn: str, tmp_path: Path) -> Iterator[tuple[str, Path]]:
     yield pg_dsn, tmp_path
 
 
-def _released(dsn: str, policy: Path, sql: str, rows: list[tuple[int, str]]) -> list[tuple[float, float]]:
-    """Load ``rows`` into t and release ``sql``: (true value, noise scale) per released group."""
+def _released(dsn: str, policy: Path, sql: str, rows: list[tuple[int, str]]) -> list[tuple[float, float, str]]:
+    """Load ``rows`` into t and release ``sql``: (true value, noise scale, mechanism) per released group."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("DELETE FROM t")
         for i, name in rows:
             conn.execute("INSERT INTO t VALUES (%s, %s, %s)", (i, name, name))
     result = sqldp.connect(dsn, policy, seed=1).run(sql, epsilon=EPSILON)
     assert result.released
-    return [(m.true_value, m.noise_scale) for group in result.measurements for m in group]
+    return [(m.true_value, m.noise_scale, m.mechanism) for group in result.measurements for m in group]
 
 
 def _neighbours(base: list[tuple[int, str]], names: list[str]) -> Iterator[tuple[list, list]]:
@@ -118,7 +133,7 @@ def test_char_keys_match_their_padded_values(tiny: tuple[str, Path]) -> None:
     path = tmp / "policy.toml"
     path.write_text('[tables.t.columns.c]\ndomain = ["a", "b"]\n')
     got = _released(dsn, path, "SELECT c, COUNT(*) FROM t GROUP BY c", [(1, "a"), (2, "a"), (3, "b")])
-    assert [v for v, _ in got] == [2.0, 1.0]
+    assert [v for v, *_ in got] == [2.0, 1.0]
 
 
 def test_numeric_and_float_keys_follow_postgres_equality(pg_dsn: str, tmp_path: Path) -> None:

@@ -82,7 +82,11 @@ def test_output_without_audit_is_the_same_on_neighbouring_databases(
         assert out["audit"] is False
         assert not {"sensitivity", "noise_scale", "error", "tables", "timings_ms", "warning"} & out.keys()
         assert out["beta"] is None  # β chosen per answer (NR Theorem 3.73): not shown
-        assert all(set(m) <= {"aggregate", "epsilon", "delta", "noisy_value"} for g in out["measurements"] for m in g)
+        assert all(
+            set(m) <= {"aggregate", "epsilon", "delta", "mechanism", "noisy_value"}
+            for g in out["measurements"]
+            for m in g
+        )
     assert isinstance(after["run"]["answer"], float) and "answer" not in after["analyze"]
     assert after["analyze"]["plan"] == [
         {"aggregate": "COUNT(*)", "groups": "full share", "epsilon": 1.0, "delta": None}
@@ -104,12 +108,13 @@ def test_audit_mode_says_so(tiny: tuple[str, Path], capsys: pytest.CaptureFixtur
     assert result.measurements[0][0].sensitivity > 1
 
 
-@pytest.mark.parametrize("query", ["SELECT COUNT(*) FROM priv", "SELECT AVG(g) FROM priv"])
+@pytest.mark.parametrize("query", [JOIN, "SELECT AVG(a.g) FROM priv a, priv b WHERE a.g = b.g"])
 def test_a_beta_too_large_is_refused_at_prepare_naming_what_the_user_set(
     tiny: tuple[str, Path], tmp_path: Path, query: str
 ) -> None:
     """ε = 0.5 and β = 0.1: generalized Cauchy needs β < ε_share/(γ+1) = 0.1 (COUNT) or 0.05 (AVG's two
-    measurements, NR Theorem 3.53). Refused before anything is read, with ``where`` the flag or policy key."""
+    measurements, NR Theorem 3.53). Refused before anything is read, with ``where`` the flag or policy key.
+    (A self-join: its bound is smoothed. A single-table COUNT has a global bound and uses no β.)"""
     dsn, policy = tiny
     session = sqldp.connect(dsn, policy)
     with pytest.raises(InputError, match="too large") as given:
@@ -121,6 +126,8 @@ def test_a_beta_too_large_is_refused_at_prepare_naming_what_the_user_set(
         sqldp.connect(dsn, from_policy).prepare(query)
     assert err.value.where == "defaults.beta" and "--beta" not in str(err.value)
     assert session.prepare(query, epsilon=0.5).params is not None  # β chosen by sqldp: feasible
+    # a data-independent bound is released with Laplace at c/ε and no β: a fixed β is no constraint on it
+    assert session.prepare("SELECT COUNT(*) FROM priv", epsilon=0.5, beta=0.1).params is not None
 
 
 # -- the proxy ------------------------------------------------------------------------------------
@@ -143,7 +150,10 @@ def _spent(dsn: str, analyst: str) -> float:
 
 @pytest.mark.parametrize(
     "query",
-    ["SELECT COUNT(*) FROM visits", "SELECT AVG(minutes) FROM visits", "SELECT COUNT(*), SUM(minutes) FROM visits"],
+    [
+        f"SELECT {items} FROM visits a, visits b WHERE a.faculty = b.faculty"  # self-joins: smoothed bounds
+        for items in ("COUNT(*)", "AVG(a.minutes)", "COUNT(*), SUM(a.minutes)")
+    ],
 )
 def test_proxy_refuses_a_beta_too_large_before_the_charge(proxied: tuple[ThreadedProxy, str], query: str) -> None:
     """The proxy charged ε and then failed at calibration; now the refusal comes first and the ledger is

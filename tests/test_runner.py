@@ -59,10 +59,11 @@ def test_count_is_noisy_and_calibrated(db: tuple[str, Path]) -> None:
     assert out["audit"] is True and "not be handed to analysts" in out["warning"]
     for key in ("epsilon", "delta", "beta", "mechanism", "sensitivity", "noise_scale", "error", "tables", "answer"):
         assert key in out
-    assert out["sensitivity"] == 1.0 and out["mechanism"] == "cauchy" and out["test_mode"] is False
-    # ε = 1, γ = 4, β chosen on the grid: scale = 1/(0.2 − β) with β ≤ 2e−5 (nothing to gain from smoothing)
-    assert out["noise_scale"] == pytest.approx(1 / (0.2 - out["beta"]))
-    assert out["error"]["absolute"] == pytest.approx(out["noise_scale"] * 0.998780, rel=1e-5)
+    assert out["sensitivity"] == 1.0 and out["mechanism"] == "laplace-global" and out["test_mode"] is False
+    # a single-table COUNT's bound is global: Laplace at 1/ε (no smoothing, β = 0), where generalized Cauchy
+    # needed 1/(ε/5 − β) ≥ 5
+    assert out["noise_scale"] == 1.0 and out["beta"] == 0.0
+    assert out["error"]["absolute"] == pytest.approx(-math.log(1 - 0.78), rel=1e-9)
     assert len(set(answers)) == 30  # fresh noise every time
     assert abs(statistics.median(answers) - 300) < 5 * out["noise_scale"]
     assert "true_value" not in json.dumps(out)
@@ -176,10 +177,11 @@ def test_cli_run_json_contract(db: tuple[str, Path]) -> None:
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert out["mechanism"] == "laplace" and out["delta"] == 1e-6 and isinstance(out["answer"], float)
+    # a single-table COUNT has a global bound: Laplace at 1/ε, pure ε-DP, whatever mechanism was asked for
+    assert out["mechanism"] == "laplace-global" and out["delta"] == 1e-6 and isinstance(out["answer"], float)
     r = subprocess.run(
         [sys.executable, "-m", "sqldp.cli", "run", "--dsn", dsn, "--policy", str(policy), "--beta", "0.5",
-         "SELECT COUNT(*) FROM t"],
+         "SELECT COUNT(*) FROM t a, t b WHERE a.faculty = b.faculty"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "β = 0.5 is too large" in r.stderr

@@ -157,9 +157,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def privacy_at_risk_report(out: dict[str, Any]) -> dict[str, Any] | None:
-    """Opt-in report (FORMULAS.md §4.3): for a Laplace mechanism at ε₀ = the result's ε with k outputs (the
-    aggregates of one group), the (ε, γ) pairs of Thm 4. Not defined for generalized Cauchy: None."""
-    if out.get("public") or out.get("mechanism") != "laplace" or not out.get("epsilon"):
+    """Opt-in report (Dandekar, Basu and Bressan, "Differential Privacy at Risk", PoPETs 2021, Thm 4): for a
+    Laplace mechanism at ε₀ = the result's ε with k outputs (the aggregates of one group), the (ε, γ) pairs.
+    Not defined for generalized Cauchy: None."""
+    if out.get("public") or out.get("mechanism") not in ("laplace", "laplace-global") or not out.get("epsilon"):
         return None
     from sqldp.privacy_at_risk import pairs
 

@@ -213,6 +213,14 @@ class RowPlan:
             head = [exp.select(*(exp.alias_(exp.Subquery(this=q), f"v{i}") for i, q in enumerate(self.scalars)))]
         return (*head, *self.grouped)
 
+    @property
+    def data_independent(self) -> bool:
+        """True when no private use's derivative reads another private use: then every derivative counts
+        public rows only (or is 1), no growth term exists (``Growth.static``), and the bound is the same on
+        every database that differs in private rows — a global sensitivity, which needs no smoothing
+        (NR §3.3.7.3 with A(k) constant). Decided from the query's shape and the policy, never the data."""
+        return all(o.table not in self.private for p in self.uses for o in p.term.others)
+
     def bind(self, results: Sequence[Rows]) -> Callable[[float], Bound]:
         """Read the query results once — the counts, the unified pattern maps of self-joined tables, the
         growth of the other uses, none of which depends on β — and return the bound as a function of β
