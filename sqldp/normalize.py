@@ -281,10 +281,23 @@ class Normalizer:
                     Aggregate("count", None if star else arg, columns_of(arg) if not star else frozenset()), aggs, used
                 )
             if isinstance(node, exp.Avg):
-                self.notes.append("AVG → SUM/COUNT")
-                s = self._agg(Aggregate("sum", arg, columns_of(arg)), aggs, used)
                 c = self._agg(Aggregate("count", arg, columns_of(arg)), aggs, used)
-                return exp.Paren(this=exp.Div(this=s, expression=c))
+                bounds = self._declared_range(arg, block)
+                if bounds is None:
+                    self.notes.append("AVG → SUM/COUNT")
+                    s = self._agg(Aggregate("sum", arg, columns_of(arg)), aggs, used)
+                    return exp.Paren(this=exp.Div(this=s, expression=c))
+                # Centred, as the peers do (Tumult Analytics, SmartNoise SQL): AVG(x) = m + SUM(x − m)/COUNT(x)
+                # for the midpoint m of x's declared range [lo, hi]; a row then moves the sum by at most
+                # (hi − lo)/2 instead of max(|lo|, |hi|). The released ratio is clamped to [lo, hi], where every
+                # average of values in the range lies (post-processing of the two noisy aggregates).
+                lo, hi = bounds
+                mid = _number((lo + hi) / 2)
+                self.notes.append(f"AVG → {mid.sql()} + SUM(x − {mid.sql()})/COUNT(x), clamped to [{lo:g}, {hi:g}]")
+                centred = exp.Sub(this=arg.copy(), expression=mid.copy())
+                s = self._agg(Aggregate("sum", centred, columns_of(arg)), aggs, used)
+                ratio = exp.Add(this=mid, expression=exp.Div(this=s, expression=c))
+                return exp.Greatest(this=_number(lo), expressions=[exp.Least(this=_number(hi), expressions=[ratio])])
             kinds = {exp.Sum: "sum", exp.Min: "min", exp.Max: "max"}
             for cls, kind in kinds.items():
                 if type(node) is cls:
@@ -298,6 +311,16 @@ class Normalizer:
                 f"output {name!r} uses {stray[0].sql(dialect='postgres')} outside an aggregate and the GROUP BY keys", e
             )
         return Output(name, lifted, tuple(dict.fromkeys(used)))
+
+    def _declared_range(self, arg: exp.Expression, block: _SPJ) -> tuple[float, float] | None:
+        """The policy's range of a numeric column argument (None for anything else: no centring)."""
+        if not isinstance(arg, exp.Column) or not arg.table:
+            return None
+        table = next((u.table for u in block.uses if u.alias == arg.table), None)
+        if table is None or self.catalog.table(table).column(arg.name).kind not in ("integer", "numeric"):
+            return None
+        declared = self.policy.table(table).column(arg.name).range
+        return None if declared is None else (float(declared[0]), float(declared[1]))
 
     @staticmethod
     def _agg(agg: Aggregate, aggs: list[Aggregate], used: list[int]) -> exp.Column:
@@ -330,6 +353,12 @@ class Normalizer:
                 raise self.refuse("ORDER BY must name an output column of the query", key)
             keys.append(OrderKey(index, desc))
         return tuple(keys), sort.limit
+
+
+def _number(v: float) -> exp.Expression:
+    text = str(int(v)) if float(v).is_integer() else repr(float(v))
+    lit = exp.Literal.number(text.lstrip("-"))
+    return exp.Neg(this=lit) if v < 0 else lit
 
 
 def _why_not_inlinable(node: ra.Node, alias: str | None) -> str:

@@ -175,7 +175,12 @@ class Measurement:
         """Without ``audit`` only what the query, the policy and the noise decide (see README, "What each
         output field reveals"): the aggregate, its ε and δ share and the noisy value."""
         if not audit:
-            return {k: getattr(self, k) for k in _RELEASED}
+            out = {k: getattr(self, k) for k in _RELEASED}
+            if self.mechanism == GLOBAL:
+                # a global bound is a function of the query, the policy and public data: so are its noise
+                # scale and error bar, which the analyst may see
+                out["noise_scale"], out["half_width"] = self.noise_scale, self.half_width
+            return out
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _UNSERIALISED}
         out["tables"] = self.tables
         return out
@@ -297,7 +302,7 @@ class Result:
 
 
 def _evaluate(e: exp.Expression, values: Sequence[float | None]) -> float | None:
-    """Evaluate an output expression over (noisy) aggregate values: + − × / and constants."""
+    """Evaluate an output expression over (noisy) aggregate values: + − × /, GREATEST/LEAST and constants."""
     if isinstance(e, exp.Column) and e.name.startswith(AGG_PREFIX):
         return values[int(e.name[len(AGG_PREFIX) :])]
     if isinstance(e, exp.Literal) and not e.is_string:
@@ -309,6 +314,11 @@ def _evaluate(e: exp.Expression, values: Sequence[float | None]) -> float | None
         return None if v is None else -v
     if isinstance(e, exp.Cast):
         return _evaluate(e.this, values)
+    if isinstance(e, (exp.Greatest, exp.Least)):  # the clamp of a centred AVG (sqldp.normalize)
+        args = [_evaluate(a, values) for a in (e.this, *e.expressions)]
+        if any(a is None for a in args):
+            return None
+        return max(args) if isinstance(e, exp.Greatest) else min(args)  # type: ignore[type-var]
     if isinstance(e, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
         a, b = _evaluate(e.this, values), _evaluate(e.expression, values)
         if a is None or b is None:
@@ -493,10 +503,17 @@ def _shares(
 ) -> list[tuple[float, float | None] | None]:
     """Each aggregate's (ε, δ) share (NR §3.3.10.4): the aggregates split ε and δ equally (sequential
     composition); the groups of a GROUP BY get the full share when a neighbouring change touches one group
-    (parallel composition), else share/m for m groups (None while m is unknown)."""
+    (parallel composition) or when the bound is global (below), else share/m for m groups (None while m is
+    unknown).
+
+    A global bound c (``data_independent``) covers the whole histogram in ℓ1: the plan bounds the derivative
+    of the ungrouped aggregate, i.e. Σ over the rows a neighbour adds or removes of |e(row)|, and each of those
+    rows lands in one group, so Σ_g |Δ_g| ≤ c. Laplace noise at c/ε on every group is then ε-DP for the vector
+    (the Laplace mechanism for ℓ1 sensitivity, Dwork et al. TCC 2006), with no split over the groups."""
     out: list[tuple[float, float | None] | None] = []
     for plan in plans:
-        divisor = 1 if (not form.group_by or plan.disjoint_groups) else groups
+        whole = not form.group_by or plan.disjoint_groups or _data_independent(plan)
+        divisor = 1 if whole else groups
         if divisor is None:
             out.append(None)
             continue
@@ -569,10 +586,11 @@ class Prepared:
         shares = _shares(form, self.params, self.plans, _declared_groups(self.domains))
         for agg, plan, share in zip(form.aggregates, self.plans, shares, strict=True):
             parallel = not form.group_by or plan.disjoint_groups
+            whole = "full share" if parallel else "full share (ℓ1 over the groups, global bound)"
             result.plan.append(
                 {
                     "aggregate": agg.sql,
-                    "groups": "full share" if parallel else "share divided among the groups",
+                    "groups": whole if parallel or _data_independent(plan) else "share divided among the groups",
                     "epsilon": share[0] if share else None,  # None: m is read from a public table at run
                     "delta": share[1] if share else None,
                 }
