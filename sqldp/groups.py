@@ -52,8 +52,10 @@ def key_domains(form: AnalysisForm, policy: Policy) -> tuple[KeyDomain, ...]:
         table = form.use(key.table).table
         tp = policy.table(table)
         col = tp.column(key.name)
+        allowed = _constant_filter(form, key)
         if col.domain is not None:
-            out.append(KeyDomain(col.domain, None))
+            values = col.domain if allowed is None else tuple(v for v in col.domain if _matches(v, allowed))
+            out.append(KeyDomain(values, None))
         elif tp.public:
             q = (
                 exp.select(exp.column(key.name))
@@ -61,6 +63,8 @@ def key_domains(form: AnalysisForm, policy: Policy) -> tuple[KeyDomain, ...]:
                 .from_(exp.to_table(table))
                 .where(exp.column(key.name).is_(exp.null()).not_())
             )
+            if allowed is not None:  # PostgreSQL's own IN on the public column: the same groups the query keeps
+                q = q.where(exp.column(key.name).isin(*(v.copy() for v in allowed)))
             out.append(KeyDomain(None, q))
         else:
             raise RefusedError(
@@ -68,6 +72,41 @@ def key_domains(form: AnalysisForm, policy: Policy) -> tuple[KeyDomain, ...]:
                 f"leak; declare the column's domain in the policy (tables.{table}.columns.{key.name}.domain)"
             )
     return tuple(out)
+
+
+def _constant_filter(form: AnalysisForm, key: exp.Column) -> list[exp.Literal] | None:
+    """The literals a top-level conjunct ``key IN (…)`` or ``key = …`` restricts the group key to (the first
+    such conjunct), or None. A declared group the WHERE clause excludes by constants is always empty: dropping
+    it depends on the query and the policy only, and saves its share of ε (TPC-H Q12's two ship modes of 7)."""
+    for c in form.conjuncts:
+        e = c.expr
+        if isinstance(e, exp.In) and e.this == key and not e.args.get("query"):
+            items = e.expressions
+        elif isinstance(e, exp.EQ) and e.this == key:
+            items = [e.expression]
+        elif isinstance(e, exp.EQ) and e.expression == key:
+            items = [e.this]
+        else:
+            continue
+        if items and all(isinstance(i, exp.Literal) for i in items):
+            return list(items)  # type: ignore[arg-type]
+    return None
+
+
+def _matches(value: object, literals: list[exp.Literal]) -> bool:
+    """Whether a declared value equals one of the literals. Python's equality stands in for PostgreSQL's here;
+    where they could differ (padding, collations) the group is kept or dropped by the query text and the
+    policy alone, so either way nothing depends on the data, and a kept group is released with noise."""
+    for lit in literals:
+        if lit.is_string and str(value) == lit.name:
+            return True
+        if not lit.is_string and isinstance(value, (int, float)) and not isinstance(value, bool):
+            try:
+                if float(lit.name) == float(value):
+                    return True
+            except ValueError:
+                continue
+    return False
 
 
 def all_groups(domains: list[tuple[object, ...]]) -> list[tuple[object, ...]]:

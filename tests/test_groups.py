@@ -211,3 +211,20 @@ def test_loss_function_on_known_cases() -> None:
     assert _loss_1d(0.0, 2.0, 0.0, 1.0) == pytest.approx(3 * math.log(2), abs=1e-9)
     assert _loss_1d(0.0, 5.0, 1.0, 5.0) == pytest.approx(_loss_1d(0.0, 1.0, 0.2, 1.0), abs=1e-9)
     assert _loss_1d(3.0, 1.0, 3.0, 1.0) == 0.0
+
+
+def test_declared_groups_a_constant_filter_excludes_are_not_released(tiny: tuple[str, Path]) -> None:
+    """``WHERE name IN ('a', 'a ')`` leaves one declared group always empty: it is not released, and its ε
+    share is not spent on it (TPC-H Q12 keeps 2 of 7 ship modes). The choice reads the query and the policy
+    only."""
+    dsn, tmp = tiny
+    path = tmp / "policy.toml"
+    path.write_text('[tables.t.columns.name]\ndomain = ["a", "a ", "a  "]\n')
+    session = sqldp.connect(dsn, path)
+    for sql, kept in (
+        ("SELECT name, COUNT(*) FROM t WHERE name IN ('a', 'a ') GROUP BY name", ["a", "a "]),
+        ("SELECT name, COUNT(*) FROM t WHERE 'a  ' = name GROUP BY name", ["a  "]),
+        ("SELECT name, COUNT(*) FROM t WHERE name <> 'a' GROUP BY name", ["a", "a ", "a  "]),
+    ):
+        out = session.run(sql, epsilon=1.0)
+        assert [r["key"]["name"] for r in out.rows] == kept, sql
