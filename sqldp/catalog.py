@@ -86,6 +86,9 @@ class Table:
 class Catalog:
     tables: Mapping[str, Table] = field(default_factory=dict)
     source: str = "<catalog>"
+    # the keys and NOT NULLs are PostgreSQL's own (read from the database, which enforces them); a schema
+    # file's are claims nothing checks the data against (sqldp.sensitivity.global_bound relies on this)
+    enforced: bool = False
 
     def table(self, name: str) -> Table:
         try:
@@ -198,6 +201,7 @@ class Catalog:
                 for name, t in tables.items()
             },
             f"database schema {schema}",
+            enforced=True,
         )
 
 

@@ -8,6 +8,7 @@ wrongly called global (a self-join or a private ⋈ private join must stay gener
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Iterator
@@ -179,3 +180,42 @@ def test_a_histogram_over_a_public_key_is_within_epsilon_in_l1(
         assert scale2 == scale
         worst = max(worst, sum(abs(a - b) for a, b in zip(f, f2, strict=True)) / scale)
     assert 0.5 * EPS < worst <= EPS * (1 + 1e-12)
+
+
+def test_a_key_bounded_join_uses_the_schemas_global_sensitivity(pg_dsn: str) -> None:
+    """NR §3.3.13 from the database's own PRIMARY KEY: a self-join on the key changes one join row per added
+    or removed row on every database, so the release is Laplace at 1/ε, checked over every neighbour that
+    keeps the key (PostgreSQL rejects the others). Joining on a non-key column stays data-dependent."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE k (id INT PRIMARY KEY, g INT NOT NULL)")
+        s = sqldp.connect(pg_dsn, Policy.from_toml("[defaults]\nepsilon = 1.0\n[tables.k]\n"))
+        sql = "SELECT COUNT(*) FROM k a, k b WHERE a.id = b.id AND a.g > 0"
+        base = [(1, 1), (2, 0), (3, 2)]
+
+        def load(rows: list[tuple[int, int]]) -> tuple[float, float, int, str]:
+            conn.execute("DELETE FROM k")
+            for row in rows:
+                conn.execute("INSERT INTO k VALUES (%s, %s)", row)
+            return _release(s, sql)
+
+        f, scale, grid, mech = load(base)
+        assert (mech, scale) == (GLOBAL, 1.0 / EPS)
+        worst = 0.0
+        for rows in [[*base, (4, g)] for g in (0, 1, 2)] + [base[:i] + base[i + 1 :] for i in range(len(base))]:
+            f2, scale2, _, mech2 = load(rows)
+            assert (mech2, scale2) == (GLOBAL, scale)
+            worst = max(worst, _loss((f, scale, grid), (f2, scale2, grid)))
+        assert 0.5 * EPS < worst <= EPS * (1 + 1e-9)
+        load(base)
+        other = s.analyze("SELECT COUNT(*) FROM k a, k b WHERE a.g = b.g", audit=True).measurements[0][0]
+        assert other.mechanism == "cauchy"
+
+
+def test_keys_from_a_schema_file_are_not_trusted() -> None:
+    """A schema file's PRIMARY KEY is a claim nothing checks the data against: no global bound from it."""
+    catalog = Catalog.from_ddl("CREATE TABLE k (id INT PRIMARY KEY, g INT NOT NULL);")
+    policy = Policy.from_toml("[tables.k]\n")
+    form = normalize(parse("SELECT COUNT(*) FROM k a, k b WHERE a.id = b.id", catalog), catalog, policy)
+    assert not catalog.enforced and not plan(form, catalog, policy).data_independent  # type: ignore[union-attr]
+    trusted = dataclasses.replace(catalog, enforced=True)
+    assert plan(form, trusted, policy).data_independent  # type: ignore[union-attr]

@@ -19,6 +19,8 @@ The plan contract, shared by every analysis and relied on by the runner:
 Analyses:
 
 * :mod:`sqldp.sensitivity.rows` — adding/removing rows of private tables (NR §3.3.7).
+* :mod:`sqldp.sensitivity.global_bound` — the row-level bound from the schema's keys alone (NR §3.3.13's
+  model checking), used instead of the data-dependent one when it is finite and the keys are enforced.
 * :mod:`sqldp.sensitivity.columns` — changing values of sensitive columns (NR §3.3.8), combined with the
   row-level bound when rows are private too (NR §3.3.9); its expression and filter bounds are in
   :mod:`sqldp.sensitivity.expressions` and :mod:`sqldp.sensitivity.filters`.
@@ -38,13 +40,16 @@ from sqldp.form import AnalysisForm, ColumnRef
 from sqldp.policy import Policy
 from sqldp.sensitivity import failures
 from sqldp.sensitivity.columns import ColumnPlan, plan_columns
+from sqldp.sensitivity.global_bound import GlobalPlan, global_plan
 from sqldp.sensitivity.intervals import domain
 from sqldp.sensitivity.rows import Bound, RowPlan, plan_rows
 
-__all__ = ["Bound", "ColumnPlan", "RowPlan", "plan", "plan_columns", "plan_rows"]
+__all__ = ["Bound", "ColumnPlan", "GlobalPlan", "RowPlan", "plan", "plan_columns", "plan_rows"]
 
 
-def plan(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | None = None) -> RowPlan | ColumnPlan:
+def plan(
+    form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | None = None
+) -> RowPlan | ColumnPlan | GlobalPlan:
     """The plan for a form with one aggregate, from the analysis the policy calls for.
 
     * the query reads no value-sensitive column (a column of a table's ``norm``): the row-level plan (§3.3.7);
@@ -62,7 +67,11 @@ def plan(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | Non
         _bounded_types(form, catalog, reads)
         return plan_columns(form, catalog, policy, beta)
     # a table with public rows and private values contributes nothing when none of its values is read
-    return plan_rows(form, catalog, policy)
+    rows = plan_rows(form, catalog, policy)
+    if not rows.data_independent:
+        # the schema's keys may bound the join on every database (NR §3.3.13): then no smoothing is needed
+        return global_plan(rows, catalog) or rows
+    return rows
 
 
 def _bounded_types(form: AnalysisForm, catalog: Catalog, reads: set[ColumnRef]) -> None:
