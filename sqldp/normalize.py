@@ -281,11 +281,11 @@ class Normalizer:
                     Aggregate("count", None if star else arg, columns_of(arg) if not star else frozenset()), aggs, used
                 )
             if isinstance(node, exp.Avg):
-                c = self._agg(Aggregate("count", arg, columns_of(arg)), aggs, used)
                 bounds = self._declared_range(arg, block)
                 if bounds is None:
                     self.notes.append("AVG → SUM/COUNT")
                     s = self._agg(Aggregate("sum", arg, columns_of(arg)), aggs, used)
+                    c = self._agg(Aggregate("count", arg, columns_of(arg)), aggs, used)
                     return exp.Paren(this=exp.Div(this=s, expression=c))
                 # Centred, as the peers do (Tumult Analytics, SmartNoise SQL): AVG(x) = m + SUM(x − m)/COUNT(x)
                 # for the midpoint m of x's declared range [lo, hi]; a row then moves the sum by at most
@@ -296,6 +296,7 @@ class Normalizer:
                 self.notes.append(f"AVG → {mid.sql()} + SUM(x − {mid.sql()})/COUNT(x), clamped to [{lo:g}, {hi:g}]")
                 centred = exp.Sub(this=arg.copy(), expression=mid.copy())
                 s = self._agg(Aggregate("sum", centred, columns_of(arg)), aggs, used)
+                c = self._agg(Aggregate("count", arg, columns_of(arg)), aggs, used)
                 ratio = exp.Add(this=mid, expression=exp.Div(this=s, expression=c))
                 return exp.Greatest(this=_number(lo), expressions=[exp.Least(this=_number(hi), expressions=[ratio])])
             kinds = {exp.Sum: "sum", exp.Min: "min", exp.Max: "max"}

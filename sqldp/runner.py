@@ -32,7 +32,7 @@ from sqlglot import exp
 from sqldp import db, mechanisms, sensitivity
 from sqldp.catalog import Catalog
 from sqldp.db import connect, resolve_dsn
-from sqldp.errors import CatalogError, DatabaseError, InputError, RefusedError
+from sqldp.errors import BudgetExhaustedError, CatalogError, DatabaseError, InputError, RefusedError
 from sqldp.form import AGG_PREFIX, AnalysisForm, ColumnRef, Output
 from sqldp.frontend import parse, too_deep
 from sqldp.groups import all_groups, key_domains, match_groups
@@ -347,6 +347,8 @@ class Session:
         pool: Any = None,
         analyst_dsn: str | None = None,
         allow_privileged: bool = False,
+        budget: float | None = None,
+        delta_budget: float | None = None,
     ) -> None:
         # ``dsn`` is the owner's: it reads the catalog and grants; analyst statements run on connections to
         # ``self.analyst_dsn``, a role that may only read the catalog's tables (sqldp.db.analyst_dsn)
@@ -369,6 +371,13 @@ class Session:
             )
         configure(first)
         self.noise = NoiseSource.seeded(seed) if seed is not None else NoiseSource()
+        # a privacy budget for this session's releases (sequential composition, NR §3.3.10.4): each run is
+        # charged its ε (and δ) before anything is read, and refused when the budget does not cover it
+        for name, value in (("budget", budget), ("delta_budget", delta_budget)):
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise InputError(f"{name} must be a finite number ≥ 0, got {value!r}", where=name)
+        self.budget, self.delta_budget = budget, delta_budget
+        self.spent, self.delta_spent = 0.0, 0.0
         # opening a connection costs ≈ 6 ms, more than many plain queries: keep the last few open (the start-up
         # check's connection is the first)
         self._idle: list[psycopg.Connection] = [first]
@@ -484,11 +493,43 @@ class Session:
         prepared = self.prepare(sql, **privacy)
         return prepared.analyze() if audit else prepared.describe()
 
+    def cost(self, sql: str, **privacy: Any) -> tuple[float, float]:
+        """What running ``sql`` would spend, (ε, δ), without reading anything (0 for public data): the
+        preview of SmartNoise's ``get_privacy_cost``."""
+        params = self.prepare(sql, **privacy).params
+        return (0.0, 0.0) if params is None else (params.epsilon, params.delta or 0.0)
+
+    @property
+    def remaining(self) -> tuple[float | None, float | None]:
+        """(ε, δ) left of the session's budget; None where no budget was set."""
+        eps = None if self.budget is None else self.budget - self.spent
+        delta = None if self.delta_budget is None else self.delta_budget - self.delta_spent
+        return eps, delta
+
     def run(self, sql: str, *, audit: bool = False, **privacy: Any) -> Result:
-        """The noisy answer; ``audit=True`` makes its serialisation carry the data-dependent figures too."""
-        result = self.prepare(sql, **privacy).run()
+        """The noisy answer; ``audit=True`` makes its serialisation carry the data-dependent figures too. With a
+        session budget the query's (ε, δ) is charged first, and a query the budget does not cover is refused
+        before anything is read; a charged query that then fails stays charged (its failure is an answer)."""
+        prepared = self.prepare(sql, **privacy)
+        if prepared.params is not None:
+            self._charge(prepared.params.epsilon, prepared.params.delta or 0.0)
+        result = prepared.run()
         result.audit = audit
         return result
+
+    def _charge(self, eps: float, delta: float) -> None:
+        with self._lock:
+            over_eps = self.budget is not None and self.spent + eps > self.budget * (1 + 1e-12)
+            over_delta = self.delta_budget is not None and self.delta_spent + delta > self.delta_budget * (1 + 1e-12)
+            if over_eps or over_delta:
+                left = self.remaining
+                raise BudgetExhaustedError(
+                    f"the query costs ε = {eps:g}, δ = {delta:g}; the session's budget has ε = {left[0]}, "
+                    f"δ = {left[1]} left (None: no limit)",
+                    where="budget",
+                )
+            self.spent += eps
+            self.delta_spent += delta
 
 
 def _declared_groups(domains: Sequence[Any]) -> int | None:

@@ -104,9 +104,10 @@ def test_group_by_over_a_join_splits_epsilon(db: tuple[str, Path]) -> None:
 def test_avg_is_two_measurements(db: tuple[str, Path]) -> None:
     dsn, policy = db
     js = sqldp.connect(dsn, policy).run("SELECT AVG(time) FROM t WHERE faculty = 'math'").to_json()
-    assert [m["aggregate"] for m in js["measurements"][0]] == ["SUM(t.time)", "COUNT(t.time)"]
+    # time has range [0, 60]: the sum is centred on 30 (half the sensitivity of SUM(time))
+    assert [m["aggregate"] for m in js["measurements"][0]] == ["SUM(t.time - 30)", "COUNT(t.time)"]
     assert all(m["epsilon"] == 0.5 for m in js["measurements"][0])
-    assert "AVG → SUM/COUNT" in js["notes"]
+    assert "AVG → 30 + SUM(x − 30)/COUNT(x), clamped to [0, 60]" in js["notes"]
 
 
 def test_public_tables_are_answered_exactly(db: tuple[str, Path]) -> None:
@@ -280,7 +281,8 @@ def test_nulls_are_skipped_not_clamped(pg_dsn: str) -> None:
     session = sqldp.connect(pg_dsn, policy=policy, seed=1)
     assert session.run("SELECT SUM(n.age) FROM n", epsilon=1.0).measurements[0][0].true_value == plain[0]
     avg = session.run("SELECT AVG(n.age) FROM n", epsilon=1.0).measurements[0]
-    assert [m.true_value for m in avg] == [plain[0], plain[1]]
+    # centred on 58.5, the middle of [18, 99]: SUM(age − 58.5) over the non-NULL ages, and their count
+    assert [m.true_value for m in avg] == [float(plain[0]) - 58.5 * plain[1], plain[1]]
     # combined row and value privacy clamps too (w is value-sensitive, rows private)
     combined = session.run("SELECT SUM(n.age * n.w) FROM n", epsilon=1.0).measurements[0][0]
     assert combined.true_value == pytest.approx(float(plain[2]))
