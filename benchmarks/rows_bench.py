@@ -1,4 +1,4 @@
-"""Benchmark of the row-level analysis (issue 3; NR §3.3.7, evaluated in NR §4.3.4, Table 20).
+"""Benchmark of the row-level analysis (NR §3.3.7, evaluated in NR §4.3.4, Table 20).
 
 For each TPC-H query form in ``benchmarks/tpch/queries/rows/`` and each scale factor: the plain query's time
 (median of 3 after one warm-up, run directly with psycopg on one open connection), sqldp's time for the
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     report = "\n".join(
         [
-            "# Row-level analysis on TPC-H (issue 3)",
+            "# Row-level analysis on TPC-H",
             "",
             "NR §3.3.7 (derivative of COUNT/SUM w.r.t. row multiplicities, self-join pattern unification,",
             "β-smoothing), evaluated like NR §4.3.4: the COUNT forms (and a few SUM forms) of the TPC-H queries in",

@@ -1,18 +1,18 @@
-"""ε from a guessing-advantage target, and back (NR §3.3.10, [LP]; FORMULAS.md §1).
+"""ε from a guessing-advantage target, and back (NR §3.3.10, [LP]).
 
 A goal says what an attacker must not learn: one or more sensitive attributes, each guessed within a
 precision radius (or exactly), combined as AND (guess all), OR (guess at least one) or EACH (every attribute
 protected on its own), or the membership of one row of a table. The attacker's prior comes from the
 column's ``knowledge`` in the policy (:mod:`sqldp.priors`; none → the worst case).
 
-The conversion uses the simplified bound (FORMULAS.md §1.2 (B), §1.3): with p = Pr_pre[X′] and R the
+The conversion uses the simplified bound: with p = Pr_pre[X′] and R the
 diameter of the attribute space in the DP metric, ε = min(ε_lb(p), ε_ub(p))/R. Because the true value t is
 unknown, p ranges over the values p_t that the prior allows; sqldp takes the minimum of ε over all of them,
 which is exact for every prior kind (the function is piecewise monotone in p with minima at (1 ∓ δ)/2,
 §1.3(f)). Opt-in per goal (``search = "a"``): the restricted attacker space of §1.4 / Theorem 1 (AND), a
 grid over the radius a, keeping the largest feasible ε per true value.
 
-Units (FORMULAS.md §1.8). ε is returned in the metric sqldp's sensitivities are measured in: adding or
+Units. ε is returned in the metric sqldp's sensitivities are measured in: adding or
 removing one row of table t is distance G_t (row-level privacy, NR §3.3.7); changing the values of one row is
 the table's composite norm (§3.3.8); with both (§3.3.9) a change of one row is at distance
 min(2·G_t, norm). R is the largest such distance between two possible values of the goal's attributes, so
@@ -32,15 +32,15 @@ from sqldp.priors import UNKNOWN, Prior, parse_knowledge
 
 Combine = Literal["and", "or", "each"]
 Interval = tuple[float, float]
-A_GRID = 64  # radii a tried by the restricted-space search (FORMULAS.md §1.4 "a grid search")
+A_GRID = 64  # radii a tried by the restricted-space search
 MAX_BOXES = 4096  # combinations of per-attribute p-intervals enumerated before taking hulls
 
 
-# -- closed forms, R = 1 (FORMULAS.md §1.3) ----------------------------------------------------------
+# -- closed forms, R = 1 ----------------------------------------------------------
 
 
 def epsilon_lb(p: float, delta: float) -> float:
-    """Upper side Pr_post ≤ p + δ ([LP] l.81, NR l.5560); +inf when p + δ ≥ 1 (no noise needed)."""
+    """Upper side Pr_post ≤ p + δ ([LP] §3.2, NR §3.3.10.1); +inf when p + δ ≥ 1 (no noise needed)."""
     if p <= 0:
         return math.inf
     if p + delta >= 1:
@@ -49,22 +49,22 @@ def epsilon_lb(p: float, delta: float) -> float:
 
 
 def epsilon_ub(p: float, delta: float) -> float:
-    """Lower side Pr_post ≥ p − δ ([LP] l.87, NR l.5564): ε_lb with p → 1 − p."""
+    """Lower side Pr_post ≥ p − δ ([LP] §3.2, NR §3.3.10.1): ε_lb with p → 1 − p."""
     return epsilon_lb(1 - p, delta)
 
 
 def epsilon_simplified(p: float, delta: float) -> float:
-    """min(ε_lb, ε_ub) for one prior p, R = 1 ([LP] l.91)."""
+    """min(ε_lb, ε_ub) for one prior p, R = 1 ([LP] §3.2)."""
     return min(epsilon_lb(p, delta), epsilon_ub(p, delta))
 
 
 def epsilon_worst_case(delta: float) -> float:
-    """The unknown-prior worst case p = (1 − δ)/2: 2·ln((1 + δ)/(1 − δ)) = 4·artanh(δ) (FORMULAS.md §1.3(f))."""
+    """The unknown-prior worst case p = (1 − δ)/2: 2·ln((1 + δ)/(1 − δ)) = 4·artanh(δ)."""
     return 4 * math.atanh(delta)
 
 
 def advantage_simplified(x: float, p: float) -> float:
-    """The advantage an ε with εR = x allows at prior p: max(δ_up, δ_down) (FORMULAS.md §1.3(g))."""
+    """The advantage an ε with εR = x allows at prior p: max(δ_up, δ_down)."""
     if p <= 0 or p >= 1:
         return 0.0
     up = 1 / (1 + math.exp(-x) * (1 - p) / p) - p
@@ -74,7 +74,7 @@ def advantage_simplified(x: float, p: float) -> float:
 
 def epsilon_over(intervals: Sequence[Interval], delta: float) -> tuple[float, float]:
     """min over p in the intervals of ε_simplified(p), R = 1, and the binding p. Between the critical points
-    (1 ∓ δ)/2 and 1/2 the function is monotone, so endpoints and critical points suffice (FORMULAS.md §1.3(e)–(f))."""
+    (1 ∓ δ)/2 and 1/2 the function is monotone, so endpoints and critical points suffice."""
     best, best_p = math.inf, math.nan
     crit = ((1 - delta) / 2, 0.5, (1 + delta) / 2)
     for lo, hi in intervals:
@@ -110,8 +110,8 @@ def epsilon_restricted(p: float, q: float, delta: float, a: float) -> float:
 
 def search_a(g: Callable[[float], float], r: float, big_r: float, delta: float, *, strict: bool = True) -> Search:
     """Best a ∈ (r, R] (grid R·k/64) for one attribute with mass function g(z) = Pr_pre[d(x, t) ≤ z]
-    ([LP] l.103, NR l.5581).
-    ``strict`` uses g(a − r) − g(r) for X̂′ (FORMULAS.md §1.4 soundness caveat), else the paper's g(a) − g(r)."""
+    ([LP] §3.2, NR §3.3.10.1).
+    ``strict`` uses g(a − r) − g(r) for X̂′, else the paper's g(a) − g(r)."""
     p = g(r)
     best = Search(-math.inf, math.nan)
     for k in range(1, A_GRID + 1):
@@ -138,7 +138,7 @@ class Search:
 def theorem1(
     gs: Sequence[Callable[[float], float]], radii: Sequence[float], reach: Sequence[float], a: float, delta: float
 ) -> float:
-    """Theorem 1 ([LP] l.179, NR Thm 3.88 with the denominator "a", FORMULAS.md §1.7): AND of independent
+    """Theorem 1 ([LP] §4.2, NR Thm 3.88 with the denominator "a"): AND of independent
     attributes under the ℓ∞ metric; ``reach`` are the a_i = min(a, R_i). ≤ 0 means infeasible."""
     p = math.prod(g(r) for g, r in zip(gs, radii, strict=True))
     big = math.prod(g(x) for g, x in zip(gs, reach, strict=True))
@@ -153,12 +153,12 @@ def epsilon_lambert_uniform(p: float, delta: float, r: float) -> float:
     return float(lambertw((p + delta) / (math.e * (1 - p - delta)), 0).real) / r
 
 
-# -- combining attributes (FORMULAS.md §1.7) ---------------------------------------------------------
+# -- combining attributes ---------------------------------------------------------
 
 
 def combine_intervals(per_attribute: Sequence[Sequence[Interval]], combine: str) -> list[Interval]:
     """The possible priors of the whole goal: AND multiplies the independent marginals (Thm 1), OR takes
-    1 − Π(1 − p_i) (NR l.5637 with a_i = R_i). Both are increasing in every p_i, so a box of intervals maps
+    1 − Π(1 − p_i) (NR §3.3.10.3 with a_i = R_i). Both are increasing in every p_i, so a box of intervals maps
     to the interval between its corners."""
     lists = [list(x) for x in per_attribute]
     while math.prod(len(x) for x in lists) > MAX_BOXES:  # too many combinations: hull the longest list
@@ -217,7 +217,7 @@ def parse_goals(raw: Mapping[str, Any], source: str) -> list[Goal]:
     attributes = { "t.time" = 2.0, "t.faculty" = "exact" }   # radius per attribute, or "exact"
     combine = "and"            # "and" (default) | "or" | "each"
     advantage = 0.05           # optional: else defaults.advantage or --advantage
-    search = "simplified"      # or "a": also try the restricted attacker space (FORMULAS.md §1.4)
+    search = "simplified"      # or "a": also try the restricted attacker space
     strict = true              # with search = "a": X̂′ = g(a − r) − g(r) (sound) rather than g(a) − g(r)
 
     [[goals]]
@@ -313,7 +313,7 @@ def _fraction(v: Any, where: str) -> float:
     return float(v)
 
 
-# -- the metric (FORMULAS.md §1.8) ------------------------------------------------------------------
+# -- the metric ------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -451,7 +451,7 @@ def goal_p_range(goal: Goal, radii: Sequence[float]) -> list[Interval]:
 
 
 def convert(goal: Goal, delta: float, metric: Metric, radii: Sequence[float]) -> Conversion:
-    """ε for one AND/OR/membership goal at advantage δ (FORMULAS.md §4.1 step 4)."""
+    """ε for one AND/OR/membership goal at advantage δ."""
     if not 0 < delta < 1:
         raise InputError(f"the advantage target must be in (0, 1), got {delta}", where="--advantage")
     intervals = goal_p_range(goal, radii)
@@ -468,7 +468,7 @@ def convert(goal: Goal, delta: float, metric: Metric, radii: Sequence[float]) ->
 
 
 def _with_search(goal: Goal, delta: float, metric: Metric, radii: Sequence[float], base: Conversion) -> Conversion:
-    """Restricted attacker space (FORMULAS.md §1.4, Theorem 1 for AND): per true value t the best of the
+    """Restricted attacker space ([LP] Theorem 1 for AND): per true value t the best of the
     simplified bound and Eq. (1) over a grid of a; then the worst t. True values are the kinks of g_t."""
     attrs = goal.attributes
     best_a: dict[tuple[Any, ...], tuple[float, float | None]] = {}
@@ -557,12 +557,12 @@ def conversions(policy: Any, advantage: float | None) -> list[Conversion]:
 
 def epsilon_from_policy(policy: Any, advantage: float | None, *, outputs: int = 1) -> float:
     """The total ε of one query in the units of sqldp's sensitivities, meeting every goal (EACH across
-    goals: the smallest ε, FORMULAS.md §1.7). ``advantage`` overrides the goals' own targets.
+    goals: the smallest ε). ``advantage`` overrides the goals' own targets.
 
     ``outputs`` (the number of aggregates) does not change the result: the runner splits the returned ε
     across the aggregates itself (sequential composition, NR Thm 3.90), and GROUP BY groups are disjoint sets
-    of rows, which under the ℓ1 metric across records (independent records, NR l.5544) each get the full ε
-    (Thm 3.91, FORMULAS.md §1.12). It is only checked."""
+    of rows, which under the ℓ1 metric across records (independent records, NR §3.3.10) each get the full ε
+    (Thm 3.91). It is only checked."""
     if isinstance(outputs, bool) or not isinstance(outputs, int) or outputs < 1:
         raise InputError(f"outputs must be a positive integer, got {outputs!r}")
     if advantage is not None and not 0 < advantage < 1:
@@ -580,8 +580,8 @@ def epsilon_from_policy(policy: Any, advantage: float | None, *, outputs: int = 
 
 
 def advantage_from_epsilon(goal: Goal, epsilon: float, policy: Any | None = None) -> Conversion:
-    """The inverse: the largest advantage an ε (in the metric's units) allows an attacker with this goal
-    (FORMULAS.md §1.3(g)), maximised over the possible priors; ``a``/``bound`` are not used."""
+    """The inverse: the largest advantage an ε (in the metric's units) allows an attacker with this goal,
+    maximised over the possible priors; ``a``/``bound`` are not used."""
     if not (math.isfinite(epsilon) and epsilon > 0):
         raise InputError(f"epsilon must be a positive number, got {epsilon}", where="--epsilon")
     goals = [Goal((a,), "and") for a in goal.attributes] if goal.combine == "each" else [goal]

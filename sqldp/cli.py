@@ -31,7 +31,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def common_options(*, query: bool = True, policy: bool = True, schema: bool = True) -> argparse.ArgumentParser:
-    """Options shared by the commands (the CLI shape of issue 2, item 8)."""
+    """Options shared by the commands."""
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("database")
     g.add_argument("--dsn", help="PostgreSQL connection string (default: $SQLDP_DSN, else the embedded server)")

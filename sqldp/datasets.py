@@ -375,7 +375,7 @@ def load_tpch(
 
 
 def load_cafeteria(dsn: str, *, replace: bool = False) -> dict[str, int]:
-    """Create and fill table ``t`` of the cafeteria example (seed 001): 40 students, name/faculty/time."""
+    """Create and fill table ``t`` of the cafeteria example (the cafeteria example): 40 students, name/faculty/time."""
     return _load(
         dsn,
         dataset_path("cafeteria.sql"),

@@ -1,9 +1,9 @@
-"""SQL text → relational algebra (DESIGN.md, step 1).
+"""SQL text → relational algebra (pipeline step 1 of 5, README "Layout").
 
 Exactly one PostgreSQL statement is parsed with sqlglot, checked against the catalog (unknown tables and
 columns are refused with their position), qualified (every column gets its table use's alias; sqlglot's
 ``qualify`` only names things, it does not rewrite semantics) and turned into :mod:`sqldp.algebra` nodes.
-sqlglot's *optimizer* rewrites are never used for SQL that runs (DESIGN.md: not always equivalent).
+sqlglot's *optimizer* rewrites are never used for SQL that runs (they are not always equivalent).
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ from scipy import special
 
 from sqldp.errors import InputError, RefusedError
 
-GAMMA = 4.0  # NR l.7595: the tool fixes γ = 4 for generalized Cauchy
+GAMMA = 4.0  # NR §4.3.3: the tool fixes γ = 4 for generalized Cauchy
 BETA_GRID_SIZE = 48
 # Λ = 2^−40 ≈ 9.1e−13: fixed, so that the grid of possible answers reveals nothing; fine enough that the
 # rounding (≤ Λ/2) is far below any noise scale a release meets, and coarse enough that a draw usually needs

@@ -19,10 +19,10 @@ kind                keys                                        meaning
 Bounds may be ISO dates (they become days since 1970-01-01, :func:`sqldp.policy.to_number`).
 
 What the guessing-advantage conversion (:mod:`sqldp.advantage`) needs from a prior is ``mass(t, z)``, the
-prior probability that the attribute lies within ``z`` of the true value ``t`` (g(z) of FORMULAS.md §1.5,
-[LP] l.135), and which values of that probability are possible over all true values t
+prior probability that the attribute lies within ``z`` of the true value ``t`` (g(z) of [LP] §3.2), and which
+values of that probability are possible over all true values t
 (:meth:`Prior.p_range`). A prior whose distribution is not known gives the whole interval [0, 1]: the
-conversion then takes the worst case p = (1 − δ)/2 (FORMULAS.md §1.3(f)).
+conversion then takes the worst case p = (1 − δ)/2.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from scipy.special import erf
 from sqldp.errors import PolicyError
 
 KINDS = ("exact", "range", "set", "range_uniform", "set_uniform", "set_prior", "range_prior", "normal", "unknown")
-NORMAL_REACH = 3 * math.sqrt(2)  # NR l.5591: μ ± 3√2σ covers erf(3) ≈ 0.9999779 of the mass
+NORMAL_REACH = 3 * math.sqrt(2)  # NR §3.3.10.1: μ ± 3√2σ covers erf(3) ≈ 0.9999779 of the mass
 _KEYS: dict[str, set[str]] = {
     "exact": {"value"},
     "range": {"lo", "hi"},
@@ -95,14 +95,14 @@ class Prior:
         return None
 
     def diameter(self) -> float | None:
-        """R in value units: the largest distance between two possible values (FORMULAS.md §1.2)."""
+        """R in value units: the largest distance between two possible values."""
         s = self.support()
         return None if s is None else s[1] - s[0]
 
     # -- probabilities -----------------------------------------------------------------------------
 
     def mass(self, t: float, z: float) -> float:
-        """g_t(z) = Pr_pre[|X − t| ≤ z] (FORMULAS.md §1.5); only for a known distribution."""
+        """g_t(z) = Pr_pre[|X − t| ≤ z]; only for a known distribution."""
         if self.kind == "normal":
             s = self.sigma * math.sqrt(2)
             return float(erf((t + z - self.mu) / s) - erf((t - z - self.mu) / s)) / 2

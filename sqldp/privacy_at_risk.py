@@ -1,9 +1,9 @@
-"""Privacy at risk for the Laplace mechanism (Dandekar, Basu & Bressan, PoPETs 2021; FORMULAS.md §3).
+"""Privacy at risk for the Laplace mechanism (Dandekar, Basu & Bressan, PoPETs 2021).
 
 A Laplace mechanism calibrated at ε₀ keeps its realised privacy loss below a smaller ε with some probability
 γ over its own noise ("explicit randomness", Thm 4). γ here is the *compliance* probability
 P[|loss| ≤ ε] — the convention of every computation in the paper; its Def. 5 writes the violation
-probability 1 − γ (FORMULAS.md §3.1 ⚠). The cost model (§5, Eq. 8–11) prices the privacy level as a GDPR
+probability 1 − γ. The cost model (§5, Eq. 8–11) prices the privacy level as a GDPR
 compensation budget and finds the cheapest ε. Pure functions; a report, never a weaker guarantee unless the
 caller opts in.
 """
@@ -21,7 +21,7 @@ from sqldp.errors import InputError
 
 def cdf_t(x: float, k: int = 1) -> float:
     """P(T ≤ x), T = |G₁ − G₂| with G_i ~ Gamma(k, 1): the normalised privacy loss of k Laplace outputs
-    (Thm 4; Lemma 9). Closed form of the Bessel density for integer k (FORMULAS.md §3.2, DERIVED):
+    (Thm 4; Lemma 9). Closed form of the Bessel density for integer k:
     p_T(t) = 2^{1−k}/Γ(k) · e^{−t} Σ_j (k−1+j)!/(j!(k−1−j)!) 2^{−j} t^{k−1−j}, integrated term by term."""
     _check_k(k)
     if x <= 0:
@@ -61,7 +61,7 @@ def epsilon_at(gamma: float, epsilon0: float, k: int = 1) -> float:
 
 def calibrate(epsilon: float, gamma: float, k: int = 1) -> float:
     """The least-noise ε₀ whose mechanism is (ε, γ)-private at risk: solve γ·P(T ≤ ε₀) = P(T ≤ ε)
-    (k = 1: ε₀ = −ln(1 − (1 − e^{−ε})/γ), FORMULAS.md §3.2). Infeasible targets raise InputError."""
+    (k = 1: ε₀ = −ln(1 − (1 − e^{−ε})/γ)). Infeasible targets raise InputError."""
     _check_eps(epsilon, "epsilon")
     if not 0 < gamma <= 1:
         raise InputError(f"gamma must be in (0, 1], got {gamma}", where="--gamma")
@@ -79,7 +79,7 @@ def calibrate(epsilon: float, gamma: float, k: int = 1) -> float:
 def pairs(
     epsilon0: float, k: int = 1, gammas: tuple[float, ...] = (0.5, 0.8, 0.9, 0.95, 0.99)
 ) -> list[dict[str, float]]:
-    """The (ε, γ) pairs the mechanism at ε₀ with k outputs achieves: the report of FORMULAS.md §4.3."""
+    """The (ε, γ) pairs the mechanism at ε₀ with k outputs achieves: the privacy-at-risk report of [DBB] Thm 4."""
     return [{"epsilon": epsilon_at(g, epsilon0, k), "gamma": g} for g in gammas]
 
 

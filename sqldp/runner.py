@@ -1,4 +1,4 @@
-"""The runner: the only module that talks to the database (DESIGN.md, step 5).
+"""The runner: the only module that talks to the database (pipeline step 5 of 5, README "Layout").
 
 It parses and normalises a query, asks the analyses for their plan, runs the answer query and the
 sensitivity queries in one read-only REPEATABLE READ transaction (so the answer and its sensitivity see the

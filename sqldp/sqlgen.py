@@ -1,6 +1,6 @@
 """Generated SQL, built as sqlglot expressions (never by string concatenation).
 
-The answer query of an analysis form is plain PostgreSQL (DESIGN.md: it must also run unchanged on Citus):
+The answer query of an analysis form is plain PostgreSQL (it must also run unchanged on Citus):
 ``SELECT keys…, aggregates… FROM uses… WHERE conjuncts… GROUP BY keys…``. ORDER BY and LIMIT are absent on
 purpose: they are applied to the noisy answers.
 """

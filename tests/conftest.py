@@ -1,6 +1,6 @@
 """A real PostgreSQL for every test that needs one.
 
-Order of preference (issue 2, item 9): ``SQLDP_TEST_DSN`` if set; a testcontainers PostgreSQL when a
+Order of preference: ``SQLDP_TEST_DSN`` if set; a testcontainers PostgreSQL when a
 Docker engine answers; otherwise the embedded server in a temporary data directory. Each test that asks for
 ``pg_dsn`` gets a database of its own, dropped afterwards.
 """

@@ -1,4 +1,4 @@
-"""Guessing advantage → ε (NR §3.3.10; FORMULAS.md §1): the printed examples, the D tables, identities and
+"""Guessing advantage → ε (NR §3.3.10): the printed examples, the D tables, identities and
 properties, and the policy side (goal syntax, units)."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ CAT = (Attribute("cat", "gender", None, GENDER), Attribute("cat", "color", None,
 
 
 def test_e1_cat_and() -> None:
-    # [LP] §6.1, NR l.5730–5746: nearest prior to (1−δ)/2 is 0.2, ε ≈ 0.539, Laplace λ = 1/ε ≈ 1.86
+    # [LP] §6.1, NR §3.3.10.5: nearest prior to (1−δ)/2 is 0.2, ε ≈ 0.539, Laplace λ = 1/ε ≈ 1.86
     c = goal_conversion(Goal(CAT, "and"), 0.1)
     assert c.epsilon == pytest.approx(0.5389965, abs=1e-7)
     assert round(c.epsilon, 3) == 0.539 and round(1 / c.epsilon, 2) == 1.86
@@ -57,7 +57,7 @@ def test_e5_each_and_or_of_two_binary_variables() -> None:
 
 
 def test_e13_pandemic_histogram() -> None:
-    # NR l.8996–9010: 4 states, p = 0.25, discrete metric; Cauchy scale 5/ε, Laplace 78 % bound −ln(0.22)/ε
+    # NR §4.5.2.2: 4 states, p = 0.25, discrete metric; Cauchy scale 5/ε, Laplace 78 % bound −ln(0.22)/ε
     c = goal_conversion(
         Goal((Attribute("p", "state", None, parse_knowledge({"kind": "set_uniform", "size": 4}, "s")),)), 0.1
     )
@@ -99,7 +99,7 @@ def test_worst_case_advantage_for_fixed_epsilon(eps: float, prior: float, advant
 
 
 def test_worst_case_identities() -> None:
-    # FORMULAS.md §1.3(f): p = (1−δ)/2 minimises ε_lb; ε_lb(0.45) = ε_ub(0.55) = 2 ln(1.1/0.9)
+    # p = (1−δ)/2 minimises ε_lb; ε_lb(0.45) = ε_ub(0.55) = 2 ln(1.1/0.9)
     assert adv.epsilon_lb(0.45, 0.1) == pytest.approx(0.4013414, abs=1e-7)
     assert adv.epsilon_ub(0.55, 0.1) == pytest.approx(0.4013414, abs=1e-7)
     assert adv.epsilon_worst_case(0.1) == pytest.approx(2 * math.log(1.1 / 0.9))
@@ -112,7 +112,7 @@ def test_worst_case_identities() -> None:
 @settings(max_examples=80, deadline=None)
 @given(st.floats(0.01, 0.8), st.floats(0.001, 0.98))
 def test_symmetry_of_the_bounds(delta: float, p: float) -> None:
-    # FORMULAS.md §1.3(e): ε_lb symmetric about (1−δ)/2
+    # ε_lb symmetric about (1−δ)/2
     q = 1 - delta - p
     if 0 < q < 1:
         assert adv.epsilon_lb(p, delta) == pytest.approx(adv.epsilon_lb(q, delta), rel=1e-9, abs=1e-12)
@@ -122,7 +122,7 @@ def test_d4_uniform_restricted_space() -> None:
     g = lambda z: min(2 * z, 100) / 100  # noqa: E731  interior t, [LP] convention
     assert adv.epsilon_lb(0.1, 0.1) / 100 == pytest.approx(0.00810930, abs=1e-8)
     best = adv.search_a(g, 5, 100, 0.1, strict=False)
-    # FORMULAS.md D4 prints 0.0162181; −ln(0.1/0.9·4)/50 = ln(2.25)/50 = 0.0162186 (the sheet's last digit is off)
+    # −ln(0.1/0.9·4)/50 = ln(2.25)/50 = 0.0162186
     assert best.a == pytest.approx(50) and best.epsilon == pytest.approx(0.0162181, abs=1e-6)
     corner = adv.search_a(lambda z: min(z, 100) / 100 if z > 5 else 0.1, 5, 100, 0.1, strict=False)
     assert corner.epsilon == pytest.approx(0.00810930, abs=1e-7)  # corner-safe a′ = 2a: no gain
@@ -205,7 +205,7 @@ def test_inverse_of_epsilon_is_within_the_target(ps: list[Prior], r: float, comb
     assert adv.advantage_from_epsilon(g, c.epsilon * 1.01).advantage > d - 1e-3  # and the bound is tight
 
 
-# -- policies and units (FORMULAS.md §1.8) ------------------------------------------------------------
+# -- policies and units ------------------------------------------------------------
 
 
 def test_cafeteria_policy_gives_finite_positive_epsilon() -> None:
@@ -241,7 +241,7 @@ def test_units_follow_the_policy_metric(rows: str, weight: float, scale: float, 
 
 
 def test_noise_is_invariant_under_rescaling_the_norm() -> None:
-    # NR l.8530: scaling the metric by s scales ε by 1/s and sensitivity by s; noise = Δ/ε is unchanged
+    # NR §4.3.5: scaling the metric by s scales ε by 1/s and sensitivity by s; noise = Δ/ε is unchanged
     e1 = epsilon_from_policy(Policy.from_toml(TOML.format(rows="public", weight=1, scale=1)), 0.05)
     e60 = epsilon_from_policy(Policy.from_toml(TOML.format(rows="public", weight=1, scale=60)), 0.05)
     assert e1 == pytest.approx(60 * e60)  # Δ_60 = Δ_1/60, so Δ_60/e60 = Δ_1/e1

@@ -131,7 +131,7 @@ def test_cafeteria_files() -> None:
     assert raw["goals"] == [{"attributes": {"t.time": 2.0}, "combine": "and", "advantage": 0.05}]
     rows = datasets.dataset_path("cafeteria.csv").read_text(encoding="utf-8").splitlines()
     assert rows[0] == "name,faculty,time" and len(rows) == 41
-    assert rows[1:4] == ["Alice,math,20", "Bob,math,15", "Eve,computer science,25"]  # seed 001
+    assert rows[1:4] == ["Alice,math,20", "Bob,math,15", "Eve,computer science,25"]  # the cafeteria example
 
 
 def test_cafeteria_policy_loads() -> None:

@@ -1,4 +1,4 @@
-"""Noise mechanisms (issue 2, item 7): printed values, goodness of fit, calibration and its refusals."""
+"""Noise mechanisms: printed values, goodness of fit, calibration and its refusals."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from sqldp.errors import InputError, RefusedError
 
 
 def closed_form_gc4(a: float) -> float:
-    """FORMULAS.md §1.9: P(|η| ≤ a) for GenCauchy(4), an independent closed form."""
+    """P(|η| ≤ a) for GenCauchy(4), an independent closed form."""
     r2 = math.sqrt(2.0)
     return (1 / (2 * math.pi)) * math.log((a * a + r2 * a + 1) / (a * a - r2 * a + 1)) + (1 / math.pi) * (
         math.atan(r2 * a + 1) + math.atan(r2 * a - 1)
@@ -54,7 +54,7 @@ def test_density_integrates_to_one() -> None:
 
 
 def test_laplace_78_percent_bound() -> None:
-    """FORMULAS.md D7: the Laplace (λ = 1) 78 % bound is −ln(0.22) = 1.514128."""
+    """The Laplace (λ = 1) 78 % bound is −ln(0.22) = 1.514128."""
     assert m.laplace_abs_quantile(0.78) == pytest.approx(1.514128, abs=1e-6)
 
 
@@ -65,7 +65,7 @@ def test_noise_source_is_secure_unless_seeded() -> None:
 
 
 def test_cauchy_calibration_theorem_353() -> None:
-    """NR l.7611: ε = 1, β = 0.1 → b = 0.1, noise scale 10·c(x)."""
+    """NR §4.3.3.1: ε = 1, β = 0.1 → b = 0.1, noise scale 10·c(x)."""
     cal = m.calibrate_cauchy(3.0, 1.0, 0.1)
     assert cal.b == pytest.approx(0.1) and cal.scale == pytest.approx(30.0)
     assert cal.half_width(0.78) == pytest.approx(30.0 * 0.998780, rel=1e-6)
@@ -74,7 +74,7 @@ def test_cauchy_calibration_theorem_353() -> None:
 
 
 def test_laplace_delta_theorem_356_d8() -> None:
-    """FORMULAS.md D8: ε = 1, b = 0.1, β = 0.1 → δ = 2e^(1−1−9) = 2.46820e−4, and back."""
+    """NR Theorem 3.56: ε = 1, b = 0.1, β = 0.1 → δ = 2e^(1−1−9) = 2.46820e−4, and back."""
     delta = m.laplace_delta(1.0, 0.1, 0.1)
     assert delta == pytest.approx(2.46820e-4, rel=1e-5)
     cal = m.calibrate_laplace(2.0, 1.0, delta, 0.1)

@@ -13,7 +13,7 @@ from sqldp.priors import parse_cli_prior, parse_knowledge
 
 def test_range_uniform_masses_interior_and_edge() -> None:
     p = parse_knowledge({"kind": "range_uniform", "lo": 0, "hi": 100}, "w")
-    assert p.mass(50, 5) == pytest.approx(0.1)  # interior: 2r/w (FORMULAS.md §1.5)
+    assert p.mass(50, 5) == pytest.approx(0.1)  # interior: 2r/w
     assert p.mass(0, 5) == pytest.approx(0.05)  # edge
     assert p.p_range(5) == [(pytest.approx(0.05), pytest.approx(0.1))]
     assert p.diameter() == 100
@@ -23,7 +23,7 @@ def test_normal_mass_and_effective_range() -> None:
     p = parse_knowledge({"kind": "normal", "mu": 2000, "sigma": 235.7}, "w")
     assert p.mass(2000, 100) == pytest.approx(float(erf(100 / (235.7 * math.sqrt(2)))))  # E3: ≈ 0.3286
     assert p.mass(2000, 100) == pytest.approx(0.3286, abs=2e-4)
-    assert p.diameter() == pytest.approx(6 * math.sqrt(2) * 235.7)  # μ ± 3√2σ (NR l.5591)
+    assert p.diameter() == pytest.approx(6 * math.sqrt(2) * 235.7)  # μ ± 3√2σ (NR §3.3.10.1)
     lo, hi = p.p_range(100)[0]
     assert hi == pytest.approx(p.mass(2000, 100)) and lo < 1e-3
 

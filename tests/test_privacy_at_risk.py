@@ -1,4 +1,5 @@
-"""Privacy at risk (seed 004): oracles P1, P2, P4, P6 and the D2/D3 tables of FORMULAS.md."""
+"""Privacy at risk ([DBB]: Dandekar, Basu and Bressan, PoPETs 2021): the worked examples of [DBB] §5.3 and
+tables derived from its theorems."""
 
 from __future__ import annotations
 
@@ -14,13 +15,13 @@ from sqldp.errors import InputError
 
 
 def test_p1_health_centre_budget() -> None:
-    # FORMULAS.md P1 ([DBB] l.405–413): N·E·e^{−1/ε₀} = $74434.40
+    # [DBB] §5.3: N·E·e^{−1/ε₀} = $74434.40
     r = par.cost_report(5500, 100, 0.5)
     assert r.budget == pytest.approx(74434.40, abs=0.01)
 
 
 def test_p2_cost_optimal_epsilon() -> None:
-    # P2 ([DBB] l.415): ε_min = 0.274, minimum budget $37805.86, saving $36628.532 (printed, off by 0.017)
+    # [DBB] §5.3: ε_min = 0.274, minimum budget $37805.86, saving $36628.532 (printed, off by 0.017)
     r = par.cost_report(5500, 100, 0.5)
     assert r.epsilon_min == pytest.approx(0.274, abs=5e-4)
     assert r.epsilon_min == pytest.approx(0.2741153, abs=1e-6)

@@ -1,4 +1,4 @@
-"""The row-level analysis against independent oracles (issue 3, "Verified by").
+"""The row-level analysis against independent oracles.
 
 * Brute force on tiny random databases (real PostgreSQL): every single-row addition and removal is made,
   the true change of the query is measured, and the analysis at D and at each neighbour D′ is compared:

@@ -13,7 +13,7 @@ from sqldp.db import connect, resolve_dsn
 from sqldp.errors import InputError, RefusedError
 
 DEMO_QUERIES = (
-    ("cafeteria", "SELECT COUNT(*) FROM t WHERE faculty = 'math'", "math students eating (seed 001)"),
+    ("cafeteria", "SELECT COUNT(*) FROM t WHERE faculty = 'math'", "math students eating (the cafeteria example)"),
     ("cafeteria", "SELECT AVG(time) FROM t WHERE faculty = 'math'", "average eating time of math students"),
     (
         "cafeteria",

@@ -1,5 +1,5 @@
-"""``sqldp epsilon``: explore a guessing-advantage goal without a query (NR §3.3.10, FORMULAS.md §1), the
-privacy-at-risk report and the cost model of seed 004 (FORMULAS.md §3)."""
+"""``sqldp epsilon``: explore a guessing-advantage goal without a query (NR §3.3.10), the
+privacy-at-risk report and the cost model of Dandekar, Basu and Bressan (PoPETs 2021)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--combine", choices=("and", "or", "each"), default="and", help="how attributes combine")
     g.add_argument("--search", choices=("simplified", "a"), default="simplified", help="restricted-space search")
     p.add_argument("--plot", metavar="FILE.png", help="draw posterior and advantage against ε (NR Fig. 55)")
-    r = p.add_argument_group("privacy at risk (Laplace mechanism, seed 004)")
+    r = p.add_argument_group("privacy at risk (Laplace mechanism; Dandekar, Basu and Bressan, PoPETs 2021)")
     r.add_argument("--risk", action="store_true", help="report (ε, γ) pairs of a Laplace mechanism at ε₀")
     r.add_argument(
         "--epsilon0", type=float, metavar="E0", help="the mechanism's ε₀ (default: --epsilon or the ε found)"
@@ -171,7 +171,7 @@ def explore(args: argparse.Namespace) -> dict[str, Any]:
 
 def write_plot(path: Path, priors: list[float], target: float) -> None:
     """Posterior guessing probability and advantage against ε (R = 1) for the goal's priors and the worst
-    case, like NR Fig. 55 / the slides' plot (FORMULAS.md E9, E10). Written to a temp file, then renamed."""
+    case, like NR Fig. 55. Written to a temp file, then renamed."""
     if path.suffix.lower() != ".png":
         raise InputError("the plot is written as PNG: give a FILE.png", where="--plot")
     if not path.parent.exists():

@@ -1,4 +1,5 @@
-"""Sensitivity analyses: pure functions from (analysis form, catalog, policy) to a *plan* (DESIGN.md, step 3).
+"""Sensitivity analyses: pure functions from (analysis form, catalog, policy) to a *plan* (pipeline step 3 of
+5, README "Layout").
 
 The plan contract, shared by every analysis and relied on by the runner:
 
