@@ -23,7 +23,7 @@ from sqlglot import exp
 
 from sqldp.errors import RefusedError
 from sqldp.form import AnalysisForm
-from sqldp.policy import Policy
+from sqldp.policy import EPOCH, Policy
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,10 @@ class KeyDomain:
 def key_domains(form: AnalysisForm, policy: Policy) -> tuple[KeyDomain, ...]:
     out = []
     for key in form.group_by:
+        years = _year_domain(form, policy, key)
+        if years is not None:
+            out.append(KeyDomain(years, None))
+            continue
         if not isinstance(key, exp.Column) or not key.table:
             raise RefusedError(
                 f"GROUP BY {key.sql(dialect='postgres')}: only plain columns can be group keys "
@@ -72,6 +76,51 @@ def key_domains(form: AnalysisForm, policy: Policy) -> tuple[KeyDomain, ...]:
                 f"leak; declare the column's domain in the policy (tables.{table}.columns.{key.name}.domain)"
             )
     return tuple(out)
+
+
+def _year_domain(form: AnalysisForm, policy: Policy, key: exp.Expression) -> tuple[object, ...] | None:
+    """``EXTRACT(YEAR FROM d)`` of a DATE column with a declared range: the years the range spans (NR §3.3.11:
+    a derived column's domain follows from the constraints on the column it is computed from). Rows whose
+    date lies outside the declared range fall in years outside the domain and are never released; the set of
+    released groups depends on the policy only."""
+    if not (isinstance(key, exp.Extract) and isinstance(key.expression, exp.Column) and key.expression.table):
+        return None
+    if key.this.name.upper() not in ("YEAR", "YEARS"):
+        return None
+    column = key.expression
+    declared = policy.table(form.use(column.table).table).column(column.name).range
+    if declared is None:
+        return None
+    first = EPOCH + dt.timedelta(days=int(declared[0]))
+    last = EPOCH + dt.timedelta(days=int(declared[1]))
+    # constant bounds in WHERE narrow the years further (TPC-H Q7: BETWEEN 1995-01-01 AND 1996-12-31), as an
+    # IN list narrows a declared domain: the years left out are empty whatever the data
+    for c in form.conjuncts:
+        e = c.expr
+        if isinstance(e, exp.Between) and e.this == column:
+            low, high = _date_literal(e.args.get("low")), _date_literal(e.args.get("high"))
+            first, last = max(first, low or first), min(last, high or last)
+        elif isinstance(e, (exp.GT, exp.GTE, exp.LT, exp.LTE)) and column in (e.this, e.expression):
+            flipped = e.expression == column
+            bound = _date_literal(e.this if flipped else e.expression)
+            if bound is None:
+                continue
+            upper = isinstance(e, (exp.LT, exp.LTE)) != flipped  # column < bound, or bound > column
+            if upper:
+                last = min(last, bound)
+            else:
+                first = max(first, bound)
+    return tuple(range(first.year, last.year + 1))
+
+
+def _date_literal(e: exp.Expression | None) -> dt.date | None:
+    """A ``DATE '…'`` constant (after sqldp.dates folded the arithmetic), else None."""
+    if isinstance(e, exp.Cast) and e.to.this == exp.DataType.Type.DATE and isinstance(e.this, exp.Literal):
+        try:
+            return dt.date.fromisoformat(e.this.name)
+        except ValueError:
+            return None
+    return None
 
 
 def _constant_filter(form: AnalysisForm, key: exp.Column) -> list[exp.Literal] | None:

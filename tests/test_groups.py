@@ -228,3 +228,26 @@ def test_declared_groups_a_constant_filter_excludes_are_not_released(tiny: tuple
     ):
         out = session.run(sql, epsilon=1.0)
         assert [r["key"]["name"] for r in out.rows] == kept, sql
+
+
+def test_group_by_year_of_a_declared_date_range(pg_dsn: str) -> None:
+    """EXTRACT(YEAR FROM d) takes its groups from d's declared range (NR §3.3.11), narrowed by constant
+    bounds in WHERE; a row lands in one year, so each year gets the full ε (parallel composition), and a
+    year outside the declared range is never released, whatever the data holds."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE e (id INT PRIMARY KEY, d DATE NOT NULL)")
+        conn.execute("INSERT INTO e VALUES (1, '2001-03-01'), (2, '2001-07-09'), (3, '2003-01-01'), (4, '1999-05-05')")
+    policy = Policy.from_toml('[defaults]\nepsilon = 1.0\n[tables.e.columns.d]\nrange = ["2000-01-01", "2004-12-31"]\n')
+    session = sqldp.connect(pg_dsn, policy)
+    out = session.analyze("SELECT EXTRACT(YEAR FROM e.d) AS y, COUNT(*) FROM e GROUP BY EXTRACT(YEAR FROM e.d)")
+    assert len(out.measurements) == 5  # 2000 … 2004; 1999's row is outside the declared range
+    assert {m.epsilon for g in out.measurements for m in g} == {1.0}
+    true = {2001: 2.0, 2003: 1.0}
+    released = session.run("SELECT EXTRACT(YEAR FROM e.d) AS y, COUNT(*) AS n FROM e GROUP BY EXTRACT(YEAR FROM e.d)")
+    assert [r["key"]["y"] for r in released.rows] == [2000, 2001, 2002, 2003, 2004]
+    assert [g[0].true_value for g in released.measurements] == [true.get(y, 0.0) for y in range(2000, 2005)]
+    narrowed = session.run(
+        "SELECT EXTRACT(YEAR FROM e.d) AS y, COUNT(*) AS n FROM e "
+        "WHERE e.d BETWEEN DATE '2001-01-01' AND DATE '2002-12-31' GROUP BY EXTRACT(YEAR FROM e.d)"
+    )
+    assert [r["key"]["y"] for r in narrowed.rows] == [2001, 2002]

@@ -400,9 +400,13 @@ def _disjoint(form: AnalysisForm, private: frozenset[str], classes: _Classes) ->
         return False
     alias = uses[0].alias
     for key in form.group_by:
-        if not isinstance(key, exp.Column) or not key.table:
+        # a key is a deterministic function of its columns (a column, EXTRACT(YEAR FROM d), …): when each
+        # of them is the private use's own or equal to one of its columns, a row of it lands in one group
+        columns = [key] if isinstance(key, exp.Column) else list(key.find_all(exp.Column))
+        if not columns or any(not c.table for c in columns):
             return False
-        ref = ColumnRef(key.table, key.name)
-        if ref.alias != alias and not any(m.alias == alias for m in classes.members(ref)):
-            return False
+        for c in columns:
+            ref = ColumnRef(c.table, c.name)
+            if ref.alias != alias and not any(m.alias == alias for m in classes.members(ref)):
+                return False
     return True
