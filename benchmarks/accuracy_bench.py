@@ -33,7 +33,8 @@ from sqldp.policy import Policy
 POLICY = ROOT / "benchmarks" / "tpch" / "policy_rows.toml"
 OUT = ROOT / "benchmarks" / "results" / "accuracy.md"
 
-# (name, SQL, the peer's median |error| from the issue, or None)
+# (name, SQL, the peer's median |error| from the issue, or None). The issue measured sqldp before the
+# mechanism choice at 3.11, 137, 46, 89, 0.0106 and 30,700 on the first six, and Q12's high_line_count at 3,390.
 CASES: list[tuple[str, str, float | None]] = [
     ("COUNT orders with a filter", "SELECT COUNT(*) FROM orders WHERE o_orderstatus = 'F'", 1.0),
     ("SUM(l_quantity), range [1, 50]", "SELECT SUM(l_quantity) FROM lineitem", 26.0),
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(bench(name, sql, peer, conn, session, args.runs))
             print(rows[-1], file=sys.stderr)
     header = [
-        "query", "mechanism", "median abs error", "expected median abs error (noisiest value)",
+        "query", "mechanism", "median abs error", "expected median abs noise (noisiest measurement)",
         "median relative error", "peer", "ratio",
     ]  # fmt: skip
     report = "\n".join(
@@ -125,8 +126,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{time.perf_counter() - t0:.0f} s",
             f"`python benchmarks/accuracy_bench.py --scale {args.scale:g} --runs {args.runs}`",
             "",
-            "median |error| over every released value of every run; `peer` is the best of Tumult Analytics and",
-            "SmartNoise SQL as measured for the issue (not re-run here); ratio = sqldp / peer.",
+            "median |error| over every released value of every run; `peer` is the best of Tumult Analytics",
+            "and SmartNoise SQL as measured for the issue (not re-run here); ratio = sqldp / peer. Before",
+            "this benchmark's changes the issue measured sqldp at 3.11, 137, 46, 89, 0.0106 and 30,700 on the",
+            "first six rows (generalized Cauchy throughout) and 3,390 on Q12's high_line_count. The expected",
+            "column is the median |noise| of the noisiest measurement (for AVG and Q1 a SUM, before the",
+            "division by the noisy count).",
             "",
             markdown_table(header, rows),
             "",
