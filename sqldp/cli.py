@@ -27,7 +27,12 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports a bad flag as one line (and exit 2), not usage plus message."""
 
     def error(self, message: str) -> NoReturn:
-        raise InputError(message, where=self.prog)
+        if message.startswith("unrecognized arguments:"):
+            # argparse lists every leftover token, the query text too; the flags are what was mistyped
+            flags = [t for t in message.split(":", 1)[1].split() if t.startswith("-")]
+            message = f"unrecognized arguments: {' '.join(flags)}" if flags else message
+        # the top-level parser's name is already the line's "sqldp:" prefix
+        raise InputError(message, where=None if self.prog == "sqldp" else self.prog)
 
 
 def common_options(*, query: bool = True, policy: bool = True, schema: bool = True) -> argparse.ArgumentParser:
@@ -78,13 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     import importlib
 
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"sqldp.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"sqldp.commands.{name}":
-                continue  # command not built yet
-            raise
-        module.register(sub)
+        importlib.import_module(f"sqldp.commands.{name}").register(sub)
     return parser
 
 

@@ -104,6 +104,8 @@ class AnalysisForm:
     order_by: tuple[OrderKey, ...] = ()
     limit: int | None = None
     notes: tuple[str, ...] = field(default=())  # rewrites applied (e.g. "AVG → SUM/COUNT")
+    # HAVING over the aggregates (``__agg<i>`` placeholders), evaluated on the noisy values after the noise
+    having: exp.Expression | None = None
 
     def use(self, alias: str) -> TableUse:
         for u in self.uses:

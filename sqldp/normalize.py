@@ -211,10 +211,6 @@ class Normalizer:
                 f"the query releases rows of private table {(released or private)[0]!r}; only aggregates "
                 "(COUNT, SUM, AVG, MIN, MAX) over private tables can be answered"
             )
-        if body.having is not None:
-            raise self.refuse(
-                "HAVING selects groups by their true aggregates, which would leak; not supported", body.having
-            )
         self._subqueries(statement, private)
         block = self.spj(body.child)
         conjuncts = []
@@ -229,6 +225,24 @@ class Normalizer:
                 raise self.refuse("GROUP BY by position is not supported; name the expression", g)
         aggregates: list[Aggregate] = []
         outputs = tuple(self._output(name, e, block, groups, aggregates) for name, e in body.items)
+        having = None
+        if body.having is not None:
+            # HAVING filters the *noisy* groups: its aggregates are measured (and paid for) like the SELECT
+            # list's, and the condition runs on the released values — post-processing, so no extra cost
+            having = self._output("HAVING", body.having, block, groups, aggregates).expr
+            for node in having.walk():
+                bad_column = isinstance(node, exp.Column) and (node.table or not node.name.startswith(AGG_PREFIX))
+                if (
+                    bad_column
+                    or not isinstance(node, _HAVING_NODES)
+                    or (isinstance(node, exp.Literal) and node.is_string)
+                ):
+                    raise self.refuse(
+                        f"HAVING may compare aggregates and numbers (=, <>, <, <=, >, >=, BETWEEN, AND, OR, NOT, "
+                        f"+ − × /), not {node.sql(dialect='postgres')}",
+                        body.having,
+                    )
+            self.notes.append("HAVING evaluated on the noisy aggregates (post-processing)")
         order_by, limit = self._order(sort, outputs, body) if sort is not None else ((), None)
         return AnalysisForm(
             uses=tuple(block.uses),
@@ -239,6 +253,7 @@ class Normalizer:
             order_by=order_by,
             limit=limit,
             notes=tuple(self.notes),
+            having=having,
         )
 
     def _subqueries(self, statement: exp.Expression, private: list[str]) -> None:
@@ -354,6 +369,34 @@ class Normalizer:
                 raise self.refuse("ORDER BY must name an output column of the query", key)
             keys.append(OrderKey(index, desc))
         return tuple(keys), sort.limit
+
+
+_HAVING_NODES = (
+    exp.Paren,
+    exp.Boolean,
+    exp.Not,
+    exp.And,
+    exp.Or,
+    exp.EQ,
+    exp.NEQ,
+    exp.LT,
+    exp.LTE,
+    exp.GT,
+    exp.GTE,
+    exp.Between,
+    exp.Add,
+    exp.Sub,
+    exp.Mul,
+    exp.Div,
+    exp.Neg,
+    exp.Cast,
+    exp.DataType,
+    exp.Literal,
+    exp.Column,
+    exp.Identifier,
+    exp.Greatest,
+    exp.Least,
+)  # fmt: skip  — what the runner's _holds/_evaluate compute on the noisy values
 
 
 def _number(v: float) -> exp.Expression:

@@ -18,7 +18,7 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -117,6 +117,12 @@ def resolve_params(
         raise InputError("no privacy level: pass --epsilon or --advantage, or set defaults.epsilon in the policy")
     if not (math.isfinite(epsilon) and epsilon > 0):
         raise InputError(f"epsilon must be a positive number, got {epsilon}", where="--epsilon")
+    if epsilon > MAX_EPSILON:
+        raise InputError(
+            f"ε = {epsilon:g} bounds the odds of any inference only by e^{epsilon:g}, which protects nothing; "
+            f"sqldp accepts ε ≤ {MAX_EPSILON:g} per query",
+            where="--epsilon",
+        )
     dlt = delta if delta is not None else d.delta
     if mech == "laplace" and not dlt:
         raise InputError("the Laplace mechanism gives (ε, δ)-DP: pass --delta (NR Thm 3.56)", where="--delta")
@@ -128,6 +134,9 @@ def resolve_params(
     if b is not None and b < 0:
         raise InputError(f"beta must be ≥ 0, got {b}", where=beta_where)
     return PrivacyParams(epsilon, dlt if mech == "laplace" else None, b, mech, conf, advantage, source, beta_where)
+
+
+MAX_EPSILON = 100.0  # e^100 ≈ 2.7e43: beyond it a "private" answer is the exact one in all but name
 
 
 def check_beta(params: PrivacyParams, shares: Sequence[tuple[float, float | None]]) -> None:
@@ -331,6 +340,39 @@ def _evaluate(e: exp.Expression, values: Sequence[float | None]) -> float | None
             return a * b
         return a / b if b != 0 else None
     raise RefusedError(f"output expression {e.sql(dialect='postgres')} is not supported after aggregation")
+
+
+_COMPARE: dict[type, Callable[[float, float], bool]] = {
+    exp.EQ: lambda a, b: a == b,
+    exp.NEQ: lambda a, b: a != b,
+    exp.LT: lambda a, b: a < b,
+    exp.LTE: lambda a, b: a <= b,
+    exp.GT: lambda a, b: a > b,
+    exp.GTE: lambda a, b: a >= b,
+}
+
+
+def _holds(e: exp.Expression, values: Sequence[float | None]) -> bool | None:
+    """A HAVING condition over (noisy) aggregate values, with SQL's three-valued AND/OR/NOT."""
+    if isinstance(e, exp.Paren):
+        return _holds(e.this, values)
+    if isinstance(e, exp.Boolean):
+        return bool(e.this)
+    if isinstance(e, exp.Not):
+        inner = _holds(e.this, values)
+        return None if inner is None else not inner
+    if isinstance(e, (exp.And, exp.Or)):
+        a, b = _holds(e.this, values), _holds(e.expression, values)
+        if isinstance(e, exp.And):
+            return False if a is False or b is False else None if a is None or b is None else True
+        return True if a is True or b is True else None if a is None or b is None else False
+    if type(e) in _COMPARE:
+        x, y = _evaluate(e.this, values), _evaluate(e.expression, values)
+        return None if x is None or y is None else _COMPARE[type(e)](x, y)
+    if isinstance(e, exp.Between):
+        x, lo, hi = (_evaluate(e.args[k], values) for k in ("this", "low", "high"))
+        return None if x is None or lo is None or hi is None else lo <= x <= hi
+    raise RefusedError(f"HAVING condition {e.sql(dialect='postgres')} is not supported after aggregation")
 
 
 class Session:
@@ -788,6 +830,8 @@ class Prepared:
                 kind = "laplace" if m.mechanism == GLOBAL else m.mechanism
                 m.noisy_value = mechanisms.release(kind, m.true_value, m.noise_scale, self.session.noise)
                 noisy.append(m.noisy_value)
+            if form.having is not None and _holds(form.having, noisy) is not True:
+                continue  # HAVING on the noisy aggregates: post-processing (NULL, like SQL, drops the group)
             values: dict[str, Any] = {}
             keys: dict[str, Any] = {}
             for o in form.outputs:

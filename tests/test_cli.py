@@ -88,6 +88,20 @@ def test_broken_policy(schema: Path, tmp_path: Path, policy: str, expected: str)
 
 
 def test_bad_flag_and_missing_files(schema: Path) -> None:
-    assert "unrecognized arguments" in one_line_error(sqldp("explain", "--nope", "SELECT 1"))
+    # the mistyped flag alone, once prefixed (not "sqldp: error: sqldp: … --nope SELECT 1")
+    assert one_line_error(sqldp("explain", "--nope", "SELECT 1")) == "sqldp: error: unrecognized arguments: --nope"
     assert "cannot read schema file" in one_line_error(sqldp("explain", "--schema", "missing.sql", "SELECT 1"))
     assert "cannot read query file" in one_line_error(sqldp("explain", "--schema", str(schema), "-f", "missing.sql"))
+
+
+def test_python_dash_m_sqldp_and_absurd_epsilon(schema: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "sqldp", "--version"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("sqldp ")
+    from sqldp.errors import InputError
+    from sqldp.policy import Policy
+    from sqldp.runner import resolve_params
+
+    assert resolve_params(Policy(), epsilon=100.0).epsilon == 100.0
+    with pytest.raises(InputError, match="protects nothing") as err:
+        resolve_params(Policy(), epsilon=1e9)
+    assert err.value.where == "--epsilon"

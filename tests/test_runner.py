@@ -286,3 +286,18 @@ def test_nulls_are_skipped_not_clamped(pg_dsn: str) -> None:
     # combined row and value privacy clamps too (w is value-sensitive, rows private)
     combined = session.run("SELECT SUM(n.age * n.w) FROM n", epsilon=1.0).measurements[0][0]
     assert combined.true_value == pytest.approx(float(plain[2]))
+
+
+def test_having_filters_the_noisy_groups(db: tuple[str, Path]) -> None:
+    """HAVING runs on the released (noisy) aggregates — post-processing — and its own aggregates are measured
+    and paid like the SELECT list's: SUM(time) here is a third measurement at ε/2 besides COUNT(*)."""
+    dsn, policy = db
+    session = sqldp.connect(dsn, policy, seed=4)
+    sql = "SELECT faculty, COUNT(*) AS n FROM t GROUP BY faculty HAVING COUNT(*) > 150 AND SUM(time) > 0"
+    out = session.run(sql, epsilon=2.0)
+    assert [r["key"]["faculty"] for r in out.rows] == ["cs"]  # 200 cs rows, 100 math, 0 art
+    assert [m.aggregate for m in out.measurements[0]] == ["COUNT(*)", "SUM(t.time)"]
+    assert {m.epsilon for g in out.measurements for m in g} == {1.0}
+    assert "HAVING evaluated on the noisy aggregates (post-processing)" in out.notes
+    # a condition no group meets releases no row, and costs the same
+    assert session.run(sql.replace("> 150", "> 1000000"), epsilon=2.0).rows == []

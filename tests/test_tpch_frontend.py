@@ -25,7 +25,7 @@ EXPECTED = {
     "q10": None, "q12": None, "q14": None, "q19": None,
     "q02": "releases rows of private table",       # a non-aggregate answer (and a correlated subquery)
     "q04": "subqueries inside expressions",        # EXISTS
-    "q11": "HAVING",
+    "q11": "subqueries inside expressions",        # HAVING … > (SELECT …)
     "q13": "nested aggregation",                   # derived table aggregates
     "q15": "releases rows of private table",       # the revenue view returns supplier rows
     "q16": "subqueries inside expressions",        # NOT IN (SELECT …)
