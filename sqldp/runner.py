@@ -264,6 +264,7 @@ class Result:
             "delta": p.delta if p else None,
             "beta": p.beta if p else None,  # as given; None: chosen per answer, shown in audit mode only
             "mechanism": self._mechanism(),
+            "confidence": p.confidence if p else None,  # of the error bars, where they are shown
             "epsilon_from": p.epsilon_source if p else None,
             "advantage": p.advantage if p else None,
             "measurements": [[m.to_json(audit=audit) for m in group] for group in self.measurements],

@@ -219,3 +219,17 @@ def test_keys_from_a_schema_file_are_not_trusted() -> None:
     assert not catalog.enforced and not plan(form, catalog, policy).data_independent  # type: ignore[union-attr]
     trusted = dataclasses.replace(catalog, enforced=True)
     assert plan(form, trusted, policy).data_independent  # type: ignore[union-attr]
+
+
+def test_text_output_shows_a_data_independent_error_bar_only(
+    session: tuple[sqldp.runner.Session, psycopg.Connection],
+) -> None:
+    from sqldp.commands.analyze import format_text
+
+    s, conn = session
+    _load(conn, {"r": [(0, 0)] * 7, "s": [(0, 0)], "p": []})
+    text = format_text(s.run("SELECT COUNT(*) FROM r").to_json())
+    answer = next(line for line in text.splitlines() if line.startswith("answer = "))
+    assert answer.endswith("± 1.5 (78% confidence)")  # −ln(0.22)/ε = 1.514 at ε = 1
+    smoothed = format_text(s.run("SELECT COUNT(*) FROM r, s WHERE r.b = s.b").to_json())
+    assert "±" not in smoothed

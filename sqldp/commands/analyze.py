@@ -9,6 +9,7 @@ are functions of the private data released without noise, and says so in the out
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 from sqldp.cli import common_options, emit, read_query
@@ -84,7 +85,7 @@ def format_text(out: dict[str, Any]) -> str:
             lines.append(f"  {table}: {first}")
             lines.extend(f"    {line}" for line in rest)
     if "answer" in out:
-        lines.append(f"answer = {out['answer']}")
+        lines.append(f"answer = {_with_error_bar(out)}")
         extra = {k: v for k, v in out.get("values", {}).items()}
         if len(extra) > 1:
             lines.extend(f"  {k} = {v}" for k, v in extra.items())
@@ -94,6 +95,22 @@ def format_text(out: dict[str, Any]) -> str:
             vals = ", ".join(f"{k}={v}" for k, v in row.get("values", row).items())
             lines.append(f"  {key + ': ' if key else ''}{vals}")
     return "\n".join(lines)
+
+
+def _with_error_bar(out: dict[str, Any]) -> str:
+    """The answer, and ± its error bar when that bar is data-independent (a single ``laplace-global``
+    measurement, whose half-width the analyst output carries), rounded to the bar's second digit."""
+    answer = out["answer"]
+    measured = out.get("measurements") or []
+    if out.get("audit") or len(measured) != 1 or len(measured[0]) != 1 or answer is None:
+        return str(answer)
+    width = measured[0][0].get("half_width")
+    if not width or not math.isfinite(width):
+        return str(answer)
+    digits = max(0, 1 - math.floor(math.log10(width)))
+    confidence = out.get("confidence")
+    level = f" ({confidence:.0%} confidence)" if confidence else ""
+    return f"{answer:.{digits}f} ± {width:.{digits}f}{level}"
 
 
 def _describe_term(term: Any) -> list[str]:
