@@ -85,3 +85,28 @@ def test_only_comparison_operands_are_folded() -> None:
         "SELECT 1 FROM t WHERE d BETWEEN date '1994-01-01' AND date '1994-01-01' + interval '1' month", read="postgres"
     )
     assert "CAST('1994-02-01' AS DATE)" in dates.fold_date_arithmetic(between).sql("postgres")
+
+
+@pytest.mark.parametrize(
+    ("condition", "message"),
+    [
+        ("t.d <= date '1998-12-01' - interval 'NULL' day", "not a constant number of days"),
+        ("t.d > '-infinity'::date", "write a calendar date"),
+        ("t.d <= date '1998-12-01' + interval '1" + "0" * 400 + "' day", "not a constant number of days"),
+    ],
+)
+def test_odd_constants_are_refused_in_one_line(pg_server_dsn: str, condition: str, message: str) -> None:
+    """Reproducers that ended in tracebacks (ValueError, OverflowError): a one-line refusal at prepare."""
+    import sqldp
+    from sqldp.catalog import Catalog
+    from sqldp.errors import RefusedError
+    from sqldp.policy import Policy
+
+    catalog = Catalog.from_ddl("CREATE TABLE t (id INT PRIMARY KEY, d DATE NOT NULL, v INT NOT NULL);")
+    policy = Policy.from_toml(
+        '[defaults]\nepsilon = 1.0\n[tables.t]\nrows = "public"\nnorm = "l1(d)"\n'
+        '[tables.t.columns.d]\nrange = ["1990-01-01", "2000-12-31"]\n'
+    )
+    session = sqldp.connect(pg_server_dsn, policy, schema=catalog, allow_privileged=True)
+    with pytest.raises(RefusedError, match=message):
+        session.prepare(f"SELECT COUNT(*) FROM t WHERE {condition}")

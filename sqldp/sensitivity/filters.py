@@ -104,7 +104,14 @@ def _interval_days(node: exp.Interval) -> float:
         raise RefusedError(
             f"interval {node.sql(dialect='postgres')}: only day intervals are supported in private filters"
         )
-    return float(parts[0])
+    try:
+        days = float(parts[0]) if parts else math.nan
+    except ValueError:
+        days = math.nan
+    # a date moves by at most ±2^31 days in PostgreSQL; anything else is not a constant number of days
+    if not (math.isfinite(days) and abs(days) <= 2**31):
+        raise RefusedError(f"interval {node.sql(dialect='postgres')} is not a constant number of days")
+    return days
 
 
 def linear(e: exp.Expression, info: ColumnInfo) -> Linear:
@@ -113,7 +120,12 @@ def linear(e: exp.Expression, info: ColumnInfo) -> Linear:
         return linear(e.this, info)
     if isinstance(e, exp.Cast):
         if e.to.this == exp.DataType.Type.DATE and isinstance(e.this, exp.Literal) and e.this.is_string:
-            days = (dt.date.fromisoformat(e.this.name) - EPOCH).days
+            try:
+                days = (dt.date.fromisoformat(e.this.name.strip()) - EPOCH).days
+            except ValueError:  # 'infinity', 'epoch', 'today', other spellings PostgreSQL reads
+                raise RefusedError(
+                    f"date {e.this.name!r} in a private filter: write a calendar date as 'YYYY-MM-DD'"
+                ) from None
             return Linear({}, float(days))
         return linear(e.this, info)
     if isinstance(e, exp.Literal) and not e.is_string:

@@ -401,8 +401,11 @@ def _date_constant(e: exp.Expression) -> int | None:
         total = day.year * 12 + day.month - 1 + sign * amount * months
         year, month = divmod(total, 12)
         # PostgreSQL clamps the day to the end of the month (date '2000-01-31' + interval '1 month' = 2000-02-29)
-        last = (dt.date(year + (month + 1) // 12, (month + 1) % 12 + 1, 1) - dt.timedelta(days=1)).day
-        return (dt.date(year, month + 1, min(day.day, last)) - _EPOCH).days
+        try:
+            last = (dt.date(year + (month + 1) // 12, (month + 1) % 12 + 1, 1) - dt.timedelta(days=1)).day
+            return (dt.date(year, month + 1, min(day.day, last)) - _EPOCH).days
+        except (ValueError, OverflowError):  # beyond the years Python's dates cover
+            raise _Untranslatable(e.sql(dialect="postgres")) from None
     return None
 
 
