@@ -513,7 +513,7 @@ class Session:
         params = resolve_params(self.policy, outputs=max(1, len(form.aggregates)), **privacy)
         domains = key_domains(form, self.policy)
         plans = tuple(
-            sensitivity.plan(_single(form, i), self.catalog, self.policy, params.beta)
+            sensitivity.plan(single_aggregate(form, i), self.catalog, self.policy, params.beta)
             for i in range(len(form.aggregates))
         )
         # a value-level plan may move private conjuncts into its aggregate (NR §3.3.8.4, q_m); the aggregates
@@ -1062,7 +1062,7 @@ def _smoothed(
     return [s for s, plan in zip(shares, plans, strict=True) if s is not None and not _data_independent(plan)]
 
 
-def _single(form: AnalysisForm, index: int) -> AnalysisForm:
+def single_aggregate(form: AnalysisForm, index: int) -> AnalysisForm:
     """The form restricted to one aggregate (each aggregate is its own measurement)."""
     agg = form.aggregates[index]
     out = Output(f"{AGG_PREFIX}0", exp.column(f"{AGG_PREFIX}0"), (0,))

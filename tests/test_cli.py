@@ -51,8 +51,15 @@ def test_explain_reads_query_from_file_and_stdin(schema: Path, tmp_path: Path) -
 
 def test_refused_query_is_explained_with_reason(schema: Path) -> None:
     r = sqldp("explain", "--schema", str(schema), "--format", "json", "SELECT COUNT(*) FROM t LEFT JOIN u ON id = k")
-    assert r.returncode == 0
+    assert r.returncode == 2  # what `run` would refuse: exit 2, the full explanation on stdout
     assert "LEFT JOIN" in json.loads(r.stdout)["refused"]["reason"]
+    # refusals of the sensitivity analysis and the groups are found without data too
+    r = sqldp(
+        "explain", "--schema", str(schema), "--format", "json", "SELECT faculty, COUNT(*) FROM t GROUP BY faculty"
+    )
+    assert r.returncode == 2 and "which groups exist" in json.loads(r.stdout)["refused"]["reason"]
+    ok = sqldp("explain", "--schema", str(schema), "--format", "json", "SELECT COUNT(*) FROM t")
+    assert ok.returncode == 0 and json.loads(ok.stdout)["mechanisms"] == {"COUNT(*)": "laplace-global"}
 
 
 @pytest.mark.parametrize(

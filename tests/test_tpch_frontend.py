@@ -21,8 +21,15 @@ POLICY = ROOT / "schemas" / "tpch.toml"
 
 # What the front end does with each TPC-H query, and why (the reason must name the construct).
 EXPECTED = {
-    "q01": None, "q03": None, "q05": None, "q06": None, "q07": None, "q08": None, "q09": None,
-    "q10": None, "q12": None, "q14": None, "q19": None,
+    "q01": None, "q05": None, "q06": None, "q19": None,
+    # what `run` refuses without reading data, and `explain` now says (it used to stop before the analyses)
+    "q03": "which groups exist in private table",   # GROUP BY l_orderkey: no declared domain
+    "q10": "which groups exist in private table",   # GROUP BY c_custkey
+    "q07": "reads a value-sensitive column",        # GROUP BY EXTRACT(YEAR FROM l_shipdate), dates in the norm
+    "q08": "reads a value-sensitive column",
+    "q09": "reads a value-sensitive column",
+    "q12": "cannot bound CASE",                     # CASE over o_orderpriority under value-level privacy
+    "q14": "cannot bound CASE",
     "q02": "releases rows of private table",       # a non-aggregate answer (and a correlated subquery)
     "q04": "subqueries inside expressions",        # EXISTS
     "q11": "subqueries inside expressions",        # HAVING … > (SELECT …)
@@ -61,7 +68,11 @@ def test_tpch_query(name: str, catalog: Catalog, policy: Policy) -> None:
 
 
 @pytest.mark.parametrize("path", sorted((QUERIES / "naples").glob("*.sql")), ids=lambda p: p.stem)
-def test_naples_adapted_queries_all_analysable(path: Path, catalog: Catalog, policy: Policy) -> None:
+def test_naples_adapted_queries_all_analysable(path: Path, catalog: Catalog) -> None:
+    # the NAPLES evaluation measures value-level sensitivity with every table's rows public (NR §4.3.3),
+    # as benchmarks/naples_bench.py does: MIN/MAX over private rows (q02_*) is refused otherwise
+    text = (ROOT / "sqldp" / "data" / "schemas" / "tpch.toml").read_text(encoding="utf-8")
+    policy = Policy.from_toml(text.replace('rows = "private"', 'rows = "public"'))
     out = explain(path.read_text(), catalog, policy)
     assert out["refused"] is None, out["refused"]
 

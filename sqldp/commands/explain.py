@@ -7,12 +7,15 @@ import argparse
 from typing import Any
 
 from sqldp import algebra as ra
+from sqldp import sensitivity
 from sqldp.cli import common_options, emit, read_query
 from sqldp.context import load_context
 from sqldp.errors import RefusedError
 from sqldp.form import describe
 from sqldp.frontend import parse
+from sqldp.groups import key_domains
 from sqldp.normalize import PublicRelease, normalize
+from sqldp.runner import GLOBAL, single_aggregate
 from sqldp.sensitivity import model_check
 
 
@@ -36,6 +39,19 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
         private = [t for t in form.tables if policy.table(t).rows_private]
         # from the schema's keys alone (NR §3.3.13): data-independent, so anyone may see it
         out["global_sensitivity"] = model_check.for_form(form, catalog, private)
+        # the rest of what `run` decides before reading data: the groups and each aggregate's plan, which
+        # refuse what the analyses do not cover, and the mechanism each aggregate would get
+        try:
+            key_domains(form, policy)
+            plans = [sensitivity.plan(single_aggregate(form, i), catalog, policy) for i in range(len(form.aggregates))]
+        except RefusedError as err:
+            out["refused"] = {"reason": err.message, "where": err.where}
+            return out
+        default = policy.defaults.mechanism or "cauchy"
+        out["mechanisms"] = {
+            agg.sql: GLOBAL if getattr(p, "data_independent", False) else default
+            for agg, p in zip(form.aggregates, plans, strict=True)
+        }
     return out
 
 
@@ -60,6 +76,8 @@ def _text(out: dict[str, Any]) -> str:
             lines.append(f"  after noise: ORDER BY {order or '-'} LIMIT {a['limit']}")
         if a["rewrites"]:
             lines.append("  rewrites:   " + "; ".join(a["rewrites"]))
+        for agg, mech in out.get("mechanisms", {}).items():
+            lines.append(f"  noise:      {agg} → {mech}")
         if out.get("global_sensitivity"):
             lines.append("Global sensitivity from the schema's keys (NR §3.3.13; data-independent):")
             for table, entry in out["global_sensitivity"].items():
@@ -84,4 +102,4 @@ def run(args: argparse.Namespace) -> int:
     payload = dict(out)
     payload.pop("algebra_text")
     emit(args, payload, lambda _: _text(out))
-    return 0
+    return 2 if out["refused"] else 0  # `run` would refuse it
