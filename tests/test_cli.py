@@ -43,8 +43,11 @@ def test_explain_json_self_join(schema: Path) -> None:
 
 def test_explain_reads_query_from_file_and_stdin(schema: Path, tmp_path: Path) -> None:
     q = tmp_path / "q.sql"
-    q.write_text("SELECT SUM(time) FROM t")
+    q.write_text("SELECT COUNT(*) FROM t")
     assert sqldp("explain", "--schema", str(schema), "-f", str(q)).returncode == 0
+    q.write_text("SELECT SUM(time) FROM t")  # no declared range: run refuses it, and so does explain
+    refused = sqldp("explain", "--schema", str(schema), "-f", str(q))
+    assert refused.returncode == 2 and "needs a value range" in refused.stdout
     r = sqldp("explain", "--schema", str(schema), "-f", "-", stdin="SELECT COUNT(*) FROM u")
     assert r.returncode == 0 and "COUNT(*)" in r.stdout
 
