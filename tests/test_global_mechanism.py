@@ -233,3 +233,11 @@ def test_text_output_shows_a_data_independent_error_bar_only(
     assert answer.endswith("± 1.5 (78% confidence)")  # −ln(0.22)/ε = 1.514 at ε = 1
     smoothed = format_text(s.run("SELECT COUNT(*) FROM r, s WHERE r.b = s.b").to_json())
     assert "±" not in smoothed
+    # a GROUP BY result is a psql-like table: header, rule, aligned rows (numbers to the right), row count
+    _load(conn, {"r": [(0, 0)] * 7, "s": [], "p": [(0, 1), (0, 22)]})
+    grouped = format_text(s.run("SELECT p.d AS d, COUNT(*) AS n FROM r, p WHERE r.b = p.b GROUP BY p.d").to_json())
+    table = grouped.splitlines()[-5:]
+    assert table[0].split("|")[0].strip() == "d" and table[0].split("|")[1].strip() == "n"
+    assert set(table[1]) == {"-", "+"} and table[-1] == "(2 rows)"
+    assert [line.split("|")[0].strip() for line in table[2:4]] == ["1", "22"]
+    assert len({len(line) for line in table[:4]}) == 1  # aligned

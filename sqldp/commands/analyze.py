@@ -90,11 +90,38 @@ def format_text(out: dict[str, Any]) -> str:
         if len(extra) > 1:
             lines.extend(f"  {k} = {v}" for k, v in extra.items())
     if "rows" in out:
-        for row in out["rows"]:
-            key = ", ".join(f"{k}={v}" for k, v in row.get("key", {}).items())
-            vals = ", ".join(f"{k}={v}" for k, v in row.get("values", row).items())
-            lines.append(f"  {key + ': ' if key else ''}{vals}")
+        lines.extend(_table(out["rows"]))
     return "\n".join(lines)
+
+
+def _table(rows: list[dict[str, Any]]) -> list[str]:
+    """Rows as psql prints them: a header, aligned columns (numbers to the right), and the row count."""
+    records = [{**r["key"], **r["values"]} if "values" in r and "key" in r else r.get("values", r) for r in rows]
+    if not records:
+        return ["(0 rows)"]
+    names = list(records[0])
+    cells = [[_cell(rec.get(n)) for n in names] for rec in records]
+    widths = [max(len(n), *(len(c[i]) for c in cells)) for i, n in enumerate(names)]
+    numeric = [all(_is_number(rec.get(n)) for rec in records) for n in names]
+    out = [" " + " | ".join(n.center(w) for n, w in zip(names, widths, strict=True)) + " "]
+    out.append("-" + "-+-".join("-" * w for w in widths) + "-")
+    for c in cells:
+        parts = (v.rjust(w) if num else v.ljust(w) for v, w, num in zip(c, widths, numeric, strict=True))
+        out.append(" " + " | ".join(parts) + " ")
+    out.append(f"({len(records)} row{'s' if len(records) != 1 else ''})")
+    return out
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.2f}" if math.isfinite(v) and abs(v) < 1e15 else repr(v)
+    return str(v)
 
 
 def _with_error_bar(out: dict[str, Any]) -> str:
