@@ -315,3 +315,17 @@ def test_cafeteria_loads_and_answers(pg_dsn: str) -> None:
         assert float(avg) == 21.0  # 11 math students, 231 minutes
         assert conn.execute("SELECT faculty, time FROM t WHERE name = 'Alice'").fetchone() == ("math", 20)
         assert conn.execute("SELECT min(time) >= 0 AND max(time) <= 60 FROM t").fetchone() == (True,)
+
+
+def test_load_of_another_scale_says_how_to_replace_it(pg_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`sqldp load tpch --scale X` over TPC-H of another scale said "already loaded" and kept the old data;
+    now it names the loaded scale and --reload (the demo keeps using what is there)."""
+    from sqldp.commands.demo import load
+
+    load(pg_dsn, "tpch", 0.008, strict_scale=True)
+    load(pg_dsn, "tpch", 0.008, strict_scale=True)  # the same scale: nothing to do
+    assert "already loaded" in capsys.readouterr().err
+    with pytest.raises(InputError, match=r"scale factor 0\.008 is loaded, not 0\.01; pass --reload") as err:
+        load(pg_dsn, "tpch", 0.01, strict_scale=True)
+    assert err.value.where == "--scale"
+    load(pg_dsn, "tpch", 0.01)  # the demo's call: uses what is loaded

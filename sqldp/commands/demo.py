@@ -64,17 +64,33 @@ def _has_table(dsn: str, table: str) -> bool:
         return conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"public.{table}",)).fetchone()[0]
 
 
-def load(dsn: str, dataset: str, scale: float, *, force: bool = False) -> None:
+def _loaded_scale(dsn: str) -> str | None:
+    with connect(dsn) as conn:
+        row = conn.execute("SELECT obj_description('public.lineitem'::regclass, 'pg_class')").fetchone()
+    comment = row[0] if row else None
+    prefix = "sqldp tpch scale "
+    return comment[len(prefix) :] if comment and comment.startswith(prefix) else None
+
+
+def load(dsn: str, dataset: str, scale: float, *, force: bool = False, strict_scale: bool = False) -> None:
+    """Load a data set unless it is there. ``strict_scale`` (``sqldp load``): TPC-H of another scale factor is
+    an error naming ``--reload``; the demo uses whatever TPC-H is loaded."""
     from sqldp import datasets
 
     marker = "lineitem" if dataset == "tpch" else "t"
     if _has_table(dsn, marker) and not force:
+        loaded = _loaded_scale(dsn) if dataset == "tpch" else None
+        if dataset == "tpch" and loaded != f"{scale:g}" and strict_scale:
+            what = f"scale factor {loaded}" if loaded else "TPC-H of an unknown scale factor"
+            raise InputError(f"{what} is loaded, not {scale:g}; pass --reload to replace it", where="--scale")
         print(f"{dataset}: already loaded (use --reload to load again)", file=sys.stderr)
         return
     t0 = time.perf_counter()
     if dataset == "tpch":
         print(f"loading TPC-H at scale factor {scale:g} (tpchgen-cli, COPY)", file=sys.stderr)
         counts = datasets.load_tpch(dsn, scale, progress=Progress(), replace=force)
+        with connect(dsn) as conn:  # which scale is loaded, for the next `load` (a table comment)
+            conn.execute(f"COMMENT ON TABLE public.lineitem IS 'sqldp tpch scale {scale:g}'")
     else:
         counts = datasets.load_cafeteria(dsn, replace=force)
     total = sum(counts.values())
@@ -107,7 +123,7 @@ def _check_scale(scale: float) -> None:
 
 def run_load(args: argparse.Namespace) -> int:
     _check_scale(args.scale)
-    load(resolve_dsn(args.dsn, args.data_dir), args.dataset, args.scale, force=args.reload)
+    load(resolve_dsn(args.dsn, args.data_dir), args.dataset, args.scale, force=args.reload, strict_scale=True)
     return 0
 
 
