@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import QUERIES, ROOT, machine, markdown_table, median_time, tpch_database
 
 from sqldp.errors import DatabaseError, SqldpError
-from sqldp.runner import Session
+from sqldp.session import Session
 
 POLICY = ROOT / "benchmarks" / "tpch" / "policy_rows.toml"
 ROW_QUERIES = QUERIES / "rows"
@@ -103,7 +103,7 @@ def bench_query(name: str, sql: str, conn: psycopg.Connection, session: Session,
             runs.append((time.perf_counter() - t1, res))
         total, result = sorted(runs, key=lambda r: r[0])[1]  # the median run, with its own timings
     t = result.timings
-    j = result.to_json()
+    j = result.to_json(audit=True)  # the data owner's figures: the error bar
     sens_fixed = "" if first > SLOW_S else f"{session.analyze(sql, beta=0.1).to_json()['sensitivity']:.4g}"
     rel = f"{j['error']['absolute'] / abs(true_value):.3g}" if true_value else "∞ (answer 0)"
     analysis = t["analysis"] + t["sensitivity_queries"]

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 from sqldp.errors import SqldpError
 
 if TYPE_CHECKING:
-    from sqldp.runner import Session
+    from sqldp.session import Session
 
 __all__ = ["SqldpError", "connect"]
 __version__ = "0.1.0"
 
 
 def connect(dsn: str | None = None, policy: Any = None, **kwargs: Any) -> Session:
-    """Open a :class:`sqldp.runner.Session` on ``dsn`` (default: ``$SQLDP_DSN``, else the embedded server)."""
-    from sqldp.runner import Session
+    """Open a :class:`sqldp.session.Session` on ``dsn`` (default: ``$SQLDP_DSN``, else the embedded server)."""
+    from sqldp.session import Session
 
     return Session(dsn, policy, **kwargs)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
+
 from sqldp.catalog import Catalog
 from sqldp.db import connect, resolve_dsn
 from sqldp.policy import Policy
@@ -17,6 +19,21 @@ class Context:
     dsn: str | None  # None when no database was needed
 
 
+def load_policy(policy: Policy | str | Path | None) -> Policy:
+    """The policy object, from a file, or the default policy (every table private)."""
+    return policy if isinstance(policy, Policy) else Policy.from_file(policy) if policy else Policy()
+
+
+def load_catalog(schema: Catalog | str | Path | None, conn: psycopg.Connection | None) -> Catalog:
+    """The catalog: given, from a schema file, or read from the database on ``conn``."""
+    if isinstance(schema, Catalog):
+        return schema
+    if schema is not None:
+        return Catalog.from_file(schema)
+    assert conn is not None
+    return Catalog.from_database(conn)
+
+
 def load_context(
     *,
     dsn: str | None,
@@ -26,13 +43,13 @@ def load_context(
     need_database: bool,
 ) -> Context:
     """The policy, the catalog (from ``schema`` or the database) and, when needed, the DSN."""
-    pol = Policy.from_file(policy) if policy else Policy()
+    pol = load_policy(policy)
     resolved = resolve_dsn(dsn, data_dir) if (need_database or schema is None) else None
     if schema is not None:
-        catalog = Catalog.from_file(schema)
+        catalog = load_catalog(schema, None)
     else:
         assert resolved is not None
         with connect(resolved) as conn:
-            catalog = Catalog.from_database(conn)
+            catalog = load_catalog(None, conn)
     pol.validate(catalog)
     return Context(catalog, pol, resolved)

@@ -18,6 +18,7 @@ All expressions are sqlglot trees; they are shared, never mutated (copy before t
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
@@ -143,3 +144,11 @@ def describe(form: AnalysisForm) -> dict:
         "limit": form.limit,
         "rewrites": list(dict.fromkeys(form.notes)),
     }
+
+
+def single_aggregate(form: AnalysisForm, index: int) -> AnalysisForm:
+    """The form restricted to one aggregate (each aggregate is its own measurement)."""
+    agg = form.aggregates[index]
+    out = Output(f"{AGG_PREFIX}0", exp.column(f"{AGG_PREFIX}0"), (0,))
+    keys = tuple(o for o in form.outputs if o.is_key)
+    return dataclasses.replace(form, aggregates=(agg,), outputs=(*keys, out), order_by=(), limit=None)

@@ -16,7 +16,7 @@ POLICY = "[defaults]\nepsilon = 1.0\n[tables.t.columns.x]\nrange = [0, 60]\n[tab
 
 
 @pytest.fixture
-def session(pg_dsn: str) -> Iterator[sqldp.runner.Session]:
+def session(pg_dsn: str) -> Iterator[sqldp.session.Session]:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id INT PRIMARY KEY, x INT, y NUMERIC(6, 2), z INT)")
         conn.execute("INSERT INTO t SELECT g, g % 61, (g % 21) - 5, g FROM generate_series(1, 40) g")
@@ -24,7 +24,7 @@ def session(pg_dsn: str) -> Iterator[sqldp.runner.Session]:
     yield sqldp.connect(pg_dsn, Policy.from_toml(POLICY), seed=5)
 
 
-def test_the_centred_sum_has_half_the_sensitivity(session: sqldp.runner.Session) -> None:
+def test_the_centred_sum_has_half_the_sensitivity(session: sqldp.session.Session) -> None:
     out = session.analyze("SELECT AVG(x) FROM t", audit=True)
     by_aggregate = {m.aggregate: m for m in out.measurements[0]}
     assert by_aggregate["SUM(t.x - 30)"].sensitivity == 30.0  # (60 − 0)/2, where SUM(x) has 60
@@ -34,7 +34,7 @@ def test_the_centred_sum_has_half_the_sensitivity(session: sqldp.runner.Session)
     assert {m.aggregate: m.sensitivity for m in asymmetric}["SUM(t.y - 5)"] == 10.0  # [−5, 15]: 10, not 15
 
 
-def test_released_averages_stay_in_the_declared_range_and_centre_on_the_truth(session: sqldp.runner.Session) -> None:
+def test_released_averages_stay_in_the_declared_range_and_centre_on_the_truth(session: sqldp.session.Session) -> None:
     with psycopg.connect(session.dsn) as conn:
         true = float(conn.execute("SELECT AVG(x) FROM t").fetchone()[0])  # type: ignore[index]
     answers = [session.run("SELECT AVG(x) AS a FROM t", epsilon=0.2).answer for _ in range(200)]
@@ -43,7 +43,7 @@ def test_released_averages_stay_in_the_declared_range_and_centre_on_the_truth(se
     assert abs(statistics.median(answers) - true) < 5.0
 
 
-def test_an_average_without_a_declared_range_is_not_centred(session: sqldp.runner.Session) -> None:
+def test_an_average_without_a_declared_range_is_not_centred(session: sqldp.session.Session) -> None:
     out = session.analyze("SELECT AVG(x + 1) FROM t", audit=True)  # an expression: the plain SUM/COUNT
     assert "AVG → SUM/COUNT" in out.notes
     assert {m.aggregate for m in out.measurements[0]} == {"SUM(t.x + 1)", "COUNT(t.x + 1)"}

@@ -108,8 +108,8 @@ def test_python_dash_m_sqldp_and_absurd_epsilon(schema: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "sqldp", "--version"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.startswith("sqldp ")
     from sqldp.errors import InputError
+    from sqldp.params import resolve_params
     from sqldp.policy import Policy
-    from sqldp.runner import resolve_params
 
     assert resolve_params(Policy(), epsilon=100.0).epsilon == 100.0
     with pytest.raises(InputError, match="protects nothing") as err:

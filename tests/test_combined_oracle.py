@@ -57,8 +57,8 @@ from conftest import create_database, drop_database
 
 import sqldp
 from sqldp.policy import Policy
-from sqldp.runner import Session
 from sqldp.sensitivity.columns import ColumnPlan
+from sqldp.session import Session
 
 DDL = """
 CREATE TABLE t (id INT PRIMARY KEY, k INT, a INT, x NUMERIC(6,2));
@@ -245,9 +245,9 @@ class Compiled:
         prepared = session.prepare(sql, epsilon=EPSILON)  # β free: the plan evaluates columns.BETA_GRID
         plan = prepared.plans[0]
         assert isinstance(plan, ColumnPlan) and plan.row_plan is not None  # the combined path (§3.3.9.3)
-        assert prepared.answer is not None
+        assert prepared.statements is not None
         queries = tuple(q.sql(dialect="postgres") for q in plan.queries)
-        return cls(sql, plan, prepared.answer.sql(dialect="postgres"), queries)
+        return cls(sql, plan, prepared.statements.source.sql(dialect="postgres"), queries)
 
 
 def _state(conn: psycopg.Connection, q: Compiled) -> State:

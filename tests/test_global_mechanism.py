@@ -23,7 +23,7 @@ from sqldp.catalog import Catalog
 from sqldp.frontend import parse
 from sqldp.normalize import normalize
 from sqldp.policy import Policy
-from sqldp.runner import GLOBAL
+from sqldp.result import GLOBAL
 from sqldp.sensitivity import plan
 
 DDL = "CREATE TABLE r (a INT, b INT); CREATE TABLE s (b INT, c INT); CREATE TABLE p (b INT, d INT);"
@@ -61,7 +61,7 @@ def test_data_independence_follows_the_shape(sql: str, independent: bool) -> Non
 
 
 @pytest.fixture
-def session(pg_dsn: str) -> Iterator[tuple[sqldp.runner.Session, psycopg.Connection]]:
+def session(pg_dsn: str) -> Iterator[tuple[sqldp.session.Session, psycopg.Connection]]:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(DDL)
         yield sqldp.connect(pg_dsn, Policy.from_toml(POLICY)), conn
@@ -74,7 +74,7 @@ def _load(conn: psycopg.Connection, db: dict[str, list[tuple[int, int]]]) -> Non
             conn.execute(f"INSERT INTO {table} VALUES (%s, %s)", row)
 
 
-def _release(session: sqldp.runner.Session, sql: str) -> tuple[float, float, int, str]:
+def _release(session: sqldp.session.Session, sql: str) -> tuple[float, float, int, str]:
     m = session.analyze(sql, audit=True).measurements[0][0]
     assert m.true_value is not None
     return m.true_value, m.noise_scale, mechanisms.GRID_EXPONENT, m.mechanism
@@ -106,7 +106,7 @@ def _loss(x: tuple[float, float, int], y: tuple[float, float, int]) -> float:
         "SELECT SUM(r.a) FROM r, p WHERE r.b = p.b AND p.d > 0",
     ],
 )
-def test_every_neighbour_is_within_epsilon(session: tuple[sqldp.runner.Session, psycopg.Connection], sql: str) -> None:
+def test_every_neighbour_is_within_epsilon(session: tuple[sqldp.session.Session, psycopg.Connection], sql: str) -> None:
     s, conn = session
     # p has a join key twice: one added r row then moves a COUNT by 2, which the bound must cover
     base = {"r": [(1, 0), (2, 1)], "s": [], "p": [(0, 1), (0, 1), (1, 0), (2, 1)]}
@@ -130,7 +130,7 @@ def test_every_neighbour_is_within_epsilon(session: tuple[sqldp.runner.Session, 
 
 
 def test_count_is_released_at_scale_one_over_epsilon(
-    session: tuple[sqldp.runner.Session, psycopg.Connection],
+    session: tuple[sqldp.session.Session, psycopg.Connection],
 ) -> None:
     s, conn = session
     _load(conn, {"r": [(0, 0)] * 7, "s": [], "p": []})
@@ -149,7 +149,7 @@ def test_count_is_released_at_scale_one_over_epsilon(
 
 
 def test_a_histogram_over_a_public_key_is_within_epsilon_in_l1(
-    session: tuple[sqldp.runner.Session, psycopg.Connection],
+    session: tuple[sqldp.session.Session, psycopg.Connection],
 ) -> None:
     """GROUP BY a public column: one private row may reach several groups (p.b = 0 twice, with different d),
     so the groups are not disjoint; with a global bound every group still gets the full ε because the bound
@@ -222,7 +222,7 @@ def test_keys_from_a_schema_file_are_not_trusted() -> None:
 
 
 def test_text_output_shows_a_data_independent_error_bar_only(
-    session: tuple[sqldp.runner.Session, psycopg.Connection],
+    session: tuple[sqldp.session.Session, psycopg.Connection],
 ) -> None:
     from sqldp.commands.analyze import format_text
 

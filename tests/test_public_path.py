@@ -55,7 +55,7 @@ def _database(pg_server_dsn: str, tmp_path: Path, neighbour: bool) -> Iterator[t
 
 
 @pytest.fixture
-def neighbours(pg_server_dsn: str, tmp_path: Path) -> Iterator[tuple[sqldp.runner.Session, sqldp.runner.Session]]:
+def neighbours(pg_server_dsn: str, tmp_path: Path) -> Iterator[tuple[sqldp.session.Session, sqldp.session.Session]]:
     """Sessions on D and on its neighbour D' (one more private row)."""
     with (
         _database(pg_server_dsn, tmp_path / "d", False) as (d, pd),
@@ -75,7 +75,7 @@ def _tmp_dirs(tmp_path: Path) -> None:
     (tmp_path / "d2").mkdir()
 
 
-def outcome(session: sqldp.runner.Session, sql: str) -> tuple[str, str]:
+def outcome(session: sqldp.session.Session, sql: str) -> tuple[str, str]:
     try:
         result = session.run(sql)
     except SqldpError as err:

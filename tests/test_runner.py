@@ -3,6 +3,7 @@ composition, refusals, and the library API."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -16,8 +17,8 @@ import psycopg
 import pytest
 
 import sqldp
-from sqldp import runner
 from sqldp.commands.analyze import format_text
+from sqldp.engine import postgres
 from sqldp.errors import ForbiddenError, RefusedError
 from sqldp.policy import Policy
 
@@ -194,7 +195,7 @@ def test_a_repeated_query_reuses_its_analysis(db: tuple[str, Path]) -> None:
     first = session.prepare("SELECT COUNT(*) FROM t WHERE time > 10", epsilon=1.0)
     again = session.prepare("SELECT COUNT(*) FROM t WHERE time > 10", epsilon=1.0)
     other = session.prepare("SELECT COUNT(*) FROM t WHERE time > 10", epsilon=0.5)
-    assert again.plans is first.plans and again.answer_sql == first.answer_sql
+    assert again.plans is first.plans and again.statements.answer == first.statements.answer
     assert other.plans is not first.plans and other.params.epsilon == 0.5  # type: ignore[union-attr]
     assert again.run().timings["analysis"] < first.run().timings["analysis"]
     session.close()
@@ -206,8 +207,8 @@ def test_sensitivity_queries_read_the_answers_snapshot(db: tuple[str, Path], mon
     dsn, policy = db
     session = sqldp.connect(dsn, policy=policy, seed=3)
     prepared = session.prepare("SELECT COUNT(*) FROM t", epsilon=1.0)
-    prepared.speed["last"] = 10.0  # a slow query: the two-connection path
-    spare = session._spare_connection
+    prepared.speed.last = 10.0  # a slow query: the two-connection path
+    spare = session.engine._spare_connection
 
     @contextmanager
     def late() -> Iterator[psycopg.Connection]:
@@ -216,11 +217,13 @@ def test_sensitivity_queries_read_the_answers_snapshot(db: tuple[str, Path], mon
         with spare() as conn:
             yield conn
 
-    monkeypatch.setattr(session, "_spare_connection", late)
+    monkeypatch.setattr(session.engine, "_spare_connection", late)
     with session.connection() as conn:
         before = conn.execute("SELECT COUNT(*) FROM t").fetchone()[0]
-        rows, _, _ = prepared._answer_and_sensitivity(conn, ["SELECT COUNT(*) FROM t", "SELECT 1"])
-        runner._end(conn)
+        queries = ("SELECT COUNT(*) FROM t", "SELECT 1")
+        statements = dataclasses.replace(prepared.statements, queries=queries, domains=())
+        rows, _, _ = session.engine._answer_and_queries(conn, statements, prepared.speed)
+        postgres.end(conn)
         after = conn.execute("SELECT COUNT(*) FROM t").fetchone()[0]
     assert rows == [[(before,)], [(before,)], [(1,)]] and after == before + 1
     session.close()
@@ -235,7 +238,7 @@ def test_session_connections_are_read_only_and_keep_their_prepared_statements(db
     session = sqldp.connect(dsn, policy=policy, seed=3)
     query = "SELECT f.building, COUNT(*) FROM t, f WHERE t.faculty = f.faculty GROUP BY f.building"
     prepared = session.prepare(query, epsilon=1.0)
-    assert prepared.queries_sql or any(prepared.domains_sql)  # several statements: BEGIN … COMMIT
+    assert prepared.statements.queries or any(prepared.statements.domains)  # several statements: BEGIN … COMMIT
     for _ in range(8):
         session.run(query, epsilon=1.0)
     with session.connection() as conn:
@@ -243,7 +246,7 @@ def test_session_connections_are_read_only_and_keep_their_prepared_statements(db
         assert prepared >= 1
         with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
             conn.execute("CREATE TABLE written (a int)")
-        conn.execute(runner.BEGIN)
+        conn.execute(postgres.BEGIN)
         with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
             conn.execute("INSERT INTO t VALUES ('x', 'math', 1)")
         conn.execute("ROLLBACK")
@@ -257,7 +260,7 @@ def test_a_row_level_self_join_runs_unfolded(db: tuple[str, Path]) -> None:
     session = sqldp.connect(dsn, policy=policy, seed=3)
     query = "SELECT COUNT(*) FROM t AS a, t AS b WHERE a.faculty = b.faculty"
     prepared = session.prepare(query, epsilon=1.0)
-    assert prepared.queries_sql and not prepared.folded
+    assert prepared.statements.queries and not prepared.statements.folded
     m = prepared.analyze().measurements[0][0]
     # NR §3.3.7: the derivative of Σ_f m_f² in the multiplicity of a cs row is 2·200 (then smoothed)
     assert m.true_value == 100**2 + 200**2 and m.sensitivity >= 2 * 200

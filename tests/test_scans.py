@@ -18,7 +18,7 @@ import sqlglot
 from sqlglot import exp
 
 import sqldp
-from sqldp import runner
+from sqldp import rewrite
 from sqldp.form import ColumnRef
 from sqldp.policy import Policy
 from sqldp.sensitivity import columns
@@ -191,18 +191,18 @@ def test_folding_and_pipelining_do_not_change_the_analysis(
 
     def results(session: sqldp.Session, *, parallel: bool) -> list[tuple]:
         prepared = session.prepare(query, epsilon=3.0, beta=BETA)
-        prepared.speed["last"] = 10.0 if parallel else 0.0  # the mode the next run takes
+        prepared.speed.last = 10.0 if parallel else 0.0  # the mode the next run takes
         out = prepared.analyze()
         return [(m.true_value, m.sensitivity) for row in out.measurements for m in row]
 
     folded = sqldp.connect(pg_dsn, policy=Policy.from_toml(POLICY))
     prepared = folded.prepare(query, epsilon=3.0, beta=BETA)
-    assert bool(prepared.folded) == ("GROUP BY" not in query)
+    assert bool(prepared.statements.folded) == ("GROUP BY" not in query)
     want = results(folded, parallel=False)
     assert results(folded, parallel=True) == want
-    monkeypatch.setattr(runner, "_fold", lambda form, answer, plans: (answer, {}))
+    monkeypatch.setattr(rewrite, "_fold", lambda form, answer, plans: (answer, {}))
     apart = sqldp.connect(pg_dsn, policy=Policy.from_toml(POLICY))
-    assert not apart.prepare(query, epsilon=3.0, beta=BETA).folded
+    assert not apart.prepare(query, epsilon=3.0, beta=BETA).statements.folded
     for got, expected in zip(results(apart, parallel=False), want, strict=True):
         assert got == pytest.approx(expected, rel=1e-12)
     folded.close()
@@ -237,7 +237,8 @@ def test_an_order_has_at_most_as_many_lines_as_line_numbers(pg_dsn: str, monkeyp
     policy = Policy.from_toml(FANOUT_POLICY)
     session = sqldp.connect(pg_dsn, policy=policy)
     prepared = session.prepare(FANOUT_QUERY, epsilon=1.0, beta=BETA)
-    assert "GROUP BY" not in " ".join(prepared.queries_sql) and "l.ln BETWEEN 1 AND 3" in prepared.answer_sql
+    statements = prepared.statements
+    assert "GROUP BY" not in " ".join(statements.queries) and "l.ln BETWEEN 1 AND 3" in statements.answer
     out = prepared.analyze()
     m = out.measurements[0][0]
     assert m.true_value == 1.0  # (1, 1, 0); (2, 9, 1) is outside ln's range and not counted
@@ -261,7 +262,7 @@ JOIN_QUERIES = [
 
 @pytest.mark.parametrize("query", JOIN_QUERIES)
 def test_the_answer_computed_per_group_is_the_answer(pg_dsn: str, query: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The grouped fold (runner._per_group) re-aggregates the answer's SUM/COUNT/MIN/MAX over the groups of
+    """The grouped fold (rewrite._per_group) re-aggregates the answer's SUM/COUNT/MIN/MAX over the groups of
     the per-row bound query: same answers and bounds as the queries run apart."""
     rng = random.Random(query)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
@@ -283,11 +284,12 @@ def test_the_answer_computed_per_group_is_the_answer(pg_dsn: str, query: str, mo
     one = sqldp.connect(pg_dsn, policy=policy)
     prepared = one.prepare(query, epsilon=3.0, beta=BETA)
     # the GROUP BY per row of o is the answer's scan; only l's constant bound (LIMIT 1) runs apart
-    assert "GROUP BY o.id" in prepared.answer_sql and all("GROUP BY" not in q for q in prepared.queries_sql)
+    statements = prepared.statements
+    assert "GROUP BY o.id" in statements.answer and all("GROUP BY" not in q for q in statements.queries)
     want = results(one)
-    monkeypatch.setattr(runner, "_fold", lambda form, answer, plans: (answer, {}))
+    monkeypatch.setattr(rewrite, "_fold", lambda form, answer, plans: (answer, {}))
     apart = sqldp.connect(pg_dsn, policy=policy)
-    assert apart.prepare(query, epsilon=3.0, beta=BETA).queries_sql
+    assert apart.prepare(query, epsilon=3.0, beta=BETA).statements.queries
     got = results(apart)
     assert [g[0] for g in got] == [w[0] for w in want]  # the answers: exact (integer sums)
     for g, w in zip(got, want, strict=True):
@@ -304,9 +306,9 @@ def test_an_aggregate_that_does_not_add_up_over_groups_is_not_folded() -> None:
         "SELECT MAX(s0) AS v0 FROM (SELECT SUM(1) AS s0 FROM o CROSS JOIN l WHERE l.ok = o.id GROUP BY o.id) AS pr",
         read="postgres",
     )
-    assert runner._per_group(merged, [(0, per_row)]) is None
+    assert rewrite._per_group(merged, [(0, per_row)]) is None
     merged = sqlglot.parse_one("SELECT SUM(l.c) FILTER (WHERE o.d > 1), MAX(l.c) FROM o CROSS JOIN l WHERE l.ok = o.id")
-    two = runner._per_group(merged, [(0, per_row)])
+    two = rewrite._per_group(merged, [(0, per_row)])
     assert two is not None
     sql = two.sql(dialect="postgres")
     assert "SUM(__g0)" in sql and "MAX(__g1)" in sql and "MAX(__p0_s0) AS __s0_0" in sql and "GROUP BY o.id" in sql

@@ -184,7 +184,7 @@ def _state(dsn: str) -> tuple[object, ...]:
 
 
 @pytest.fixture
-def session(pg_dsn: str, tmp_path) -> Iterator[tuple[sqldp.runner.Session, str]]:
+def session(pg_dsn: str, tmp_path) -> Iterator[tuple[sqldp.session.Session, str]]:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(DDL)
     policy = tmp_path / "policy.toml"

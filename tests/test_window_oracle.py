@@ -201,7 +201,7 @@ def test_values_outside_the_declared_range_are_clamped(pg_dsn: str, monkeypatch:
     prepared = analyst.session.prepare(QUERY, epsilon=EPSILON)
     analyst.load(inside)
     with psycopg.connect(pg_dsn) as conn:
-        answer = conn.execute(prepared.answer_sql).fetchone()
+        answer = conn.execute(prepared.statements.answer).fetchone()
     assert answer is not None and float(answer[0]) == 10.0  # 1000 → 10, −50 → 0
 
 

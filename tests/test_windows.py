@@ -115,7 +115,7 @@ def test_the_window_is_used_and_scans_only_rows_near_it(pg_dsn: str, monkeypatch
     policy = Policy.from_toml(POLICY)
     session = sqldp.connect(pg_dsn, policy=policy)
     prepared = session.prepare(QUERY, epsilon=1.0, beta=BETA)
-    assert "o.d BETWEEN CAST('2020-04-14' AS DATE) AND CAST('2020-07-25' AS DATE)" in prepared.answer_sql
+    assert "o.d BETWEEN CAST('2020-04-14' AS DATE) AND CAST('2020-07-25' AS DATE)" in prepared.statements.answer
     m = prepared.analyze().measurements[0][0]
     window = m.tables["o"]["window"]
     assert window["column"] == "o.d" and window["support"] == [18413.0, 18421.0]  # days since 1970-01-01
@@ -139,10 +139,10 @@ def test_no_window_where_the_metric_does_not_separate_it_from_the_summed_columns
     for norm, windowed in (("l1(d, v)", True), ("linf(d, v)", False)):
         text = POLICY.replace('norm = "l1(d)"', f'norm = "{norm}"') + "[tables.o.columns.v]\nrange = [0, 5]\n"
         session = sqldp.connect(pg_dsn, policy=Policy.from_toml(text))
-        assert ("BETWEEN CAST(" in session.prepare(query, epsilon=1.0, beta=BETA).answer_sql) == windowed
+        assert ("BETWEEN CAST(" in session.prepare(query, epsilon=1.0, beta=BETA).statements.answer) == windowed
     # nor without declared ranges for the cap
     session = sqldp.connect(pg_dsn, policy=Policy.from_toml(POLICY.replace("range = [0, 10]", "")))
-    assert "BETWEEN CAST(" not in session.prepare(QUERY, epsilon=1.0, beta=BETA).answer_sql
+    assert "BETWEEN CAST(" not in session.prepare(QUERY, epsilon=1.0, beta=BETA).statements.answer
 
 
 def test_finite_differences_across_the_window_never_exceed_the_bound(pg_dsn: str) -> None:

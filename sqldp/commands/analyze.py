@@ -13,7 +13,8 @@ import math
 from typing import Any
 
 from sqldp.cli import common_options, emit, read_query
-from sqldp.runner import AUDIT_WARNING, Session
+from sqldp.result import AUDIT_WARNING
+from sqldp.session import Session
 
 
 def privacy_options() -> argparse.ArgumentParser:

@@ -129,7 +129,7 @@ def run_load(args: argparse.Namespace) -> int:
 
 def run_demo(args: argparse.Namespace) -> int:
     from sqldp.datasets import dataset_path
-    from sqldp.runner import Session
+    from sqldp.session import Session
 
     _check_scale(args.scale)
     dsn = resolve_dsn(args.dsn, args.data_dir)

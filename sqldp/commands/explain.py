@@ -7,16 +7,15 @@ import argparse
 from typing import Any
 
 from sqldp import algebra as ra
-from sqldp import sensitivity
 from sqldp.cli import common_options, emit, read_query
 from sqldp.context import load_context
 from sqldp.errors import RefusedError
 from sqldp.form import describe
 from sqldp.frontend import parse
-from sqldp.groups import key_domains
 from sqldp.normalize import PublicRelease, normalize
-from sqldp.runner import GLOBAL, single_aggregate
+from sqldp.result import GLOBAL
 from sqldp.sensitivity import model_check
+from sqldp.session import compile_form
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,14 +41,16 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
         # the rest of what `run` decides before reading data: the groups and each aggregate's plan, which
         # refuse what the analyses do not cover, and the mechanism each aggregate would get
         try:
-            key_domains(form, policy)
-            plans = [sensitivity.plan(single_aggregate(form, i), catalog, policy) for i in range(len(form.aggregates))]
+            _, plans, statements = compile_form(form, catalog, policy, policy.defaults.beta)
         except RefusedError as err:
             out["refused"] = {"reason": err.message, "where": err.where}
             return out
+        # the statements `run` sends, after the rewriter's rules (sqldp.rewrite); they depend on the query and
+        # the policy only
+        out["sql"] = statements.all()
         default = policy.defaults.mechanism or "cauchy"
         out["mechanisms"] = {
-            agg.sql: GLOBAL if getattr(p, "data_independent", False) else default
+            agg.sql: GLOBAL if p.data_independent else default
             for agg, p in zip(form.aggregates, plans, strict=True)
         }
     return out
@@ -85,6 +86,9 @@ def _text(out: dict[str, Any]) -> str:
                 if "groups" in entry:
                     parts.append(f"groups {_global(entry['groups'])}")
                 lines.append(f"  {table}: " + ", ".join(parts))
+        if out.get("sql"):
+            lines.append("SQL that runs (one snapshot):")
+            lines.extend(f"  {q}" for q in out["sql"])
     return "\n".join(lines)
 
 

@@ -65,7 +65,8 @@ def build(
     ledger_dsn: str | None = None,
     seed: int | None = None,
 ) -> Built:
-    from sqldp.runner import Session, configure
+    from sqldp.engine.postgres import PostgresEngine, configure
+    from sqldp.session import Session
 
     pol = policy if isinstance(policy, Policy) else Policy.from_file(policy)
     cfg = config_mod.load(pol)
@@ -83,8 +84,8 @@ def build(
             session.analyst_dsn, cfg.pool_size, configure=isolation.configure, reset=isolation.reset, keep=4
         )
         pools.append(runner_pool)
-        session.close()
-        session.pool = runner_pool
+        session.close()  # its own connections: from now on it reads through the pool
+        session.engine = PostgresEngine(session.analyst_dsn, pool=runner_pool)
         with ledger_pool.connection() as conn:
             ledger.ensure(conn)
             ledger.sync_limits(conn, [(a.name, a.epsilon_limit, a.delta_limit) for a in cfg.analysts.values()])

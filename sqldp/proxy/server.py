@@ -96,7 +96,7 @@ class _PreparedShim:
     def __init__(self, session: Any, sql: str, privacy: dict[str, Any]) -> None:
         from sqldp.frontend import parse
         from sqldp.normalize import PublicRelease, normalize
-        from sqldp.runner import resolve_params
+        from sqldp.params import resolve_params
 
         form = normalize(parse(sql, session.catalog), session.catalog, session.policy)
         self.public = isinstance(form, PublicRelease)
@@ -110,7 +110,7 @@ class _PreparedShim:
 
 
 class ProxyServer:
-    """Serves analysts over the PostgreSQL protocol. ``session`` is a :class:`sqldp.runner.Session`;
+    """Serves analysts over the PostgreSQL protocol. ``session`` is a :class:`sqldp.session.Session`;
     ``ledger_pool`` a psycopg_pool.ConnectionPool of autocommit connections to the ledger's database."""
 
     def __init__(self, session: Any, config: ProxyConfig, ledger_pool: Any, settings: Mapping[str, str]) -> None:

@@ -1,21 +1,9 @@
 """Sensitivity analyses: pure functions from (analysis form, catalog, policy) to a *plan* (pipeline step 3 of
 5, README "Layout").
 
-The plan contract, shared by every analysis and relied on by the runner:
-
-* ``plan.queries`` — sqlglot SELECTs the runner executes in the answer's snapshot; their result rows are
-  handed back to ``finish`` in the same order.
-* ``plan.aggregate`` — the aggregate actually released (e.g. SUM over clamped columns); the runner computes
-  the answer from it.
-* ``plan.bind(results) -> Callable[[float], Bound]`` — reads the results once (everything that does not
-  depend on β) and returns the β-smooth sensitivity bound as a function of β, with a JSON-serialisable
-  breakdown per table. The runner evaluates it on the whole β grid (β is chosen to minimise the noise, NR
-  Theorem 3.73). ``plan.finish(results, beta)`` is ``bind(results)(beta)``. Neither touches the database.
-  The bound covers every group of a GROUP BY.
-* ``plan.grid`` (optional) — β values where the plan's bound is evaluated exactly (the value plan rounds
-  other β down to them); the runner's β optimisation adds them to its family (Theorem 3.73).
-* ``plan.disjoint_groups`` — True when a neighbouring change can move the answer and the bound of at most
-  one group (parallel composition over the groups, NR §3.3.10.4).
+The plan contract every analysis implements is :class:`sqldp.sensitivity.plan.Plan`: the queries to run in
+the answer's snapshot, how their results bind to a β ↦ bound function, the aggregate it covers, whether
+groups are disjoint, whether the bound is data-independent, and which conjuncts stay in the answer's WHERE.
 
 Analyses:
 
@@ -43,14 +31,15 @@ from sqldp.sensitivity import failures
 from sqldp.sensitivity.columns import ColumnPlan, plan_columns
 from sqldp.sensitivity.global_bound import GlobalPlan, global_plan
 from sqldp.sensitivity.intervals import domain
-from sqldp.sensitivity.rows import Bound, RowPlan, plan_rows
+from sqldp.sensitivity.plan import Bound, Plan
+from sqldp.sensitivity.rows import RowPlan, plan_rows
 
-__all__ = ["Bound", "ColumnPlan", "GlobalPlan", "RowPlan", "plan", "plan_columns", "plan_rows"]
+__all__ = ["Bound", "ColumnPlan", "GlobalPlan", "Plan", "RowPlan", "plan", "plan_columns", "plan_rows"]
 
 
 def plan(
     form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | None = None
-) -> RowPlan | ColumnPlan | GlobalPlan:
+) -> Plan:
     """The plan for a form with one aggregate, from the analysis the policy calls for.
 
     * the query reads no value-sensitive column (a column of a table's ``norm``): the row-level plan (§3.3.7);

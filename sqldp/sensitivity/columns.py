@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -75,15 +76,14 @@ from sqldp.policy import EPOCH, Policy
 from sqldp.sensitivity import failures
 from sqldp.sensitivity.expressions import RangeOps, SqlOps, bound, column_weights, dual, norm_separates
 from sqldp.sensitivity.filters import Filter, approximate, column_sql, combine_supports, envelope
-from sqldp.sensitivity.intervals import clamp_columns, domain, interval
-from sqldp.sensitivity.rows import Bound, RowPlan, plan_rows
+from sqldp.sensitivity.intervals import Domain, clamp_columns, domain, interval
+from sqldp.sensitivity.plan import Bound, Rows
+from sqldp.sensitivity.rows import RowPlan, plan_rows
 from sqldp.sqlgen import from_uses, where
 
 # β values evaluated in SQL; finish(β) uses the largest one ≤ β. 0.1 is NR Table 17's β.
 BETA_GRID: tuple[float, ...] = (1e-6, 1e-5, 1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
 REFERENCE_BETA = 0.1  # the per-column breakdown in the JSON is evaluated at this β
-
-Rows = Sequence[Sequence[Any]]
 
 
 @dataclass(frozen=True)
@@ -121,6 +121,7 @@ class ColumnPlan:
     # uses> WHERE <scan_conjuncts> GROUP BY <keys>) AS per_row``, so a runner may compute the answer per group
     grouped_scan: tuple[bool, ...] = ()
     scan_conjuncts: tuple[Conjunct, ...] = ()
+    data_independent: bool = False  # q_m and q_s are read from the data (NR §3.3.8)
 
     @property
     def queries(self) -> tuple[exp.Select, ...]:
@@ -222,199 +223,67 @@ def _grain(type_sql: str, kind: str) -> float | None:
     return None
 
 
-def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | None = None) -> ColumnPlan:
-    """The value-level plan (NR §3.3.8), combined with the row-level one (NR §3.3.9) when rows are private.
+@dataclass(frozen=True)
+class _Scope:
+    """What every step of :func:`plan_columns` reads: the form, the catalog, the policy, the declared value
+    domain and each value-sensitive table's norm weights."""
 
-    ``beta``: the β the user fixed, if any; the queries then evaluate the bound at that β only, instead of on
-    the whole grid (each grid point is one more expression per row of the scan)."""
-    grid = (beta,) if beta is not None and beta > 0 else BETA_GRID
-    reference = grid[0] if len(grid) == 1 else REFERENCE_BETA
-    if len(form.aggregates) != 1:
-        raise ValueError("plan_columns takes a form with one aggregate")
-    agg = form.aggregates[0]
-    extremum = agg.kind in ("min", "max")  # NR §3.3.8.3, "Min / max"
-    if agg.kind not in ("count", "sum") and not extremum:
-        raise RefusedError(f"{agg.sql}: aggregate {agg.kind.upper()} is not supported under value-level privacy")
-    if agg.kind != "count" and agg.arg is not None:
-        dated = sorted(
-            {
-                c.sql(dialect="postgres")
-                for c in agg.arg.find_all(exp.Column)
-                if c.table and catalog.table(form.use(c.table).table).column(c.name).kind == "date"
-            }
-        )
-        if dated:  # the bound's SQL (ABS, the Δ shift, the noise) is arithmetic on numbers, not on DATE values
-            raise RefusedError(
-                f"{agg.sql}: {agg.kind.upper()} over DATE values ({', '.join(dated)}) is not implemented under "
-                "value-level privacy (dates are analysed as days in filters only)"
-            )
-    dom = domain(form, catalog, policy)
-    shift = 0.0  # MIN/MAX with a private filter: Δ of NR §3.3.8.4, from the declared ranges
-    if extremum:
-        if any(c.private for c in form.conjuncts):
-            assert agg.arg is not None
-            lo, hi = interval(
-                agg.arg,
-                dom,
-                f"{agg.sql} with a filter on a value-sensitive column (NR §3.3.8.4, the Δ of f + (1 − σ)·Δ)",
-            )
-            shift = hi - lo
-        # NR §3.3.9: adding or removing a row can move MIN/MAX by the whole range of the expression
-        hidden_rows = sorted({u.table for u in form.uses if policy.table(u.table).rows_private})
-        if hidden_rows:
-            raise RefusedError(
-                f"{agg.sql}: MIN/MAX over a table with private rows ({', '.join(hidden_rows)}) is not implemented: "
-                "adding a row can move MIN/MAX by the whole range, and the combined bound (NR §3.3.9) covers "
-                "COUNT, SUM and AVG only"
-            )
-    weights_of = {t: column_weights(policy.table(t).norm) for t in form.tables if policy.table(t).norm is not None}  # type: ignore[arg-type]
+    form: AnalysisForm
+    catalog: Catalog
+    policy: Policy
+    dom: Domain
+    weights_of: dict[str, dict[str, float]]
 
-    def weight(ref: ColumnRef) -> float | None:
-        return weights_of.get(form.use(ref.alias).table, {}).get(ref.column)
+    @classmethod
+    def of(cls, form: AnalysisForm, catalog: Catalog, policy: Policy) -> _Scope:
+        weights_of = {t: column_weights(norm) for t in form.tables if (norm := policy.table(t).norm) is not None}
+        return cls(form, catalog, policy, domain(form, catalog, policy), weights_of)
 
-    def separated(first: frozenset[ColumnRef], second: frozenset[ColumnRef]) -> bool:
-        # tables (and rows) combine with ℓ1 in the metric, so only columns of one table can be entangled;
-        # the uses of a self-joined table are the same rows, hence compared by column name
-        for t in {form.use(r.alias).table for r in first} & {form.use(r.alias).table for r in second}:
-            a = {r.column for r in first if form.use(r.alias).table == t}
-            b = {r.column for r in second if form.use(r.alias).table == t}
-            if not norm_separates(policy.table(t).norm, a, b):  # type: ignore[arg-type]
+    def weight(self, ref: ColumnRef) -> float | None:
+        """The column's weight in its table's norm; None for a column whose values are not private."""
+        return self.weights_of.get(self.form.use(ref.alias).table, {}).get(ref.column)
+
+    def separated(self, first: frozenset[ColumnRef], second: frozenset[ColumnRef]) -> bool:
+        """Whether no table's norm entangles the two column sets (NR §3.3.8.2: tables, and rows, combine with
+        ℓ1 in the metric, so only columns of one table can be entangled; the uses of a self-joined table are
+        the same rows, hence compared by column name)."""
+        use = self.form.use
+        for t in {use(r.alias).table for r in first} & {use(r.alias).table for r in second}:
+            a = {r.column for r in first if use(r.alias).table == t}
+            b = {r.column for r in second if use(r.alias).table == t}
+            norm = self.policy.table(t).norm
+            assert norm is not None
+            if not norm_separates(norm, a, b):
                 return False
         return True
 
-    def info(ref: ColumnRef) -> tuple[str, float | None, float, bool]:
-        table = form.use(ref.alias).table
-        col = catalog.table(table).column(ref.column)
-        dpu = policy.table(table).column(ref.column).days_per_unit if col.kind == "date" else 1.0
-        return col.kind, _grain(col.type_sql, col.kind), dpu, weight(ref) is not None
+    def info(self, ref: ColumnRef) -> tuple[str, float | None, float, bool]:
+        """A filter column's kind, grain, days per unit (dates) and whether its values are private."""
+        table = self.form.use(ref.alias).table
+        col = self.catalog.table(table).column(ref.column)
+        dpu = self.policy.table(table).column(ref.column).days_per_unit if col.kind == "date" else 1.0
+        return col.kind, _grain(col.type_sql, col.kind), dpu, self.weight(ref) is not None
 
-    for g in form.group_by:
-        for c in g.find_all(exp.Column):
-            if c.table and weight(ColumnRef(c.table, c.name)) is not None:
-                raise RefusedError(f"GROUP BY {c.sql()} reads a value-sensitive column; groups would leak it")
-
-    private = [c for c in form.conjuncts if c.private]
-    public = [c for c in form.conjuncts if not c.private]
-    # NR §3.3.8 differentiates real functions; PostgreSQL's integer division and rounding casts are steps.
-    # In the aggregate they are refused where they read a sensitive column; in a private filter wherever
-    # they read a column, since its continuous approximation would not be the filter PostgreSQL evaluates
-    checks = [("aggregate", agg.arg, True)] if agg.arg is not None else []
-    for part, e, sensitive_only in [*checks, *(("filter", c.expr, False) for c in private)]:
-        for node in pg_arithmetic.steps(e, dom.kind):
-            refs = [ColumnRef(x.table, x.name) for x in node.find_all(exp.Column) if x.table]
-            if not sensitive_only or any(weight(r) is not None for r in refs):
-                raise RefusedError(
-                    f"{agg.sql}: under value-level privacy (NR §3.3.8, a continuous function of the sensitive "
-                    f"values) the {part}'s {pg_arithmetic.describe(node, dom.kind)}"
-                )
-    for c in private:  # NR §3.3.8.4: a row outside the public envelope has s(r) = 0 for all values
-        env = envelope(c.expr, info)
-        if env is not None:
-            refs = frozenset(ColumnRef(x.table, x.name) for x in env.find_all(exp.Column) if x.table)
-            public.append(Conjunct(env, refs, False))
-    filters = [(c, approximate(c.expr, info)) for c in private]
-    slopes: dict[ColumnRef, float] = {}
-    for _, f in filters:
-        for k, v in f.slopes.items():
-            slopes[k] = max(slopes.get(k, 0.0), v)
-    soft = [f for _, f in filters if not f.exact]
-
-    row_private = sorted({u.table for u in form.uses if policy.table(u.table).rows_private})
-    combined = bool(row_private)
-    row_plan = count_plan = None
-    arg = None if agg.arg is None else failures.cap_exponentials(agg.arg)  # EXP must not overflow on the data
-    if combined:
-        public_form = dataclasses.replace(form, conjuncts=tuple(public))
-        row_plan = plan_rows(public_form, catalog, policy)  # c1: no sensitive value read (NR §3.3.9.3)
-        if agg.kind == "sum":
-            assert arg is not None
-            arg = clamp_columns(arg, dom)
-
-    def release(arg: exp.Expression | None) -> tuple[Aggregate, tuple[Conjunct, ...]]:
-        # the released aggregate q_m: exact step filters stay in WHERE (they equal the indicator on the grid),
-        # except under MIN/MAX, where a filtered-out row still enters as e ± Δ (NR §3.3.8.4)
-        if extremum and filters:
-            sigma = [f.sql for _, f in filters]
-            s_all = sigma[0] if len(sigma) == 1 else exp.Least(this=sigma[0], expressions=sigma[1:])
-            out = exp.Mul(
-                this=exp.Paren(this=exp.Sub(this=exp.Literal.number(1), expression=exp.Paren(this=s_all))),
-                expression=exp.Literal.number(repr(shift)),
-            )
-            assert arg is not None
-            body = (exp.Add if agg.kind == "min" else exp.Sub)(this=exp.Paren(this=arg.copy()), expression=out)
-            return Aggregate(agg.kind, body, agg.columns), ()
-        elif soft:
-            s_sql: exp.Expression = (
-                soft[0].sql if len(soft) == 1 else exp.Least(this=soft[0].sql, expressions=[f.sql for f in soft[1:]])
-            )
-            body = (
-                s_sql
-                if agg.kind == "count"
-                else exp.Mul(this=exp.Paren(this=arg.copy()), expression=exp.Paren(this=s_sql))
-            )  # type: ignore[union-attr]
-            if agg.kind == "count" and agg.arg is not None:
-                body = exp.Case(
-                    ifs=[exp.If(this=exp.Is(this=agg.arg.copy(), expression=exp.Null()), true=exp.Literal.number(0))],
-                    default=s_sql,
-                )
-            return Aggregate("sum", body, agg.columns), tuple(c for c, f in filters if f.exact)
-        return (dataclasses.replace(agg, arg=arg) if agg.kind == "sum" else agg), tuple(private)
-
-    released, hard = release(arg)
-
-    value_tables = sorted(
-        {form.use(r.alias).table for r in set(slopes) | ({r for r in agg.columns if weight(r) is not None})}
-    )
-    if combined:
-        # c4_t for every value-sensitive table t too (treated as row-private for this count only): it bounds
-        # #{r ∋ t}, the product rows one row of t is in, and does not move when values change
-        count_policy = dataclasses.replace(
-            policy,
-            tables={
-                **policy.tables,
-                **{t: dataclasses.replace(policy.table(t), rows_private=True) for t in value_tables},
-            },
-        )
-        count_form = dataclasses.replace(form, conjuncts=tuple(public), aggregates=(Aggregate("count", None),))
-        count_plan = plan_rows(count_form, catalog, count_policy)  # c4
-
-    def parts_for(alias: str, beta: float, ops: Any) -> dict[str, Any]:
-        if agg.kind == "count":
-            out = {r.column: ops.const(v) for r, v in slopes.items() if r.alias == alias}
-            return out
-        # SUM: the per-column d_v(e) + ub(e)·slope_v (product rule, s ≤ 1). MIN/MAX: d_v(e) + Δ·slope_v, the
-        # derivative of e ± (1 − s)·Δ with a data-independent Δ (NR §3.3.8.4)
-        assert arg is not None
-        ub, d = bound(arg, weight, ops, beta, separated)
-        factor = ops.const(shift) if extremum else ub
-        out = {}
-        cols = {r.column for r in (set(d) | set(slopes)) if r.alias == alias}
-        for c in sorted(cols):
-            ref = ColumnRef(alias, c)
-            term = ops.mul(factor, ops.const(slopes[ref])) if ref in slopes else ops.const(0.0)
-            if ref in d:
-                term = ops.add(term, d[ref])
-            out[c] = term
-        return out
-
-    def distinct(ref: ColumnRef) -> float:
+    def distinct(self, ref: ColumnRef) -> float:
         """How many values |ref| can take by the policy (a domain, or a range on the type's grid); only
         chooses how a maximum is computed, never what it is."""
-        table = form.use(ref.alias).table
-        cp = policy.table(table).column(ref.column)
+        table = self.form.use(ref.alias).table
+        cp = self.policy.table(table).column(ref.column)
         if cp.domain is not None:
             return float(len(cp.domain))
-        col = catalog.table(table).column(ref.column)
+        col = self.catalog.table(table).column(ref.column)
         grain = _grain(col.type_sql, col.kind)
         if cp.range is None or grain is None:
             return math.inf
         return (cp.range[1] - cp.range[0]) / grain + 1
 
-    def bounded(u: TableUse, col: str) -> tuple[float, exp.Expression] | None:
+    def bounded(self, u: TableUse, col: str) -> tuple[float, exp.Expression] | None:
         """A free key column's number of values, and the conjunct that keeps it in them (public columns)."""
-        if weight(ColumnRef(u.alias, col)) is not None or catalog.table(u.table).column(col).kind != "integer":
+        if self.weight(ColumnRef(u.alias, col)) is not None:
             return None
-        cp = policy.table(u.table).column(col)
+        if self.catalog.table(u.table).column(col).kind != "integer":
+            return None
+        cp = self.policy.table(u.table).column(col)
         ref = exp.column(col, table=u.alias)
         if cp.domain is not None and all(isinstance(v, int) for v in cp.domain):
             values = [exp.Literal.number(v) for v in cp.domain]
@@ -425,11 +294,52 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
             return float(max(hi - lo + 1, 0)), cond
         return None
 
+
+def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | None = None) -> ColumnPlan:
+    """The value-level plan (NR §3.3.8), combined with the row-level one (NR §3.3.9) when rows are private.
+
+    ``beta``: the β the user fixed, if any; the queries then evaluate the bound at that β only, instead of on
+    the whole grid (each grid point is one more expression per row of the scan)."""
+    grid = (beta,) if beta is not None and beta > 0 else BETA_GRID
+    reference = grid[0] if len(grid) == 1 else REFERENCE_BETA
+    if len(form.aggregates) != 1:
+        raise ValueError("plan_columns takes a form with one aggregate")
+    agg = form.aggregates[0]
+    _check_aggregate(form, catalog, agg)
+    scope = _Scope.of(form, catalog, policy)
+    shift = _extremum_shift(scope, agg)
+    _check_groups(scope)
+    private = [c for c in form.conjuncts if c.private]
+    _check_steps(scope, agg, private)
+    public = [c for c in form.conjuncts if not c.private] + _envelopes(scope, private)
+    filters = [(c, approximate(c.expr, scope.info)) for c in private]
+    slopes: dict[ColumnRef, float] = {}
+    for _, f in filters:
+        for k, v in f.slopes.items():
+            slopes[k] = max(slopes.get(k, 0.0), v)
+
+    row_private = sorted({u.table for u in form.uses if policy.table(u.table).rows_private})
+    combined = bool(row_private)
+    row_plan = count_plan = None
+    arg = None if agg.arg is None else failures.cap_exponentials(agg.arg)  # EXP must not overflow on the data
+    if combined:
+        public_form = dataclasses.replace(form, conjuncts=tuple(public))
+        row_plan = plan_rows(public_form, catalog, policy)  # c1: no sensitive value read (NR §3.3.9.3)
+        if agg.kind == "sum":
+            assert arg is not None
+            arg = clamp_columns(arg, scope.dom)
+    released, hard = _released(agg, arg, filters, shift)
+    value_tables = sorted(
+        {form.use(r.alias).table for r in set(slopes) | {r for r in agg.columns if scope.weight(r) is not None}}
+    )
+    if combined:
+        count_plan = _count_plan(scope, public, value_tables)  # c4
+
     # COUNT's per-row bounds are constants: a key-bounded fan-out replaces the GROUP BY per row of a use
     # (TPC-H Q4: an order has at most 7 lines, (l_orderkey, l_linenumber) being lineitem's key and
     # l_linenumber in [1, 7]); the conjuncts that keep the free key columns in range join the WHERE first
     # (_fanout reads only the equalities, so the range conjuncts added here do not change its answers)
-    fanout_bound = bounded if agg.kind == "count" and not combined else None
+    fanout_bound = scope.bounded if agg.kind == "count" and not combined else None
     fans = {
         u.alias: _fanout(form, u.alias, public, catalog, fanout_bound) for t in value_tables for u in form.uses_of(t)
     }
@@ -440,9 +350,9 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
         support = combine_supports("and", [f.support for _, f in filters])
         # the window's cap bounds the rows it does not scan by max D over the declared ranges, which holds
         # only for data inside them: with a window the summed columns are clamped to their ranges, as SUM's
-        # are under row privacy (NULLs kept, intervals.clamp_columns); parts_for reads ``arg``, so the caps
-        # and the per-row bounds below are those of the clamped function that is released
-        unclamped, arg = arg, clamp_columns(arg, dom)
+        # are under row privacy (NULLs kept, intervals.clamp_columns); the per-column parts read the clamped
+        # ``arg``, so the caps and the per-row bounds below are those of the clamped function that is released
+        clamped = clamp_columns(arg, scope.dom)
         window = _window(
             form,
             catalog,
@@ -452,18 +362,18 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
             public,
             grid,
             reference,
-            sensitive=weight,
-            separated=separated,
-            info=info,
-            bounded=bounded,
-            parts_for=parts_for,
-            arg=arg,
+            sensitive=scope.weight,
+            separated=scope.separated,
+            info=scope.info,
+            bounded=scope.bounded,
+            parts_for=functools.partial(_parts, scope, agg, clamped, slopes, shift),
+            arg=clamped,
         )
-        if window is None:
-            arg = unclamped
-        else:
-            released, hard = release(arg)
+        if window is not None:
+            arg = clamped
+            released, hard = _released(agg, arg, filters, shift)
     kept = tuple(public) + hard  # the answer's WHERE (private sigmoid conjuncts moved into q_m)
+    parts = functools.partial(_parts, scope, agg, arg, slopes, shift)
 
     queries: list[exp.Select] = []
     inline: list[bool] = []
@@ -471,74 +381,22 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
     uses: list[_UseQuery] = []
     tables_info: dict[str, dict[str, Any]] = {}
     c3: dict[str, float] = {}
-    sql_ops = SqlOps()
     for t in value_tables:
-        tp = policy.table(t)
-        assert tp.norm is not None
-        w = weights_of[t]
-        tables_info[t] = {
-            "norm": str(tp.norm),
-            "row_privacy": "private" if tp.rows_private else "public",
-            "columns": {
-                c: {
-                    "norm_weight": w[c],
-                    "filter_slope": max(
-                        (v for r, v in slopes.items() if r.column == c and form.use(r.alias).table == t), default=0.0
-                    ),
-                }
-                for c in sorted(
-                    {
-                        r.column
-                        for u in form.uses_of(t)
-                        for r in set(slopes) | set(agg.columns)
-                        if r.alias == u.alias and r.column in w
-                    }
-                )
-            },
-        }
+        tables_info[t] = _table_info(scope, t, agg, slopes)
         if window is not None:
             tables_info[t]["window"] = window.to_json(grid, reference)
-        if extremum and slopes:
+        if agg.kind in ("min", "max") and slopes:
             tables_info[t]["filtered_out_shift"] = shift
         if combined:
-            range_ops = RangeOps(dom.range)
-            # one row of a self-joined table may fill several uses of a product row: their derivatives add
-            summed: dict[str, float] = {}
-            for u in form.uses_of(t):
-                for c, v in parts_for(u.alias, 1.0, range_ops).items():
-                    summed[c] = summed.get(c, 0.0) + v
-            glob = dual(tp.norm, summed, "float")
-            c3[t] = float(glob or 0.0)
+            c3[t] = _global_dual(scope, t, parts)
         for u in form.uses_of(t):
-            slots = _Items()
-            decays = grid if window is not None else (None,) * len(grid)
-            grid_cols = [
-                slots.add(dual(tp.norm, parts_for(u.alias, b, sql_ops)) or exp.Literal.number(0), d)
-                for b, d in zip(grid, decays, strict=True)
-            ]
-            column_cols = {}
-            for c, term in parts_for(u.alias, reference, sql_ops).items():
-                if w[c] != 1.0:
-                    term = exp.Mul(this=exp.Paren(this=term), expression=exp.Literal.number(repr(1.0 / w[c])))
-                # one column of weight 1: its term is often the dual norm itself
-                column_cols[c] = slots.add(term, reference if window is not None else None)
-            items, decay = slots.items, slots.decay
-            fan = fans[u.alias]
-            if fan is not None and fan[0] > 1:
-                # constants (COUNT): Σ_{r ∋ t} D = D·#{r ∋ t} ≤ N·D wherever the scan has a row
-                items = [exp.Mul(this=exp.Literal.number(repr(fan[0])), expression=exp.Paren(this=e)) for e in items]
-            weights = (window, decay) if window is not None else None
-            if not extremum and fan is None and len(form.uses) > 1:
-                queries.append(_max_query(form, u, items, public, catalog, weights))
-                inline.append(False)
-                grouped.append(True)
-            else:
-                query, flat = _extreme_query(form, items, public, distinct, corner=not form.group_by, window=weights)
-                queries.append(query)
-                inline.append(flat)
-                grouped.append(False)
-            caps = window.caps.get(u.alias, ()) if window is not None else ()
-            uses.append(_UseQuery(u.alias, t, len(queries) - 1, tuple(grid_cols), column_cols, caps))
+            query, flat, per_group, use = _use_query(
+                scope, u, agg, public, grid, reference, parts, fans[u.alias], window, len(queries)
+            )
+            queries.append(query)
+            inline.append(flat)
+            grouped.append(per_group)
+            uses.append(use)
 
     return ColumnPlan(
         form=form,
@@ -557,6 +415,245 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
         grouped_scan=tuple(grouped),
         scan_conjuncts=tuple(public),
     )
+
+
+def _check_aggregate(form: AnalysisForm, catalog: Catalog, agg: Aggregate) -> None:
+    """COUNT, SUM, MIN and MAX are analysed (NR §3.3.8.3), over numbers: the bound's SQL (ABS, the Δ shift,
+    the noise) is arithmetic on numbers, not on DATE values."""
+    if agg.kind not in ("count", "sum", "min", "max"):
+        raise RefusedError(f"{agg.sql}: aggregate {agg.kind.upper()} is not supported under value-level privacy")
+    if agg.kind == "count" or agg.arg is None:
+        return
+    dated = sorted(
+        {
+            c.sql(dialect="postgres")
+            for c in agg.arg.find_all(exp.Column)
+            if c.table and catalog.table(form.use(c.table).table).column(c.name).kind == "date"
+        }
+    )
+    if dated:
+        raise RefusedError(
+            f"{agg.sql}: {agg.kind.upper()} over DATE values ({', '.join(dated)}) is not implemented under "
+            "value-level privacy (dates are analysed as days in filters only)"
+        )
+
+
+def _extremum_shift(scope: _Scope, agg: Aggregate) -> float:
+    """MIN/MAX with a private filter: the Δ of NR §3.3.8.4 (f + (1 − σ)·Δ), from the declared ranges; 0 for
+    other aggregates. MIN/MAX over private rows is refused (NR §3.3.9 covers COUNT, SUM and AVG only)."""
+    if agg.kind not in ("min", "max"):
+        return 0.0
+    shift = 0.0
+    if any(c.private for c in scope.form.conjuncts):
+        assert agg.arg is not None
+        lo, hi = interval(
+            agg.arg,
+            scope.dom,
+            f"{agg.sql} with a filter on a value-sensitive column (NR §3.3.8.4, the Δ of f + (1 − σ)·Δ)",
+        )
+        shift = hi - lo
+    # NR §3.3.9: adding or removing a row can move MIN/MAX by the whole range of the expression
+    hidden_rows = sorted({u.table for u in scope.form.uses if scope.policy.table(u.table).rows_private})
+    if hidden_rows:
+        raise RefusedError(
+            f"{agg.sql}: MIN/MAX over a table with private rows ({', '.join(hidden_rows)}) is not implemented: "
+            "adding a row can move MIN/MAX by the whole range, and the combined bound (NR §3.3.9) covers "
+            "COUNT, SUM and AVG only"
+        )
+    return shift
+
+
+def _check_groups(scope: _Scope) -> None:
+    for g in scope.form.group_by:
+        for c in g.find_all(exp.Column):
+            if c.table and scope.weight(ColumnRef(c.table, c.name)) is not None:
+                raise RefusedError(f"GROUP BY {c.sql()} reads a value-sensitive column; groups would leak it")
+
+
+def _check_steps(scope: _Scope, agg: Aggregate, private: Sequence[Conjunct]) -> None:
+    """NR §3.3.8 differentiates real functions; PostgreSQL's integer division and rounding casts are steps.
+    In the aggregate they are refused where they read a sensitive column; in a private filter wherever they
+    read a column, since its continuous approximation would not be the filter PostgreSQL evaluates."""
+    kind = scope.dom.kind
+    checks = [("aggregate", agg.arg, True)] if agg.arg is not None else []
+    for part, e, sensitive_only in [*checks, *(("filter", c.expr, False) for c in private)]:
+        for node in pg_arithmetic.steps(e, kind):
+            refs = [ColumnRef(x.table, x.name) for x in node.find_all(exp.Column) if x.table]
+            if not sensitive_only or any(scope.weight(r) is not None for r in refs):
+                raise RefusedError(
+                    f"{agg.sql}: under value-level privacy (NR §3.3.8, a continuous function of the sensitive "
+                    f"values) the {part}'s {pg_arithmetic.describe(node, kind)}"
+                )
+
+
+def _envelopes(scope: _Scope, private: Sequence[Conjunct]) -> list[Conjunct]:
+    """Public conjuncts implied by the private ones: a row outside a private filter's public envelope has
+    s(r) = 0 for all values (NR §3.3.8.4), so the scan may drop it."""
+    out = []
+    for c in private:
+        env = envelope(c.expr, scope.info)
+        if env is not None:
+            refs = frozenset(ColumnRef(x.table, x.name) for x in env.find_all(exp.Column) if x.table)
+            out.append(Conjunct(env, refs, False))
+    return out
+
+
+def _released(
+    agg: Aggregate, arg: exp.Expression | None, filters: Sequence[tuple[Conjunct, Filter]], shift: float
+) -> tuple[Aggregate, tuple[Conjunct, ...]]:
+    """The released aggregate q_m and the private conjuncts that stay in the answer's WHERE (NR §3.3.8.4).
+    Exact step filters stay in WHERE (they equal the indicator on the grid), except under MIN/MAX, where a
+    filtered-out row still enters as e ± Δ; smooth filters become the factor s(r) of the aggregate."""
+    soft = [f for _, f in filters if not f.exact]
+    if agg.kind in ("min", "max") and filters:
+        sigma = [f.sql for _, f in filters]
+        s_all = sigma[0] if len(sigma) == 1 else exp.Least(this=sigma[0], expressions=sigma[1:])
+        out = exp.Mul(
+            this=exp.Paren(this=exp.Sub(this=exp.Literal.number(1), expression=exp.Paren(this=s_all))),
+            expression=exp.Literal.number(repr(shift)),
+        )
+        assert arg is not None
+        body = (exp.Add if agg.kind == "min" else exp.Sub)(this=exp.Paren(this=arg.copy()), expression=out)
+        return Aggregate(agg.kind, body, agg.columns), ()
+    if soft:
+        s_sql: exp.Expression = (
+            soft[0].sql if len(soft) == 1 else exp.Least(this=soft[0].sql, expressions=[f.sql for f in soft[1:]])
+        )
+        if agg.kind == "count":
+            body = s_sql
+            if agg.arg is not None:
+                body = exp.Case(
+                    ifs=[exp.If(this=exp.Is(this=agg.arg.copy(), expression=exp.Null()), true=exp.Literal.number(0))],
+                    default=s_sql,
+                )
+        else:
+            assert arg is not None
+            body = exp.Mul(this=exp.Paren(this=arg.copy()), expression=exp.Paren(this=s_sql))
+        return Aggregate("sum", body, agg.columns), tuple(c for c, f in filters if f.exact)
+    return (dataclasses.replace(agg, arg=arg) if agg.kind == "sum" else agg), tuple(c for c, _ in filters)
+
+
+def _count_plan(scope: _Scope, public: Sequence[Conjunct], value_tables: Sequence[str]) -> RowPlan:
+    """c4 of NR §3.3.9.3 for every table, value-sensitive ones included (treated as row-private for this count
+    only): it bounds #{r ∋ t}, the product rows one row of t is in, and does not move when values change."""
+    policy = scope.policy
+    count_policy = dataclasses.replace(
+        policy,
+        tables={**policy.tables, **{t: dataclasses.replace(policy.table(t), rows_private=True) for t in value_tables}},
+    )
+    count_form = dataclasses.replace(scope.form, conjuncts=tuple(public), aggregates=(Aggregate("count", None),))
+    return plan_rows(count_form, scope.catalog, count_policy)
+
+
+def _parts(
+    scope: _Scope,
+    agg: Aggregate,
+    arg: exp.Expression | None,
+    slopes: dict[ColumnRef, float],
+    shift: float,
+    alias: str,
+    beta: float,
+    ops: Any,
+) -> dict[str, Any]:
+    """Per sensitive column of use ``alias``, the bound on the derivative of one product row's contribution
+    (NR §3.3.8.4), in ``ops``' arithmetic (SQL expressions, or numbers over the declared ranges). COUNT: the
+    filter's slope. SUM: d_v(e) + ub(e)·slope_v (product rule, s ≤ 1). MIN/MAX: d_v(e) + Δ·slope_v, the
+    derivative of e ± (1 − s)·Δ with a data-independent Δ."""
+    if agg.kind == "count":
+        return {r.column: ops.const(v) for r, v in slopes.items() if r.alias == alias}
+    assert arg is not None
+    ub, d = bound(arg, scope.weight, ops, beta, scope.separated)
+    factor = ops.const(shift) if agg.kind in ("min", "max") else ub
+    out = {}
+    for c in sorted({r.column for r in (set(d) | set(slopes)) if r.alias == alias}):
+        ref = ColumnRef(alias, c)
+        term = ops.mul(factor, ops.const(slopes[ref])) if ref in slopes else ops.const(0.0)
+        if ref in d:
+            term = ops.add(term, d[ref])
+        out[c] = term
+    return out
+
+
+Parts = Callable[[str, float, Any], dict[str, Any]]
+
+
+def _table_info(scope: _Scope, t: str, agg: Aggregate, slopes: dict[ColumnRef, float]) -> dict[str, Any]:
+    """The JSON breakdown of one value-sensitive table: its norm, row privacy and per column weight and slope."""
+    form, tp, w = scope.form, scope.policy.table(t), scope.weights_of[t]
+    read = {r.column for u in form.uses_of(t) for r in set(slopes) | set(agg.columns) if r.alias == u.alias}
+    return {
+        "norm": str(tp.norm),
+        "row_privacy": "private" if tp.rows_private else "public",
+        "columns": {
+            c: {
+                "norm_weight": w[c],
+                "filter_slope": max(
+                    (v for r, v in slopes.items() if r.column == c and form.use(r.alias).table == t), default=0.0
+                ),
+            }
+            for c in sorted(read & w.keys())
+        },
+    }
+
+
+def _global_dual(scope: _Scope, t: str, parts: Parts) -> float:
+    """c3_t of NR §3.3.9.3: the data-independent maximum of D_t over the declared ranges. One row of a
+    self-joined table may fill several uses of a product row: their derivatives add."""
+    norm = scope.policy.table(t).norm
+    assert norm is not None
+    range_ops = RangeOps(scope.dom.range)
+    summed: dict[str, float] = {}
+    for u in scope.form.uses_of(t):
+        for c, v in parts(u.alias, 1.0, range_ops).items():
+            summed[c] = summed.get(c, 0.0) + v
+    return float(dual(norm, summed, "float") or 0.0)
+
+
+def _use_query(
+    scope: _Scope,
+    u: TableUse,
+    agg: Aggregate,
+    public: Sequence[Conjunct],
+    grid: tuple[float, ...],
+    reference: float,
+    parts: Parts,
+    fan: tuple[float, list[exp.Expression]] | None,
+    window: _Window | None,
+    index: int,
+) -> tuple[exp.Select, bool, bool, _UseQuery]:
+    """The query bounding Σ_{r ∋ t} D_u(r) over the rows t of use ``u`` (NR §3.3.8.2), one column per grid β
+    and one per sensitive column at the reference β; whether it is one row over the scan (``inline``) or a
+    MAX over a GROUP BY of the scan (``grouped_scan``); and where its columns are (query ``index``)."""
+    form = scope.form
+    norm = scope.policy.table(u.table).norm
+    assert norm is not None
+    w = scope.weights_of[u.table]
+    sql_ops = SqlOps()
+    slots = _Items()
+    decays = grid if window is not None else (None,) * len(grid)
+    grid_cols = [
+        slots.add(dual(norm, parts(u.alias, b, sql_ops)) or exp.Literal.number(0), d)
+        for b, d in zip(grid, decays, strict=True)
+    ]
+    column_cols = {}
+    for c, term in parts(u.alias, reference, sql_ops).items():
+        if w[c] != 1.0:
+            term = exp.Mul(this=exp.Paren(this=term), expression=exp.Literal.number(repr(1.0 / w[c])))
+        # one column of weight 1: its term is often the dual norm itself
+        column_cols[c] = slots.add(term, reference if window is not None else None)
+    items, decay = slots.items, slots.decay
+    if fan is not None and fan[0] > 1:
+        # constants (COUNT): Σ_{r ∋ t} D = D·#{r ∋ t} ≤ N·D wherever the scan has a row
+        items = [exp.Mul(this=exp.Literal.number(repr(fan[0])), expression=exp.Paren(this=e)) for e in items]
+    weights = (window, decay) if window is not None else None
+    extremum = agg.kind in ("min", "max")
+    if not extremum and fan is None and len(form.uses) > 1:
+        query, flat, per_group = _max_query(form, u, items, public, scope.catalog, weights), False, True
+    else:
+        query, flat = _extreme_query(form, items, public, scope.distinct, corner=not form.group_by, window=weights)
+        per_group = False
+    caps = window.caps.get(u.alias, ()) if window is not None else ()
+    return query, flat, per_group, _UseQuery(u.alias, u.table, index, tuple(grid_cols), column_cols, caps)
 
 
 Bounded = Callable[[TableUse, str], tuple[float, exp.Expression] | None]

@@ -21,10 +21,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlglot import exp
+
 from sqldp.catalog import Catalog
-from sqldp.form import Aggregate, AnalysisForm
+from sqldp.form import Aggregate, AnalysisForm, Conjunct
 from sqldp.sensitivity import model_check
-from sqldp.sensitivity.rows import Bound, RowPlan
+from sqldp.sensitivity.plan import Bound
+from sqldp.sensitivity.rows import RowPlan
 
 TIMEOUT = 1.0  # seconds of solver time per (query, table); beyond it the data-dependent plan is used
 
@@ -41,8 +44,16 @@ class GlobalPlan:
     terms: dict[str, Any] = field(default_factory=dict)
     disjoint_groups: bool = False
 
-    queries: tuple[()] = ()
+    queries: tuple[exp.Select, ...] = ()
     data_independent: bool = True
+    grid: tuple[float, ...] = ()
+    inline: tuple[bool, ...] = ()
+    grouped_scan: tuple[bool, ...] = ()
+    scan_conjuncts: tuple[Conjunct, ...] = ()
+
+    @property
+    def conjuncts(self) -> tuple[Conjunct, ...]:
+        return self.form.conjuncts
 
     def bind(self, results: Sequence[Any]) -> Callable[[float], Bound]:
         return lambda beta: Bound(self.bound, self.terms)

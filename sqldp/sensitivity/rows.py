@@ -27,7 +27,7 @@ import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlglot import exp
@@ -38,20 +38,12 @@ from sqldp.form import Aggregate, AnalysisForm, ColumnRef, Conjunct, TableUse
 from sqldp.policy import Policy
 from sqldp.sensitivity.intervals import clamp_columns, domain, magnitude
 from sqldp.sensitivity.patterns import PatternMap, unify
+from sqldp.sensitivity.plan import Bound, Rows
 from sqldp.sensitivity.smoothing import Growth, smooth_count
 from sqldp.sqlgen import from_uses, where
 
 MAX_PRODUCT_PATTERNS = 200_000  # beyond this, a self-join's pattern map is bounded use by use (still sound)
 
-Rows = Sequence[Sequence[Any]]
-
-
-@dataclass(frozen=True)
-class Bound:
-    """A β-smooth sensitivity bound and where it came from (the contract every analysis returns)."""
-
-    sensitivity: float
-    tables: dict[str, Any] = field(default_factory=dict)
 
 
 # -- equality closure -------------------------------------------------------------------------------
@@ -205,6 +197,15 @@ class RowPlan:
     weights: dict[str, float]  # private table → G
     private: frozenset[str]
     disjoint_groups: bool
+    # the rest of the plan contract (sqldp.sensitivity.plan): exact at every β, nothing folded into the scan
+    grid: tuple[float, ...] = ()
+    inline: tuple[bool, ...] = ()
+    grouped_scan: tuple[bool, ...] = ()
+    scan_conjuncts: tuple[Conjunct, ...] = ()
+
+    @property
+    def conjuncts(self) -> tuple[Conjunct, ...]:
+        return self.form.conjuncts
 
     @property
     def queries(self) -> tuple[exp.Select, ...]:

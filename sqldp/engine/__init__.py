@@ -1,0 +1,47 @@
+"""Execution engines (pipeline step 5 of 5, README "Layout"): the only code that talks to a database.
+
+An engine runs the statements of one analysed query (:class:`sqldp.rewrite.Statements`) in ONE snapshot, so
+the answer and its sensitivity see the same data, and hands back plain rows; what to run is decided before
+(sqldp.rewrite), what to release after (sqldp.release). PostgreSQL is :mod:`sqldp.engine.postgres`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sqldp.rewrite import Statements
+
+Row = tuple[Any, ...]
+
+
+@dataclass
+class Fetched:
+    """What one run read: the answer rows, each plan query's rows (in :attr:`Statements.queries` order), each
+    public group domain's values (None where the policy declares it), and how long it took (seconds)."""
+
+    answer: list[Row]
+    queries: list[list[Row]]
+    domains: list[tuple[Any, ...] | None]
+    answer_seconds: float
+    queries_seconds: float
+
+
+@dataclass
+class Speed:
+    """How long a query's statements took last time, which decides how the engine runs them next time; shared
+    by the copies of a prepared query."""
+
+    last: float = 0.0
+
+
+class Engine(Protocol):
+    def execute(self, statements: Statements, speed: Speed) -> Fetched:
+        """Run every statement in one snapshot. Raises :class:`sqldp.errors.DatabaseError` on failure."""
+        ...
+
+    def execute_public(self, sql: str) -> tuple[list[str], list[Row]]:
+        """Run one statement that reads public relations only: its column names and rows."""
+        ...
+
+    def close(self) -> None: ...

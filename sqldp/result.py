@@ -1,0 +1,183 @@
+"""What a query gives back: per aggregate and group a :class:`Measurement`, gathered in a :class:`Result`,
+and what of them an analyst may see (README, "What each output field reveals")."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqldp.errors import RefusedError
+from sqldp.params import PrivacyParams
+
+GLOBAL = "laplace-global"  # the mechanism of a data-independent bound (sqldp.release.calibrate)
+
+
+@dataclass
+class Measurement:
+    """One aggregate (for one group): its sensitivity, the calibrated noise and, for ``run``, the value."""
+
+    aggregate: str
+    epsilon: float
+    delta: float | None
+    beta: float
+    sensitivity: float
+    noise_scale: float
+    half_width: float
+    terms: Mapping[str, Any] = field(repr=False)  # the analysis' per-table terms, as bound
+    # "laplace-global" when the plan's bound is data-independent (see _calibrate), else the policy's mechanism;
+    # it depends on the query and the policy only, so it is released
+    mechanism: str = "cauchy"
+    true_value: float | None = None  # never released; kept out of every serialisation
+    noisy_value: float | None = None
+
+    @functools.cached_property
+    def tables(self) -> dict[str, Any]:
+        """Per table, what contributed to the sensitivity, JSON-ready. Built when first read: converting the
+        terms cost a small query's noisy run a third of its time, and most runs never read them."""
+        return {t: _jsonable(term) for t, term in self.terms.items()}
+
+    def to_json(self, *, audit: bool = False) -> dict[str, Any]:
+        """Without ``audit`` only what the query, the policy and the noise decide (see README, "What each
+        output field reveals"): the aggregate, its ε and δ share and the noisy value."""
+        if not audit:
+            out = {k: getattr(self, k) for k in _RELEASED}
+            if self.mechanism == GLOBAL:
+                # a global bound is a function of the query, the policy and public data: so are its noise
+                # scale and error bar, which the analyst may see
+                out["noise_scale"], out["half_width"] = self.noise_scale, self.half_width
+            return out
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _UNSERIALISED}
+        out["tables"] = self.tables
+        return out
+
+
+_UNSERIALISED = frozenset({"terms", "true_value"})
+# data-independent (ε and δ shares depend on the query, the policy and the public group domains only; the
+# mechanism on the query and the policy) or noisy
+_RELEASED = ("aggregate", "epsilon", "delta", "mechanism", "noisy_value")
+AUDIT_WARNING = (
+    "AUDIT MODE: the sensitivities, noise scales, error bars, β and per-table figures below are computed from "
+    "the private data without noise; they are for the data owner and must not be handed to analysts"
+)
+
+
+@dataclass
+class Result:
+    sql: str
+    params: PrivacyParams | None
+    public: bool = False
+    test_mode: bool = False
+    columns: list[str] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    measurements: list[list[Measurement]] = field(default_factory=list)  # [group][aggregate]
+    released: bool = False
+    timings: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    grouped: bool = False
+    # data-owner mode: to_json carries the data-dependent figures too (marked "audit": true). The Python
+    # attributes are always there: whoever holds a Session holds the database connection anyway; what an
+    # analyst may see is the serialisation (the CLI's output, JSON handed on, the proxy's result set).
+    audit: bool = False
+    plan: list[dict[str, Any]] = field(default_factory=list)  # analyze without audit: nothing read
+
+    @property
+    def answer(self) -> Any:
+        """The single noisy value of an ungrouped, single-output query."""
+        if self.grouped or not self.rows:
+            return None
+        values = [v for k, v in self.rows[0]["values"].items()]
+        return values[0] if len(values) == 1 else None
+
+    def table(self) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """The released answer as a result set: column names and rows in output order (for the proxy)."""
+        if not self.released:
+            raise RefusedError("nothing was released (analyze does not answer)")
+        if self.public:
+            return self.columns, [tuple(r[c] for c in self.columns) for r in self.rows]
+        out = []
+        for r in self.rows:
+            merged = {**r.get("key", {}), **r["values"]}
+            out.append(tuple(merged[c] for c in self.columns))
+        return self.columns, out
+
+    def _main(self) -> Measurement | None:
+        return max((m for group in self.measurements for m in group), key=lambda m: m.noise_scale, default=None)
+
+    def to_json(self, *, audit: bool | None = None) -> dict[str, Any]:
+        """The result as JSON. Without audit (the default unless the result was made in audit mode): the noisy
+        answer and the data-independent figures only — ε, δ, the mechanism, β when the user fixed it, the
+        per-aggregate ε/δ shares. The sensitivity, noise scale, error bar, chosen β (NR Theorem 3.73),
+        per-table terms and timings are functions of the private data released without noise, so they
+        appear only in audit mode (README, "What each output field reveals")."""
+        audit = self.audit if audit is None else audit
+        p = self.params
+        out: dict[str, Any] = {
+            "query": self.sql,
+            "audit": audit,
+            "public": self.public,
+            "test_mode": self.test_mode,
+            "epsilon": p.epsilon if p else 0.0,
+            "delta": p.delta if p else None,
+            "beta": p.beta if p else None,  # as given; None: chosen per answer, shown in audit mode only
+            "mechanism": self._mechanism(),
+            "confidence": p.confidence if p else None,  # of the error bars, where they are shown
+            "epsilon_from": p.epsilon_source if p else None,
+            "advantage": p.advantage if p else None,
+            "measurements": [[m.to_json(audit=audit) for m in group] for group in self.measurements],
+            "notes": self.notes,
+        }
+        if self.plan:
+            out["plan"] = self.plan
+        if audit:
+            main = self._main()
+            out.update(
+                {
+                    "warning": AUDIT_WARNING,
+                    "beta": main.beta if main else out["beta"],
+                    "sensitivity": main.sensitivity if main else 0.0,
+                    "noise_scale": main.noise_scale if main else 0.0,
+                    "error": self._error(main),
+                    "tables": dict(main.tables) if main else {},
+                    "timings_ms": {k: round(v * 1000, 3) for k, v in self.timings.items()},
+                }
+            )
+        if self.released:
+            if self.grouped or self.public:
+                out["rows"] = self.rows
+            else:
+                out["answer"] = self.answer
+                out["values"] = self.rows[0]["values"] if self.rows else {}
+        return out
+
+    def _mechanism(self) -> str | None:
+        """The mechanism the measurements used (data-independent: it follows from the query and the policy),
+        the policy's when nothing was measured."""
+        used = sorted({m.mechanism for group in self.measurements for m in group})
+        if used:
+            return ", ".join(used)
+        return self.params.mechanism if self.params else None
+
+    def _error(self, main: Measurement | None) -> dict[str, Any]:
+        conf = self.params.confidence if self.params else None
+        if main is None:
+            return {"confidence": conf, "absolute": 0.0, "relative": 0.0}
+        rel = None
+        if main.noisy_value not in (None, 0):
+            rel = main.half_width / abs(main.noisy_value)  # type: ignore[arg-type]
+        return {"confidence": conf, "absolute": main.half_width, "relative": rel}
+
+
+def _jsonable(term: Any) -> Any:
+    if dataclasses.is_dataclass(term) and not isinstance(term, type):
+        return {k: _jsonable(v) for k, v in dataclasses.asdict(term).items()}
+    if isinstance(term, Mapping):
+        return {str(k): _jsonable(v) for k, v in term.items()}
+    if isinstance(term, (list, tuple)):
+        return [_jsonable(v) for v in term]
+    if isinstance(term, float) and not math.isfinite(term):
+        return str(term)
+    return term

@@ -1,0 +1,237 @@
+"""The rewriter (between the analyses and the engine): the SQL that actually runs, built from the answer
+query and the plans' queries by an ordered list of tree → tree rules, as sqlglot's optimizer composes its
+rules. None of them changes what a query computes:
+
+1. ``fold`` — the sensitivity queries that scan the answer's product are computed in the answer's scan;
+2. ``match_groups`` — each answer row is matched to its released group by PostgreSQL's ``=`` (sqldp.groups);
+3. ``widen_integers`` — INTEGER arithmetic runs in BIGINT, so no overflow error answers for the data (sqlgen).
+
+``sqldp explain`` prints the statements this module produces. Pure: no database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+
+from sqldp.catalog import Catalog
+from sqldp.errors import CatalogError
+from sqldp.form import AnalysisForm, ColumnRef
+from sqldp.groups import KeyDomain, match_groups
+from sqldp.policy import Policy
+from sqldp.sensitivity.intervals import domain
+from sqldp.sensitivity.plan import Plan
+from sqldp.sqlgen import widen_integers
+
+
+@dataclass
+class Scope:
+    """What the rules read: the form, its plans and group domains, and each column's kind."""
+
+    form: AnalysisForm
+    plans: Sequence[Plan]
+    domains: Sequence[KeyDomain]
+    kind: Callable[[ColumnRef], str]
+    # plan query (its index over all plans' queries) → the answer row's columns that hold its one result row
+    folded: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+
+Rule = Callable[[exp.Select, Scope], exp.Select]
+
+
+def fold(answer: exp.Select, scope: Scope) -> exp.Select:
+    merged, scope.folded = _fold(scope.form, answer, scope.plans)
+    return merged
+
+
+def groups(answer: exp.Select, scope: Scope) -> exp.Select:
+    return match_groups(answer, scope.domains) if scope.form.group_by else answer
+
+
+def widen(query: exp.Select, scope: Scope) -> exp.Select:
+    return widen_integers(query, scope.kind)  # type: ignore[return-value]
+
+
+ANSWER_RULES: tuple[Rule, ...] = (fold, groups, widen)
+QUERY_RULES: tuple[Rule, ...] = (widen,)
+
+
+@dataclass(frozen=True)
+class Statements:
+    """The SQL texts one analysed query runs, generated once (sqlglot's generator costs milliseconds on large
+    bounds): the answer, the plan queries not folded into it, each distinct text once, and the queries reading
+    the group domains that come from public tables (None for a domain the policy declares)."""
+
+    answer: str
+    queries: tuple[str, ...]  # distinct texts: two plans often ask the same (c1 and c4 of a combined COUNT)
+    domains: tuple[str | None, ...]
+    folded: dict[int, tuple[int, int]]
+    source: exp.Select  # the answer query before the rules: the released aggregates over the form's scan
+    # per plan query that is not folded (in plan order), the index of its text in ``queries``
+    order: tuple[int, ...] = ()
+
+    def all(self) -> list[str]:
+        return [self.answer, *self.queries, *(d for d in self.domains if d is not None)]
+
+
+def rewrite(
+    form: AnalysisForm,
+    answer: exp.Select,
+    plans: Sequence[Plan],
+    domains: Sequence[KeyDomain],
+    catalog: Catalog,
+    policy: Policy,
+) -> Statements:
+    kind_of = domain(form, catalog, policy).kind
+
+    def kind(ref: ColumnRef) -> str:
+        try:
+            return kind_of(ref)
+        except (KeyError, CatalogError):  # an alias or column of the plans' own subqueries
+            return "other"
+
+    scope = Scope(form, plans, domains, kind)
+
+    def apply(tree: exp.Select, rules: Sequence[Rule]) -> str:
+        for rule in rules:
+            tree = rule(tree, scope)
+        return tree.sql(dialect="postgres")
+
+    answer_sql = apply(answer, ANSWER_RULES)  # fold sets scope.folded
+    every = [q for plan in plans for q in plan.queries]
+    texts = [apply(q, QUERY_RULES) for i, q in enumerate(every) if i not in scope.folded]
+    queries = tuple(dict.fromkeys(texts))  # a statement is deterministic in one snapshot: run it once
+    order = tuple(queries.index(t) for t in texts)
+    ordered = []
+    for d in domains:
+        query = d.ordered
+        ordered.append(None if query is None or d.values is not None else apply(query, QUERY_RULES))
+    return Statements(answer_sql, queries, tuple(ordered), scope.folded, answer, order)
+
+
+def _fold(
+    form: AnalysisForm, answer: exp.Select, plans: Sequence[Plan]
+) -> tuple[exp.Select, dict[int, tuple[int, int]]]:
+    """The answer query with the sensitivity queries that scan the same product computed in its scan (the
+    issue's "both in one scan where possible"; NR §4.3.4 ran q_m and q_s separately, Table 16).
+
+    Two shapes of plan query fold (the plan says which, ``inline`` and ``grouped_scan``): one-row queries
+    ``FROM <uses> WHERE <scan conjuncts>``, whose items join the answer's; and ``MAX`` over a ``GROUP BY`` of
+    that scan (max over rows t of Σ_{r ∋ t} D(r), NR §3.3.8.2), which becomes the merged query's inner level:
+    the answer's aggregates are computed per group there and re-aggregated outside (SUM and COUNT add up, MIN
+    and MAX of the groups' MIN and MAX), so one scan of the join serves both. The scan conjuncts are a subset
+    of the answer's WHERE: the merged query keeps them and moves the answer's other conjuncts into FILTER
+    clauses of its aggregates. Grouped answers are not folded (the bounds are over the whole scan)."""
+    if form.group_by:
+        return answer, {}
+    where_node = answer.args.get("where")
+    kept = {_key(c): c for c in _conjuncts(where_node.this)} if where_node is not None else {}
+    scan: set[str] | None = None
+    rows: list[tuple[int, exp.Select]] = []  # one-row queries
+    grouped: list[tuple[int, exp.Select]] = []  # MAX over one GROUP BY of the scan
+    offset = 0
+    for plan in plans:
+        inline, per_group = plan.inline, plan.grouped_scan
+        mine = {_key(x) for c in plan.scan_conjuncts for x in _conjuncts(c.expr)}
+        for j, q in enumerate(plan.queries):
+            if not (mine <= kept.keys() and (scan is None or mine == scan)):
+                continue
+            if j < len(inline) and inline[j]:
+                scan = mine
+                rows.append((offset + j, q))
+            elif j < len(per_group) and per_group[j] and _same_groups(q, grouped):
+                scan = mine
+                grouped.append((offset + j, q))
+        offset += len(plan.queries)
+    if scan is None:
+        return answer, {}
+    merged = answer.copy()
+    extra = [c for k, c in kept.items() if k not in scan]
+    if extra:
+        condition = exp.Where(this=exp.and_(*(c.copy() for c in extra)))
+        for item in merged.expressions:
+            item.set("this", exp.Filter(this=item.this, expression=condition.copy()))
+    merged.set("where", exp.Where(this=exp.and_(*(kept[k].copy() for k in kept if k in scan))) if scan else None)
+    folded: dict[int, tuple[int, int]] = {}
+    width = len(merged.expressions)
+    for i, q in rows:
+        items = [e.this if isinstance(e, exp.Alias) else e for e in q.expressions]
+        merged = merged.select(*(exp.alias_(e.copy(), f"__s{i}_{k}") for k, e in enumerate(items)), copy=False)
+        folded[i] = (width, width + len(items))
+        width += len(items)
+    if grouped:
+        two = _per_group(merged, grouped)
+        if two is None:  # an aggregate that does not re-aggregate: the grouped queries run on their own
+            return (merged, folded) if rows else (answer, {})
+        merged = two
+        for i, q in grouped:
+            folded[i] = (width, width + len(q.expressions))
+            width += len(q.expressions)
+    return merged, folded
+
+
+# how an aggregate of the groups' aggregates gives the aggregate of all rows (COUNT of nothing is 0, not NULL)
+_REAGGREGATE = {exp.Sum: exp.Sum, exp.Count: exp.Sum, exp.Min: exp.Min, exp.Max: exp.Max}
+
+
+def _inner(q: exp.Select) -> exp.Select:
+    """The grouped level of ``SELECT MAX(s0) … FROM (SELECT … GROUP BY …) AS per_row``."""
+    return q.args["from_"].this.this
+
+
+def _same_groups(q: exp.Select, grouped: list[tuple[int, exp.Select]]) -> bool:
+    return not grouped or _inner(q).args["group"].sql() == _inner(grouped[0][1]).args["group"].sql()
+
+
+def _per_group(merged: exp.Select, grouped: list[tuple[int, exp.Select]]) -> exp.Select | None:
+    """``merged`` (one row) computed as an aggregate over the groups of the grouped queries' inner level, with
+    their MAX items appended; None when one of its aggregates cannot be re-aggregated (COUNT DISTINCT, …)."""
+    inner = exp.select().from_(merged.args["from_"].copy(), copy=False)
+    for j in merged.args.get("joins") or ():
+        inner.append("joins", j.copy())
+    if merged.args.get("where") is not None:
+        inner.set("where", merged.args["where"].copy())
+    inner.set("group", _inner(grouped[0][1]).args["group"].copy())
+    outer_items = []
+    names: dict[str, str] = {}
+    for item in merged.expressions:
+        item = item.copy()
+        aggs = [a for a in item.find_all(exp.AggFunc) if not isinstance(a.parent, exp.Filter)]
+        aggs += [f for f in item.find_all(exp.Filter)]
+        for node in aggs:
+            agg = node.this if isinstance(node, exp.Filter) else node
+            outer = _REAGGREGATE.get(type(agg))
+            if outer is None or isinstance(agg.this, exp.Distinct) or agg.find_ancestor(exp.AggFunc):
+                return None
+            key = node.sql()
+            if key not in names:  # the bounds repeat MAX(ABS(x)) and COUNT(*): computed once per group
+                names[key] = f"__g{len(names)}"
+                inner.select(exp.alias_(node.copy(), names[key]), copy=False)
+            again: exp.Expression = outer(this=exp.column(names[key]))
+            if isinstance(agg, exp.Count):
+                again = exp.func("COALESCE", again, exp.Literal.number(0))
+            item = again if node is item else item  # an item that is the aggregate itself has no parent
+            node.replace(again)
+        outer_items.append(item)
+    for i, q in grouped:
+        level = {s.alias: s for s in _inner(q).expressions}  # SUM(…) AS s<k> (and the window's MIN(…) AS dist)
+        for name, node in level.items():
+            inner.select(exp.alias_(node.this.copy(), f"__p{i}_{name}"), copy=False)
+
+        def rename(n: exp.Expression, i: int = i, level: dict = level) -> exp.Expression:
+            return exp.column(f"__p{i}_{n.name}") if isinstance(n, exp.Column) and n.name in level else n
+
+        for k, item in enumerate(q.expressions):  # MAX(<expression of the level's columns>) AS v<k>
+            outer_items.append(exp.alias_(item.this.copy().transform(rename), f"__s{i}_{k}"))
+    return exp.select(*outer_items).from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("g"))))
+
+
+def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
+    e = e.unnest()
+    return [*_conjuncts(e.this), *_conjuncts(e.expression)] if isinstance(e, exp.And) else [e]
+
+
+def _key(e: exp.Expression) -> str:
+    return e.unnest().sql(dialect="postgres")

@@ -1,0 +1,196 @@
+"""A session: a database, its catalog, a policy, a noise source and a privacy budget; the front door of the
+library API (:func:`sqldp.connect`), the CLI and the proxy.
+
+``prepare`` runs every step that reads no data — parse, normalise, plan, rewrite — and caches the result per
+query text; :class:`sqldp.runner.Prepared` then runs it on the session's engine and releases the answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from sqldp import db, sensitivity
+from sqldp.catalog import Catalog
+from sqldp.context import load_catalog, load_policy
+from sqldp.db import connect, resolve_dsn
+from sqldp.engine.postgres import PostgresEngine
+from sqldp.errors import BudgetExhaustedError, InputError, RefusedError
+from sqldp.form import AnalysisForm, single_aggregate
+from sqldp.frontend import parse, too_deep
+from sqldp.groups import KeyDomain, key_domains
+from sqldp.mechanisms import NoiseSource
+from sqldp.normalize import PublicRelease, normalize
+from sqldp.params import check_beta, resolve_params
+from sqldp.policy import Policy
+from sqldp.release import declared_groups, shares, smoothed
+from sqldp.result import Result
+from sqldp.rewrite import Statements, rewrite
+from sqldp.runner import Prepared
+from sqldp.sensitivity.plan import Plan
+from sqldp.sqlgen import answer_query
+
+PREPARED_CACHE = 256  # analysed queries kept per session
+
+
+class Session:
+    """A connection-level handle: a database, its catalog and a policy."""
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        policy: Policy | str | Path | None = None,
+        *,
+        schema: Catalog | str | Path | None = None,
+        data_dir: str | Path | None = None,
+        seed: int | None = None,
+        pool: Any = None,
+        analyst_dsn: str | None = None,
+        allow_privileged: bool = False,
+        budget: float | None = None,
+        delta_budget: float | None = None,
+    ) -> None:
+        # ``dsn`` is the owner's: it reads the catalog and grants; analyst statements run on connections to
+        # ``self.analyst_dsn``, a role that may only read the catalog's tables (sqldp.db.analyst_dsn)
+        self.dsn = resolve_dsn(dsn, data_dir)
+        self.policy = load_policy(policy)
+        with connect(self.dsn) as owner:
+            self.catalog = load_catalog(schema, owner)
+            self.policy.validate(self.catalog)
+            tables = sorted(t.name for t in self.catalog.tables.values())
+            self.analyst_dsn, first = db.analyst_dsn(
+                self.dsn, tables, explicit=analyst_dsn, allow_privileged=allow_privileged, owner_conn=owner
+            )
+        # ``pool``: an optional psycopg_pool.ConnectionPool of connections set up by engine.postgres.configure
+        # (the proxy reuses connections: opening one per query costs milliseconds)
+        self.engine = PostgresEngine(self.analyst_dsn, pool=pool, first=first)
+        self.noise = NoiseSource.seeded(seed) if seed is not None else NoiseSource()
+        # a privacy budget for this session's releases (sequential composition, NR §3.3.10.4): each run is
+        # charged its ε (and δ) before anything is read, and refused when the budget does not cover it
+        for name, value in (("budget", budget), ("delta_budget", delta_budget)):
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise InputError(f"{name} must be a finite number ≥ 0, got {value!r}", where=name)
+        self.budget, self.delta_budget = budget, delta_budget
+        self.spent, self.delta_spent = 0.0, 0.0
+        self._lock = threading.Lock()
+        # prepare() reads no data and depends only on the text, the privacy arguments, the catalog and the
+        # policy (fixed for a session), so a repeated query skips parsing and analysis
+        self._prepared: OrderedDict[tuple[str, tuple[tuple[str, Any], ...]], Prepared] = OrderedDict()
+
+    @property
+    def pool(self) -> Any:
+        return self.engine.pool
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection]:
+        """An autocommit, read-only connection as the analyst role (the engine's)."""
+        with self.engine.connection() as conn:
+            yield conn
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def prepare(self, sql: str, **privacy: Any) -> Prepared:
+        """Parse, normalise, plan and resolve the privacy parameters, refusing what cannot be analysed.
+        Reads no data: the proxy charges the analyst's budget between this and :meth:`Prepared.run`."""
+        t0 = time.perf_counter()
+        key = (sql, tuple(sorted(privacy.items())))
+        with self._lock:
+            cached = self._prepared.get(key)
+            if cached is not None:
+                self._prepared.move_to_end(key)
+        if cached is not None:
+            return dataclasses.replace(cached, started=t0)
+        try:
+            prepared = self._prepare(sql, t0, **privacy)
+        except RecursionError:  # the parser bounds depth; this is the last line should an analysis still recurse
+            raise too_deep() from None
+        with self._lock:
+            self._prepared[key] = prepared
+            while len(self._prepared) > PREPARED_CACHE:
+                self._prepared.popitem(last=False)
+        return prepared
+
+    def _prepare(self, sql: str, t0: float, **privacy: Any) -> Prepared:
+        parsed = parse(sql, self.catalog)
+        form = normalize(parsed, self.catalog, self.policy)
+        if isinstance(form, PublicRelease):
+            return Prepared(self.engine, self.noise, sql, form, None, (), (), None, t0)
+        params = resolve_params(self.policy, outputs=max(1, len(form.aggregates)), **privacy)
+        domains, plans, statements = compile_form(form, self.catalog, self.policy, params.beta)
+        # every refusal that does not need the data happens here, before the proxy charges: a fixed β too
+        # large for a measurement's ε share would otherwise fail at calibration, after the charge. A group
+        # count read from a public table at run time is unknown here: those shares are checked again then.
+        check_beta(params, smoothed(shares(form, params, plans, declared_groups(domains)), plans))
+        return Prepared(self.engine, self.noise, sql, form, params, plans, domains, statements, t0)
+
+    def analyze(self, sql: str, *, audit: bool = True, **privacy: Any) -> Result:
+        """The data owner's analysis: sensitivity and noise scale from the data, nothing released. With
+        ``audit=False``, the plan only: nothing is read (what an analyst may see, as ``sqldp analyze``)."""
+        prepared = self.prepare(sql, **privacy)
+        return prepared.analyze() if audit else prepared.describe()
+
+    def cost(self, sql: str, **privacy: Any) -> tuple[float, float]:
+        """What running ``sql`` would spend, (ε, δ), without reading anything (0 for public data): the
+        preview of SmartNoise's ``get_privacy_cost``."""
+        params = self.prepare(sql, **privacy).params
+        return (0.0, 0.0) if params is None else (params.epsilon, params.delta or 0.0)
+
+    @property
+    def remaining(self) -> tuple[float | None, float | None]:
+        """(ε, δ) left of the session's budget; None where no budget was set."""
+        eps = None if self.budget is None else self.budget - self.spent
+        delta = None if self.delta_budget is None else self.delta_budget - self.delta_spent
+        return eps, delta
+
+    def run(self, sql: str, *, audit: bool = False, **privacy: Any) -> Result:
+        """The noisy answer; ``audit=True`` makes its serialisation carry the data-dependent figures too. With a
+        session budget the query's (ε, δ) is charged first, and a query the budget does not cover is refused
+        before anything is read; a charged query that then fails stays charged (its failure is an answer)."""
+        prepared = self.prepare(sql, **privacy)
+        if prepared.params is not None:
+            self._charge(prepared.params.epsilon, prepared.params.delta or 0.0)
+        result = prepared.run()
+        result.audit = audit
+        return result
+
+    def _charge(self, eps: float, delta: float) -> None:
+        with self._lock:
+            over_eps = self.budget is not None and self.spent + eps > self.budget * (1 + 1e-12)
+            over_delta = self.delta_budget is not None and self.delta_spent + delta > self.delta_budget * (1 + 1e-12)
+            if over_eps or over_delta:
+                left = self.remaining
+                raise BudgetExhaustedError(
+                    f"the query costs ε = {eps:g}, δ = {delta:g}; the session's budget has ε = {left[0]}, "
+                    f"δ = {left[1]} left (None: no limit)",
+                    where="budget",
+                )
+            self.spent += eps
+            self.delta_spent += delta
+
+
+def compile_form(
+    form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | None
+) -> tuple[tuple[KeyDomain, ...], tuple[Plan, ...], Statements]:
+    """Everything decided before the data is read, refusing what cannot be analysed: the group domains, one
+    sensitivity plan per aggregate (each aggregate is its own measurement) and the SQL that will run."""
+    domains = tuple(key_domains(form, policy))
+    plans = tuple(
+        sensitivity.plan(single_aggregate(form, i), catalog, policy, beta) for i in range(len(form.aggregates))
+    )
+    # a value-level plan may move private conjuncts into its aggregate (NR §3.3.8.4, q_m); the aggregates
+    # share one answer query, so they must agree on what stays in WHERE
+    wheres = [p.conjuncts for p in plans]
+    if len({tuple(c.sql for c in w) for w in wheres}) > 1:
+        raise RefusedError("the aggregates of this query need different continuous filters; ask them one by one")
+    answer = answer_query(dataclasses.replace(form, aggregates=tuple(p.aggregate for p in plans), conjuncts=wheres[0]))
+    return domains, plans, rewrite(form, answer, plans, domains, catalog, policy)

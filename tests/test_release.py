@@ -1,0 +1,130 @@
+"""The release step without a database (sqldp.release): composition over aggregates and groups (NR §3.3.10.4),
+the Laplace mechanism on a global bound, post-processing of the noisy values (output arithmetic, HAVING,
+ORDER BY, LIMIT), and the rewriter running each distinct statement once. Plans come from the real analyses
+over a schema file; the plan queries' rows are given as the database would return them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sqldp import release
+from sqldp.catalog import Catalog
+from sqldp.form import AnalysisForm
+from sqldp.frontend import parse
+from sqldp.mechanisms import NoiseSource
+from sqldp.normalize import normalize
+from sqldp.params import resolve_params
+from sqldp.policy import Policy
+from sqldp.result import GLOBAL, Result
+from sqldp.session import compile_form
+
+SCHEMA = """
+CREATE TABLE t (
+    name    VARCHAR(40) NOT NULL PRIMARY KEY,
+    faculty VARCHAR(40) NOT NULL,
+    time    INTEGER     NOT NULL
+);
+"""
+POLICY = """
+[tables.t]
+rows = "private"
+[tables.t.columns.time]
+range = [0, 60]
+[tables.t.columns.faculty]
+domain = ["math", "physics", "biology"]
+"""
+
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory: pytest.TempPathFactory) -> Catalog:
+    path: Path = tmp_path_factory.mktemp("schema") / "t.sql"
+    path.write_text(SCHEMA, encoding="utf-8")
+    return Catalog.from_file(path)
+
+
+def compiled(catalog: Catalog, sql: str, policy_text: str = POLICY):  # type: ignore[no-untyped-def]
+    policy = Policy.from_toml(policy_text, source="test")
+    form = normalize(parse(sql, catalog), catalog, policy)
+    assert isinstance(form, AnalysisForm)
+    params = resolve_params(policy, epsilon=1.0)
+    domains, plans, statements = compile_form(form, catalog, policy, params.beta)
+    return form, params, domains, plans, statements
+
+
+def test_aggregates_split_epsilon_and_disjoint_groups_keep_their_share(catalog: Catalog) -> None:
+    form, params, domains, plans, _ = compiled(
+        catalog, "SELECT t.faculty, COUNT(*), SUM(t.time) FROM t GROUP BY t.faculty"
+    )
+    assert all(p.disjoint_groups for p in plans)  # a row of t is in one faculty's group
+    assert release.shares(form, params, plans, release.declared_groups(domains)) == [(0.5, None), (0.5, None)]
+
+
+def test_a_global_bound_gets_laplace_at_bound_over_epsilon(catalog: Catalog) -> None:
+    form, params, _, plans, _ = compiled(catalog, "SELECT COUNT(*) FROM t")
+    assert plans[0].data_independent and not plans[0].queries  # one row moves COUNT by 1 on every database
+    [m] = release.templates(form, params, plans, [[]], 1)
+    assert m.mechanism == GLOBAL and m.sensitivity == 1.0 and m.noise_scale == pytest.approx(1.0 / params.epsilon)
+
+
+def test_post_processing_reads_only_the_noisy_values(catalog: Catalog) -> None:
+    """HAVING, output arithmetic, ORDER BY and LIMIT act on the noisy values: with a zero noise scale (every
+    noisy value is the true one, up to the sampler's 2^-40 grid) the released rows are the SQL answer's."""
+    form, params, domains, plans, _ = compiled(
+        catalog,
+        "SELECT t.faculty, COUNT(*) * 2 AS twice FROM t GROUP BY t.faculty HAVING COUNT(*) > 1 "
+        "ORDER BY twice DESC LIMIT 1",
+    )
+    made = release.templates(form, params, plans, [[] for _ in plans], 3)
+    for m in made:
+        m.noise_scale = 0.0
+    values = [d.values for d in domains]
+    # the answer query's rows: the group's index in the domain, the key, COUNT(*)
+    answer = [(0, "math", 3), (1, "physics", 1), (2, "biology", 5)]
+    keys, measured = release.measure(form, made, answer, values)
+    result = Result("q", params, measurements=measured, grouped=True)
+    release.release(form, result, keys, NoiseSource.seeded(1))
+    assert result.rows == [{"key": {"faculty": "biology"}, "values": {"twice": pytest.approx(10.0)}}]
+
+
+def test_a_group_without_rows_counts_and_sums_zero(catalog: Catalog) -> None:
+    """Every declared group is released, also one the data has no row for (its absence would tell)."""
+    sql = "SELECT t.faculty, COUNT(*), SUM(t.time) FROM t GROUP BY t.faculty"
+    form, params, domains, plans, _ = compiled(catalog, sql)
+    made = release.templates(form, params, plans, [[] for _ in plans], 3)
+    keys, measured = release.measure(form, made, [(1, "physics", 2, 70)], [d.values for d in domains])
+    assert keys == [("math",), ("physics",), ("biology",)]
+    assert [[m.true_value for m in group] for group in measured] == [[0.0, 0.0], [2.0, 70.0], [0.0, 0.0]]
+
+
+@pytest.mark.parametrize(
+    ("having", "values", "expected"),
+    [
+        ("__agg0 > 1 AND __agg1 < 5", [2.0, 4.0], True),
+        ("__agg0 > 1 AND __agg1 < 5", [2.0, None], None),  # NULL AND TRUE is NULL: the group is dropped
+        ("__agg0 > 1 OR __agg1 < 5", [2.0, None], True),  # TRUE OR NULL is TRUE
+        ("NOT __agg0 BETWEEN 0 AND 1", [0.5, 0.0], False),
+    ],
+)
+def test_having_is_three_valued(having: str, values: list[float | None], expected: bool | None) -> None:
+    import sqlglot
+
+    assert release.holds(sqlglot.parse_one(having, dialect="postgres"), values) is expected
+
+
+def test_output_division_by_a_noisy_zero_is_null() -> None:
+    import sqlglot
+
+    assert release.evaluate(sqlglot.parse_one("__agg0 / __agg1"), [1.0, 0.0]) is None
+    assert release.evaluate(sqlglot.parse_one("GREATEST(__agg0, 0) + 1"), [-3.0, 0.0]) == 1.0
+
+
+def test_a_statement_two_plans_ask_runs_once(catalog: Catalog) -> None:
+    """The rewriter sends each distinct text once and maps every plan query to it: two SUMs over the same
+    self-join ask the same pattern counts, so one statement serves both plans."""
+    sql = "SELECT SUM(a.time), SUM(b.time) FROM t a, t b WHERE a.faculty = b.faculty"
+    _, _, _, plans, statements = compiled(catalog, sql)
+    asked = sum(len(p.queries) for p in plans) - len(statements.folded)
+    assert len(statements.order) == asked and len(statements.queries) < asked
+    assert sorted(set(statements.order)) == list(range(len(statements.queries)))
