@@ -125,11 +125,11 @@ def main() -> None:
             t_n, res = median_time(
                 lambda text=text: session.run(text, epsilon=1.0, beta=0.1), args.repeat, args.min_seconds
             )
-            best = session.run(text, epsilon=1.0, confidence=0.78).to_json()  # β chosen by Theorem 3.73
+            best = session.run(text, epsilon=1.0, confidence=0.78).to_json(audit=True)  # β chosen by Theorem 3.73
         except SqldpError as exc:
             rows.append([name, t_i * 1e3, None, None, None, None, None, None, None, *nr, str(exc)[:90]])
             continue
-        out = res.to_json()
+        out = res.to_json(audit=True)  # the data owner's figures: q_s and the error bar
         q_s = float(out["sensitivity"])
         noise = 100.0 * 10.0 * q_s / abs(q_i) if q_i else float("inf")
         noise_best = 100.0 * float(best["error"]["absolute"]) / abs(q_i) if q_i else float("inf")
