@@ -127,12 +127,8 @@ def search_a(g: Callable[[float], float], r: float, big_r: float, delta: float, 
 
 @dataclass(frozen=True)
 class Search:
-    epsilon: float
+    epsilon: float  # ≤ 0: no radius a on the grid is feasible
     a: float
-
-    @property
-    def feasible(self) -> bool:
-        return self.epsilon > 0
 
 
 def theorem1(
