@@ -24,7 +24,7 @@ from sqldp.policy.values import positive
 Mechanism = Literal["cauchy", "laplace"]
 SECTIONS = {"defaults", "tables", "goals", "analysts", "proxy"}
 # the privacy parameters of one query: [defaults] gives them for everyone, [analysts.NAME] per analyst
-PRIVACY_KEYS = ("epsilon", "delta", "advantage", "mechanism", "confidence", "beta")
+PRIVACY_KEYS = ("mechanism", "epsilon", "delta", "beta", "confidence", "advantage")  # checked in this order
 
 
 def parse_privacy(d: Mapping[str, Any], where: str) -> dict[str, Any]:
