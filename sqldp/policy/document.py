@@ -4,7 +4,8 @@ Its sections are ``[tables.T]`` (:mod:`sqldp.policy.tables`), ``[defaults]`` for
 confidence and a guessing-advantage target (below), ``[[goals]]`` (:mod:`sqldp.policy.goals`), and the
 proxy's ``[proxy]`` and ``[analysts.NAME]`` (:mod:`sqldp.policy.analysts`, read only when a proxy starts).
 Every problem is reported as ``file: key: problem`` and nothing is guessed; every table's keys go through
-:func:`sqldp.policy.keys.check_keys`.
+:func:`sqldp.policy.keys.check_keys`, which reports a key that does not belong as
+``file: table: unknown key 'k' (allowed: …)``.
 """
 
 from __future__ import annotations
