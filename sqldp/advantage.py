@@ -1,9 +1,10 @@
 """ε from a guessing-advantage target, and back (NR §3.3.10, [LP]).
 
-A goal says what an attacker must not learn: one or more sensitive attributes, each guessed within a
-precision radius (or exactly), combined as AND (guess all), OR (guess at least one) or EACH (every attribute
-protected on its own), or the membership of one row of a table. The attacker's prior comes from the
-column's ``knowledge`` in the policy (:mod:`sqldp.priors`; none → the worst case).
+A goal (``[[goals]]``, parsed by :mod:`sqldp.policy.goals`) says what an attacker must not learn: one or more
+sensitive attributes, each guessed within a precision radius (or exactly), combined as AND (guess all), OR
+(guess at least one) or EACH (every attribute protected on its own), or the membership of one row of a table.
+The attacker's prior is the column's ``knowledge`` in the policy (none → the worst case), whose probabilities
+:mod:`sqldp.priors` computes.
 
 The conversion uses the simplified bound: with p = Pr_pre[X′] and R the
 diameter of the attribute space in the DP metric, ε = min(ε_lb(p), ε_ub(p))/R. Because the true value t is
@@ -23,15 +24,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from sqldp.errors import InputError, PolicyError
-from sqldp.priors import UNKNOWN, Prior, parse_knowledge
+from sqldp.errors import InputError
+from sqldp.policy.goals import Attribute, Goal
+from sqldp.priors import Interval, Prior
 
-Combine = Literal["and", "or", "each"]
-Interval = tuple[float, float]
 A_GRID = 64  # radii a tried by the restricted-space search
 MAX_BOXES = 4096  # combinations of per-attribute p-intervals enumerated before taking hulls
 
@@ -127,12 +127,8 @@ def search_a(g: Callable[[float], float], r: float, big_r: float, delta: float, 
 
 @dataclass(frozen=True)
 class Search:
-    epsilon: float
+    epsilon: float  # ≤ 0: no radius a on the grid is feasible
     a: float
-
-    @property
-    def feasible(self) -> bool:
-        return self.epsilon > 0
 
 
 def theorem1(
@@ -170,147 +166,6 @@ def combine_intervals(per_attribute: Sequence[Sequence[Interval]], combine: str)
 
     out = {(f([b[0] for b in box]), f([b[1] for b in box])) for box in itertools.product(*lists)}
     return sorted(out)
-
-
-# -- goals ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Attribute:
-    table: str
-    column: str
-    radius: float | None  # None: an exact guess
-    prior: Prior = UNKNOWN
-
-    @property
-    def name(self) -> str:
-        return f"{self.table}.{self.column}"
-
-
-@dataclass(frozen=True)
-class Goal:
-    """One [[goals]] entry (or an inline goal of ``sqldp epsilon``)."""
-
-    attributes: tuple[Attribute, ...] = ()
-    combine: Combine = "and"
-    advantage: float | None = None
-    membership: str | None = None  # a table: "is this row in the database?"
-    membership_prior: float | None = None  # None: unknown, worst case
-    search: Literal["simplified", "a"] = "simplified"
-    strict: bool = True
-    name: str = ""
-
-    def describe(self) -> str:
-        if self.membership is not None:
-            return self.name or f"membership of a row of {self.membership}"
-        parts = [f"{a.name}{' exactly' if a.radius is None else f' ±{a.radius:g}'}" for a in self.attributes]
-        return self.name or f" {self.combine.upper()} ".join(parts)
-
-
-GOAL_KEYS = {"attributes", "combine", "advantage", "membership", "prior", "search", "strict", "name"}
-
-
-def parse_goals(raw: Mapping[str, Any], source: str) -> list[Goal]:
-    """Parse ``[[goals]]``. Syntax (docs/advantage.md)::
-
-    [[goals]]
-    attributes = { "t.time" = 2.0, "t.faculty" = "exact" }   # radius per attribute, or "exact"
-    combine = "and"            # "and" (default) | "or" | "each"
-    advantage = 0.05           # optional: else defaults.advantage or --advantage
-    search = "simplified"      # or "a": also try the restricted attacker space
-    strict = true              # with search = "a": X̂′ = g(a − r) − g(r) (sound) rather than g(a) − g(r)
-
-    [[goals]]
-    membership = "t"           # guessing whether one row is in table t
-    prior = 0.5                # optional: Pr_pre[row ∈ t]; omitted = worst case
-    """
-    goals_raw = raw.get("goals")
-    if not isinstance(goals_raw, list):
-        raise PolicyError("must be an array of tables ([[goals]])", where=f"{source}: goals")
-    tables = raw.get("tables", {}) if isinstance(raw.get("tables", {}), dict) else {}
-    return [_goal(g, tables, f"{source}: goals[{i}]") for i, g in enumerate(goals_raw)]
-
-
-def _goal(g: Any, tables: Mapping[str, Any], where: str) -> Goal:
-    if not isinstance(g, dict):
-        raise PolicyError("must be a table", where=where)
-    for key in sorted(g):
-        if key not in GOAL_KEYS:
-            raise PolicyError(f"unknown key (expected one of {', '.join(sorted(GOAL_KEYS))})", where=f"{where}.{key}")
-    adv = g.get("advantage")
-    if adv is not None:
-        adv = _fraction(adv, f"{where}.advantage")
-    name = g.get("name", "")
-    if not isinstance(name, str):
-        raise PolicyError("must be a string", where=f"{where}.name")
-    search = g.get("search", "simplified")
-    if search not in ("simplified", "a"):
-        raise PolicyError(f"must be 'simplified' or 'a', got {search!r}", where=f"{where}.search")
-    strict = g.get("strict", True)
-    if not isinstance(strict, bool):
-        raise PolicyError("must be true or false", where=f"{where}.strict")
-    if ("membership" in g) == ("attributes" in g):
-        raise PolicyError("a goal needs exactly one of 'attributes' or 'membership'", where=where)
-    if "membership" in g:
-        for key in ("combine", "search", "strict"):
-            if key in g:
-                raise PolicyError("not allowed with 'membership'", where=f"{where}.{key}")
-        table = g["membership"]
-        if not isinstance(table, str) or not table:
-            raise PolicyError("must be a table name", where=f"{where}.membership")
-        prior = _fraction(g["prior"], f"{where}.prior") if "prior" in g else None
-        return Goal(advantage=adv, membership=table.lower(), membership_prior=prior, name=name)
-    if "prior" in g:
-        raise PolicyError(
-            "only for membership goals; attribute priors come from the column's knowledge", where=f"{where}.prior"
-        )
-    combine = g.get("combine", "and")
-    if combine not in ("and", "or", "each"):
-        raise PolicyError(f"must be 'and', 'or' or 'each', got {combine!r}", where=f"{where}.combine")
-    attrs_raw = g["attributes"]
-    if not isinstance(attrs_raw, dict) or not attrs_raw:
-        raise PolicyError('must be a table such as { "t.time" = 2.0 }', where=f"{where}.attributes")
-    attrs = []
-    seen: set[tuple[str, str]] = set()
-    for ref, radius in attrs_raw.items():
-        w = f"{where}.attributes.{ref}"
-        table, dot, column = str(ref).lower().partition(".")
-        if not dot or not table or not column or "." in column:
-            raise PolicyError("must name a column as 'table.column'", where=w)
-        if (table, column) in seen:  # PostgreSQL folds unquoted names: "T.Time" is "t.time"
-            raise PolicyError("names a column given already (names compare in lower case)", where=w)
-        seen.add((table, column))
-        attrs.append(Attribute(table, column, _radius(radius, w), _knowledge(tables, table, column, w)))
-    if search == "a" and combine != "and":
-        raise PolicyError("the restricted-space search is implemented for AND goals only", where=f"{where}.search")
-    return Goal(tuple(attrs), combine, adv, search=search, strict=strict, name=name)
-
-
-def _knowledge(tables: Mapping[str, Any], table: str, column: str, where: str) -> Prior:
-    for tname, tspec in tables.items():
-        if str(tname).lower() != table or not isinstance(tspec, dict):
-            continue
-        cols = tspec.get("columns", {})
-        if not isinstance(cols, dict):
-            return UNKNOWN
-        for cname, cspec in cols.items():
-            if str(cname).lower() == column and isinstance(cspec, dict) and "knowledge" in cspec:
-                return parse_knowledge(cspec["knowledge"], f"{where} (knowledge)")
-    return UNKNOWN
-
-
-def _radius(v: Any, where: str) -> float | None:
-    if v == "exact":
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-        raise PolicyError(f'must be a precision radius > 0 or "exact", got {v!r}', where=where)
-    return float(v)
-
-
-def _fraction(v: Any, where: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1:
-        raise PolicyError(f"must be a number in (0, 1), got {v!r}", where=where)
-    return float(v)
 
 
 # -- the metric ------------------------------------------------------------------
@@ -447,7 +302,8 @@ def goal_p_range(goal: Goal, radii: Sequence[float]) -> list[Interval]:
     if goal.membership is not None:
         p = goal.membership_prior
         return [(0.0, 1.0)] if p is None else [(p, p)]
-    return combine_intervals([a.prior.p_range(r) for a, r in zip(goal.attributes, radii, strict=True)], goal.combine)
+    ranges = [Prior.of(a.prior).p_range(r) for a, r in zip(goal.attributes, radii, strict=True)]
+    return combine_intervals(ranges, goal.combine)
 
 
 def convert(goal: Goal, delta: float, metric: Metric, radii: Sequence[float]) -> Conversion:
@@ -470,27 +326,27 @@ def convert(goal: Goal, delta: float, metric: Metric, radii: Sequence[float]) ->
 def _with_search(goal: Goal, delta: float, metric: Metric, radii: Sequence[float], base: Conversion) -> Conversion:
     """Restricted attacker space ([LP] Theorem 1 for AND): per true value t the best of the
     simplified bound and Eq. (1) over a grid of a; then the worst t. True values are the kinks of g_t."""
-    attrs = goal.attributes
+    priors = [Prior.of(at.prior) for at in goal.attributes]
     best_a: dict[tuple[Any, ...], tuple[float, float | None]] = {}
     grid = [metric.diameter * k / A_GRID for k in range(1, A_GRID + 1)]
     reaches = [metric.reach(a) for a in grid]
     cands = []
-    for i, a in enumerate(attrs):
+    for i, prior in enumerate(priors):
         extra = {radii[i], *(min(rh[i], 1e300) for rh in reaches), *(max(rh[i] - radii[i], 0) for rh in reaches)}
-        vals = a.prior.true_values(tuple(x for x in extra if math.isfinite(x) and x < 1e300))
+        vals = prior.true_values(tuple(x for x in extra if math.isfinite(x) and x < 1e300))
         cands.append(vals[:: max(1, len(vals) // 64)] + vals[-1:])
     combos = list(itertools.product(*cands))
     if len(combos) > MAX_BOXES:
         return Conversion(**{**base.__dict__, "notes": [*base.notes, "restricted search skipped: too many attributes"]})
-    worst = (math.inf, math.nan, None)
+    worst: tuple[float, float, float | None] = (math.inf, math.nan, None)
     for t in combos:
-        p = math.prod(a.prior.mass(ti, r) for a, ti, r in zip(attrs, t, radii, strict=True))
+        p = math.prod(pr.mass(ti, r) for pr, ti, r in zip(priors, t, radii, strict=True))
         up, a_used = epsilon_lb(p, delta) / metric.diameter, None
         for a, rho in zip(grid, reaches, strict=True):
             inner = [(x - r if goal.strict else x) for x, r in zip(rho, radii, strict=True)]
             big = math.prod(
-                1.0 if math.isinf(z) else (at.prior.mass(ti, z) if z >= r else 0.0)
-                for at, ti, z, r in zip(attrs, t, inner, radii, strict=True)
+                1.0 if math.isinf(z) else (pr.mass(ti, z) if z >= r else 0.0)
+                for pr, ti, z, r in zip(priors, t, inner, radii, strict=True)
             )
             e = epsilon_restricted(p, big - p, delta, a)
             if e > up:

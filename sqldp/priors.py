@@ -1,105 +1,36 @@
-"""The attacker's prior knowledge of one attribute (NR §3.3.11.1, the grammar of Fig. 44).
+"""The probabilities of an attacker's prior (NR §3.3.11.1, the grammar of Fig. 44).
 
-A policy states it per column as ``knowledge = { kind = "…", … }``:
-
-==================  ==========================================  ============================================
-kind                keys                                        meaning
-==================  ==========================================  ============================================
-``exact``           ``value``                                   the attacker already knows the value
-``range``           ``lo``, ``hi``                              in [lo, hi], distribution unknown (worst case)
-``set``             ``values``                                  one of the values, distribution unknown
-``range_uniform``   ``lo``, ``hi``                              uniform on [lo, hi]
-``set_uniform``     ``values`` or ``size``                      each of k values equally likely
-``set_prior``       ``values``, ``weights``                     value i with probability ∝ weights[i]
-``range_prior``     ``pieces = [[lo, hi, weight], …]``          piecewise uniform, mass ∝ weight per piece
-``normal``          ``mu``, ``sigma``                           N(μ, σ²), effective range μ ± 3√2σ
-``unknown``         (none)                                      nothing known: the worst-case prior
-==================  ==========================================  ============================================
-
-Bounds may be ISO dates (they become days since 1970-01-01, :func:`sqldp.policy.to_number`).
-
-What the guessing-advantage conversion (:mod:`sqldp.advantage`) needs from a prior is ``mass(t, z)``, the
-prior probability that the attribute lies within ``z`` of the true value ``t`` (g(z) of [LP] §3.2), and which
-values of that probability are possible over all true values t
-(:meth:`Prior.p_range`). A prior whose distribution is not known gives the whole interval [0, 1]: the
-conversion then takes the worst case p = (1 − δ)/2.
+The policy states what an attacker knows about a column as a ``knowledge`` table, parsed and checked by
+:mod:`sqldp.policy.priors` into a :class:`~sqldp.policy.priors.Knowledge`. What the guessing-advantage
+conversion (:mod:`sqldp.advantage`) needs from it is ``mass(t, z)``, the prior probability that the attribute
+lies within ``z`` of the true value ``t`` (g(z) of [LP] §3.2), and which values of that probability are
+possible over all true values t (:meth:`Prior.p_range`). A prior whose distribution is not known gives the
+whole interval [0, 1]: the conversion then takes the worst case p = (1 − δ)/2.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from scipy.special import erf
 
-from sqldp.errors import PolicyError
-
-KINDS = ("exact", "range", "set", "range_uniform", "set_uniform", "set_prior", "range_prior", "normal", "unknown")
-NORMAL_REACH = 3 * math.sqrt(2)  # NR §3.3.10.1: μ ± 3√2σ covers erf(3) ≈ 0.9999779 of the mass
-_KEYS: dict[str, set[str]] = {
-    "exact": {"value"},
-    "range": {"lo", "hi"},
-    "set": {"values"},
-    "range_uniform": {"lo", "hi"},
-    "set_uniform": {"values", "size"},
-    "set_prior": {"values", "weights"},
-    "range_prior": {"pieces"},
-    "normal": {"mu", "sigma"},
-    "unknown": set(),
-}
-
-Interval = tuple[float, float]
+from sqldp.policy import priors as stated
+from sqldp.policy.priors import Interval, Knowledge
+from sqldp.policy.values import is_number
 
 
 @dataclass(frozen=True)
-class Prior:
-    """One attribute's prior. ``values``/``weights`` describe discrete kinds, ``pieces`` continuous ones
-    (piecewise uniform ``(lo, hi, mass)``; a normal keeps ``mu``/``sigma``)."""
+class Prior(Knowledge):
+    """A :class:`Knowledge` with the probabilities it implies."""
 
-    kind: str
-    values: tuple[Any, ...] = ()
-    weights: tuple[float, ...] = ()
-    pieces: tuple[tuple[float, float, float], ...] = ()
-    mu: float = 0.0
-    sigma: float = 0.0
-    size: int = 0  # set_uniform given by size only
-
-    # -- shape -------------------------------------------------------------------------------------
-
-    @property
-    def discrete(self) -> bool:
-        return self.kind in ("exact", "set", "set_uniform", "set_prior")
-
-    @property
-    def known_distribution(self) -> bool:
-        return self.kind not in ("range", "set", "unknown")
-
-    @property
-    def numeric(self) -> bool:
-        """Values are numbers, so a precision radius makes sense."""
-        if self.kind in ("range", "range_uniform", "range_prior", "normal"):
-            return True
-        return bool(self.values) and all(_is_number(v) for v in self.values)
-
-    def support(self) -> Interval | None:
-        """[low, high] of the values in value units (the normal's effective range); None if unknown."""
-        if self.kind in ("range", "range_uniform", "range_prior"):
-            return (min(p[0] for p in self.pieces), max(p[1] for p in self.pieces))
-        if self.kind == "normal":
-            return (self.mu - NORMAL_REACH * self.sigma, self.mu + NORMAL_REACH * self.sigma)
-        if self.values and self.numeric:
-            nums = [float(v) for v in self.values]
-            return (min(nums), max(nums))
-        return None
-
-    def diameter(self) -> float | None:
-        """R in value units: the largest distance between two possible values."""
-        s = self.support()
-        return None if s is None else s[1] - s[0]
-
-    # -- probabilities -----------------------------------------------------------------------------
+    @classmethod
+    def of(cls, knowledge: Knowledge) -> Prior:
+        """The prior a policy's knowledge states (itself if it is one already)."""
+        if isinstance(knowledge, Prior):
+            return knowledge
+        return cls(**{f.name: getattr(knowledge, f.name) for f in fields(knowledge)})
 
     def mass(self, t: float, z: float) -> float:
         """g_t(z) = Pr_pre[|X − t| ≤ z]; only for a known distribution."""
@@ -153,178 +84,21 @@ class Prior:
         ps = [self.mass(t, radius) for t in self.true_values((radius,))]
         return [(min(ps), max(ps))]
 
-    def describe(self) -> str:
-        if self.kind in ("range", "range_uniform"):
-            return f"{self.kind}({self.pieces[0][0]:g}, {self.pieces[0][1]:g})"
-        if self.kind == "normal":
-            return f"normal(μ={self.mu:g}, σ={self.sigma:g})"
-        if self.kind == "set_uniform" and not self.values:
-            return f"set_uniform(size={self.size})"
-        if self.kind == "range_prior":
-            return f"range_prior({len(self.pieces)} pieces)"
-        if self.values:
-            return f"{self.kind}({len(self.values)} values)"
-        return self.kind
-
 
 UNKNOWN = Prior("unknown")
 
 
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def _within(v: Any, t: Any, z: float) -> bool:
-    if _is_number(v) and _is_number(t):
+    if is_number(v) and is_number(t):
         return abs(float(v) - float(t)) <= z
     return bool(v == t)
 
 
-# -- parsing ---------------------------------------------------------------------------------------
-
-
 def parse_knowledge(spec: Any, where: str) -> Prior:
-    """Parse ``{ kind = "range_uniform", lo = 0, hi = 60 }`` and friends; every key is checked."""
-    from sqldp.policy import to_number
-
-    if not isinstance(spec, dict):
-        raise PolicyError('must be a table such as { kind = "range_uniform", lo = 0, hi = 60 }', where=where)
-    kind = spec.get("kind")
-    if kind not in KINDS:
-        raise PolicyError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}", where=f"{where}.kind")
-    allowed = _KEYS[kind] | {"kind"}
-    for key in sorted(spec):
-        if key not in allowed:
-            raise PolicyError(
-                f"unknown key for kind {kind!r} (expected {', '.join(sorted(allowed))})", where=f"{where}.{key}"
-            )
-    for key in sorted(_KEYS[kind] - {"size", "values"} if kind == "set_uniform" else _KEYS[kind]):
-        if key not in spec:
-            raise PolicyError(f"kind {kind!r} needs {key!r}", where=f"{where}.{key}")
-
-    if kind == "unknown":
-        return UNKNOWN
-    if kind == "exact":
-        return Prior("exact", values=(_value(spec["value"], f"{where}.value"),), weights=(1.0,))
-    if kind in ("range", "range_uniform"):
-        lo, hi = to_number(spec["lo"], f"{where}.lo"), to_number(spec["hi"], f"{where}.hi")
-        if not (math.isfinite(lo) and math.isfinite(hi)) or lo >= hi:
-            raise PolicyError(f"needs finite lo < hi, got lo={spec['lo']!r}", where=f"{where}.hi")
-        return Prior(kind, pieces=((lo, hi, 1.0),))
-    if kind == "normal":
-        mu, sigma = _finite(spec["mu"], f"{where}.mu"), _finite(spec["sigma"], f"{where}.sigma")
-        if sigma <= 0:
-            raise PolicyError(f"must be > 0, got {spec['sigma']!r}", where=f"{where}.sigma")
-        return Prior("normal", mu=mu, sigma=sigma)
-    if kind == "range_prior":
-        return _range_prior(spec["pieces"], f"{where}.pieces")
-    if kind == "set_uniform" and "size" in spec:
-        if "values" in spec:
-            raise PolicyError("give either values or size, not both", where=f"{where}.size")
-        size = spec["size"]
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise PolicyError(f"must be a positive integer, got {size!r}", where=f"{where}.size")
-        return Prior("set_uniform", size=size)
-    if kind == "set_uniform" and "values" not in spec:
-        raise PolicyError("kind 'set_uniform' needs 'values' or 'size'", where=f"{where}.values")
-    values = _values(spec["values"], f"{where}.values")
-    if kind == "set_prior":
-        weights = spec["weights"]
-        w = f"{where}.weights"
-        if not isinstance(weights, list) or len(weights) != len(values):
-            raise PolicyError(f"must be a list of {len(values)} numbers, one per value", where=w)
-        ws = [_finite(x, w) for x in weights]
-        if any(x < 0 for x in ws):
-            raise PolicyError("weights must be ≥ 0 and not all 0", where=w)
-        total = _total(ws, w)
-        return Prior("set_prior", values=values, weights=tuple(x / total for x in ws))
-    k = len(values)
-    return Prior(kind, values=values, weights=tuple(1.0 / k for _ in values), size=k)
-
-
-def _value(v: Any, where: str) -> Any:
-    from sqldp.policy import to_number
-
-    if isinstance(v, str):
-        try:
-            return to_number(v, where)  # an ISO date
-        except PolicyError:
-            return v
-    if _is_number(v):
-        return to_number(v, where)  # finite and bounded: NaN ≠ NaN would pass the distinctness check
-    if hasattr(v, "isoformat"):
-        return to_number(v, where)
-    raise PolicyError(f"must be a number, a string or a date, got {v!r}", where=where)
-
-
-def _values(raw: Any, where: str) -> tuple[Any, ...]:
-    if not isinstance(raw, list) or not raw:
-        raise PolicyError("must be a non-empty list of values", where=where)
-    vals = tuple(_value(v, where) for v in raw)
-    if len(set(vals)) != len(vals):
-        raise PolicyError("values must be distinct", where=where)
-    return vals
-
-
-def _finite(v: Any, where: str) -> float:
-    from sqldp.policy import MAX_BOUND
-
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not -MAX_BOUND <= v <= MAX_BOUND:
-        raise PolicyError(f"must be a finite number within ±{MAX_BOUND:.3g}, got {v!r}", where=where)
-    return float(v)
-
-
-def _total(weights: list[float], where: str) -> float:
-    """The sum the weights are normalised by: positive and finite (1e308 + 1e308 = ∞ made every weight 0)."""
-    total = math.fsum(weights)
-    if not 0 < total < math.inf:
-        raise PolicyError("weights must be ≥ 0, not all 0, and sum to a finite number", where=where)
-    return total
-
-
-def _range_prior(raw: Any, where: str) -> Prior:
-    from sqldp.policy import to_number
-
-    if not isinstance(raw, list) or not raw:
-        raise PolicyError("must be a non-empty list of [lo, hi, weight]", where=where)
-    pieces = []
-    for i, piece in enumerate(raw):
-        w = f"{where}[{i}]"
-        if not isinstance(piece, list) or len(piece) != 3:
-            raise PolicyError("must be [lo, hi, weight]", where=w)
-        lo, hi, m = to_number(piece[0], w), to_number(piece[1], w), _finite(piece[2], w)
-        if not lo < hi or m < 0:
-            raise PolicyError(f"needs lo < hi and weight ≥ 0, got {piece!r}", where=w)
-        pieces.append((lo, hi, m))
-    pieces.sort()
-    for (_, hi, _), (lo, _, _) in itertools.pairwise(pieces):
-        if lo < hi:
-            raise PolicyError("pieces must not overlap", where=where)
-    total = _total([m for _, _, m in pieces], where)
-    return Prior("range_prior", pieces=tuple((lo, hi, m / total) for lo, hi, m in pieces))
+    """:func:`sqldp.policy.priors.parse_knowledge`, as a prior."""
+    return Prior.of(stated.parse_knowledge(spec, where))
 
 
 def parse_cli_prior(text: str, where: str = "--prior") -> Prior:
-    """The command line's short form: ``range_uniform:0:60``, ``set_uniform:5``, ``normal:2000:235.7``,
-    ``set_prior:0.2,0.1,0.25`` (weights of anonymous values), ``range:0:60``, ``unknown``."""
-    kind, _, rest = text.partition(":")
-    args = rest.split(":") if rest else []
-    try:
-        if kind in ("range", "range_uniform") and len(args) == 2:
-            return parse_knowledge({"kind": kind, "lo": float(args[0]), "hi": float(args[1])}, where)
-        if kind == "normal" and len(args) == 2:
-            return parse_knowledge({"kind": kind, "mu": float(args[0]), "sigma": float(args[1])}, where)
-        if kind == "set_uniform" and len(args) == 1:
-            return parse_knowledge({"kind": kind, "size": int(args[0])}, where)
-        if kind == "set_prior" and len(args) == 1:
-            ws = [float(x) for x in args[0].split(",")]
-            return parse_knowledge({"kind": kind, "values": [f"v{i}" for i in range(len(ws))], "weights": ws}, where)
-        if kind == "unknown" and not args:
-            return UNKNOWN
-    except ValueError:
-        pass
-    raise PolicyError(
-        f"cannot read prior {text!r} (use range_uniform:LO:HI, range:LO:HI, normal:MU:SIGMA, set_uniform:K, "
-        "set_prior:W1,W2,… or unknown)",
-        where=where,
-    )
+    """:func:`sqldp.policy.priors.parse_cli_prior`, as a prior."""
+    return Prior.of(stated.parse_cli_prior(text, where))

@@ -284,7 +284,6 @@ def test_missing_target_is_an_error() -> None:
         ('attributes = { "t.v" = -1 }', "goals[0].attributes.t.v"),
         ('attributes = { "tv" = 1 }', "goals[0].attributes.tv"),
         ('attributes = { "t.v" = 1 }\nadvantage = 1.5', "goals[0].advantage"),
-        ('attributes = { "t.v" = 1 }\nradius = 2', "goals[0].radius"),
         ('membership = "t"\ncombine = "and"', "goals[0].combine"),
         ('attributes = { "t.v" = 1 }\nmembership = "t"', "goals[0]"),
         ('attributes = { "t.v" = 1 }\ncombine = "or"\nsearch = "a"', "goals[0].search"),
@@ -294,3 +293,12 @@ def test_bad_goals_name_the_key(goal: str, key: str) -> None:
     with pytest.raises(PolicyError) as err:
         Policy.from_toml("[[goals]]\n" + goal + "\n", source="p.toml")
     assert str(err.value).startswith(f"p.toml: {key}:") and "\n" not in str(err.value)
+
+
+def test_an_unknown_goal_key_is_named() -> None:
+    with pytest.raises(PolicyError) as err:
+        Policy.from_toml('[[goals]]\nattributes = { "t.v" = 1 }\nradius = 2\n', source="p.toml")
+    assert str(err.value) == (
+        "p.toml: goals[0]: unknown key 'radius' "
+        "(allowed: advantage, attributes, combine, membership, name, prior, search, strict)"
+    )

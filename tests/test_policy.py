@@ -174,3 +174,57 @@ def test_a_quoted_mixed_case_catalog_table_resolves() -> None:
 def test_a_nul_in_a_domain_value_is_refused() -> None:
     with pytest.raises(PolicyError, match="NUL"):
         _load('[tables.orders.columns.o_prio]\ndomain = ["a\\u0000b"]\n')
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "key"),
+    [
+        ("typo = 1\n", "p.toml", "typo"),
+        ("[defaults]\nepsilom = 1\n", "p.toml: defaults", "epsilom"),
+        ("[tables.orders]\nweigth = 5\n", "p.toml: tables.orders", "weigth"),
+        ("[tables.orders.columns.o_total]\nrnage = [0, 1]\n", "p.toml: tables.orders.columns.o_total", "rnage"),
+        (
+            "[tables.orders.columns.o_total]\nknowledge = { kind = 'unknown', lo = 1 }\n",
+            "p.toml: tables.orders.columns.o_total.knowledge",
+            "lo",
+        ),
+        ("[[goals]]\nmembership = 'orders'\nprior_ = 0.5\n", "p.toml: goals[0]", "prior_"),
+        ("[proxy]\nlistne = 'h:1'\n", "p.toml: proxy", "listne"),
+        ("[analysts.a]\nverifier = 'x'\nepsilon_limit = 1\nepsilon_limt = 2\n", "p.toml: analysts.a", "epsilon_limt"),
+    ],
+)
+def test_every_section_names_an_unknown_key_alike(text: str, where: str, key: str) -> None:
+    """One key checker (sqldp.policy.keys) for every table of the file: the table's location, the key and
+    the keys allowed there."""
+    from sqldp.proxy import config
+
+    with pytest.raises(PolicyError) as err:
+        config.load(Policy.from_toml(text, source="p.toml"))
+    assert err.value.where == where
+    assert err.value.message.startswith(f"unknown key {key!r}") and "(allowed: " in err.value.message
+
+
+def test_an_analyst_without_a_budget_names_the_missing_key() -> None:
+    from sqldp.proxy import config
+
+    with pytest.raises(PolicyError) as err:
+        config.load(Policy.from_toml("[analysts.a]\nverifier = 'x'\n", source="p.toml"))
+    assert str(err.value) == "p.toml: analysts.a: missing key 'epsilon_limit' (required: epsilon_limit)"
+
+
+def test_the_key_checker() -> None:
+    from sqldp.policy import check_keys
+
+    assert check_keys({"a": 1}, {"a", "b"}, {"a"}, "f") == {"a": 1}
+    with pytest.raises(PolicyError) as err:
+        check_keys({"d": 1, "c": 2}, {"b", "a"}, (), "f: t")  # the first in sorted order
+    assert str(err.value) == "f: t: unknown key 'c' (allowed: a, b)"
+    with pytest.raises(PolicyError) as err:
+        check_keys({"x": 1}, (), (), "f", what="kind 'unknown'")
+    assert str(err.value) == "f: unknown key 'x' for kind 'unknown' (allowed: none)"
+    with pytest.raises(PolicyError) as err:
+        check_keys({"a": 1}, {"a", "b"}, {"b", "a"}, "f")
+    assert str(err.value) == "f: missing key 'b' (required: a, b)"
+    with pytest.raises(PolicyError) as err:
+        check_keys([1], {"a"}, (), "f")
+    assert str(err.value) == "f: must be a TOML table"

@@ -59,8 +59,6 @@ def test_unknown_and_range_are_worst_case() -> None:
     ("spec", "key"),
     [
         ({"kind": "gaussian"}, "w.kind"),
-        ({"kind": "range_uniform", "lo": 0}, "w.hi"),
-        ({"kind": "range_uniform", "lo": 0, "hi": 10, "mu": 1}, "w.mu"),
         ({"kind": "range_uniform", "lo": 5, "hi": 1}, "w.hi"),
         ({"kind": "normal", "mu": 0, "sigma": 0}, "w.sigma"),
         ({"kind": "set_prior", "values": [1, 2], "weights": [1]}, "w.weights"),
@@ -74,6 +72,23 @@ def test_bad_knowledge_names_the_key(spec: object, key: str) -> None:
     with pytest.raises(PolicyError) as err:
         parse_knowledge(spec, "w")
     assert str(err.value).startswith(key + ":") and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"kind": "range_uniform", "lo": 0}, "w: missing key 'hi' for kind 'range_uniform' (required: hi, lo)"),
+        (
+            {"kind": "range_uniform", "lo": 0, "hi": 10, "mu": 1},
+            "w: unknown key 'mu' for kind 'range_uniform' (allowed: hi, kind, lo)",
+        ),
+    ],
+)
+def test_knowledge_keys_are_named_with_the_kind(spec: object, message: str) -> None:
+    """The keys a kind takes are checked like every table's (sqldp.policy.keys), naming the kind."""
+    with pytest.raises(PolicyError) as err:
+        parse_knowledge(spec, "w")
+    assert str(err.value) == message
 
 
 def test_cli_short_forms() -> None:

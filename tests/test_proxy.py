@@ -375,11 +375,13 @@ def test_kill_9_mid_run_leaves_a_consistent_ledger(upstream: str, tmp_path: Path
 def test_policy_sections_are_checked_strictly(tmp_path: Path) -> None:
     v = make_verifier("pw", iterations=256)
     bad = {
-        f'[analysts.a]\nverifier = "{v}"\nepsilon_limit = 1\nepsilon_limt = 2\n': "analysts.a.epsilon_limt",
-        f'[analysts.a]\nverifier = "{v}"\n': "analysts.a.epsilon_limit",
+        f'[analysts.a]\nverifier = "{v}"\nepsilon_limit = 1\nepsilon_limt = 2\n': (
+            "analysts.a: unknown key 'epsilon_limt'"
+        ),
+        f'[analysts.a]\nverifier = "{v}"\n': "analysts.a: missing key 'epsilon_limit'",
         '[analysts.a]\nverifier = "md5abc"\nepsilon_limit = 1\n': "analysts.a.verifier",
         '[proxy]\nlisten = "nowhere"\n': "proxy.listen",
-        "[proxy]\nport = 1\n": "proxy.port",
+        "[proxy]\nport = 1\n": "proxy: unknown key 'port'",
     }
     for text, key in bad.items():
         path = tmp_path / "p.toml"

@@ -1,50 +1,48 @@
-"""The data owner's privacy policy (a TOML file).
+"""``[tables.T]``: which tables' rows and which columns' values are private, and how much a change weighs.
 
 Per table: whether its rows are private (adding/removing one row is a neighbouring change, NR §3.3.7) and
 the weight G of such a change; the composite norm over its value-sensitive columns (§3.3.8, the norms of
 §4.3.3.3); per column, value bounds, a declared domain for GROUP BY, the unit a DATE counts in and the
-attacker's prior knowledge (Fig. 44). Optional ``[defaults]`` for ε, δ, β, mechanism, confidence and a
-guessing-advantage target, and ``[[goals]]`` (see :mod:`sqldp.advantage`).
+attacker's prior knowledge (Fig. 44, :mod:`sqldp.policy.priors`).
 
-Fail closed: a table the policy does not mention is private (rows, weight 1). Every problem is reported
-as ``file: key: problem`` and nothing is guessed.
+Fail closed: a table the policy does not mention is private (rows, weight 1).
 
 Validation (every check names the key): table and column names compare as PostgreSQL folds unquoted
 identifiers (lower case), so ``[tables.ORDERS]`` is ``orders`` and a second spelling of it is refused rather
 than silently replacing the first; a declared domain is a non-empty list of distinct scalars of one type (no
 NaN or ∞: a repeated group would be released twice with the full ε, NR §3.3.10.4); ranges are finite with
 low ≤ high and within ±MAX_BOUND; table and norm weights lie in [MIN_WEIGHT, MAX_WEIGHT]; a norm is at most
-MAX_NORM_CHARS long and nests at most MAX_NORM_DEPTH levels; :meth:`Policy.validate` checks names and
-domain value types against the catalog.
+MAX_NORM_CHARS long and nests at most MAX_NORM_DEPTH levels; :func:`domain_fits` checks domain value types
+against the catalog.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import math
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from sqldp.errors import PolicyError
+from sqldp.policy.keys import check_keys
+from sqldp.policy.priors import Knowledge, parse_knowledge
+from sqldp.policy.values import positive, to_number
 
-Mechanism = Literal["cauchy", "laplace"]
-EPOCH = dt.date(1970, 1, 1)
 DAYS_PER_UNIT = {"day": 1.0, "week": 7.0, "month": 365.2425 / 12, "year": 365.2425}
 # A weight scales how much one step of change counts (NR §3.3.7, §4.3.3.3, where the weights span 0.0001 to
 # 50). Beyond six orders of magnitude either way the products in the bounds lose all precision or overflow
 # (1e308 becomes ∞), so such weights are refused rather than half-honoured.
 MIN_WEIGHT, MAX_WEIGHT = 1e-6, 1e6
-MAX_BOUND = 2.0**63  # a value bound beyond BIGINT's range is a typo, and its square overflows the analyses
 MAX_NORM_CHARS, MAX_NORM_DEPTH = 10_000, 16
 MAX_P = 64.0  # lp(P, …) beyond this is linf for all practical purposes: use linf
 MAX_DOMAIN = 10_000  # declared groups per key column (each is released, with noise)
+TABLE_KEYS = {"rows", "weight", "norm", "columns"}
+COLUMN_KEYS = {"range", "unit", "domain", "knowledge"}
 
 
 # -- norms ----------------------------------------------------------------------------------------
@@ -119,7 +117,7 @@ def parse_norm(text: str, where: str) -> Norm:
         raise PolicyError(f"cannot parse norm {text!r}: {detail}", where=where) from None
     except (sqlglot.errors.SqlglotError, RecursionError, ValueError) as exc:  # the tokenizer's own errors
         raise PolicyError(f"cannot parse norm {text!r}: {type(exc).__name__}", where=where) from None
-    if tree is None:
+    if not isinstance(tree, exp.Expression):
         raise PolicyError(f"cannot parse norm {text!r}", where=where)
     node = _norm(tree, where)
     if not isinstance(node, Norm):
@@ -210,7 +208,7 @@ class ColumnPolicy:
     range: tuple[float, float] | None = None  # DATE bounds converted to days since 1970-01-01
     unit: str = "day"
     domain: tuple[Any, ...] | None = None
-    knowledge: Any = None  # a sqldp.priors prior, or None = unknown (worst case)
+    knowledge: Knowledge | None = None  # None: unknown (the worst case)
 
     @property
     def days_per_unit(self) -> float:
@@ -238,167 +236,20 @@ class TablePolicy:
         return not self.rows_private and self.norm is None
 
 
-@dataclass(frozen=True)
-class Defaults:
-    epsilon: float | None = None
-    delta: float | None = None
-    beta: float | None = None
-    mechanism: Mechanism = "cauchy"
-    confidence: float = 0.78
-    advantage: float | None = None
-
-
-@dataclass(frozen=True)
-class Policy:
-    tables: Mapping[str, TablePolicy] = field(default_factory=dict)
-    defaults: Defaults = field(default_factory=Defaults)
-    goals: tuple[Any, ...] = ()
-    source: str = "<default policy>"
-    raw: Mapping[str, Any] = field(default_factory=dict)
-
-    def table(self, name: str) -> TablePolicy:
-        """The table's policy; fail closed for tables the policy does not name (private rows, G = 1)."""
-        return self.tables.get(name.lower()) or TablePolicy(name.lower())
-
-    def is_sensitive(self, table: str, column: str) -> bool:
-        return column.lower() in self.table(table).sensitive_columns
-
-    def validate(self, catalog: Any) -> None:
-        """Check that every table and column the policy names exists in the catalog (names as PostgreSQL
-        folds them), and that declared domain values are of the column's type and distinct in PostgreSQL."""
-        for t in self.tables.values():
-            where = f"{self.source}: tables.{t.name}"
-            name = _resolve(t.name, catalog.tables, where)
-            if name is None:
-                raise PolicyError(f"table {t.name!r} is not in the schema ({catalog.source})", where=where)
-            known = catalog.tables[name].columns
-            for col in sorted(t.sensitive_columns | set(t.columns)):
-                if _resolve(col, known, where) is None:
-                    raise PolicyError(f"column {col!r} is not in table {t.name!r}", where=where)
-            for c in t.columns.values():
-                if c.domain is not None:
-                    column = known[_resolve(c.name, known, where)]  # type: ignore[index]
-                    _domain_fits(c.domain, column, f"{where}.columns.{c.name}.domain")
-        for i, goal in enumerate(self.goals):  # a goal about a column that does not exist protects nothing
-            where = f"{self.source}: goals[{i}]"
-            refs = [(a.table, a.column, f"{where}.attributes.{a.name}") for a in goal.attributes]
-            if goal.membership is not None:
-                refs.append((goal.membership, None, f"{where}.membership"))
-            for table, col, w in refs:
-                name = _resolve(table, catalog.tables, w)
-                if name is None:
-                    raise PolicyError(f"table {table!r} is not in the schema ({catalog.source})", where=w)
-                if col is not None and _resolve(col, catalog.tables[name].columns, w) is None:
-                    raise PolicyError(f"column {col!r} is not in table {table!r}", where=w)
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> Policy:
-        p = Path(path)
-        try:
-            text = p.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise PolicyError(f"cannot read policy file: {exc.strerror}", where=str(p)) from None
-        return cls.from_toml(text, source=str(p))
-
-    @classmethod
-    def from_toml(cls, text: str, *, source: str = "<policy>") -> Policy:
-        try:
-            raw = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise PolicyError(f"invalid TOML: {exc}", where=source) from None
-        except RecursionError:  # tomllib recurses once per level of nested arrays and inline tables
-            raise PolicyError("invalid TOML: arrays or tables nested too deeply", where=source) from None
-        return cls.from_dict(raw, source=source)
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any], *, source: str = "<policy>") -> Policy:
-        _keys(raw, {"defaults", "tables", "goals", "analysts", "proxy"}, source)
-        defaults = _defaults(raw.get("defaults", {}), source)
-        tables_raw = raw.get("tables", {})
-        if not isinstance(tables_raw, dict):
-            raise PolicyError("must be a table of tables", where=f"{source}: tables")
-        _folded(tables_raw, f"{source}: tables")
-        tables = {
-            name.lower(): _table(name.lower(), spec, f"{source}: tables.{name}") for name, spec in tables_raw.items()
-        }
-        goals: tuple[Any, ...] = ()
-        if "goals" in raw:
-            from sqldp.advantage import parse_goals
-
-            goals = tuple(parse_goals(dict(raw), source))
-        return cls(tables, defaults, goals, source, raw)
-
-
-def _keys(d: Any, allowed: set[str], where: str) -> None:
-    """Refuse unknown keys: a typo must not silently weaken the policy. ``where`` is ``file`` or
-    ``file: dotted.key``."""
-    if not isinstance(d, dict):
-        raise PolicyError("must be a TOML table", where=where)
-    unknown = sorted(set(d) - allowed)
-    if unknown:
-        sep = "." if ": " in where else ": "
-        raise PolicyError(
-            f"unknown key (expected one of {', '.join(sorted(allowed))})", where=f"{where}{sep}{unknown[0]}"
-        )
-
-
-def _resolve(name: str, known: Mapping[str, Any], where: str) -> str | None:
-    """The catalog's name for a policy name (lower case, as PostgreSQL folds unquoted names): itself, else
-    the one catalog name equal to it in lower case (a table created quoted, "Orders"); two are ambiguous."""
-    if name in known:
-        return name
-    hits = sorted(k for k in known if k.lower() == name)
-    if len(hits) > 1:
-        raise PolicyError(f"{name!r} matches {', '.join(map(repr, hits))} in the schema; rename one", where=where)
-    return hits[0] if hits else None
-
-
-def _folded(d: Mapping[str, Any], where: str) -> None:
-    """Refuse two spellings of one name: PostgreSQL folds unquoted identifiers to lower case, so
-    ``[tables.ORDERS]`` beside ``[tables.orders]`` names one table twice, and one of them would be dropped."""
-    seen: dict[str, str] = {}
-    for name in d:
-        if name.lower() in seen:
-            raise PolicyError(
-                f"{name!r} and {seen[name.lower()]!r} are the same name (PostgreSQL folds unquoted names to lower "
-                "case); keep one",
-                where=f"{where}.{name}",
-            )
-        seen[name.lower()] = name
-
-
-def _positive(value: Any, where: str, *, allow_zero: bool = False, upper: float | None = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise PolicyError(f"must be a number, got {value!r}", where=where)
-    v = float(value)
-    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero) or (upper is not None and v >= upper):
-        bound = f" and < {upper:g}" if upper is not None else ""
-        raise PolicyError(f"must be {'≥' if allow_zero else '>'} 0{bound}, got {value!r}", where=where)
-    return v
-
-
-def _defaults(d: Any, source: str) -> Defaults:
-    w = f"{source}: defaults"
-    _keys(d, {"epsilon", "delta", "beta", "mechanism", "confidence", "advantage"}, w)
-    mech = d.get("mechanism", "cauchy")
-    if mech not in ("cauchy", "laplace"):
-        raise PolicyError(f"must be 'cauchy' or 'laplace', got {mech!r}", where=f"{w}.mechanism")
-    return Defaults(
-        epsilon=_positive(d["epsilon"], f"{w}.epsilon") if "epsilon" in d else None,
-        delta=_positive(d["delta"], f"{w}.delta", upper=1) if "delta" in d else None,
-        beta=_positive(d["beta"], f"{w}.beta", allow_zero=True) if "beta" in d else None,
-        mechanism=mech,
-        confidence=_positive(d.get("confidence", 0.78), f"{w}.confidence", upper=1),
-        advantage=_positive(d["advantage"], f"{w}.advantage", upper=1) if "advantage" in d else None,
-    )
+def parse_tables(raw: Any, where: str) -> dict[str, TablePolicy]:
+    """``[tables.T]`` for every T, keyed by the name in lower case (as PostgreSQL folds unquoted names)."""
+    if not isinstance(raw, dict):
+        raise PolicyError("must be a table of tables", where=where)
+    check_folded(raw, where)
+    return {name.lower(): _table(name.lower(), spec, f"{where}.{name}") for name, spec in raw.items()}
 
 
 def _table(name: str, spec: Any, where: str) -> TablePolicy:
-    _keys(spec, {"rows", "weight", "norm", "columns"}, where)
+    check_keys(spec, TABLE_KEYS, (), where)
     rows = spec.get("rows", "private")
     if rows not in ("private", "public"):
         raise PolicyError(f"must be 'private' or 'public', got {rows!r}", where=f"{where}.rows")
-    weight = _positive(spec.get("weight", 1.0), f"{where}.weight")
+    weight = positive(spec.get("weight", 1.0), f"{where}.weight")
     _weight(weight, f"weight {weight:g}", f"{where}.weight")
     norm = None
     if "norm" in spec:
@@ -408,33 +259,13 @@ def _table(name: str, spec: Any, where: str) -> TablePolicy:
     cols_raw = spec.get("columns", {})
     if not isinstance(cols_raw, dict):
         raise PolicyError("must be a table of column tables", where=f"{where}.columns")
-    _folded(cols_raw, f"{where}.columns")
+    check_folded(cols_raw, f"{where}.columns")
     columns = {c.lower(): _column(c.lower(), s, f"{where}.columns.{c}") for c, s in cols_raw.items()}
     return TablePolicy(name, rows == "private", weight, norm, columns)
 
 
-def to_number(value: Any, where: str) -> float:
-    """A bound as a number; ISO dates become days since 1970-01-01 (dates count in days)."""
-    if isinstance(value, bool):
-        raise PolicyError(f"must be a number or an ISO date, got {value!r}", where=where)
-    if isinstance(value, (int, float)):
-        if not -MAX_BOUND <= value <= MAX_BOUND:  # also NaN
-            raise PolicyError(f"must be a finite number within ±{MAX_BOUND:.3g}, got {value!r}", where=where)
-        return float(value)
-    if isinstance(value, dt.datetime):
-        value = value.date()
-    if isinstance(value, dt.date):
-        return float((value - EPOCH).days)
-    if isinstance(value, str):
-        try:
-            return float((dt.date.fromisoformat(value) - EPOCH).days)
-        except ValueError:
-            pass
-    raise PolicyError(f"must be a number or an ISO date, got {value!r}", where=where)
-
-
 def _column(name: str, spec: Any, where: str) -> ColumnPolicy:
-    _keys(spec, {"range", "unit", "domain", "knowledge"}, where)
+    check_keys(spec, COLUMN_KEYS, (), where)
     rng = None
     if "range" in spec:
         r = spec["range"]
@@ -448,12 +279,33 @@ def _column(name: str, spec: Any, where: str) -> ColumnPolicy:
     if not isinstance(unit, str) or unit not in DAYS_PER_UNIT:
         raise PolicyError(f"must be one of {', '.join(DAYS_PER_UNIT)}, got {unit!r}", where=f"{where}.unit")
     domain = _domain(spec["domain"], f"{where}.domain") if "domain" in spec else None
-    knowledge = None
-    if "knowledge" in spec:
-        from sqldp.priors import parse_knowledge
-
-        knowledge = parse_knowledge(spec["knowledge"], f"{where}.knowledge")
+    knowledge = parse_knowledge(spec["knowledge"], f"{where}.knowledge") if "knowledge" in spec else None
     return ColumnPolicy(name, rng, unit, domain, knowledge)
+
+
+def resolve_name(name: str, known: Mapping[str, Any], where: str) -> str | None:
+    """The catalog's name for a policy name (lower case, as PostgreSQL folds unquoted names): itself, else
+    the one catalog name equal to it in lower case (a table created quoted, "Orders"); two are ambiguous."""
+    if name in known:
+        return name
+    hits = sorted(k for k in known if k.lower() == name)
+    if len(hits) > 1:
+        raise PolicyError(f"{name!r} matches {', '.join(map(repr, hits))} in the schema; rename one", where=where)
+    return hits[0] if hits else None
+
+
+def check_folded(d: Mapping[str, Any], where: str) -> None:
+    """Refuse two spellings of one name: PostgreSQL folds unquoted identifiers to lower case, so
+    ``[tables.ORDERS]`` beside ``[tables.orders]`` names one table twice, and one of them would be dropped."""
+    seen: dict[str, str] = {}
+    for name in d:
+        if name.lower() in seen:
+            raise PolicyError(
+                f"{name!r} and {seen[name.lower()]!r} are the same name (PostgreSQL folds unquoted names to lower "
+                "case); keep one",
+                where=f"{where}.{name}",
+            )
+        seen[name.lower()] = name
 
 
 # -- declared domains -----------------------------------------------------------------------------
@@ -494,12 +346,17 @@ def _domain(raw: Any, where: str) -> tuple[Any, ...]:
     return tuple(raw)
 
 
-def _domain_fits(values: tuple[Any, ...], column: Any, where: str) -> None:
+def domain_fits(values: tuple[Any, ...], column: Any, where: str) -> None:
     """The declared values against the column's type: a value of another kind would make PostgreSQL fail
     the statement, and CHAR(n) compares padded, so 'a' and 'a ' are one group there."""
     kind = column.kind
-    expect = {"integer": ("number",), "numeric": ("number",), "text": ("string",), "boolean": ("boolean",)}
-    expect["date"] = ("date", "string")
+    expect: dict[str, tuple[str, ...]] = {
+        "integer": ("number",),
+        "numeric": ("number",),
+        "text": ("string",),
+        "boolean": ("boolean",),
+        "date": ("date", "string"),
+    }
     got = _scalar_type(values[0])
     if kind in expect and got not in expect[kind]:
         raise PolicyError(f"column {column.name!r} is {column.type_sql}; got {values[0]!r}", where=where)

@@ -1,0 +1,135 @@
+"""The data owner's privacy policy: one TOML file, read as a whole.
+
+Its sections are ``[tables.T]`` (:mod:`sqldp.policy.tables`), ``[defaults]`` for ε, δ, β, mechanism,
+confidence and a guessing-advantage target (below), ``[[goals]]`` (:mod:`sqldp.policy.goals`), and the
+proxy's ``[proxy]`` and ``[analysts.NAME]`` (:mod:`sqldp.policy.analysts`, read only when a proxy starts).
+Every problem is reported as ``file: key: problem`` and nothing is guessed; every table's keys go through
+:func:`sqldp.policy.keys.check_keys`, which reports a key that does not belong as
+``file: table: unknown key 'k' (allowed: …)``.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from sqldp.errors import PolicyError
+from sqldp.policy.goals import Goal, parse_goals
+from sqldp.policy.keys import check_keys
+from sqldp.policy.tables import TablePolicy, domain_fits, parse_tables, resolve_name
+from sqldp.policy.values import positive
+
+Mechanism = Literal["cauchy", "laplace"]
+SECTIONS = {"defaults", "tables", "goals", "analysts", "proxy"}
+# the privacy parameters of one query: [defaults] gives them for everyone, [analysts.NAME] per analyst
+PRIVACY_KEYS = ("mechanism", "epsilon", "delta", "beta", "confidence", "advantage")  # checked in this order
+
+
+def parse_privacy(d: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The privacy parameters ``d`` gives, checked as the runner would check them (ε > 0; δ, the confidence
+    and the advantage target in (0, 1); β ≥ 0; the mechanism by name)."""
+    out: dict[str, Any] = {}
+    for k in PRIVACY_KEYS:
+        if k not in d:
+            continue
+        v = d[k]
+        if k == "mechanism":
+            if v not in ("cauchy", "laplace"):
+                raise PolicyError(f"must be 'cauchy' or 'laplace', got {v!r}", where=f"{where}.{k}")
+            out[k] = v
+        else:
+            out[k] = positive(v, f"{where}.{k}", allow_zero=k == "beta", upper=None if k in ("epsilon", "beta") else 1)
+    return out
+
+
+@dataclass(frozen=True)
+class Defaults:
+    epsilon: float | None = None
+    delta: float | None = None
+    beta: float | None = None
+    mechanism: Mechanism = "cauchy"
+    confidence: float = 0.78
+    advantage: float | None = None
+
+
+def _defaults(d: Any, where: str) -> Defaults:
+    check_keys(d, PRIVACY_KEYS, (), where)
+    return Defaults(**parse_privacy(d, where))
+
+
+@dataclass(frozen=True)
+class Policy:
+    tables: Mapping[str, TablePolicy] = field(default_factory=dict)
+    defaults: Defaults = field(default_factory=Defaults)
+    goals: tuple[Goal, ...] = ()
+    source: str = "<default policy>"
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+    def table(self, name: str) -> TablePolicy:
+        """The table's policy; fail closed for tables the policy does not name (private rows, G = 1)."""
+        return self.tables.get(name.lower()) or TablePolicy(name.lower())
+
+    def is_sensitive(self, table: str, column: str) -> bool:
+        return column.lower() in self.table(table).sensitive_columns
+
+    def validate(self, catalog: Any) -> None:
+        """Check that every table and column the policy names exists in the catalog (names as PostgreSQL
+        folds them), and that declared domain values are of the column's type and distinct in PostgreSQL."""
+        for t in self.tables.values():
+            where = f"{self.source}: tables.{t.name}"
+            name = resolve_name(t.name, catalog.tables, where)
+            if name is None:
+                raise PolicyError(f"table {t.name!r} is not in the schema ({catalog.source})", where=where)
+            known = catalog.tables[name].columns
+            for col in sorted(t.sensitive_columns | set(t.columns)):
+                if resolve_name(col, known, where) is None:
+                    raise PolicyError(f"column {col!r} is not in table {t.name!r}", where=where)
+            for c in t.columns.values():
+                if c.domain is not None:
+                    column = known[resolve_name(c.name, known, where)]  # type: ignore[index]
+                    domain_fits(c.domain, column, f"{where}.columns.{c.name}.domain")
+        for i, goal in enumerate(self.goals):  # a goal about a column that does not exist protects nothing
+            where = f"{self.source}: goals[{i}]"
+            refs: list[tuple[str, str | None, str]] = [
+                (a.table, a.column, f"{where}.attributes.{a.name}") for a in goal.attributes
+            ]
+            if goal.membership is not None:
+                refs.append((goal.membership, None, f"{where}.membership"))
+            for table, ref, w in refs:
+                found = resolve_name(table, catalog.tables, w)
+                if found is None:
+                    raise PolicyError(f"table {table!r} is not in the schema ({catalog.source})", where=w)
+                if ref is not None and resolve_name(ref, catalog.tables[found].columns, w) is None:
+                    raise PolicyError(f"column {ref!r} is not in table {table!r}", where=w)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Policy:
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise PolicyError(f"cannot read policy file: {exc.strerror}", where=str(p)) from None
+        return cls.from_toml(text, source=str(p))
+
+    @classmethod
+    def from_toml(cls, text: str, *, source: str = "<policy>") -> Policy:
+        try:
+            raw = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise PolicyError(f"invalid TOML: {exc}", where=source) from None
+        except RecursionError:  # tomllib recurses once per level of nested arrays and inline tables
+            raise PolicyError("invalid TOML: arrays or tables nested too deeply", where=source) from None
+        return cls.from_dict(raw, source=source)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], *, source: str = "<policy>") -> Policy:
+        """The policy in ``raw``. ``[proxy]`` and ``[analysts]`` stay unparsed in ``raw`` until a proxy asks
+        for them (:func:`sqldp.policy.analysts.parse_proxy`): a query run from the command line needs neither."""
+        check_keys(raw, SECTIONS, (), source)
+        defaults = _defaults(raw.get("defaults", {}), f"{source}: defaults")
+        tables = parse_tables(raw.get("tables", {}), f"{source}: tables")
+        goals = tuple(parse_goals(raw["goals"], tables, f"{source}: goals")) if "goals" in raw else ()
+        return cls(tables, defaults, goals, source, raw)
