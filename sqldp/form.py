@@ -51,7 +51,7 @@ class TableUse:
 class Conjunct:
     """One top-level AND-part of the filter θ."""
 
-    expr: exp.Expression
+    expr: exp.Expr
     columns: frozenset[ColumnRef]
     private: bool
 
@@ -65,7 +65,7 @@ class Aggregate:
     """COUNT(*) (``arg`` is None), COUNT(e), SUM(e), MIN(e) or MAX(e) over the filtered product."""
 
     kind: AggKind
-    arg: exp.Expression | None
+    arg: exp.Expr | None
     columns: frozenset[ColumnRef] = frozenset()
 
     @cached_property
@@ -79,7 +79,7 @@ class Output:
     """One column of the result: a group key or a combination of aggregates."""
 
     name: str
-    expr: exp.Expression
+    expr: exp.Expr
     aggregates: tuple[int, ...]  # indices into AnalysisForm.aggregates used by expr
     group_key: int | None = None  # index into AnalysisForm.group_by when the output is a key
 
@@ -100,12 +100,12 @@ class AnalysisForm:
     conjuncts: tuple[Conjunct, ...]
     aggregates: tuple[Aggregate, ...]
     outputs: tuple[Output, ...]
-    group_by: tuple[exp.Expression, ...] = ()
+    group_by: tuple[exp.Expr, ...] = ()
     order_by: tuple[OrderKey, ...] = ()
     limit: int | None = None
     notes: tuple[str, ...] = field(default=())  # rewrites applied (e.g. "AVG → SUM/COUNT")
     # HAVING over the aggregates (``__agg<i>`` placeholders), evaluated on the noisy values after the noise
-    having: exp.Expression | None = None
+    having: exp.Expr | None = None
 
     def use(self, alias: str) -> TableUse:
         for u in self.uses:
@@ -127,7 +127,7 @@ class AnalysisForm:
 def describe(form: AnalysisForm) -> dict:
     """A JSON-serialisable summary of the analysis form (``sqldp explain``)."""
 
-    def sql(e: exp.Expression) -> str:
+    def sql(e: exp.Expr) -> str:
         return e.sql(dialect="postgres")
 
     return {

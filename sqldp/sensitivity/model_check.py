@@ -67,8 +67,8 @@ class SPJ:
     """A join–filter–project query (NR §3.3.13.1): uses J, conjuncts of F, projections P (for set semantics)."""
 
     uses: tuple[Use, ...]
-    conditions: tuple[exp.Expression, ...]
-    projections: tuple[exp.Expression, ...] = ()
+    conditions: tuple[exp.Expr, ...]
+    projections: tuple[exp.Expr, ...] = ()
     semantics: Semantics = "bag"
 
 
@@ -239,7 +239,7 @@ class _Formula:
 
     # -- SQL → z3 ------------------------------------------------------------------------------------
 
-    def boolean(self, e: exp.Expression, r: int) -> z3.BoolRef:
+    def boolean(self, e: exp.Expr, r: int) -> z3.BoolRef:
         try:
             return self._boolean(e, r)
         except _Untranslatable as why:
@@ -249,7 +249,7 @@ class _Formula:
             self.fresh += 1
             return z3.Bool(f"free_{self.fresh}", self.ctx)
 
-    def _boolean(self, e: exp.Expression, r: int) -> z3.BoolRef:
+    def _boolean(self, e: exp.Expr, r: int) -> z3.BoolRef:
         if isinstance(e, exp.Paren):
             return self.boolean(e.this, r)
         if isinstance(e, exp.And):
@@ -292,7 +292,7 @@ class _Formula:
         }
         return table[op](a, b)
 
-    def output(self, e: exp.Expression, r: int) -> z3.ExprRef:
+    def output(self, e: exp.Expr, r: int) -> z3.ExprRef:
         """An output column of row r; one the translation does not cover is an uninterpreted function of the
         row's identity (its uses' keys): any function the SQL computes is one of them, so the bound may only grow
         (said so), and one row still has one output."""
@@ -312,7 +312,7 @@ class _Formula:
     def _kind(self, c: exp.Column) -> str:
         return self.table_of[c.table].column(c.name).kind
 
-    def term(self, e: exp.Expression, r: int) -> z3.ExprRef:
+    def term(self, e: exp.Expr, r: int) -> z3.ExprRef:
         if isinstance(e, exp.Paren):
             return self.term(e.this, r)
         if isinstance(e, exp.Column):
@@ -373,7 +373,7 @@ def _coerce(a: z3.ExprRef, b: z3.ExprRef) -> tuple[z3.ExprRef, z3.ExprRef]:
     return a, b
 
 
-def _date_constant(e: exp.Expression) -> int | None:
+def _date_constant(e: exp.Expr) -> int | None:
     """A constant date (DATE 'y-m-d', ± INTERVAL of days, months or years, PostgreSQL's month arithmetic) as days
     since 2000-01-01; None when ``e`` is not one."""
     if isinstance(e, exp.Cast) and e.to.is_type(exp.DataType.Type.DATE) and isinstance(e.this, exp.Literal):
@@ -560,7 +560,7 @@ def _pumpable(query: SPJ, catalog: Catalog, target: str) -> bool:
     return any(isinstance(p, exp.Column) and (p.table, p.name) in eligible for p in query.projections)
 
 
-def _split(e: exp.Expression) -> list[exp.Expression]:
+def _split(e: exp.Expr) -> list[exp.Expr]:
     e = e.unnest()
     return [*_split(e.this), *_split(e.expression)] if isinstance(e, exp.And) else [e]
 
@@ -663,7 +663,7 @@ def from_select(tree: exp.Select) -> SPJ:
     uses = []
     for t in tree.find_all(exp.Table):
         uses.append(Use(t.alias_or_name, t.name.lower()))
-    conditions: list[exp.Expression] = []
+    conditions: list[exp.Expr] = []
     for j in tree.args.get("joins") or ():
         if j.args.get("on") is not None:
             conditions.append(j.args["on"])
