@@ -484,14 +484,14 @@ class Connection:
                 self.writer.write(pr.empty_query())
                 return
             if outcome.columns is not None:
-                types = _result_types(portal, outcome)
-                formats = _formats(portal.result_formats, len(types))
+                column_types = _result_types(portal, outcome)
+                formats = _formats(portal.result_formats, len(column_types))
                 end = len(outcome.rows) if max_rows <= 0 else min(len(outcome.rows), portal.sent + max_rows)
                 chunk = []
                 for row in outcome.rows[portal.sent : end]:
                     chunk.append(
                         pr.data_row(
-                            v.encode_binary(x, types[i]) if formats[i] else v.encode_text(x, types[i])
+                            v.encode_binary(x, column_types[i]) if formats[i] else v.encode_text(x, column_types[i])
                             for i, x in enumerate(row)
                         )
                     )

@@ -108,14 +108,14 @@ class UseTerm:
     use: TableUse
     others: tuple[TableUse, ...]
     pattern: tuple[str, ...]  # columns of Ti bound by θ's equalities (NR: the non-* cells)
-    reps: tuple[exp.Expression, ...]  # for each, the column of another use it equals
-    conjuncts: tuple[exp.Expression, ...]  # θ[r/Ti] with the conjuncts that still read Ti dropped
+    reps: tuple[exp.Column, ...]  # for each, the column of another use it equals
+    conjuncts: tuple[exp.Expr, ...]  # θ[r/Ti] with the conjuncts that still read Ti dropped
 
 
 def use_term(form: AnalysisForm, use: TableUse, classes: _Classes) -> UseTerm:
     others = tuple(u for u in form.uses if u.alias != use.alias)
     other_aliases = {u.alias for u in others}
-    mapping: dict[str, exp.Expression] = {}
+    mapping: dict[str, exp.Column] = {}
     pattern: list[str] = []
     for ref in sorted({r for c in form.conjuncts for r in c.columns if r.alias == use.alias}, key=str):
         if ref not in classes.parent:
@@ -125,7 +125,7 @@ def use_term(form: AnalysisForm, use: TableUse, classes: _Classes) -> UseTerm:
             pattern.append(ref.column)
             mapping[ref.column] = exp.column(peers[0].column, table=peers[0].alias)
 
-    def bind(node: exp.Expression) -> exp.Expression:
+    def bind(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Column) and node.table == use.alias and node.name in mapping:
             return mapping[node.name].copy()
         return node
@@ -139,7 +139,7 @@ def use_term(form: AnalysisForm, use: TableUse, classes: _Classes) -> UseTerm:
     return UseTerm(use, others, tuple(pattern), tuple(mapping[c] for c in pattern), tuple(kept))
 
 
-def _components(term: UseTerm) -> list[tuple[list[TableUse], list[exp.Expression], list[int]]]:
+def _components(term: UseTerm) -> list[tuple[list[TableUse], list[exp.Expr], list[int]]]:
     """Split the other uses into groups connected by the kept conjuncts: the count factorises over them
     (a product of independent counts), which keeps the queries from forming cross products."""
     aliases = [u.alias for u in term.others]
@@ -154,19 +154,19 @@ def _components(term: UseTerm) -> list[tuple[list[TableUse], list[exp.Expression
     for r in refs:
         for a, b in itertools.pairwise(r):
             parent[find(a)] = find(b)
-    groups: dict[str, tuple[list[TableUse], list[exp.Expression], list[int]]] = {}
+    groups: dict[str, tuple[list[TableUse], list[exp.Expr], list[int]]] = {}
     for u in term.others:
         groups.setdefault(find(u.alias), ([], [], []))[0].append(u)
     first = find(aliases[0])
     for e, r in zip(term.conjuncts, refs, strict=True):
         groups[find(r[0]) if r else first][1].append(e)
     for k, rep in enumerate(term.reps):
-        groups[find(rep.table)][2].append(k)  # type: ignore[union-attr]
+        groups[find(rep.table)][2].append(k)
     return list(groups.values())
 
 
-def _count_query(uses: list[TableUse], conds: list[exp.Expression], keys: list[exp.Expression]) -> exp.Select:
-    items: list[exp.Expression] = [exp.alias_(k.copy(), f"p{i}") for i, k in enumerate(keys)]
+def _count_query(uses: list[TableUse], conds: list[exp.Expr], keys: list[exp.Expr]) -> exp.Select:
+    items: list[exp.Expr] = [exp.alias_(k.copy(), f"p{i}") for i, k in enumerate(keys)]
     items.append(exp.alias_(exp.Count(this=exp.Star()), "n"))
     q = where(from_uses(exp.select(*items), uses), conds)
     if keys:
@@ -198,7 +198,7 @@ class RowPlan:
     form: AnalysisForm
     aggregate: Aggregate  # the released aggregate (SUM over clamped columns)
     multiplier: float  # max |e| for SUM(e), 1 for COUNT
-    scalars: tuple[exp.Expression, ...]  # scalar subqueries, run together as one SELECT
+    scalars: tuple[exp.Expr, ...]  # scalar subqueries, run together as one SELECT
     grouped: tuple[exp.Select, ...]  # pattern maps of self-joined uses
     uses: tuple[_UsePlan, ...]
     local: dict[str, int]  # use alias → index of its local count in the scalar row
@@ -321,7 +321,7 @@ class RowPlan:
         return unify(maps), growths
 
 
-def _local_conjuncts(form: AnalysisForm, alias: str) -> list[exp.Expression]:
+def _local_conjuncts(form: AnalysisForm, alias: str) -> list[exp.Expr]:
     return [c.expr for c in form.conjuncts if c.columns and all(r.alias == alias for r in c.columns)]
 
 
@@ -346,7 +346,7 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
         )
 
     classes = equality_classes(form.conjuncts)
-    scalars: list[exp.Expression] = []
+    scalars: list[exp.Expr] = []
     grouped: list[exp.Select] = []
     local: dict[str, int] = {}
     needed = {o.alias for u in form.uses if u.table in private for o in form.uses if o.alias != u.alias}
