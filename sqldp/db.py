@@ -14,9 +14,13 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqldp.errors import DatabaseError, ForbiddenError, InputError
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg.rows import TupleRow
 
 ENV_HOME = "SQLDP_HOME"
 ENV_DSN = "SQLDP_DSN"
@@ -187,7 +191,7 @@ def resolve_dsn(dsn: str | None = None, home: Path | str | None = None) -> str:
     return EmbeddedServer(home).start()
 
 
-def connect(dsn: str, *, autocommit: bool = True):  # -> psycopg.Connection
+def connect(dsn: str, *, autocommit: bool = True) -> psycopg.Connection[TupleRow]:
     """Open a psycopg connection, turning connection failures into one-line errors."""
     import psycopg
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal
 
 from sqlglot import exp
 
@@ -124,7 +124,7 @@ class AnalysisForm:
         return exp.column(f"{AGG_PREFIX}{index}")
 
 
-def describe(form: AnalysisForm) -> dict:
+def describe(form: AnalysisForm) -> dict[str, Any]:
     """A JSON-serialisable summary of the analysis form (``sqldp explain``)."""
 
     def sql(e: exp.Expr) -> str:

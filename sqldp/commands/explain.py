@@ -19,7 +19,7 @@ from sqldp.runner import GLOBAL, single_aggregate
 from sqldp.sensitivity import model_check
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("explain", parents=[common_options()], help="show the algebra and analysis form")
     p.set_defaults(func=run)
 

@@ -133,7 +133,9 @@ def _sort(kind: str, ctx: z3.Context) -> z3.SortRef:
 class _Formula:
     """Φ_{Q,N} / Ψ_{Q,N} for one query, one table of interest and one N."""
 
-    def __init__(self, query: SPJ, catalog: Catalog, positions: Sequence[int], key_of: dict[str, list]) -> None:
+    def __init__(
+        self, query: SPJ, catalog: Catalog, positions: Sequence[int], key_of: dict[str, list[tuple[str, ...]]]
+    ) -> None:
         self.query, self.catalog, self.n = query, catalog, 0
         self.positions = positions  # the uses of J that hold the table of interest
         self.key_of = key_of
@@ -412,7 +414,9 @@ def _date_constant(e: exp.Expr) -> int | None:
 # -- the search for N ---------------------------------------------------------------------------------
 
 
-def _formula(query: SPJ, catalog: Catalog, positions: Sequence[int], key_of: dict, n: int) -> _Formula:
+def _formula(
+    query: SPJ, catalog: Catalog, positions: Sequence[int], key_of: dict[str, list[tuple[str, ...]]], n: int
+) -> _Formula:
     f = _Formula(query, catalog, positions, key_of)
     f.start()
     for _ in range(n):
@@ -421,7 +425,12 @@ def _formula(query: SPJ, catalog: Catalog, positions: Sequence[int], key_of: dic
 
 
 def _search(
-    query: SPJ, catalog: Catalog, positions: Sequence[int], key_of: dict, deadline: float, cap: int
+    query: SPJ,
+    catalog: Catalog,
+    positions: Sequence[int],
+    key_of: dict[str, list[tuple[str, ...]]],
+    deadline: float,
+    cap: int,
 ) -> tuple[float, bool, list[str], Witness | None]:
     """(bound, reached, approximated, witness): bound = (the least N with Φ_{Q,N} proven unsatisfiable) − 1,
     ∞ when Φ_{cap+1} is satisfiable or the solver runs out of time (a check it cannot finish proves nothing);
@@ -474,7 +483,7 @@ def _search(
 
 def _witness(f: _Formula, query: SPJ, positions: Sequence[int], model: z3.ModelRef, n: int) -> Witness:
     target = query.uses[positions[0]].table
-    rows: dict[str, dict[tuple, dict[str, Any]]] = {}
+    rows: dict[str, dict[tuple[tuple[str, str], ...], dict[str, Any]]] = {}
 
     def value(v: z3.ExprRef, kind: str) -> Any:
         got = model.eval(v, model_completion=True)
