@@ -28,6 +28,11 @@ AggKind = Literal["count", "sum", "min", "max"]
 AGG_PREFIX = "__agg"
 
 
+def placeholder(index: int) -> exp.Column:
+    """The column that stands for aggregate ``index`` of a form in its outputs and HAVING (``__agg<i>``)."""
+    return exp.column(f"{AGG_PREFIX}{index}")
+
+
 @dataclass(frozen=True)
 class ColumnRef:
     """A column of one table use."""
@@ -119,9 +124,6 @@ class AnalysisForm:
     @property
     def tables(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(u.table for u in self.uses))
-
-    def placeholder(self, index: int) -> exp.Column:
-        return exp.column(f"{AGG_PREFIX}{index}")
 
 
 def describe(form: AnalysisForm) -> dict[str, Any]:

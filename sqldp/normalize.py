@@ -17,7 +17,17 @@ from sqldp import algebra as ra
 from sqldp import allowlist
 from sqldp.catalog import Catalog
 from sqldp.errors import ForbiddenError, RefusedError
-from sqldp.form import AGG_PREFIX, Aggregate, AnalysisForm, ColumnRef, Conjunct, OrderKey, Output, TableUse
+from sqldp.form import (
+    AGG_PREFIX,
+    Aggregate,
+    AnalysisForm,
+    ColumnRef,
+    Conjunct,
+    OrderKey,
+    Output,
+    TableUse,
+    placeholder,
+)
 from sqldp.frontend import ParsedQuery, position
 from sqldp.policy import Policy
 
@@ -342,10 +352,10 @@ class Normalizer:
         for i, a in enumerate(aggs):
             if (a.kind, a.arg.sql(dialect="postgres") if a.arg is not None else None) == key:
                 used.append(i)
-                return exp.column(f"{AGG_PREFIX}{i}")
+                return placeholder(i)
         aggs.append(agg)
         used.append(len(aggs) - 1)
-        return exp.column(f"{AGG_PREFIX}{len(aggs) - 1}")
+        return placeholder(len(aggs) - 1)
 
     def _order(
         self, sort: ra.Sort, outputs: tuple[Output, ...], body: ra.Aggregate
