@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from scipy.cluster.hierarchy import DisjointSet
 from sqlglot import exp
 
 from sqldp.catalog import Catalog
@@ -57,27 +58,6 @@ class Bound:
 # -- equality closure -------------------------------------------------------------------------------
 
 
-class _Classes:
-    """Union-find over columns: the transitive closure of θ's column = column conjuncts (NR §3.3.7.3)."""
-
-    def __init__(self) -> None:
-        self.parent: dict[ColumnRef, ColumnRef] = {}
-
-    def find(self, c: ColumnRef) -> ColumnRef:
-        self.parent.setdefault(c, c)
-        while self.parent[c] != c:
-            self.parent[c] = self.parent[self.parent[c]]
-            c = self.parent[c]
-        return c
-
-    def union(self, a: ColumnRef, b: ColumnRef) -> None:
-        self.parent[self.find(a)] = self.find(b)
-
-    def members(self, c: ColumnRef) -> list[ColumnRef]:
-        root = self.find(c)
-        return [x for x in list(self.parent) if self.find(x) == root]
-
-
 def _equality(conj: Conjunct) -> tuple[ColumnRef, ColumnRef] | None:
     e = conj.expr
     while isinstance(e, exp.Paren):
@@ -89,13 +69,22 @@ def _equality(conj: Conjunct) -> tuple[ColumnRef, ColumnRef] | None:
     return None
 
 
-def equality_classes(conjuncts: Sequence[Conjunct]) -> _Classes:
-    classes = _Classes()
+def equality_classes(conjuncts: Sequence[Conjunct]) -> DisjointSet:
+    """The transitive closure of θ's column = column conjuncts (NR §3.3.7.3): the classes of columns that are
+    equal in every row of the product. Only columns in such a conjunct are elements."""
+    classes = DisjointSet()
     for c in conjuncts:
         pair = _equality(c)
         if pair:
-            classes.union(*pair)
+            classes.add(pair[0])
+            classes.add(pair[1])
+            classes.merge(*pair)
     return classes
+
+
+def _equal_to(classes: DisjointSet, ref: ColumnRef) -> set[ColumnRef]:
+    """The columns θ makes equal to ``ref``, ``ref`` included."""
+    return set(classes.subset(ref)) if ref in classes else {ref}
 
 
 # -- the per-use derivative query --------------------------------------------------------------------
@@ -112,15 +101,15 @@ class UseTerm:
     conjuncts: tuple[exp.Expr, ...]  # θ[r/Ti] with the conjuncts that still read Ti dropped
 
 
-def use_term(form: AnalysisForm, use: TableUse, classes: _Classes) -> UseTerm:
+def use_term(form: AnalysisForm, use: TableUse, classes: DisjointSet) -> UseTerm:
     others = tuple(u for u in form.uses if u.alias != use.alias)
     other_aliases = {u.alias for u in others}
     mapping: dict[str, exp.Column] = {}
     pattern: list[str] = []
     for ref in sorted({r for c in form.conjuncts for r in c.columns if r.alias == use.alias}, key=str):
-        if ref not in classes.parent:
+        if ref not in classes:
             continue
-        peers = sorted((m for m in classes.members(ref) if m.alias in other_aliases), key=str)
+        peers = sorted((m for m in classes.subset(ref) if m.alias in other_aliases), key=str)
         if peers:
             pattern.append(ref.column)
             mapping[ref.column] = exp.column(peers[0].column, table=peers[0].alias)
@@ -142,26 +131,19 @@ def use_term(form: AnalysisForm, use: TableUse, classes: _Classes) -> UseTerm:
 def _components(term: UseTerm) -> list[tuple[list[TableUse], list[exp.Expr], list[int]]]:
     """Split the other uses into groups connected by the kept conjuncts: the count factorises over them
     (a product of independent counts), which keeps the queries from forming cross products."""
-    aliases = [u.alias for u in term.others]
-    parent = {a: a for a in aliases}
-
-    def find(a: str) -> str:
-        while parent[a] != a:
-            a = parent[a]
-        return a
-
+    connected = DisjointSet(u.alias for u in term.others)
     refs = [sorted({c.table for c in e.find_all(exp.Column) if c.table}) for e in term.conjuncts]
     for r in refs:
         for a, b in itertools.pairwise(r):
-            parent[find(a)] = find(b)
+            connected.merge(a, b)
     groups: dict[str, tuple[list[TableUse], list[exp.Expr], list[int]]] = {}
     for u in term.others:
-        groups.setdefault(find(u.alias), ([], [], []))[0].append(u)
-    first = find(aliases[0])
+        groups.setdefault(connected[u.alias], ([], [], []))[0].append(u)
+    first = connected[term.others[0].alias]
     for e, r in zip(term.conjuncts, refs, strict=True):
-        groups[find(r[0]) if r else first][1].append(e)
+        groups[connected[r[0]] if r else first][1].append(e)
     for k, rep in enumerate(term.reps):
-        groups[find(rep.table)][2].append(k)
+        groups[connected[rep.table]][2].append(k)
     return list(groups.values())
 
 
@@ -390,7 +372,7 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
     )
 
 
-def _disjoint(form: AnalysisForm, private: frozenset[str], classes: _Classes) -> bool:
+def _disjoint(form: AnalysisForm, private: frozenset[str], classes: DisjointSet) -> bool:
     """Parallel composition over groups (NR §3.3.10.4) needs (1) each neighbouring change to move one group
     only and (2) the noise scale of the other groups not to move. Both hold when exactly one use is private
     (its derivative counts only public rows, so its bound is data-independent) and every group key is tied
@@ -407,6 +389,6 @@ def _disjoint(form: AnalysisForm, private: frozenset[str], classes: _Classes) ->
             return False
         for c in columns:
             ref = ColumnRef(c.table, c.name)
-            if ref.alias != alias and not any(m.alias == alias for m in classes.members(ref)):
+            if ref.alias != alias and not any(m.alias == alias for m in _equal_to(classes, ref)):
                 return False
     return True
