@@ -16,7 +16,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from sqldp.errors import CatalogError, InputError, SqlSyntaxError
+from sqldp.errors import CatalogError, InputError, syntax_error
 
 if TYPE_CHECKING:
     import psycopg
@@ -111,11 +111,7 @@ class Catalog:
         try:
             statements = sqlglot.parse(text, read="postgres")
         except ParseError as exc:
-            err = exc.errors[0] if exc.errors else {}
-            raise SqlSyntaxError(
-                f"cannot parse DDL: {err.get('description', exc)}",
-                where=f"{source}:{err.get('line', '?')}:{err.get('col', '?')}",
-            ) from None
+            raise syntax_error(exc, "cannot parse DDL", source) from None
         tables: dict[str, _DdlTable] = {}
         for stmt in statements:
             if stmt is None:

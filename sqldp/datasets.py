@@ -25,7 +25,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqldp.errors import DatabaseError, InputError, SqlSyntaxError
+from sqldp.errors import DatabaseError, InputError, SqlSyntaxError, syntax_error
 
 if TYPE_CHECKING:
     import psycopg
@@ -116,11 +116,8 @@ def _split_ddl(text: str, source: str) -> list[_Statement]:
         try:
             tree = sqlglot.parse_one(sql, read="postgres")
         except ParseError as exc:
-            err = exc.errors[0] if exc.errors else {}
-            raise SqlSyntaxError(
-                f"cannot parse DDL: {err.get('description', exc)}",
-                where=f"{source}:{line + err.get('line', 1) - 1}",
-            ) from None
+            col = lo - (text.rfind("\n", 0, lo) + 1) + 1
+            raise syntax_error(exc, "cannot parse DDL", source, line=line, col=col) from None
         if isinstance(tree, exp.Create) and str(tree.args.get("kind", "")).upper() == "TABLE":
             name = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
             out.append(_Statement(sql, line, "create", name.name.lower()))

@@ -21,7 +21,7 @@ from sqlglot.tokens import TokenType
 from sqldp import algebra as ra
 from sqldp import dates
 from sqldp.catalog import Catalog
-from sqldp.errors import CatalogError, ForbiddenError, InputError, RefusedError, SqlSyntaxError
+from sqldp.errors import CatalogError, ForbiddenError, InputError, RefusedError, SqlSyntaxError, syntax_error
 
 WHERE = "query"
 
@@ -114,13 +114,7 @@ def parse_statement(sql: str) -> exp.Expr:
     try:
         statements = [s for s in sqlglot.parse(sql, read="postgres") if s is not None]
     except ParseError as exc:
-        err = exc.errors[0] if exc.errors else {}
-        desc = err.get("description", "syntax error")
-        near = err.get("highlight")
-        detail = f"{desc} near {near!r}" if near else desc
-        raise SqlSyntaxError(
-            f"syntax error: {detail}", where=f"{WHERE}:{err.get('line', '?')}:{err.get('col', '?')}"
-        ) from None
+        raise syntax_error(exc, "syntax error", WHERE) from None
     except TokenError as exc:
         raise SqlSyntaxError(f"syntax error: {exc}", where=WHERE) from None
     except RecursionError:
