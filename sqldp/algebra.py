@@ -14,7 +14,7 @@ from typing import Any
 from sqlglot import exp
 
 
-def _sql(e: exp.Expression) -> str:
+def _sql(e: exp.Expr) -> str:
     return e.sql(dialect="postgres")
 
 
@@ -30,7 +30,7 @@ class Relation:
 class Select:
     """σ_condition(child)."""
 
-    condition: exp.Expression
+    condition: exp.Expr
     child: Node
 
 
@@ -46,7 +46,7 @@ class OuterJoin:
     """LEFT/RIGHT/FULL joins and other joins the analyses do not model; kept so the refusal is precise."""
 
     kind: str
-    condition: exp.Expression | None
+    condition: exp.Expr | None
     left: Node
     right: Node
 
@@ -55,7 +55,7 @@ class OuterJoin:
 class Project:
     """π: named expressions over the child."""
 
-    items: tuple[tuple[str, exp.Expression], ...]
+    items: tuple[tuple[str, exp.Expr], ...]
     child: Node
 
 
@@ -86,9 +86,9 @@ class SetOp:
 class Aggregate:
     """γ: GROUP BY keys and a SELECT list containing aggregate functions; HAVING kept for refusal."""
 
-    groups: tuple[exp.Expression, ...]
-    items: tuple[tuple[str, exp.Expression], ...]
-    having: exp.Expression | None
+    groups: tuple[exp.Expr, ...]
+    items: tuple[tuple[str, exp.Expr], ...]
+    having: exp.Expr | None
     child: Node
 
 
@@ -96,7 +96,7 @@ class Aggregate:
 class Sort:
     """ORDER BY / LIMIT / OFFSET; sqldp applies them to noisy answers only."""
 
-    keys: tuple[tuple[exp.Expression, bool], ...]  # (expression, descending)
+    keys: tuple[tuple[exp.Expr, bool], ...]  # (expression, descending)
     limit: int | None
     offset: int | None
     child: Node
@@ -121,7 +121,7 @@ def relations(node: Node) -> list[Relation]:
     return [r for c in children(node) for r in relations(c)]
 
 
-def _items(items: tuple[tuple[str, exp.Expression], ...]) -> str:
+def _items(items: tuple[tuple[str, exp.Expr], ...]) -> str:
     return ", ".join(f"{_sql(e)} AS {name}" for name, e in items)
 
 

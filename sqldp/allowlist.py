@@ -27,7 +27,7 @@ from sqldp.errors import ForbiddenError, RefusedError
 # LATERAL, table functions, aggregate FILTER clauses (the analyses do not model them), exp.Dot
 # (schema-qualified functions and field selection), arrays and subscripts, parameters, and any construct a
 # future sqlglot adds.
-STRUCTURE: frozenset[type[exp.Expression]] = frozenset(
+STRUCTURE: frozenset[type[exp.Expr]] = frozenset(
     {
         exp.Select, exp.From, exp.Join, exp.Where, exp.Group, exp.Having, exp.Order, exp.Ordered,
         exp.Limit, exp.Offset, exp.Column, exp.Identifier, exp.Table, exp.TableAlias, exp.Alias, exp.Star,
@@ -39,7 +39,7 @@ STRUCTURE: frozenset[type[exp.Expression]] = frozenset(
 
 # Operators: comparisons, logic, arithmetic, string concatenation, pattern matching with LIKE (no regular
 # expressions: their cost grows with the pattern in ways a statement timeout would reveal).
-OPERATORS: frozenset[type[exp.Expression]] = frozenset(
+OPERATORS: frozenset[type[exp.Expr]] = frozenset(
     {
         exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Is,
         exp.And, exp.Or, exp.Not, exp.Neg, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv, exp.DPipe,
@@ -50,7 +50,7 @@ OPERATORS: frozenset[type[exp.Expression]] = frozenset(
 # Functions sqlglot recognises: immutable or stable, no side effects, read nothing but their arguments.
 # Aggregates and window functions over rows the statement read are included; what the private path can
 # analyse is decided by the normaliser, not here.
-FUNCTIONS: frozenset[type[exp.Expression]] = frozenset(
+FUNCTIONS: frozenset[type[exp.Expr]] = frozenset(
     {
         # aggregates
         exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max, exp.Stddev, exp.StddevPop, exp.StddevSamp,
@@ -89,7 +89,7 @@ ANONYMOUS: frozenset[str] = frozenset(
 # Ordinary types a cast may target. Not listed: the reg* and OID types (``'orders'::regclass`` looks a
 # relation up in the system catalogs), user-defined types, xml/json (functions reading the catalogs hide
 # behind their input routines) and anything else.
-TYPES: frozenset[exp.DataType.Type] = frozenset(
+TYPES: frozenset[exp.DType] = frozenset(
     {
         exp.DataType.Type.SMALLINT, exp.DataType.Type.INT, exp.DataType.Type.BIGINT,
         exp.DataType.Type.DECIMAL, exp.DataType.Type.FLOAT, exp.DataType.Type.DOUBLE,
@@ -109,10 +109,10 @@ SESSION_WORDS = frozenset(
 # Where a bare word (exp.Var) is a keyword argument rather than something PostgreSQL would resolve.
 _VAR_PARENTS = (exp.Interval, exp.Extract, exp.TimestampTrunc, exp.DateTrunc, exp.WindowSpec)
 
-ALLOWED: frozenset[type[exp.Expression]] = STRUCTURE | OPERATORS | FUNCTIONS
+ALLOWED: frozenset[type[exp.Expr]] = STRUCTURE | OPERATORS | FUNCTIONS
 
 
-def _name(node: exp.Expression, sql: str = "") -> str:
+def _name(node: exp.Expr, sql: str = "") -> str:
     start, end = node.meta.get("start"), node.meta.get("end")
     if sql and start is not None and end is not None and isinstance(node, exp.Func):
         return sql[start : end + 1].lower()  # the name as written: version(), not sqlglot's current_version()
@@ -123,7 +123,7 @@ def _name(node: exp.Expression, sql: str = "") -> str:
     return node.key.upper()
 
 
-def refusal(node: exp.Expression, sql: str = "") -> str | None:
+def refusal(node: exp.Expr, sql: str = "") -> str | None:
     """Why ``node`` (one node, not its children) may not run, or None when it may."""
     kind = type(node)
     if kind is exp.Anonymous:
@@ -131,7 +131,7 @@ def refusal(node: exp.Expression, sql: str = "") -> str | None:
         return None if name in ANONYMOUS else f"function {name}() is not on sqldp's allow-list"
     if kind is exp.Var:
         return None if isinstance(node.parent, _VAR_PARENTS) else f"the bare word {node.name!r} is not allowed"
-    if kind is exp.Column and not node.table:
+    if type(node) is exp.Column and not node.table:  # written out: mypy narrows type(node), not kind
         ident = node.this
         if isinstance(ident, exp.Identifier) and not ident.quoted and ident.name.lower() in SESSION_WORDS:
             return f"{ident.name.lower()} reads the server's session state; quote it if it is a column"
@@ -157,7 +157,7 @@ def refusal(node: exp.Expression, sql: str = "") -> str | None:
     return f"{node.key.upper()} is not supported"
 
 
-def check(sql: str, tree: exp.Expression) -> None:
+def check(sql: str, tree: exp.Expr) -> None:
     """Refuse ``tree`` unless every node is allowed; the error names the first offender and its position.
     Iterative (``walk`` is breadth-first over an explicit queue), so a deep tree cannot overflow the stack."""
     from sqldp.frontend import position  # frontend imports this module

@@ -10,13 +10,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from sqldp.errors import CatalogError, InputError, SqlSyntaxError
+from sqldp.errors import CatalogError, InputError, syntax_error
+
+if TYPE_CHECKING:
+    import psycopg
 
 ColumnKind = Literal["integer", "numeric", "date", "text", "boolean", "other"]
 
@@ -96,7 +99,7 @@ class Catalog:
         except KeyError:
             raise CatalogError(f"table {name!r} does not exist") from None
 
-    def sqlglot_schema(self) -> dict[str, dict[str, str]]:
+    def sqlglot_schema(self) -> dict[str, object]:
         """The mapping sqlglot's ``qualify`` wants: table → column → type."""
         return {t.name: {c.name: c.type_sql for c in t.columns.values()} for t in self.tables.values()}
 
@@ -108,12 +111,8 @@ class Catalog:
         try:
             statements = sqlglot.parse(text, read="postgres")
         except ParseError as exc:
-            err = exc.errors[0] if exc.errors else {}
-            raise SqlSyntaxError(
-                f"cannot parse DDL: {err.get('description', exc)}",
-                where=f"{source}:{err.get('line', '?')}:{err.get('col', '?')}",
-            ) from None
-        tables: dict[str, dict] = {}
+            raise syntax_error(exc, "cannot parse DDL", source) from None
+        tables: dict[str, _DdlTable] = {}
         for stmt in statements:
             if stmt is None:
                 continue
@@ -142,7 +141,7 @@ class Catalog:
         return cls.from_ddl(text, source=str(p))
 
     @classmethod
-    def from_database(cls, conn, schema: str = "public") -> Catalog:  # conn: psycopg.Connection
+    def from_database(cls, conn: psycopg.Connection[Any], schema: str = "public") -> Catalog:
         """Read tables, columns and keys of one schema of a live database."""
         cols = conn.execute(
             "SELECT table_name, column_name, data_type, is_nullable, numeric_precision, numeric_scale "
@@ -164,7 +163,7 @@ class Catalog:
             """,
             (schema,),
         ).fetchall()
-        tables: dict[str, dict] = {}
+        tables: dict[str, _DbTable] = {}
         for table, column, dtype, nullable, precision, scale in cols:
             t = tables.setdefault(table, {"columns": {}, "pk": [], "fks": {}, "unique": {}})
             type_sql = dtype.upper()
@@ -173,16 +172,16 @@ class Catalog:
                 type_sql = f"NUMERIC({precision},{scale or 0})"
             t["columns"][column] = Column(column, type_sql, kind_of(dtype), nullable == "YES")
         for table, ctype, cname, column, ref_table, ref_column in keys:
-            t = tables.get(table)
-            if t is None:
+            keyed = tables.get(table)
+            if keyed is None:
                 continue
             if ctype == "PRIMARY KEY":
-                if column not in t["pk"]:
-                    t["pk"].append(column)
+                if column not in keyed["pk"]:
+                    keyed["pk"].append(column)
             elif ctype == "UNIQUE":
-                t["unique"].setdefault(cname, []).append(column)
+                keyed["unique"].setdefault(cname, []).append(column)
             else:
-                fk = t["fks"].setdefault(cname, ([], ref_table, []))
+                fk = keyed["fks"].setdefault(cname, ([], ref_table, []))
                 if column not in fk[0]:
                     fk[0].append(column)
                 if ref_column not in fk[2]:
@@ -205,11 +204,30 @@ class Catalog:
         )
 
 
-def _ident(node: exp.Expression) -> str:
+class _DdlTable(TypedDict):
+    """A table while its CREATE TABLE and ALTER TABLE statements are read."""
+
+    columns: dict[str, Column]
+    pk: list[str]
+    fks: list[ForeignKey]
+    unique: list[tuple[str, ...]]
+
+
+class _DbTable(TypedDict):
+    """A table while information_schema's rows are read: a key's columns arrive one row each, so foreign keys
+    (columns, referenced table, referenced columns) and UNIQUE constraints are gathered by constraint name."""
+
+    columns: dict[str, Column]
+    pk: list[str]
+    fks: dict[str, tuple[list[str], str, list[str]]]
+    unique: dict[str, list[str]]
+
+
+def _ident(node: exp.Expr) -> str:
     return node.name.lower()
 
 
-def _add_create(tables: dict[str, dict], stmt: exp.Create, source: str) -> None:
+def _add_create(tables: dict[str, _DdlTable], stmt: exp.Create, source: str) -> None:
     schema = stmt.this
     if not isinstance(schema, exp.Schema):
         raise InputError("CREATE TABLE … AS is not supported in schema files", where=source)
@@ -240,7 +258,7 @@ def _add_create(tables: dict[str, dict], stmt: exp.Create, source: str) -> None:
             _add_constraint(t, item)
 
 
-def _add_constraint(t: dict, item: exp.Expression) -> None:
+def _add_constraint(t: _DdlTable, item: exp.Expr) -> None:
     if isinstance(item, exp.Constraint):  # CONSTRAINT name PRIMARY KEY (…)
         for inner in item.expressions:
             _add_constraint(t, inner)
@@ -261,7 +279,7 @@ def _add_constraint(t: dict, item: exp.Expression) -> None:
             )
 
 
-def _add_alter(tables: dict[str, dict], stmt: exp.Alter, source: str) -> None:
+def _add_alter(tables: dict[str, _DdlTable], stmt: exp.Alter, source: str) -> None:
     name = _ident(stmt.this)
     if name not in tables:
         raise CatalogError(f"ALTER TABLE of unknown table {name!r}", where=source)

@@ -23,8 +23,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from sqldp.errors import DatabaseError, InputError, SqlSyntaxError
+from sqldp.errors import DatabaseError, InputError, SqlSyntaxError, syntax_error
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg.rows import TupleRow
 
 ProgressFn = Callable[[str, int, int], None]
 """``progress(table, bytes_done, bytes_total)``, called while a table's CSV is copied in."""
@@ -111,11 +116,8 @@ def _split_ddl(text: str, source: str) -> list[_Statement]:
         try:
             tree = sqlglot.parse_one(sql, read="postgres")
         except ParseError as exc:
-            err = exc.errors[0] if exc.errors else {}
-            raise SqlSyntaxError(
-                f"cannot parse DDL: {err.get('description', exc)}",
-                where=f"{source}:{line + err.get('line', 1) - 1}",
-            ) from None
+            col = lo - (text.rfind("\n", 0, lo) + 1) + 1
+            raise syntax_error(exc, "cannot parse DDL", source, line=line, col=col) from None
         if isinstance(tree, exp.Create) and str(tree.args.get("kind", "")).upper() == "TABLE":
             name = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
             out.append(_Statement(sql, line, "create", name.name.lower()))
@@ -145,7 +147,7 @@ def _one_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else exc.__class__.__name__
 
 
-def _execute(cur, stmt: _Statement, source: str) -> None:  # cur: psycopg.Cursor
+def _execute(cur: psycopg.Cursor[TupleRow], stmt: _Statement, source: str) -> None:
     import psycopg
 
     try:
@@ -154,7 +156,7 @@ def _execute(cur, stmt: _Statement, source: str) -> None:  # cur: psycopg.Cursor
         raise DatabaseError(f"schema statement failed: {_one_line(exc)}", where=f"{source}:{stmt.line}") from exc
 
 
-def _drop(cur, tables: Iterable[str]) -> None:
+def _drop(cur: psycopg.Cursor[TupleRow], tables: Iterable[str]) -> None:
     from psycopg import sql
 
     names = list(tables)
@@ -189,7 +191,7 @@ def load_schema(dsn: str, ddl_path: Path | str, *, replace: bool = False) -> lis
 # -- CSV into COPY --------------------------------------------------------------------------------
 
 
-def _copy_csv(cur, table: str, path: Path, progress: ProgressFn | None) -> int:  # cur: psycopg.Cursor
+def _copy_csv(cur: psycopg.Cursor[TupleRow], table: str, path: Path, progress: ProgressFn | None) -> int:
     """Stream a CSV file (header line with column names, ``,`` delimiter, ``"`` quoting — what
     ``tpchgen-cli csv`` writes) into ``table``; return the number of rows copied."""
     from psycopg import sql
@@ -217,10 +219,12 @@ def _copy_csv(cur, table: str, path: Path, progress: ProgressFn | None) -> int: 
     return cur.rowcount if cur.rowcount >= 0 else _count(cur, table)
 
 
-def _count(cur, table: str) -> int:
+def _count(cur: psycopg.Cursor[TupleRow], table: str) -> int:
     from psycopg import sql
 
-    return cur.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))).fetchone()[0]
+    row = cur.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))).fetchone()
+    assert row is not None  # an aggregate without GROUP BY returns one row
+    return int(row[0])
 
 
 def _load(

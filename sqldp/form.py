@@ -21,12 +21,17 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal
 
 from sqlglot import exp
 
 AggKind = Literal["count", "sum", "min", "max"]
 AGG_PREFIX = "__agg"
+
+
+def placeholder(index: int) -> exp.Column:
+    """The column that stands for aggregate ``index`` of a form in its outputs and HAVING (``__agg<i>``)."""
+    return exp.column(f"{AGG_PREFIX}{index}")
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,7 @@ class TableUse:
 class Conjunct:
     """One top-level AND-part of the filter θ."""
 
-    expr: exp.Expression
+    expr: exp.Expr
     columns: frozenset[ColumnRef]
     private: bool
 
@@ -66,7 +71,7 @@ class Aggregate:
     """COUNT(*) (``arg`` is None), COUNT(e), SUM(e), MIN(e) or MAX(e) over the filtered product."""
 
     kind: AggKind
-    arg: exp.Expression | None
+    arg: exp.Expr | None
     columns: frozenset[ColumnRef] = frozenset()
 
     @cached_property
@@ -80,7 +85,7 @@ class Output:
     """One column of the result: a group key or a combination of aggregates."""
 
     name: str
-    expr: exp.Expression
+    expr: exp.Expr
     aggregates: tuple[int, ...]  # indices into AnalysisForm.aggregates used by expr
     group_key: int | None = None  # index into AnalysisForm.group_by when the output is a key
 
@@ -101,12 +106,12 @@ class AnalysisForm:
     conjuncts: tuple[Conjunct, ...]
     aggregates: tuple[Aggregate, ...]
     outputs: tuple[Output, ...]
-    group_by: tuple[exp.Expression, ...] = ()
+    group_by: tuple[exp.Expr, ...] = ()
     order_by: tuple[OrderKey, ...] = ()
     limit: int | None = None
     notes: tuple[str, ...] = field(default=())  # rewrites applied (e.g. "AVG → SUM/COUNT")
     # HAVING over the aggregates (``__agg<i>`` placeholders), evaluated on the noisy values after the noise
-    having: exp.Expression | None = None
+    having: exp.Expr | None = None
 
     def use(self, alias: str) -> TableUse:
         for u in self.uses:
@@ -121,14 +126,11 @@ class AnalysisForm:
     def tables(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(u.table for u in self.uses))
 
-    def placeholder(self, index: int) -> exp.Column:
-        return exp.column(f"{AGG_PREFIX}{index}")
 
-
-def describe(form: AnalysisForm) -> dict:
+def describe(form: AnalysisForm) -> dict[str, Any]:
     """A JSON-serialisable summary of the analysis form (``sqldp explain``)."""
 
-    def sql(e: exp.Expression) -> str:
+    def sql(e: exp.Expr) -> str:
         return e.sql(dialect="postgres")
 
     return {

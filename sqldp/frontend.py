@@ -21,7 +21,7 @@ from sqlglot.tokens import TokenType
 from sqldp import algebra as ra
 from sqldp import dates
 from sqldp.catalog import Catalog
-from sqldp.errors import CatalogError, ForbiddenError, InputError, RefusedError, SqlSyntaxError
+from sqldp.errors import CatalogError, ForbiddenError, InputError, RefusedError, SqlSyntaxError, syntax_error
 
 WHERE = "query"
 
@@ -51,15 +51,15 @@ class ParsedQuery:
     sql: str
     tree: exp.Query  # qualified
     algebra: ra.Node
-    statement: exp.Expression | None = None  # as parsed, before qualification: what the public path runs
+    statement: exp.Expr | None = None  # as parsed, before qualification: what the public path runs
 
 
-def position(sql: str, node: exp.Expression | None) -> str:
+def position(sql: str, node: exp.Expr | None) -> str:
     """``query:LINE:COL`` of a node's first character, or ``query`` when sqlglot kept no position."""
     meta = None
     # sqlglot keeps positions on identifiers and literals; take the first one inside the node
     for candidate in node.walk(bfs=False) if node is not None else ():
-        if isinstance(candidate, exp.Expression) and candidate.meta.get("start") is not None:
+        if candidate.meta.get("start") is not None:
             meta = candidate.meta
             break
     if meta is None:
@@ -96,7 +96,7 @@ def _check_size(sql: str) -> None:
             depth -= 1
 
 
-def _check_depth(tree: exp.Expression) -> None:
+def _check_depth(tree: exp.Expr) -> None:
     """The tree's depth, iteratively: long AND chains and sums parse into trees as deep as they are long."""
     stack = [(tree, 1)]
     while stack:
@@ -106,7 +106,7 @@ def _check_depth(tree: exp.Expression) -> None:
         stack.extend((child, depth + 1) for child in node.iter_expressions())
 
 
-def parse_statement(sql: str) -> exp.Expression:
+def parse_statement(sql: str) -> exp.Expr:
     """Parse exactly one statement; syntax errors carry ``query:line:col``."""
     if not sql.strip():
         raise SqlSyntaxError("empty query", where=WHERE)
@@ -114,13 +114,7 @@ def parse_statement(sql: str) -> exp.Expression:
     try:
         statements = [s for s in sqlglot.parse(sql, read="postgres") if s is not None]
     except ParseError as exc:
-        err = exc.errors[0] if exc.errors else {}
-        desc = err.get("description", "syntax error")
-        near = err.get("highlight")
-        detail = f"{desc} near {near!r}" if near else desc
-        raise SqlSyntaxError(
-            f"syntax error: {detail}", where=f"{WHERE}:{err.get('line', '?')}:{err.get('col', '?')}"
-        ) from None
+        raise syntax_error(exc, "syntax error", WHERE) from None
     except TokenError as exc:
         raise SqlSyntaxError(f"syntax error: {exc}", where=WHERE) from None
     except RecursionError:
@@ -136,7 +130,7 @@ def parse_statement(sql: str) -> exp.Expression:
     return statements[0]
 
 
-def _check_tables(sql: str, tree: exp.Expression, catalog: Catalog) -> None:
+def _check_tables(sql: str, tree: exp.Expr, catalog: Catalog) -> None:
     cte_names = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
     for table in tree.find_all(exp.Table):
         name = table.name.lower()
@@ -159,7 +153,7 @@ def _check_tables(sql: str, tree: exp.Expression, catalog: Catalog) -> None:
 _POS = re.compile(r"Line: (\d+), Col: (\d+)")
 
 
-def _qualify(sql: str, tree: exp.Expression, catalog: Catalog) -> exp.Expression:
+def _qualify(sql: str, tree: exp.Expr, catalog: Catalog) -> exp.Expr:
     try:
         return qualify(
             tree.copy(),
@@ -207,7 +201,7 @@ class Builder:
     def __init__(self, sql: str) -> None:
         self.sql = sql
 
-    def query(self, q: exp.Expression, ctes: dict[str, exp.Expression]) -> ra.Node:
+    def query(self, q: exp.Expr, ctes: dict[str, exp.Expr]) -> ra.Node:
         with_ = q.args.get("with_") or q.args.get("with")
         if with_ is not None:
             ctes = dict(ctes)
@@ -227,7 +221,7 @@ class Builder:
             raise RefusedError(f"unsupported query form {q.key.upper()}", where=position(self.sql, q))
         return self._select(q, ctes)
 
-    def _from_item(self, item: exp.Expression, ctes: dict[str, exp.Expression]) -> ra.Node:
+    def _from_item(self, item: exp.Expr, ctes: dict[str, exp.Expr]) -> ra.Node:
         if isinstance(item, exp.Table):
             name = item.name.lower()
             alias = item.alias_or_name.lower()
@@ -242,7 +236,7 @@ class Builder:
             return ra.Rename(item.alias_or_name.lower(), self.query(item.this, ctes))
         raise RefusedError(f"unsupported FROM item {item.sql(dialect='postgres')!r}", where=position(self.sql, item))
 
-    def _select(self, q: exp.Select, ctes: dict[str, exp.Expression]) -> ra.Node:
+    def _select(self, q: exp.Select, ctes: dict[str, exp.Expr]) -> ra.Node:
         from_ = q.args.get("from_") or q.args.get("from")
         if from_ is None:
             raise RefusedError("a query without FROM reads no table; nothing to protect or analyse", where=WHERE)
@@ -277,7 +271,7 @@ class Builder:
             node = ra.Distinct(node)
         return self._sort(q, node)
 
-    def _sort(self, q: exp.Expression, node: ra.Node) -> ra.Node:
+    def _sort(self, q: exp.Expr, node: ra.Node) -> ra.Node:
         order = q.args.get("order")
         keys = tuple((o.this, bool(o.args.get("desc"))) for o in order.expressions) if order is not None else ()
         limit = _int_arg(self.sql, q.args.get("limit"))
@@ -287,7 +281,7 @@ class Builder:
         return node
 
 
-def _int_arg(sql: str, node: exp.Expression | None) -> int | None:
+def _int_arg(sql: str, node: exp.Expr | None) -> int | None:
     if node is None:
         return None
     value = node.args.get("expression") or node.this
@@ -296,7 +290,7 @@ def _int_arg(sql: str, node: exp.Expression | None) -> int | None:
     raise RefusedError("LIMIT/OFFSET must be a non-negative integer constant", where=position(sql, node))
 
 
-def _has_aggregate(e: exp.Expression) -> bool:
+def _has_aggregate(e: exp.Expr) -> bool:
     """An aggregate function at this query level (not inside a subquery or window)."""
     for node in e.walk(prune=lambda n: isinstance(n, (exp.Subquery, exp.Query, exp.Window))):
         if isinstance(node, exp.AggFunc) and not isinstance(node.parent, exp.Window):
@@ -304,7 +298,7 @@ def _has_aggregate(e: exp.Expression) -> bool:
     return False
 
 
-def _output_name(item: exp.Expression) -> str:
+def _output_name(item: exp.Expr) -> str:
     """The column name PostgreSQL gives a SELECT item: its alias, else the column or function name (through
     casts), else ``?column?``. sqlglot's qualifier names unaliased items ``_col_<i>``; clients (and the proxy's
     result sets) expect Postgres' names."""

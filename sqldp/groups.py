@@ -78,7 +78,7 @@ def key_domains(form: AnalysisForm, policy: Policy) -> tuple[KeyDomain, ...]:
     return tuple(out)
 
 
-def _year_domain(form: AnalysisForm, policy: Policy, key: exp.Expression) -> tuple[object, ...] | None:
+def _year_domain(form: AnalysisForm, policy: Policy, key: exp.Expr) -> tuple[object, ...] | None:
     """``EXTRACT(YEAR FROM d)`` of a DATE column with a declared range: the years the range spans (NR §3.3.11:
     a derived column's domain follows from the constraints on the column it is computed from). Rows whose
     date lies outside the declared range fall in years outside the domain and are never released; the set of
@@ -113,7 +113,7 @@ def _year_domain(form: AnalysisForm, policy: Policy, key: exp.Expression) -> tup
     return tuple(range(first.year, last.year + 1))
 
 
-def _date_literal(e: exp.Expression | None) -> dt.date | None:
+def _date_literal(e: exp.Expr | None) -> dt.date | None:
     """A ``DATE '…'`` constant (after sqldp.dates folded the arithmetic), else None."""
     if isinstance(e, exp.Cast) and e.to.this == exp.DataType.Type.DATE and isinstance(e.this, exp.Literal):
         try:
@@ -137,8 +137,9 @@ def _constant_filter(form: AnalysisForm, key: exp.Column) -> list[exp.Literal] |
             items = [e.this]
         else:
             continue
-        if items and all(isinstance(i, exp.Literal) for i in items):
-            return list(items)  # type: ignore[arg-type]
+        literals = [i for i in items if isinstance(i, exp.Literal)]
+        if items and len(literals) == len(items):
+            return literals
     return None
 
 
@@ -172,7 +173,7 @@ def match_groups(answer: exp.Select, domains: Sequence[KeyDomain]) -> exp.Select
     is one group even if two declared values were equal in PostgreSQL. A public domain is its DISTINCT values
     numbered in ORDER BY (the order the runner reads them in, in the same snapshot) and joined with ``=``;
     its values are pairwise distinct under that ``=``, which is an equivalence, so a row matches one."""
-    items: list[exp.Expression] = []
+    items: list[exp.Expr] = []
     select = exp.select().from_(exp.Subquery(this=answer.copy(), alias=_alias("__a")))
     for j, d in enumerate(domains):
         key = exp.column(f"__key{j}", table="__a")
@@ -203,7 +204,7 @@ def _alias(name: str, *columns: str) -> exp.TableAlias:
     return exp.TableAlias(this=exp.to_identifier(name), columns=[exp.to_identifier(c) for c in columns])
 
 
-def _literal(value: object) -> exp.Expression:
+def _literal(value: object) -> exp.Expr:
     """A declared domain value as SQL (the policy admits only these scalar types, sqldp.policy)."""
     if isinstance(value, bool):
         return exp.Boolean(this=value)

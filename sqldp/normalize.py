@@ -17,11 +17,21 @@ from sqldp import algebra as ra
 from sqldp import allowlist
 from sqldp.catalog import Catalog
 from sqldp.errors import ForbiddenError, RefusedError
-from sqldp.form import AGG_PREFIX, Aggregate, AnalysisForm, ColumnRef, Conjunct, OrderKey, Output, TableUse
+from sqldp.form import (
+    AGG_PREFIX,
+    Aggregate,
+    AnalysisForm,
+    ColumnRef,
+    Conjunct,
+    OrderKey,
+    Output,
+    TableUse,
+    placeholder,
+)
 from sqldp.frontend import ParsedQuery, position
 from sqldp.policy import Policy
 
-Exports = dict[str, dict[str, exp.Expression]]  # alias seen by the enclosing scope → column → expression
+Exports = dict[str, dict[str, exp.Expr]]  # alias seen by the enclosing scope → column → expression
 
 
 @dataclass(frozen=True)
@@ -35,9 +45,7 @@ class PublicRelease:
     checked_sql: str = ""
 
 
-def relations_read(
-    tree: exp.Expression, catalog: Catalog, ctes: dict[str, exp.Expression] | None = None
-) -> tuple[str, ...]:
+def relations_read(tree: exp.Expr, catalog: Catalog, ctes: dict[str, exp.Expr] | None = None) -> tuple[str, ...]:
     """Every catalog table the statement names anywhere: FROM and JOIN items, subqueries in any clause, CTEs
     (used or not, recursive or not), set operations. Found on the whole sqlglot tree, not the algebra, which
     keeps only what the analyses model. A name that is both a CTE and a catalog table counts as the table:
@@ -59,23 +67,23 @@ def relations_read(
     return tuple(found)
 
 
-def ctes_of(tree: exp.Expression) -> dict[str, exp.Expression]:
+def ctes_of(tree: exp.Expr) -> dict[str, exp.Expr]:
     """Every CTE body in the statement by name (all scopes together: a superset of what a reference means)."""
-    out: dict[str, exp.Expression] = {}
+    out: dict[str, exp.Expr] = {}
     for cte in tree.find_all(exp.CTE):
         name = cte.alias_or_name.lower()
         out[name] = exp.Tuple(expressions=[out[name].copy(), cte.this.copy()]) if name in out else cte.this
     return out
 
 
-def expression_subqueries(tree: exp.Expression) -> list[exp.Expression]:
+def expression_subqueries(tree: exp.Expr) -> list[exp.Expr]:
     """The outermost subqueries in expression positions (SELECT list, WHERE, HAVING, GROUP BY, ORDER BY, IN,
     EXISTS, ANY, function arguments), as opposed to FROM/JOIN items, CTE bodies and set-operation operands."""
-    found: list[exp.Expression] = []
+    found: list[exp.Expr] = []
     for node in tree.walk(bfs=True):
         if not isinstance(node, exp.Query) or node is tree or _inside(node, found):
             continue
-        child: exp.Expression = node
+        child: exp.Expr = node
         parent = node.parent
         while isinstance(parent, (exp.Subquery, exp.Paren)):
             child, parent = parent, parent.parent
@@ -85,7 +93,7 @@ def expression_subqueries(tree: exp.Expression) -> list[exp.Expression]:
     return found
 
 
-def _inside(node: exp.Expression, outer: list[exp.Expression]) -> bool:
+def _inside(node: exp.Expr, outer: list[exp.Expr]) -> bool:
     parent = node.parent
     while parent is not None:
         if any(parent is o for o in outer):
@@ -97,15 +105,15 @@ def _inside(node: exp.Expression, outer: list[exp.Expression]) -> bool:
 @dataclass
 class _SPJ:
     uses: list[TableUse] = field(default_factory=list)
-    conditions: list[exp.Expression] = field(default_factory=list)
+    conditions: list[exp.Expr] = field(default_factory=list)
     exports: Exports = field(default_factory=dict)
 
 
-def columns_of(e: exp.Expression) -> frozenset[ColumnRef]:
+def columns_of(e: exp.Expr) -> frozenset[ColumnRef]:
     return frozenset(ColumnRef(c.table, c.name) for c in e.find_all(exp.Column) if c.table)
 
 
-def split_and(e: exp.Expression) -> list[exp.Expression]:
+def split_and(e: exp.Expr) -> list[exp.Expr]:
     if isinstance(e, exp.And):
         return split_and(e.this) + split_and(e.expression)
     if isinstance(e, exp.Paren) and isinstance(e.this, exp.And):
@@ -124,7 +132,7 @@ class Normalizer:
 
     # -- errors ---------------------------------------------------------------------------------
 
-    def refuse(self, reason: str, node: exp.Expression | None = None) -> RefusedError:
+    def refuse(self, reason: str, node: exp.Expr | None = None) -> RefusedError:
         return RefusedError(reason, where=position(self.sql, node) if node is not None else "query")
 
     # -- select-project-join blocks -------------------------------------------------------------
@@ -137,8 +145,8 @@ class Normalizer:
         self.aliases.add(name)
         return name
 
-    def _substitute(self, e: exp.Expression, exports: Exports) -> exp.Expression:
-        def swap(node: exp.Expression) -> exp.Expression:
+    def _substitute(self, e: exp.Expr, exports: Exports) -> exp.Expr:
+        def swap(node: exp.Expr) -> exp.Expr:
             if isinstance(node, exp.Column) and node.table:
                 scope = exports.get(node.table)
                 if scope is None or node.name not in scope:
@@ -217,8 +225,8 @@ class Normalizer:
         for cond in block.conditions:
             for part in split_and(cond):
                 cols = columns_of(part)
-                private = any(self._sensitive(block, c) for c in cols)
-                conjuncts.append(Conjunct(part, cols, private))
+                reads_private = any(self._sensitive(block, c) for c in cols)
+                conjuncts.append(Conjunct(part, cols, reads_private))
         groups = tuple(self._substitute(g, block.exports) for g in body.groups)
         for g in groups:
             if isinstance(g, exp.Literal):
@@ -256,7 +264,7 @@ class Normalizer:
             having=having,
         )
 
-    def _subqueries(self, statement: exp.Expression, private: list[str]) -> None:
+    def _subqueries(self, statement: exp.Expr, private: list[str]) -> None:
         """Refuse subqueries in expressions: the analyses model none (NR §3.3.7.2 has no operator for them),
         and one over a private table run as written would release its exact answer."""
         ctes = ctes_of(statement)
@@ -274,7 +282,7 @@ class Normalizer:
         return self.policy.is_sensitive(table, ref.column)
 
     def _output(
-        self, name: str, e: exp.Expression, block: _SPJ, groups: tuple[exp.Expression, ...], aggs: list[Aggregate]
+        self, name: str, e: exp.Expr, block: _SPJ, groups: tuple[exp.Expr, ...], aggs: list[Aggregate]
     ) -> Output:
         expr = self._substitute(e, block.exports)
         for i, g in enumerate(groups):
@@ -282,7 +290,7 @@ class Normalizer:
                 return Output(name, expr, (), group_key=i)
         used: list[int] = []
 
-        def lift(node: exp.Expression) -> exp.Expression:
+        def lift(node: exp.Expr) -> exp.Expr:
             if not isinstance(node, exp.AggFunc):
                 return node
             if isinstance(node.parent, exp.Window) or node.find_ancestor(exp.Window):
@@ -328,7 +336,7 @@ class Normalizer:
             )
         return Output(name, lifted, tuple(dict.fromkeys(used)))
 
-    def _declared_range(self, arg: exp.Expression, block: _SPJ) -> tuple[float, float] | None:
+    def _declared_range(self, arg: exp.Expr, block: _SPJ) -> tuple[float, float] | None:
         """The policy's range of a numeric column argument (None for anything else: no centring)."""
         if not isinstance(arg, exp.Column) or not arg.table:
             return None
@@ -344,10 +352,10 @@ class Normalizer:
         for i, a in enumerate(aggs):
             if (a.kind, a.arg.sql(dialect="postgres") if a.arg is not None else None) == key:
                 used.append(i)
-                return exp.column(f"{AGG_PREFIX}{i}")
+                return placeholder(i)
         aggs.append(agg)
         used.append(len(aggs) - 1)
-        return exp.column(f"{AGG_PREFIX}{len(aggs) - 1}")
+        return placeholder(len(aggs) - 1)
 
     def _order(
         self, sort: ra.Sort, outputs: tuple[Output, ...], body: ra.Aggregate
@@ -399,7 +407,7 @@ _HAVING_NODES = (
 )  # fmt: skip  — what the runner's _holds/_evaluate compute on the noisy values
 
 
-def _number(v: float) -> exp.Expression:
+def _number(v: float) -> exp.Expr:
     text = str(int(v)) if float(v).is_integer() else repr(float(v))
     lit = exp.Literal.number(text.lstrip("-"))
     return exp.Neg(this=lit) if v < 0 else lit

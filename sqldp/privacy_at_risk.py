@@ -3,7 +3,7 @@
 A Laplace mechanism calibrated at ε₀ keeps its realised privacy loss below a smaller ε with some probability
 γ over its own noise ("explicit randomness", Thm 4). γ here is the *compliance* probability
 P[|loss| ≤ ε] — the convention of every computation in the paper; its Def. 5 writes the violation
-probability 1 − γ. The cost model (§5, Eq. 8–11) prices the privacy level as a GDPR
+probability 1 − γ. The cost model (§5, Eq. 8–10) prices the privacy level as a GDPR
 compensation budget and finds the cheapest ε. Pure functions; a report, never a weaker guarantee unless the
 caller opts in.
 """
@@ -147,16 +147,6 @@ def cost_report(
     budget = people * compensation(epsilon0, e, e_min=e_min, c=c)
     best = people * compensation_at_risk(eps_min, epsilon0, e, k=k, e_min=e_min, c=c)
     return CostReport(people, e, epsilon0, budget, eps_min, gamma_at(eps_min, epsilon0, k), best, budget - best)
-
-
-def permissible_range(
-    budget: float, e: float, epsilon0: float, gamma: float, max_error: float, *, c: float = 1.0
-) -> tuple[float, float]:
-    """Eq. 11 with Eq. 12 (count query, MAE 1/ε): 1/T_err ≤ ε ≤ 1/ln(γE/(B − (1 − γ)E^dp_{ε₀})), c = 1."""
-    rest = budget - (1 - gamma) * compensation(epsilon0, e, c=c)
-    if rest <= 0 or gamma * e <= rest:
-        return (1 / max_error, math.inf)
-    return (1 / max_error, c / math.log(gamma * e / rest))
 
 
 def composition(epsilon0: float, epsilon: float, gamma: float, n: int, delta: float) -> float:

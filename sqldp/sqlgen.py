@@ -22,14 +22,14 @@ def from_uses(select: exp.Select, uses: Iterable[TableUse]) -> exp.Select:
     return select
 
 
-def where(select: exp.Select, conjuncts: Iterable[Conjunct | exp.Expression]) -> exp.Select:
+def where(select: exp.Select, conjuncts: Iterable[Conjunct | exp.Expr]) -> exp.Select:
     parts = [c.expr if isinstance(c, Conjunct) else c for c in conjuncts]
     if parts:
         select = select.where(exp.and_(*(p.copy() for p in parts)), copy=False)
     return select
 
 
-def aggregate_expr(agg: Aggregate) -> exp.Expression:
+def aggregate_expr(agg: Aggregate) -> exp.Expr:
     if agg.kind == "count":
         return exp.Count(this=exp.Star() if agg.arg is None else agg.arg.copy())
     if agg.kind == "sum" and agg.arg is not None:
@@ -42,7 +42,7 @@ def aggregate_expr(agg: Aggregate) -> exp.Expression:
 
 def answer_query(form: AnalysisForm) -> exp.Select:
     """Group keys as ``__key<i>``, aggregates as ``__agg<i>`` (COUNT/SUM/MIN/MAX, AVG already split)."""
-    items: list[exp.Expression] = [exp.alias_(g.copy(), f"__key{i}") for i, g in enumerate(form.group_by)]
+    items: list[exp.Expr] = [exp.alias_(g.copy(), f"__key{i}") for i, g in enumerate(form.group_by)]
     items += [exp.alias_(aggregate_expr(a), f"__agg{i}") for i, a in enumerate(form.aggregates)]
     select = from_uses(exp.select(*items), form.uses)
     select = where(select, form.conjuncts)
@@ -54,7 +54,7 @@ def answer_query(form: AnalysisForm) -> exp.Select:
 _ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg, exp.Abs)
 
 
-def widen_integers(e: exp.Expression, kind_of: KindOf) -> exp.Expression:
+def widen_integers(e: exp.Expr, kind_of: KindOf) -> exp.Expr:
     """``e`` with each INTEGER-typed operand of + − × / % and ABS cast to BIGINT (a copy).
 
     PostgreSQL raises an error when INTEGER arithmetic overflows (``t.a * 1000000`` for a ≥ 2148), and an error
@@ -63,7 +63,7 @@ def widen_integers(e: exp.Expression, kind_of: KindOf) -> exp.Expression:
     values cannot overflow it. Literals, and arithmetic whose own operands are widened, are left as they are.
     The analyses never see this: it is how the SQL they describe is run (``sqldp.runner``)."""
 
-    def operand(x: exp.Expression) -> exp.Expression:
+    def operand(x: exp.Expr) -> exp.Expr:
         inner = x
         while isinstance(inner, exp.Paren):
             inner = inner.this
@@ -73,11 +73,11 @@ def widen_integers(e: exp.Expression, kind_of: KindOf) -> exp.Expression:
             return x
         return exp.cast(x, "BIGINT") if integer_valued(inner, kind_of) else x
 
-    def widen(node: exp.Expression) -> exp.Expression:
+    def widen(node: exp.Expr) -> exp.Expr:
         if isinstance(node, _ARITHMETIC):
             for key in ("this", "expression"):
                 child = node.args.get(key)
-                if isinstance(child, exp.Expression):
+                if isinstance(child, exp.Expr):
                     node.set(key, operand(child))
         return node
 

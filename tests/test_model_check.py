@@ -16,7 +16,6 @@ import itertools
 import math
 from collections.abc import Callable
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -24,10 +23,11 @@ import pytest
 from psycopg import sql
 
 from sqldp.catalog import Catalog
+from sqldp.datasets import dataset_path
 from sqldp.frontend import parse
 from sqldp.sensitivity import model_check as mc
 
-TPCH = Catalog.from_file(Path(__file__).resolve().parents[1] / "sqldp" / "data" / "schemas" / "tpch.sql")
+TPCH = Catalog.from_file(dataset_path("tpch.sql"))
 
 Q10_BY_DAY = """
 SELECT c_custkey, c_name, SUM(l_extendedprice * (1 - l_discount)) AS revenue, c_acctbal, n_name, c_address,
@@ -255,7 +255,7 @@ def test_explain_shows_the_global_sensitivity() -> None:
         "SELECT l_shipmode, COUNT(*) FROM orders, lineitem WHERE o_orderkey = l_orderkey "
         "AND l_shipmode IN ('MAIL', 'SHIP') GROUP BY l_shipmode"
     )
-    out = explain(query, TPCH, Policy.from_file(Path(__file__).resolve().parents[1] / "schemas" / "tpch.toml"))
+    out = explain(query, TPCH, Policy.from_file(dataset_path("tpch.toml")))
     g = out["global_sensitivity"]
     assert g["orders"]["groups"]["sensitivity"] == 2 and g["orders"]["join_rows"]["sensitivity"] == "inf"
     assert g["lineitem"]["groups"]["sensitivity"] == 1 and g["lineitem"]["join_rows"]["sensitivity"] == 1

@@ -12,12 +12,13 @@ import pytest
 
 from sqldp.catalog import Catalog
 from sqldp.commands.explain import explain
+from sqldp.datasets import dataset_path
 from sqldp.policy import Policy
 
 ROOT = Path(__file__).resolve().parents[1]
 QUERIES = ROOT / "benchmarks" / "tpch" / "queries"
-SCHEMA = ROOT / "schemas" / "tpch.sql"
-POLICY = ROOT / "schemas" / "tpch.toml"
+SCHEMA = dataset_path("tpch.sql")
+POLICY = dataset_path("tpch.toml")
 
 # What the front end does with each TPC-H query, and why (the reason must name the construct).
 EXPECTED = {
@@ -71,7 +72,7 @@ def test_tpch_query(name: str, catalog: Catalog, policy: Policy) -> None:
 def test_naples_adapted_queries_all_analysable(path: Path, catalog: Catalog) -> None:
     # the NAPLES evaluation measures value-level sensitivity with every table's rows public (NR §4.3.3),
     # as benchmarks/naples_bench.py does: MIN/MAX over private rows (q02_*) is refused otherwise
-    text = (ROOT / "sqldp" / "data" / "schemas" / "tpch.toml").read_text(encoding="utf-8")
+    text = POLICY.read_text(encoding="utf-8")
     policy = Policy.from_toml(text.replace('rows = "private"', 'rows = "public"'))
     out = explain(path.read_text(), catalog, policy)
     assert out["refused"] is None, out["refused"]

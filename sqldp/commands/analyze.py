@@ -40,7 +40,7 @@ def privacy_options() -> argparse.ArgumentParser:
     return p
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     for name, helptext in (
         ("analyze", "the plan (with --audit: sensitivity, noise scale)"),
         ("run", "the noisy answer"),

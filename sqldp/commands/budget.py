@@ -16,7 +16,7 @@ from sqldp.db import connect, resolve_dsn
 from sqldp.errors import InputError
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "budget", parents=[common_options(query=False, schema=False)], help="show or reset analysts' privacy budgets"
     )

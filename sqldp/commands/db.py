@@ -8,7 +8,7 @@ from sqldp import db
 from sqldp.db import EmbeddedServer
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("db", help="manage the embedded PostgreSQL server and the analyst role")
     p.add_argument("action", choices=("start", "stop", "status", "url", "grant"))
     p.add_argument("--data-dir", help="server home (default: $SQLDP_HOME or the per-user data dir)")

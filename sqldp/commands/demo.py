@@ -61,7 +61,9 @@ class Progress:
 
 def _has_table(dsn: str, table: str) -> bool:
     with connect(dsn) as conn:
-        return conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"public.{table}",)).fetchone()[0]
+        row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"public.{table}",)).fetchone()
+    assert row is not None  # a SELECT without FROM returns one row
+    return bool(row[0])
 
 
 def _loaded_scale(dsn: str) -> str | None:
@@ -97,7 +99,7 @@ def load(dsn: str, dataset: str, scale: float, *, force: bool = False, strict_sc
     print(f"{dataset}: {total} rows in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("demo", help="load example data into the embedded database and answer a few queries")
     p.add_argument("--dsn", help="use this database instead of the embedded one")
     p.add_argument("--data-dir", help="embedded server home")

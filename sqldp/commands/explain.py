@@ -18,7 +18,7 @@ from sqldp.sensitivity import model_check
 from sqldp.session import compile_form
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("explain", parents=[common_options()], help="show the algebra and analysis form")
     p.set_defaults(func=run)
 

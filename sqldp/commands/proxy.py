@@ -15,7 +15,7 @@ from sqldp.errors import InputError
 from sqldp.proxy.config import parse_listen
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "proxy",
         parents=[common_options(query=False)],

@@ -188,7 +188,7 @@ _FUNCS = {
 }
 
 
-def _function_name(node: exp.Expression) -> str | None:
+def _function_name(node: exp.Expr) -> str | None:
     if isinstance(node, exp.Dot) and isinstance(node.this, exp.Identifier) and node.this.name.lower() == "pg_catalog":
         node = node.expression
     if isinstance(node, exp.CurrentVersion):

@@ -313,9 +313,3 @@ def error_response(sqlstate: str, text: str, *, severity: str = "ERROR", hint: s
     if hint:
         fields.append(b"H" + cstr(hint))
     return message(b"E", b"".join(fields) + b"\0")
-
-
-def notice_response(text: str) -> bytes:
-    return message(
-        b"N", b"S" + cstr("NOTICE") + b"V" + cstr("NOTICE") + b"C" + cstr("00000") + b"M" + cstr(text) + b"\0"
-    )

@@ -37,6 +37,12 @@ from sqldp.proxy import values as v
 from sqldp.proxy.config import Analyst, ProxyConfig
 from sqldp.proxy.scram import MECHANISM, AuthFailed, ScramServer
 
+if typing.TYPE_CHECKING:
+    from psycopg_pool import ConnectionPool
+
+    from sqldp.runner import Prepared
+    from sqldp.session import Session
+
 log = logging.getLogger("sqldp.proxy")
 
 
@@ -81,39 +87,21 @@ class Outcome:
     rows: list[tuple[Any, ...]] = field(default_factory=list)
 
 
-def prepare_query(session: Any, sql: str, privacy: Mapping[str, Any]) -> Any:
-    """The runner's two-step API: analyse now (no private data), run later. Falls back to an equivalent shim
-    while :meth:`Session.prepare` is not available."""
+def prepare_query(session: Session, sql: str, privacy: Mapping[str, Any]) -> Prepared:
+    """The runner's two-step API: analyse now (no private data), run later."""
     try:
-        if hasattr(session, "prepare"):
-            return session.prepare(sql, **privacy)
-        return _PreparedShim(session, sql, dict(privacy))
+        return session.prepare(sql, **privacy)
     except RecursionError:  # sqlglot and the analyses recurse over the expression tree
         raise _TooComplex() from None
 
 
-class _PreparedShim:
-    def __init__(self, session: Any, sql: str, privacy: dict[str, Any]) -> None:
-        from sqldp.frontend import parse
-        from sqldp.normalize import PublicRelease, normalize
-        from sqldp.params import resolve_params
-
-        form = normalize(parse(sql, session.catalog), session.catalog, session.policy)
-        self.public = isinstance(form, PublicRelease)
-        self.params = (
-            None if self.public else resolve_params(session.policy, outputs=max(1, len(form.aggregates)), **privacy)  # type: ignore[union-attr]
-        )
-        self._run: Callable[[], Any] = lambda: session.run(sql, **privacy)
-
-    def run(self) -> Any:
-        return self._run()
-
-
 class ProxyServer:
-    """Serves analysts over the PostgreSQL protocol. ``session`` is a :class:`sqldp.session.Session`;
-    ``ledger_pool`` a psycopg_pool.ConnectionPool of autocommit connections to the ledger's database."""
+    """Serves analysts over the PostgreSQL protocol; ``session`` is a :class:`sqldp.session.Session`,
+    ``ledger_pool`` holds autocommit connections to the ledger's database."""
 
-    def __init__(self, session: Any, config: ProxyConfig, ledger_pool: Any, settings: Mapping[str, str]) -> None:
+    def __init__(
+        self, session: Session, config: ProxyConfig, ledger_pool: ConnectionPool, settings: Mapping[str, str]
+    ) -> None:
         self.session = session
         self.config = config
         self.ledger_pool = ledger_pool
@@ -484,14 +472,14 @@ class Connection:
                 self.writer.write(pr.empty_query())
                 return
             if outcome.columns is not None:
-                types = _result_types(portal, outcome)
-                formats = _formats(portal.result_formats, len(types))
+                column_types = _result_types(portal, outcome)
+                formats = _formats(portal.result_formats, len(column_types))
                 end = len(outcome.rows) if max_rows <= 0 else min(len(outcome.rows), portal.sent + max_rows)
                 chunk = []
                 for row in outcome.rows[portal.sent : end]:
                     chunk.append(
                         pr.data_row(
-                            v.encode_binary(x, types[i]) if formats[i] else v.encode_text(x, types[i])
+                            v.encode_binary(x, column_types[i]) if formats[i] else v.encode_text(x, column_types[i])
                             for i, x in enumerate(row)
                         )
                     )
@@ -781,7 +769,7 @@ def _bind(query: str, types: tuple[int, ...], bind: pr.Bind) -> tuple[str, bool]
     return sql, not statements.split(sql)
 
 
-def describe(session: Any, query: str, types: tuple[int, ...], privacy: Mapping[str, Any]) -> Description | None:
+def describe(session: Session, query: str, types: tuple[int, ...], privacy: Mapping[str, Any]) -> Description | None:
     """Parameter and result column types of a SELECT, as a client learns them from Describe before it runs:
     asyncpg and pg8000 decode results by these (a noisy value announced as text failed to decode), asyncpg
     encodes parameters by them. None when unknown (the statement is not one the runner accepts).

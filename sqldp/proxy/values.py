@@ -16,6 +16,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import psycopg
+from psycopg.abc import Dumper, Loader
 from psycopg.pq import Format
 
 from sqldp.errors import InputError, RefusedError
@@ -109,7 +110,7 @@ def _coerce(v: Any, oid: int) -> Any:
 
 
 @functools.cache
-def _dumper(oid: int, py_type: type) -> Any:
+def _dumper(oid: int, py_type: type) -> Dumper:
     # BPCHAR and UNKNOWN have no binary dumper in psycopg; their binary form is the text's (bpcharsend)
     cls = psycopg.adapters.get_dumper_by_oid(TEXT if oid in (BPCHAR, UNKNOWN) else oid, Format.BINARY)
     return cls(py_type)
@@ -121,11 +122,15 @@ def encode_binary(v: Any, oid: int) -> bytes | None:
         return None
     try:
         value = _coerce(v, oid)
-        return bytes(_dumper(oid, type(value)).dump(value))
+        py_type: type = type(value)  # type[Any] would not pass as Hashable to the cache (mypy issue #11470)
+        data = _dumper(oid, py_type).dump(value)  # None only for SQL NULL, which was answered above
     except (psycopg.ProgrammingError, ValueError, TypeError, ArithmeticError, struct.error, OverflowError):
+        data = None
+    if data is None:
         raise RefusedError(
             f"binary result format is not supported for this value of type OID {oid}; ask for text format"
-        ) from None
+        )
+    return bytes(data)
 
 
 # -- parameters -----------------------------------------------------------------------------------
@@ -154,8 +159,11 @@ def _quote(text: str) -> str:
 
 
 @functools.cache
-def _loader(oid: int) -> Any:
-    return psycopg.adapters.get_loader(oid, Format.BINARY)(oid)
+def _loader(oid: int) -> Loader:
+    cls = psycopg.adapters.get_loader(oid, Format.BINARY)
+    if cls is None:  # not reached for the OIDs _decode_binary lets through; reported as a malformed parameter
+        raise TypeError(f"psycopg has no binary loader for OID {oid}")
+    return cls(oid)
 
 
 def _decode_binary(raw: bytes, oid: int) -> str:

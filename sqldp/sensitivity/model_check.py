@@ -67,8 +67,8 @@ class SPJ:
     """A join–filter–project query (NR §3.3.13.1): uses J, conjuncts of F, projections P (for set semantics)."""
 
     uses: tuple[Use, ...]
-    conditions: tuple[exp.Expression, ...]
-    projections: tuple[exp.Expression, ...] = ()
+    conditions: tuple[exp.Expr, ...]
+    projections: tuple[exp.Expr, ...] = ()
     semantics: Semantics = "bag"
 
 
@@ -133,7 +133,9 @@ def _sort(kind: str, ctx: z3.Context) -> z3.SortRef:
 class _Formula:
     """Φ_{Q,N} / Ψ_{Q,N} for one query, one table of interest and one N."""
 
-    def __init__(self, query: SPJ, catalog: Catalog, positions: Sequence[int], key_of: dict[str, list]) -> None:
+    def __init__(
+        self, query: SPJ, catalog: Catalog, positions: Sequence[int], key_of: dict[str, list[tuple[str, ...]]]
+    ) -> None:
         self.query, self.catalog, self.n = query, catalog, 0
         self.positions = positions  # the uses of J that hold the table of interest
         self.key_of = key_of
@@ -239,7 +241,7 @@ class _Formula:
 
     # -- SQL → z3 ------------------------------------------------------------------------------------
 
-    def boolean(self, e: exp.Expression, r: int) -> z3.BoolRef:
+    def boolean(self, e: exp.Expr, r: int) -> z3.BoolRef:
         try:
             return self._boolean(e, r)
         except _Untranslatable as why:
@@ -249,7 +251,7 @@ class _Formula:
             self.fresh += 1
             return z3.Bool(f"free_{self.fresh}", self.ctx)
 
-    def _boolean(self, e: exp.Expression, r: int) -> z3.BoolRef:
+    def _boolean(self, e: exp.Expr, r: int) -> z3.BoolRef:
         if isinstance(e, exp.Paren):
             return self.boolean(e.this, r)
         if isinstance(e, exp.And):
@@ -292,7 +294,7 @@ class _Formula:
         }
         return table[op](a, b)
 
-    def output(self, e: exp.Expression, r: int) -> z3.ExprRef:
+    def output(self, e: exp.Expr, r: int) -> z3.ExprRef:
         """An output column of row r; one the translation does not cover is an uninterpreted function of the
         row's identity (its uses' keys): any function the SQL computes is one of them, so the bound may only grow
         (said so), and one row still has one output."""
@@ -312,7 +314,7 @@ class _Formula:
     def _kind(self, c: exp.Column) -> str:
         return self.table_of[c.table].column(c.name).kind
 
-    def term(self, e: exp.Expression, r: int) -> z3.ExprRef:
+    def term(self, e: exp.Expr, r: int) -> z3.ExprRef:
         if isinstance(e, exp.Paren):
             return self.term(e.this, r)
         if isinstance(e, exp.Column):
@@ -373,7 +375,7 @@ def _coerce(a: z3.ExprRef, b: z3.ExprRef) -> tuple[z3.ExprRef, z3.ExprRef]:
     return a, b
 
 
-def _date_constant(e: exp.Expression) -> int | None:
+def _date_constant(e: exp.Expr) -> int | None:
     """A constant date (DATE 'y-m-d', ± INTERVAL of days, months or years, PostgreSQL's month arithmetic) as days
     since 2000-01-01; None when ``e`` is not one."""
     if isinstance(e, exp.Cast) and e.to.is_type(exp.DataType.Type.DATE) and isinstance(e.this, exp.Literal):
@@ -412,7 +414,9 @@ def _date_constant(e: exp.Expression) -> int | None:
 # -- the search for N ---------------------------------------------------------------------------------
 
 
-def _formula(query: SPJ, catalog: Catalog, positions: Sequence[int], key_of: dict, n: int) -> _Formula:
+def _formula(
+    query: SPJ, catalog: Catalog, positions: Sequence[int], key_of: dict[str, list[tuple[str, ...]]], n: int
+) -> _Formula:
     f = _Formula(query, catalog, positions, key_of)
     f.start()
     for _ in range(n):
@@ -421,7 +425,12 @@ def _formula(query: SPJ, catalog: Catalog, positions: Sequence[int], key_of: dic
 
 
 def _search(
-    query: SPJ, catalog: Catalog, positions: Sequence[int], key_of: dict, deadline: float, cap: int
+    query: SPJ,
+    catalog: Catalog,
+    positions: Sequence[int],
+    key_of: dict[str, list[tuple[str, ...]]],
+    deadline: float,
+    cap: int,
 ) -> tuple[float, bool, list[str], Witness | None]:
     """(bound, reached, approximated, witness): bound = (the least N with Φ_{Q,N} proven unsatisfiable) − 1,
     ∞ when Φ_{cap+1} is satisfiable or the solver runs out of time (a check it cannot finish proves nothing);
@@ -474,7 +483,7 @@ def _search(
 
 def _witness(f: _Formula, query: SPJ, positions: Sequence[int], model: z3.ModelRef, n: int) -> Witness:
     target = query.uses[positions[0]].table
-    rows: dict[str, dict[tuple, dict[str, Any]]] = {}
+    rows: dict[str, dict[tuple[tuple[str, str], ...], dict[str, Any]]] = {}
 
     def value(v: z3.ExprRef, kind: str) -> Any:
         got = model.eval(v, model_completion=True)
@@ -560,7 +569,7 @@ def _pumpable(query: SPJ, catalog: Catalog, target: str) -> bool:
     return any(isinstance(p, exp.Column) and (p.table, p.name) in eligible for p in query.projections)
 
 
-def _split(e: exp.Expression) -> list[exp.Expression]:
+def _split(e: exp.Expr) -> list[exp.Expr]:
     e = e.unnest()
     return [*_split(e.this), *_split(e.expression)] if isinstance(e, exp.And) else [e]
 
@@ -663,7 +672,7 @@ def from_select(tree: exp.Select) -> SPJ:
     uses = []
     for t in tree.find_all(exp.Table):
         uses.append(Use(t.alias_or_name, t.name.lower()))
-    conditions: list[exp.Expression] = []
+    conditions: list[exp.Expr] = []
     for j in tree.args.get("joins") or ():
         if j.args.get("on") is not None:
             conditions.append(j.args["on"])

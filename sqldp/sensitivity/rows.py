@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from scipy.cluster.hierarchy import DisjointSet
 from sqlglot import exp
 
 from sqldp.catalog import Catalog
@@ -49,27 +50,6 @@ MAX_PRODUCT_PATTERNS = 200_000  # beyond this, a self-join's pattern map is boun
 # -- equality closure -------------------------------------------------------------------------------
 
 
-class _Classes:
-    """Union-find over columns: the transitive closure of θ's column = column conjuncts (NR §3.3.7.3)."""
-
-    def __init__(self) -> None:
-        self.parent: dict[ColumnRef, ColumnRef] = {}
-
-    def find(self, c: ColumnRef) -> ColumnRef:
-        self.parent.setdefault(c, c)
-        while self.parent[c] != c:
-            self.parent[c] = self.parent[self.parent[c]]
-            c = self.parent[c]
-        return c
-
-    def union(self, a: ColumnRef, b: ColumnRef) -> None:
-        self.parent[self.find(a)] = self.find(b)
-
-    def members(self, c: ColumnRef) -> list[ColumnRef]:
-        root = self.find(c)
-        return [x for x in list(self.parent) if self.find(x) == root]
-
-
 def _equality(conj: Conjunct) -> tuple[ColumnRef, ColumnRef] | None:
     e = conj.expr
     while isinstance(e, exp.Paren):
@@ -81,13 +61,22 @@ def _equality(conj: Conjunct) -> tuple[ColumnRef, ColumnRef] | None:
     return None
 
 
-def equality_classes(conjuncts: Sequence[Conjunct]) -> _Classes:
-    classes = _Classes()
+def equality_classes(conjuncts: Sequence[Conjunct]) -> DisjointSet:
+    """The transitive closure of θ's column = column conjuncts (NR §3.3.7.3): the classes of columns that are
+    equal in every row of the product. Only columns in such a conjunct are elements."""
+    classes = DisjointSet()
     for c in conjuncts:
         pair = _equality(c)
         if pair:
-            classes.union(*pair)
+            classes.add(pair[0])
+            classes.add(pair[1])
+            classes.merge(*pair)
     return classes
+
+
+def _equal_to(classes: DisjointSet, ref: ColumnRef) -> set[ColumnRef]:
+    """The columns θ makes equal to ``ref``, ``ref`` included."""
+    return set(classes.subset(ref)) if ref in classes else {ref}
 
 
 # -- the per-use derivative query --------------------------------------------------------------------
@@ -100,24 +89,24 @@ class UseTerm:
     use: TableUse
     others: tuple[TableUse, ...]
     pattern: tuple[str, ...]  # columns of Ti bound by θ's equalities (NR: the non-* cells)
-    reps: tuple[exp.Expression, ...]  # for each, the column of another use it equals
-    conjuncts: tuple[exp.Expression, ...]  # θ[r/Ti] with the conjuncts that still read Ti dropped
+    reps: tuple[exp.Column, ...]  # for each, the column of another use it equals
+    conjuncts: tuple[exp.Expr, ...]  # θ[r/Ti] with the conjuncts that still read Ti dropped
 
 
-def use_term(form: AnalysisForm, use: TableUse, classes: _Classes) -> UseTerm:
+def use_term(form: AnalysisForm, use: TableUse, classes: DisjointSet) -> UseTerm:
     others = tuple(u for u in form.uses if u.alias != use.alias)
     other_aliases = {u.alias for u in others}
-    mapping: dict[str, exp.Expression] = {}
+    mapping: dict[str, exp.Column] = {}
     pattern: list[str] = []
     for ref in sorted({r for c in form.conjuncts for r in c.columns if r.alias == use.alias}, key=str):
-        if ref not in classes.parent:
+        if ref not in classes:
             continue
-        peers = sorted((m for m in classes.members(ref) if m.alias in other_aliases), key=str)
+        peers = sorted((m for m in classes.subset(ref) if m.alias in other_aliases), key=str)
         if peers:
             pattern.append(ref.column)
             mapping[ref.column] = exp.column(peers[0].column, table=peers[0].alias)
 
-    def bind(node: exp.Expression) -> exp.Expression:
+    def bind(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Column) and node.table == use.alias and node.name in mapping:
             return mapping[node.name].copy()
         return node
@@ -131,34 +120,27 @@ def use_term(form: AnalysisForm, use: TableUse, classes: _Classes) -> UseTerm:
     return UseTerm(use, others, tuple(pattern), tuple(mapping[c] for c in pattern), tuple(kept))
 
 
-def _components(term: UseTerm) -> list[tuple[list[TableUse], list[exp.Expression], list[int]]]:
+def _components(term: UseTerm) -> list[tuple[list[TableUse], list[exp.Expr], list[int]]]:
     """Split the other uses into groups connected by the kept conjuncts: the count factorises over them
     (a product of independent counts), which keeps the queries from forming cross products."""
-    aliases = [u.alias for u in term.others]
-    parent = {a: a for a in aliases}
-
-    def find(a: str) -> str:
-        while parent[a] != a:
-            a = parent[a]
-        return a
-
+    connected = DisjointSet(u.alias for u in term.others)
     refs = [sorted({c.table for c in e.find_all(exp.Column) if c.table}) for e in term.conjuncts]
     for r in refs:
         for a, b in itertools.pairwise(r):
-            parent[find(a)] = find(b)
-    groups: dict[str, tuple[list[TableUse], list[exp.Expression], list[int]]] = {}
+            connected.merge(a, b)
+    groups: dict[str, tuple[list[TableUse], list[exp.Expr], list[int]]] = {}
     for u in term.others:
-        groups.setdefault(find(u.alias), ([], [], []))[0].append(u)
-    first = find(aliases[0])
+        groups.setdefault(connected[u.alias], ([], [], []))[0].append(u)
+    first = connected[term.others[0].alias]
     for e, r in zip(term.conjuncts, refs, strict=True):
-        groups[find(r[0]) if r else first][1].append(e)
+        groups[connected[r[0]] if r else first][1].append(e)
     for k, rep in enumerate(term.reps):
-        groups[find(rep.table)][2].append(k)  # type: ignore[union-attr]
+        groups[connected[rep.table]][2].append(k)
     return list(groups.values())
 
 
-def _count_query(uses: list[TableUse], conds: list[exp.Expression], keys: list[exp.Expression]) -> exp.Select:
-    items: list[exp.Expression] = [exp.alias_(k.copy(), f"p{i}") for i, k in enumerate(keys)]
+def _count_query(uses: list[TableUse], conds: list[exp.Expr], keys: list[exp.Expr]) -> exp.Select:
+    items: list[exp.Expr] = [exp.alias_(k.copy(), f"p{i}") for i, k in enumerate(keys)]
     items.append(exp.alias_(exp.Count(this=exp.Star()), "n"))
     q = where(from_uses(exp.select(*items), uses), conds)
     if keys:
@@ -190,7 +172,7 @@ class RowPlan:
     form: AnalysisForm
     aggregate: Aggregate  # the released aggregate (SUM over clamped columns)
     multiplier: float  # max |e| for SUM(e), 1 for COUNT
-    scalars: tuple[exp.Expression, ...]  # scalar subqueries, run together as one SELECT
+    scalars: tuple[exp.Expr, ...]  # scalar subqueries, run together as one SELECT
     grouped: tuple[exp.Select, ...]  # pattern maps of self-joined uses
     uses: tuple[_UsePlan, ...]
     local: dict[str, int]  # use alias → index of its local count in the scalar row
@@ -322,7 +304,7 @@ class RowPlan:
         return unify(maps), growths
 
 
-def _local_conjuncts(form: AnalysisForm, alias: str) -> list[exp.Expression]:
+def _local_conjuncts(form: AnalysisForm, alias: str) -> list[exp.Expr]:
     return [c.expr for c in form.conjuncts if c.columns and all(r.alias == alias for r in c.columns)]
 
 
@@ -347,7 +329,7 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
         )
 
     classes = equality_classes(form.conjuncts)
-    scalars: list[exp.Expression] = []
+    scalars: list[exp.Expr] = []
     grouped: list[exp.Select] = []
     local: dict[str, int] = {}
     needed = {o.alias for u in form.uses if u.table in private for o in form.uses if o.alias != u.alias}
@@ -391,7 +373,7 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
     )
 
 
-def _disjoint(form: AnalysisForm, private: frozenset[str], classes: _Classes) -> bool:
+def _disjoint(form: AnalysisForm, private: frozenset[str], classes: DisjointSet) -> bool:
     """Parallel composition over groups (NR §3.3.10.4) needs (1) each neighbouring change to move one group
     only and (2) the noise scale of the other groups not to move. Both hold when exactly one use is private
     (its derivative counts only public rows, so its bound is data-independent) and every group key is tied
@@ -408,6 +390,6 @@ def _disjoint(form: AnalysisForm, private: frozenset[str], classes: _Classes) ->
             return False
         for c in columns:
             ref = ColumnRef(c.table, c.name)
-            if ref.alias != alias and not any(m.alias == alias for m in classes.members(ref)):
+            if ref.alias != alias and not any(m.alias == alias for m in _equal_to(classes, ref)):
                 return False
     return True
