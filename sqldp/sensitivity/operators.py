@@ -30,9 +30,10 @@ imports none of the analyses: adding an operator is adding its entry and its rul
 
 from __future__ import annotations
 
+import decimal
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 from sqlglot import exp
@@ -642,6 +643,55 @@ def _rounding(node: exp.Expression, kind_of: KindOf) -> str | None:
     return f"{node.sql(dialect='postgres')} rounds or converts its value; cast to DOUBLE PRECISION or NUMERIC instead"
 
 
+# -- SIGN ------------------------------------------------------------------------------------------------------
+
+
+def _sign(x: float) -> float:
+    return float((x > 0) - (x < 0))
+
+
+def _sign_value(v: ValueContext, e: exp.Expression, fail: Fail) -> Value | None:
+    """PostgreSQL has sign(double precision), which integers and REAL take too, and sign(numeric): −1, 0 or 1
+    (±Infinity give ±1; NaN gives 0 in double precision and stays NaN in NUMERIC). It never fails."""
+    a = v(e.this)
+    if a is None:
+        return None
+    numeric = a.typ == "numeric"
+    ends = [_sign(float(a.lo)), _sign(float(a.hi))]
+    if a.pos:
+        ends.append(1.0)
+    if a.neg:
+        ends.append(-1.0)
+    if a.nan and not numeric:
+        ends.append(0.0)  # sign('NaN'::float8) is 0
+    lo, hi = (decimal.Decimal(int(x)) for x in (min(ends), max(ends)))
+    typ = "numeric" if numeric else "float"
+    return replace(a, typ=typ, lo=lo, hi=hi, inf=False, nan=a.nan and numeric, least=decimal.Decimal(1), sided=0)
+
+
+def _sign_interval(c: IntervalContext, e: exp.Expression) -> Interval:
+    """SIGN is non-decreasing: its values over [lo, hi] are those between SIGN(lo) and SIGN(hi)."""
+    lo, hi = c.of(e.this)
+    return _sign(lo), _sign(hi)
+
+
+def _sign_derivative(c: DerivativeContext, e: exp.Expression) -> Bounds:
+    """Of a value that does not move (no sensitive column): |SIGN| ≤ 1, derivative 0 (NR §3.3.8.3 uses the exact
+    values of non-sensitive data). Of a sensitive value: SIGN jumps by 1 at 0, so no bound of its derivative
+    exists there (NR §3.3.8 bounds derivatives of functions of the sensitive values; a step has none at its
+    jump, as integer division and rounding casts, ``step`` below): refused."""
+    if c.reads_sensitive(e.this):
+        raise c.refuse(e, "SIGN jumps at 0 (a step), where no derivative bound exists (NR §3.3.8)")
+    return c.ops.const(1.0), {}
+
+
+def _sign_step(node: exp.Expression, kind_of: KindOf) -> str:
+    return (
+        f"{node.sql(dialect='postgres')} is a step (−1, 0 or 1) that jumps at 0, where no derivative bound exists; "
+        "count the rows above and below 0 in private filters instead (NR §3.3.8.4 approximates those)"
+    )
+
+
 # -- the table ------------------------------------------------------------------------------------------------
 
 OPERATORS: dict[type[exp.Expr], Operator] = {
@@ -725,6 +775,14 @@ OPERATORS: dict[type[exp.Expr], Operator] = {
         value=lambda v, e, fail: v.power(e, fail),
         interval=Rule(_pow_interval, "POWER by a constant"),
         derivative=Rule(_power_derivative, "powers by a constant ≥ 1, ℓp norms POWER(|a|^p + |b|^p + …, 1/p)"),
+    ),
+    exp.Sign: Operator(
+        "SIGN",
+        "NR §3.3.8 (a step: refused over sensitive values, exact over the others); §3.3.11 (ranges)",
+        value=_sign_value,
+        interval=Rule(_sign_interval),
+        derivative=Rule(_sign_derivative, "SIGN of non-sensitive values"),
+        step=_sign_step,
     ),
     exp.Greatest: Operator(
         "GREATEST",
