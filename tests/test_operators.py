@@ -8,7 +8,8 @@
   sensitive value must be refused (no derivative bound exists at its jump, NR §3.3.8); its own value-free
   uses must be answered.
 * ``test_the_oracles_catch_wrong_rules`` swaps wrong rules into the table (SIGN's derivative 0 everywhere, its
-  interval [0, 1]) and shows the checks above fail on them.
+  interval [0, 1]; MOD's interval [0, |b|], as if remainders were never negative) and shows the checks above
+  fail on them.
 * Failures and types as PostgreSQL has them, and the row-level SUM end to end (sensitivity and true value).
 """
 
@@ -68,6 +69,15 @@ INTERVAL_TEMPLATES = [
     "SIGN(t.x) / 2",
     "ABS(SIGN(t.a - t.b))",
     "10 - 3 * SIGN(t.b + {c})",
+    "t.a % {k}",
+    "t.x % {k}",
+    "-t.a % {k}",
+    "t.a % -{k}",
+    "MOD(t.x * 3, 1.5)",
+    "(t.a + t.x) % {k}",
+    "SIGN(t.a % {k})",
+    "t.a % t.b",  # refused where b's range holds 0 (PostgreSQL then fails on the grid)
+    "t.x % (t.b + 0.5)",  # refused where the range of b + 0.5 holds 0 (its values may not)
 ]
 EXACT = {"SIGN(t.a)", "SIGN(t.x - {c})"}  # monotone in one column: the interval's ends are attained
 
@@ -105,12 +115,20 @@ def ranges_(draw: st.DrawFn) -> Ranges:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ranges=ranges_(), template=st.sampled_from(INTERVAL_TEMPLATES), c=st.integers(-8, 8), k=st.integers(1, 5))
 @example(ranges={"a": (-3.0, 2.0), "x": (-1.0, 1.0), "b": (0.0, 0.0)}, template="SIGN(t.a)", c=0, k=1)
+@example(ranges={"a": (-3.0, 2.0), "x": (-1.0, 1.0), "b": (-1.0, 2.0)}, template="t.a % t.b", c=0, k=1)
+@example(ranges={"a": (-6.0, 6.0), "x": (-1.0, 1.0), "b": (-3.0, -1.0)}, template="t.a % t.b", c=0, k=1)
 def test_interval_contains_what_postgresql_computes(
     conn: psycopg.Connection, ranges: Ranges, template: str, c: int, k: int
 ) -> None:
     sql = template.format(c=c * 0.25, k=k)
     got = check_interval(conn, sql, ranges)
-    assert got is not None, sql  # SIGN never fails, and is bounded by ±1 whatever its argument's range
+    # SIGN never fails, and is bounded by ±1 whatever its argument's range; MOD fails by a divisor of 0 only
+    if got is None:
+        shift = {"t.a % t.b": 0.0, "t.x % (t.b + 0.5)": 0.5}[template]  # a divisor t.b + shift
+        assert ranges["b"][0] + shift <= 0 <= ranges["b"][1] + shift, (sql, ranges)
+        if shift == 0:  # b = 0 is on the grid
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                conn.execute(f"SELECT MIN({sql}) FROM ({_grid(ranges)}) t")
     if template in EXACT:
         server = conn.execute(f"SELECT MIN({sql})::float8, MAX({sql})::float8 FROM ({_grid(ranges)}) t").fetchone()
         assert got == pytest.approx(server), (sql, ranges)
@@ -126,6 +144,11 @@ DERIVATIVE_TEMPLATES = [
     ("SIGN(t.k) * t.x", False),
     ("SIGN(t.k - {k}) * t.x * t.x", False),
     ("t.x - 3 * SIGN(t.k + {c})", False),
+    ("t.x % 1.5", True),
+    ("(t.x + {c}) % 2", True),
+    ("MOD(t.k + 7, t.x + 10)", True),  # a sensitive divisor: 7 % b jumps as b crosses 7/n
+    ("(t.k % 2) * t.x", False),
+    ("t.x * MOD(t.k, 3) + t.k % 2", False),
 ]
 SENSITIVE = {"x": 1.0}
 
@@ -142,11 +165,10 @@ def check_derivative(
         return None
     dx = d.get(ColumnRef("t", "x"), 0.0)
     f0, f1 = (
-        float(
-            conn.execute(f"SELECT ({sql})::float8 FROM (SELECT %s::numeric AS x, %s::int AS k) t", (x, k)).fetchone()[0]
-        )
+        float(conn.execute(f"SELECT ({sql})::float8 FROM (SELECT {x!r}::numeric AS x, {k}::int AS k) t").fetchone()[0])
         for x in (x0, x1)
     )
+
     assert abs(f1 - f0) <= dx * abs(x1 - x0) + 1e-9, (sql, x0, x1, k, f0, f1, dx)
     assert max(abs(f0), abs(f1)) <= ub + 1e-9, (sql, x0, x1, k, ub)
     return ub, dx
@@ -161,6 +183,8 @@ def check_derivative(
 )
 @example(template=("SIGN(t.x)", True), xs=(-1, 1), k=0, c=0)  # across the jump
 @example(template=("SIGN(t.k) * t.x", False), xs=(-300, 300), k=-2, c=0)
+@example(template=("t.x % 1.5", True), xs=(149, 151), k=0, c=0)
+@example(template=("t.x * MOD(t.k, 3) + t.k % 2", False), xs=(-300, 300), k=-3, c=0)
 def test_derivative_bounds_cover_finite_differences(
     conn: psycopg.Connection, template: tuple[str, bool], xs: tuple[int, int], k: int, c: int
 ) -> None:
@@ -171,21 +195,27 @@ def test_derivative_bounds_cover_finite_differences(
     assert (got is None) == steps, sql
 
 
-def test_a_step_over_sensitive_values_is_refused_in_words(pg_dsn: str) -> None:
-    """The value-level analysis names SIGN as a step, like integer division and rounding casts, and answers
-    SIGN of a value that is not sensitive."""
+def test_steps_over_sensitive_values_are_refused_in_words(pg_dsn: str) -> None:
+    """The value-level analysis names SIGN and MOD as steps, like integer division and rounding casts, and
+    answers them of values that are not sensitive."""
     with psycopg.connect(pg_dsn, autocommit=True) as c:
         c.execute("CREATE TABLE t (id INT PRIMARY KEY, k INT, x NUMERIC(6, 2))")
         c.execute("INSERT INTO t SELECT g, g % 5 - 2, (g % 7 - 3) * 0.5 FROM generate_series(1, 50) g")
-        plain = c.execute("SELECT SUM(SIGN(k) * x) FROM t").fetchone()[0]
+        plain, plain_mod = c.execute("SELECT SUM(SIGN(k) * x), SUM(x * (k % 3)) FROM t").fetchone()
     policy = Policy.from_toml('[tables.t]\nrows = "public"\nnorm = "l1(x)"\n')
     session = sqldp.connect(pg_dsn, policy=policy)
     with pytest.raises(RefusedError, match=r"SIGN\(t\.x\) is a step"):
         session.analyze("SELECT SUM(SIGN(t.x)) FROM t", epsilon=1.0, beta=0.1)
+    with pytest.raises(RefusedError, match=r"t\.x % 2 is a remainder, a step"):
+        session.analyze("SELECT SUM(t.x % 2) FROM t", epsilon=1.0, beta=0.1)
     out = session.analyze("SELECT SUM(SIGN(t.k) * t.x) FROM t", epsilon=1.0, beta=0.1)
     assert out.measurements[0][0].true_value == pytest.approx(float(plain))
     # one row's x moves the sum by |SIGN(k)| ≤ 1 per unit: the derivative bound of each row is 1 (ℓ1 norm)
     assert out.to_json()["sensitivity"] == pytest.approx(1.0)
+    # a remainder of a value that is not sensitive is exact; |k % 3| ≤ |k| ≤ 2 bounds each row's derivative
+    out = session.analyze("SELECT SUM(t.x * (t.k % 3)) FROM t", epsilon=1.0, beta=0.1)
+    assert out.measurements[0][0].true_value == pytest.approx(float(plain_mod))
+    assert out.to_json()["sensitivity"] == pytest.approx(2.0)
     session.close()
 
 
@@ -206,6 +236,44 @@ def test_the_oracles_catch_wrong_rules(conn: psycopg.Connection, monkeypatch: py
     )
     with pytest.raises(AssertionError):
         check_interval(conn, "SIGN(t.a)", {"a": (-3.0, 2.0), "x": (0.0, 0.0), "b": (0.0, 0.0)})
+    positive = operators.Rule(lambda c, e: (0.0, max(abs(v) for v in c.of(e.expression))))
+    monkeypatch.setattr(operators, "_FOUND", {})
+    monkeypatch.setitem(
+        operators.OPERATORS, exp.Mod, dataclasses.replace(operators.OPERATORS[exp.Mod], interval=positive)
+    )
+    with pytest.raises(AssertionError):
+        check_interval(conn, "t.a % 3", {"a": (-7.0, 7.0), "x": (0.0, 0.0), "b": (0.0, 0.0)})
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        ("t.a % 3", (-2, 2)),  # integers: at most |b| − 1, with a's sign
+        ("t.a % -4", (-3, 3)),  # the divisor's sign does not matter
+        ("(t.a + 6) % 4", (0, 3)),  # a ≥ 0
+        ("t.a % 10", (-6, 6)),  # |a| < |b|: a itself
+        ("MOD(t.x, 7)", (-1.5, 1.5)),
+        ("7 % 3", (1, 1)),  # a constant, as PostgreSQL computes it
+        ("-7.5 % 2", (-1.5, -1.5)),
+    ],
+)
+def test_mod_interval_is_tight_on_the_grid(conn: psycopg.Connection, sql: str, expected: tuple[float, float]) -> None:
+    ranges: Ranges = {"a": (-6.0, 6.0), "x": (-1.5, 1.5), "b": (1.0, 1.0)}
+    assert check_interval(conn, sql, ranges) == pytest.approx(expected)
+    server = conn.execute(f"SELECT MIN({sql})::float8, MAX({sql})::float8 FROM ({_grid(ranges)}) t").fetchone()
+    assert server == pytest.approx(expected)
+
+
+def test_mod_fails_by_its_divisor_only(conn: psycopg.Connection) -> None:
+    """The failure table says MOD divides: a divisor that may be 0 is refused with the safe spelling, which
+    PostgreSQL indeed answers (NULL) where the plain one fails."""
+    kind = _domain({}).kind
+    assert "divides by a value that may be 0" in (failure(_expr("t.a % t.b"), kind) or "")
+    assert "divides by a value that may be 0" in (failure(_expr("MOD(t.a, t.b - 1)"), kind) or "")
+    assert failure(_expr("t.a % NULLIF(t.b, 0)"), kind) is None and failure(_expr("MOD(t.x, 2.5)"), kind) is None
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        conn.execute("SELECT a % b FROM (SELECT 7 AS a, 0 AS b) t").fetchone()
+    assert conn.execute("SELECT a % NULLIF(b, 0) FROM (SELECT 7 AS a, 0 AS b) t").fetchone() == (None,)
 
 
 # -- failures and types --------------------------------------------------------------------------------------
@@ -254,6 +322,9 @@ def rows_db(pg_dsn: str, tmp_path: Path) -> Iterator[Session]:
         ("SELECT SUM(SIGN(t.time - 30)) FROM t", "SELECT SUM(SIGN(time - 30)) FROM t", 1.0),
         ("SELECT SUM(3 * SIGN(t.time)) FROM t", "SELECT SUM(3 * SIGN(time)) FROM t", 3.0),
         ("SELECT SUM(SIGN(t.time) + t.time) FROM t", "SELECT SUM(SIGN(time) + time) FROM t", 61.0),
+        ("SELECT SUM(t.time % 7) FROM t", "SELECT SUM(time % 7) FROM t", 6.0),  # 0 ≤ time % 7 ≤ 6
+        ("SELECT SUM(MOD(t.time, 7) - 3) FROM t", "SELECT SUM(MOD(time, 7) - 3) FROM t", 3.0),
+        ("SELECT SUM(t.time % 100) FROM t", "SELECT SUM(time % 100) FROM t", 60.0),  # time itself
     ],
 )
 def test_row_level_sum(rows_db: Session, pg_dsn: str, query: str, plain: str, sensitivity: float) -> None:

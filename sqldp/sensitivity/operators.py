@@ -692,6 +692,44 @@ def _sign_step(node: exp.Expression, kind_of: KindOf) -> str:
     )
 
 
+# -- % (MOD) -----------------------------------------------------------------------------------------------------
+
+
+def _mod_interval(c: IntervalContext, e: exp.Expression) -> Interval:
+    """PostgreSQL's a % b (MOD(a, b)) is a − trunc(a / b)·b, for integers and NUMERIC alike: 0 or of a's sign,
+    no larger than |a|, smaller than |b| (at most |b| − 1 for integers); a itself where |a| < |b|. A divisor
+    whose range holds 0 fails (failures.py refuses it too)."""
+    a, b = c.of(e.this), c.of(e.expression)
+    if b[0] <= 0 <= b[1]:
+        raise c.refuse(f"the divisor's range {list(b)} contains 0")
+    if a[0] == a[1] and b[0] == b[1]:  # a constant, as PostgreSQL computes it (C's fmod truncates too)
+        r = math.fmod(a[0], b[0])
+        return r, r
+    small, big = min(abs(b[0]), abs(b[1])), max(abs(b[0]), abs(b[1]))
+    if max(abs(a[0]), abs(a[1])) < small:
+        return a
+    top = big - 1 if integer_valued(e.this, c.kind) and integer_valued(e.expression, c.kind) else big
+    return (max(a[0], -top) if a[0] < 0 else 0.0), (min(a[1], top) if a[1] > 0 else 0.0)
+
+
+def _mod_derivative(c: DerivativeContext, e: exp.Expression) -> Bounds:
+    """Of values that do not move (no sensitive column): |a % b| ≤ |a|, derivative 0. A remainder of a sensitive
+    value jumps by |b| wherever a / b crosses an integer (a sawtooth), and no derivative bound exists at a jump
+    (NR §3.3.8): refused, as SIGN and integer division are (``step``)."""
+    if c.reads_sensitive(e):
+        why = "a remainder jumps wherever the quotient crosses an integer (a step), where no derivative bound exists"
+        raise c.refuse(e, why + " (NR §3.3.8)")
+    u, _ = c.of(e.this)
+    return u, {}
+
+
+def _mod_step(node: exp.Expression, kind_of: KindOf) -> str:
+    return (
+        f"{node.sql(dialect='postgres')} is a remainder, a step that jumps wherever the quotient crosses an "
+        "integer, where no derivative bound exists; take remainders of values that are not sensitive only"
+    )
+
+
 # -- the table ------------------------------------------------------------------------------------------------
 
 OPERATORS: dict[type[exp.Expr], Operator] = {
@@ -732,7 +770,13 @@ OPERATORS: dict[type[exp.Expr], Operator] = {
         step=_truncating,
     ),
     exp.Mod: Operator(
-        "%", "PostgreSQL (no rule in NR)", fails=_divides, value=lambda v, e, fail: v.arithmetic(e, fail)
+        "% (MOD)",
+        "NR §3.3.8 (a step: refused over sensitive values, exact over the others); §3.3.11 (ranges)",
+        fails=_divides,
+        value=lambda v, e, fail: v.arithmetic(e, fail),
+        interval=Rule(_mod_interval),
+        derivative=Rule(_mod_derivative, "% (MOD) of non-sensitive values"),
+        step=_mod_step,
     ),
     exp.IntDiv: Operator("DIV", "PostgreSQL (no rule in NR)", fails=_divides),
     exp.Neg: Operator(
