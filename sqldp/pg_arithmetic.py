@@ -5,8 +5,9 @@ The analyses treat an expression as the real function its operators name (NR §3
 integers truncates towards zero (7 / 2 = 3, −7 / 2 = −3), and a cast to an integer type or to a NUMERIC with a
 scale rounds. Over a value-sensitive column a step has no derivative bound (a change of 0.01 can move it by
 1), and read as real division it is not even the function PostgreSQL computes (``1 − a / 2`` is 1 at a = 1,
-not 0.5). The analyses ask this module where the steps are: intervals bound them as steps, the value-level
-analysis refuses those that read sensitive columns.
+not 0.5). The analyses ask this module where the steps are (the ``step`` rules of
+:mod:`sqldp.sensitivity.operators`): intervals bound them as steps, the value-level analysis refuses those that
+read sensitive columns.
 """
 
 from __future__ import annotations
@@ -72,17 +73,3 @@ def keeps_value(to: exp.DataType) -> bool:
 def rounds(e: exp.Expression, kind_of: KindOf) -> bool:
     """``e`` is a cast that rounds a value which may not be an integer."""
     return isinstance(e, exp.Cast) and not keeps_value(e.to) and not integer_valued(e.this, kind_of)
-
-
-def steps(e: exp.Expression, kind_of: KindOf) -> list[exp.Expression]:
-    """The integer divisions and rounding casts in ``e`` that read a column, outermost first."""
-    return [node for node in e.walk() if (truncates(node, kind_of) or rounds(node, kind_of)) and reads_column(node)]
-
-
-def describe(node: exp.Expression, kind_of: KindOf) -> str:
-    """A user's words for a step: what PostgreSQL computes and how to write the real function instead."""
-    sql = node.sql(dialect="postgres")
-    if truncates(node, kind_of):
-        return f"{sql} is an integer division (PostgreSQL truncates: 7 / 2 = 3); write a non-integer divisor (… / 2.0)"
-    assert isinstance(node, exp.Cast)
-    return f"{sql} rounds or converts its value; cast to DOUBLE PRECISION or NUMERIC instead"

@@ -23,8 +23,9 @@ from hypothesis import strategies as st
 from sqlglot import exp
 
 from sqldp.errors import RefusedError
-from sqldp.pg_arithmetic import rounds, steps, truncates
+from sqldp.pg_arithmetic import rounds, truncates
 from sqldp.sensitivity.intervals import Domain, interval
+from sqldp.sensitivity.operators import steps
 
 RANGES = {"a": (-3.0, 4.0), "x": (-2.5, 3.0), "p": (0.5, 4.0)}
 KINDS = {"a": "integer", "x": "numeric", "p": "numeric"}

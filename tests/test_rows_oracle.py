@@ -59,6 +59,9 @@ QUERIES = [
     # PostgreSQL's integer division: |1 − (a + 1) / 2| reaches 1 at a = 0, where real division says 0.5
     ("SELECT SUM(1 - (r.a + 1) / 2) FROM r, s WHERE r.b = s.b", False),
     ("SELECT SUM(SQRT(POWER(r.a, 2) + 1) * EXP(r.a / 4.0)) FROM r, s WHERE r.b = s.b", False),
+    # SIGN, one entry of the operator table: |SIGN(a − 1) + 2·SIGN(a)| ≤ 3 over a ∈ [0, 2]
+    ("SELECT SUM(SIGN(r.a - 1) + 2 * SIGN(r.a)) FROM r, s WHERE r.b = s.b", False),
+    ("SELECT SUM((r.a + 1) % 2) FROM r, s WHERE r.b = s.b", False),  # MOD: 0 ≤ (a + 1) % 2 ≤ 1
     ("SELECT COUNT(*) FROM r r1, r r2 WHERE r1.b = r2.b", True),
     ("SELECT COUNT(*) FROM r r1, r r2 WHERE r1.a = r2.b", True),
     ("SELECT COUNT(*) FROM r r1, r r2, s WHERE r1.b = s.b AND r2.a = s.c", True),

@@ -68,12 +68,11 @@ from typing import Any
 
 from sqlglot import exp
 
-from sqldp import pg_arithmetic
 from sqldp.catalog import Catalog
 from sqldp.errors import RefusedError
 from sqldp.form import Aggregate, AnalysisForm, ColumnRef, Conjunct, TableUse
 from sqldp.policy import EPOCH, Policy
-from sqldp.sensitivity import failures
+from sqldp.sensitivity import failures, operators
 from sqldp.sensitivity.expressions import RangeOps, SqlOps, bound, column_weights, dual, norm_separates
 from sqldp.sensitivity.filters import Filter, approximate, column_sql, combine_supports, envelope
 from sqldp.sensitivity.intervals import Domain, clamp_columns, domain, interval
@@ -477,12 +476,12 @@ def _check_steps(scope: _Scope, agg: Aggregate, private: Sequence[Conjunct]) -> 
     kind = scope.dom.kind
     checks = [("aggregate", agg.arg, True)] if agg.arg is not None else []
     for part, e, sensitive_only in [*checks, *(("filter", c.expr, False) for c in private)]:
-        for node in pg_arithmetic.steps(e, kind):
+        for node in operators.steps(e, kind):
             refs = [ColumnRef(x.table, x.name) for x in node.find_all(exp.Column) if x.table]
             if not sensitive_only or any(scope.weight(r) is not None for r in refs):
                 raise RefusedError(
                     f"{agg.sql}: under value-level privacy (NR §3.3.8, a continuous function of the sensitive "
-                    f"values) the {part}'s {pg_arithmetic.describe(node, kind)}"
+                    f"values) the {part}'s {operators.describe(node, kind)}"
                 )
 
 

@@ -41,23 +41,27 @@ w_v·δ (w_v = the norm of the unit vector of v, :func:`column_weight`). The rul
 An infinite bound (β too small for an EXP, or β ≤ 0) is the constant ∞; in SQL ``CAST('Infinity' AS DOUBLE
 PRECISION)``, which absorbs every operation (∞·0 would be NaN in PostgreSQL; ∞ bounds it anyway).
 
-The same rules evaluate either to SQL (per row, for Postgres) or to numbers over the declared column
-ranges (the data-independent maximum c3 of NR §3.3.9.3), through :class:`SqlOps` and :class:`RangeOps`.
+Each operator's rule is its ``derivative`` entry in :mod:`sqldp.sensitivity.operators` (:func:`bound` reads
+columns and numbers itself and refuses what the table does not cover); the product and EXP rules, which split
+or check β, are here. The same rules evaluate either to SQL (per row, for Postgres) or to numbers over the
+declared column ranges (the data-independent maximum c3 of NR §3.3.9.3), through :class:`SqlOps` and
+:class:`RangeOps`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sqlglot import exp
 
 from sqldp.errors import RefusedError
 from sqldp.form import ColumnRef
-from sqldp.pg_arithmetic import keeps_value
 from sqldp.policy import Norm
-from sqldp.sensitivity.intervals import clamped, constant
+from sqldp.sensitivity import operators
+from sqldp.sensitivity.intervals import constant
 
 Sensitive = Callable[[ColumnRef], float | None]  # the column's weight w_v if value-sensitive, else None
 # whether two disjoint sets of sensitive columns are separated by the metric (see the module docstring)
@@ -326,12 +330,7 @@ def bound(
 def _bound(
     e: exp.Expression, sensitive: Sensitive, ops: Ops, beta: float, separated: Separated
 ) -> tuple[Any, dict[ColumnRef, Any]]:
-    if isinstance(e, exp.Cast) and not keeps_value(e.to):
-        # a cast that may round (to an integer or NUMERIC(p, s)) moves |e| by at most 1/2; plan_columns has
-        # refused those over sensitive columns (sqldp.pg_arithmetic), so d is the operand's
-        u, d = _bound(e.this, sensitive, ops, beta, separated)
-        return ops.add(u, ops.const(0.5)), d
-    if isinstance(e, (exp.Paren, exp.Cast, exp.Abs, exp.Neg)):
+    if isinstance(e, exp.Paren):
         return _bound(e.this, sensitive, ops, beta, separated)
     if isinstance(e, exp.Literal) and not e.is_string:
         return ops.const(float(e.this)), {}
@@ -343,72 +342,43 @@ def _bound(
         if beta <= 0:
             return ops.const(math.inf), {ref: ops.const(1.0)}
         return ops.sensitive(ref, e, 1.0 / (beta * w)), {ref: ops.const(1.0)}
-    if isinstance(e, (exp.Add, exp.Sub)):
-        u1, d1 = _bound(e.this, sensitive, ops, beta, separated)
-        u2, d2 = _bound(e.expression, sensitive, ops, beta, separated)
-        d = dict(d1)
-        for k, v in d2.items():
-            d[k] = ops.add(d[k], v) if k in d else v
-        return ops.add(u1, u2), d
-    if isinstance(e, exp.Mul):
-        return _product(e.this, e.expression, sensitive, ops, beta, separated)
-    if isinstance(e, exp.Div):
-        den = constant(e.expression)  # as PostgreSQL computes it: CAST(2.4 AS INTEGER) divides by 2
-        if den is not None and den != 0:
-            inv = ops.const(1.0 / abs(den))
-            u, d = _bound(e.this, sensitive, ops, beta, separated)
-            return ops.mul(u, inv), {k: ops.mul(v, inv) for k, v in d.items()}
-    norm = _lp_norm(e)  # before the powers: POWER(…, 1/p) and SQRT would be refused there
-    if norm is not None:
-        # NR §3.3.8.3, Table 10 "‖x‖_p" (DS = 1 w.r.t. ℓp): (‖(u_i)‖_p, ‖(d_i[v])_i‖_p), module docstring
-        terms, p = norm
-        parts = [
-            (ops.const(a), {}) if isinstance(a, float) else _bound(a, sensitive, ops, beta, separated) for a in terms
-        ]
-        keys = sorted({k for _, d in parts for k in d}, key=str)
-        return ops.norm([u for u, _ in parts], p), {k: ops.norm([d[k] for _, d in parts if k in d], p) for k in keys}
-    if isinstance(e, exp.Pow):
-        k = e.expression
-        if isinstance(k, exp.Literal) and not k.is_string and float(k.this).is_integer() and 1 <= float(k.this) <= 8:
-            n = int(float(k.this))
-            if n == 1:
-                return _bound(e.this, sensitive, ops, beta, separated)
-            rest = exp.Pow(this=e.this.copy(), expression=exp.Literal.number(n - 1))
-            return _product(e.this, rest, sensitive, ops, beta, separated)
-        r = constant(k)
-        if r is not None and r >= 1 and math.isfinite(r):
-            # NR §3.3.8.3, Table 10 "x^r, r ≥ 1": u^r with u (β/r)-smooth is β-smooth; so is r·u^(r−1)·d
-            # ((r−1)β/r + β/r); |∂(g^r)/∂v| = r·|g|^(r−1)·|∂g/∂v|
-            if r == 1:
-                return _bound(e.this, sensitive, ops, beta, separated)
-            u, d = _bound(e.this, sensitive, ops, beta / r, separated)
-            slope = ops.mul(ops.const(r), ops.power(u, r - 1))
-            return ops.power(u, r), {v: ops.mul(slope, dv) for v, dv in d.items()}
-    if isinstance(e, exp.Exp):
-        return _exponential(e.this, sensitive, ops, beta, separated)
-    clamp = clamped(e)
-    if clamp is not None:
-        # |clamp(x, lo, hi)| ≤ min(max(|x|, |lo|), max(|lo|, |hi|)); a min of β-smooth bounds is β-smooth
-        x, lo, hi = clamp
-        u, d = _bound(x, sensitive, ops, beta, separated)
-        return ops.least([ops.greatest([u, ops.const(lo)]), ops.const(max(abs(lo), abs(hi)))]), d
-    if isinstance(e, exp.Least):
-        args = [e.this, *e.expressions]
-        free = [x for x in args if not (isinstance(x, exp.Literal) and not x.is_string and float(x.this) >= 0)]
-        if len(free) == 1:  # LEAST(g, c), c ≥ 0 (failures.cap_exponentials): |·| ≤ |g|, |∂·| ≤ |∂g|
-            return _bound(free[0], sensitive, ops, beta, separated)
-    if isinstance(e, (exp.Greatest, exp.Least)):
-        parts = [_bound(x, sensitive, ops, beta, separated) for x in [e.this, *e.expressions]]
-        keys = {k for _, d in parts for k in d}
-        return ops.greatest([u for u, _ in parts]), {
-            k: ops.greatest([d[k] for _, d in parts if k in d]) for k in sorted(keys, key=str)
-        }
+    op = operators.lookup(e)
+    if op is not None and op.derivative is not None:
+        found = op.derivative.apply(_Derivation(sensitive, ops, beta, separated), e)
+        if found is not None:
+            return found
     raise RefusedError(
         f"cannot bound {e.sql(dialect='postgres')} under value-level privacy "
-        "(NR Table 10/Fig. 41 as implemented: columns, numbers, + − ×, / by a constant, powers by a constant "
-        "≥ 1, EXP of an expression with constant derivative bounds (e.g. affine in the sensitive columns), "
-        "ℓp norms SQRT(a^2 + b^2 + …) and POWER(|a|^p + |b|^p + …, 1/p), ABS, GREATEST, LEAST)"
+        f"(NR Table 10/Fig. 41 as implemented: columns, numbers, {operators.supported('derivative')})"
     )
+
+
+@dataclass(frozen=True)
+class _Derivation:
+    """The context of a derivative rule (:class:`sqldp.sensitivity.operators.DerivativeContext`)."""
+
+    sensitive: Sensitive
+    ops: Ops
+    beta: float
+    separated: Separated
+
+    def of(self, e: exp.Expression, beta: float | None = None) -> tuple[Any, dict[ColumnRef, Any]]:
+        return _bound(e, self.sensitive, self.ops, self.beta if beta is None else beta, self.separated)
+
+    def product(self, a: exp.Expression, b: exp.Expression) -> tuple[Any, dict[ColumnRef, Any]]:
+        return _product(a, b, self.sensitive, self.ops, self.beta, self.separated)
+
+    def exponential(self, g: exp.Expression) -> tuple[Any, dict[ColumnRef, Any]]:
+        return _exponential(g, self.sensitive, self.ops, self.beta, self.separated)
+
+    def constant(self, e: exp.Expression) -> float | None:
+        return constant(e)
+
+    def reads_sensitive(self, e: exp.Expression) -> bool:
+        return bool(_sensitive_refs(e, self.sensitive))
+
+    def refuse(self, e: exp.Expression, why: str) -> RefusedError:
+        return RefusedError(f"cannot bound {e.sql(dialect='postgres')} under value-level privacy: {why}")
 
 
 def _exponential(
@@ -431,60 +401,6 @@ def _exponential(
     # a β-smooth bound exists for L ≤ β only (β ≤ 0: never, unless e^g does not move); d has the keys of consts
     ub = ops.exponential(g, u, lipschitz <= beta and (beta > 0 or lipschitz == 0))
     return ub, {ref: ops.mul(ub, ops.const(c)) for ref, c in consts.items() if ref in d}
-
-
-def _strip(e: exp.Expression) -> exp.Expression:
-    while isinstance(e, exp.Paren):
-        e = e.this
-    return e
-
-
-def _summands(e: exp.Expression) -> list[exp.Expression]:
-    e = _strip(e)
-    if isinstance(e, exp.Add):
-        return [*_summands(e.this), *_summands(e.expression)]
-    return [e]
-
-
-def _power_term(e: exp.Expression) -> tuple[exp.Expression, float] | float | None:
-    """A summand of an ℓp norm: (a, p) for |a|^p, a constant c ≥ 0 as itself, else None."""
-    c = constant(e)
-    if c is not None:
-        return c if c >= 0 else None
-    if isinstance(e, exp.Pow):
-        p = constant(e.expression)
-        if p is None or not 1 <= p < math.inf:
-            return None
-        if isinstance(_strip(e.this), exp.Abs) or (p.is_integer() and int(p) % 2 == 0):  # |a|^p = a^p
-            return e.this, p
-        return None
-    if isinstance(e, exp.Mul) and _strip(e.this) == _strip(e.expression):  # a·a = |a|^2
-        return e.this, 2.0
-    return None
-
-
-def _lp_norm(e: exp.Expression) -> tuple[list[exp.Expression | float], float] | None:
-    """(a_1, …, a_k; p) when e is ‖(a_1, …, a_k)‖_p written SQRT(a1^2 + …) or POWER(|a1|^p + …, 1/p); a
-    constant summand c ≥ 0 is the constant c^(1/p). None for anything else (SQRT(x), a difference, a summand
-    of another exponent, an outer exponent other than 1/p, no summand that is not constant)."""
-    if isinstance(e, exp.Sqrt):
-        outer: float | None = 0.5
-    elif isinstance(e, exp.Pow):
-        outer = constant(e.expression)
-    else:
-        return None
-    if outer is None or not 0 < outer <= 1:
-        return None
-    terms = [_power_term(t) for t in _summands(e.this)]
-    if any(t is None for t in terms):
-        return None
-    powers = {t[1] for t in terms if isinstance(t, tuple)}
-    if len(powers) != 1:
-        return None
-    p = powers.pop()
-    if abs(outer - 1 / p) > 1e-9:
-        return None
-    return [t[0] if isinstance(t, tuple) else float(t) ** (1 / p) for t in terms if t is not None], p
 
 
 def _product(
@@ -542,7 +458,11 @@ def norm_separates(norm: Norm, first: set[str], second: set[str]) -> bool:
 
     touching = []
     for t in norm.terms:
-        cols = {t.column} if t.column is not None else t.norm.columns
+        if t.column is not None:
+            cols: frozenset[str] = frozenset({t.column})
+        else:
+            assert t.norm is not None  # a term is a column or a norm
+            cols = t.norm.columns
         a, b = bool(cols & first), bool(cols & second)
         if a or b:
             touching.append((t, a and b))
@@ -603,7 +523,7 @@ def _combine(vals: list[Any], p: float, kind: str) -> Any:
         for v in vals[1:]:
             out = exp.Add(this=out, expression=v)
         return exp.Paren(this=out)
-    total = None
+    total: exp.Expression | None = None
     for v in vals:
         term = exp.Pow(this=_paren(v), expression=_num(q))
         total = term if total is None else exp.Add(this=total, expression=term)

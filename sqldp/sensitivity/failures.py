@@ -6,13 +6,13 @@ division by zero, SQRT or LN of a negative number, a fractional power of one, a 
 noise (``SELECT COUNT(*) FROM t WHERE 1 / t.a > 0`` fails exactly when some row has a = 0). sqldp refuses
 such expressions before any query runs, wherever they read a column: in the WHERE (public and private
 conjuncts alike: PostgreSQL may evaluate a conjunct on public rows only after a join with private ones),
-in GROUP BY keys and in aggregate arguments. A function reading a column must be on the list of those
-PostgreSQL defines for every value (``_TOTAL``), so that an unknown one is refused, not trusted. A divisor
-is safe when it is a non-zero constant or written ``NULLIF(x, 0)`` (x / NULL is NULL, which WHERE treats as
-false and aggregates skip); SQRT and fractional powers when their argument is non-negative by its form
-(ABS, squares, norms, EXP, sums and products of those). The row-level SUM bounds its own argument
-(:mod:`sqldp.sensitivity.intervals` clamps its columns to their declared ranges and refuses divisors, roots
-and powers whose range reaches 0 or below, and any node it does not know).
+in GROUP BY keys and in aggregate arguments. A function reading a column must be in the operator table
+(:mod:`sqldp.sensitivity.operators`), whose ``fails`` rules say where PostgreSQL fails, so that an unknown one is
+refused, not trusted. A divisor is safe when it is a non-zero constant or written ``NULLIF(x, 0)`` (x / NULL
+is NULL, which WHERE treats as false and aggregates skip); SQRT and fractional powers when their argument is
+non-negative by its form (ABS, squares, norms, EXP, sums and products of those). The row-level SUM bounds its
+own argument (:mod:`sqldp.sensitivity.intervals` clamps its columns to their declared ranges and refuses
+divisors, roots and powers whose range reaches 0 or below, and any node it does not know).
 
 Values that leave their type (overflow, underflow, casts out of range, dates moved out of theirs) are
 bounded over what the columns' TYPES can hold, not over the policy's ranges, which nothing enforces on the
@@ -26,166 +26,30 @@ analyses' own bound queries (their SQL is generated, not written by the analyst)
 from __future__ import annotations
 
 import decimal
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from sqlglot import exp
 
 from sqldp.errors import RefusedError
 from sqldp.form import AnalysisForm, ColumnRef
-from sqldp.pg_arithmetic import KindOf, case_values, integer_valued, keeps_value, reads_column
+from sqldp.pg_arithmetic import KindOf, case_values, reads_column
+from sqldp.sensitivity import operators
 from sqldp.sensitivity.intervals import Domain, constant
-
-# functions with a domain narrower than their argument's type (NR does not need them; PostgreSQL fails outside)
-_PARTIAL = (exp.Ln, exp.Log)
-# functions PostgreSQL defines for every value of their arguments (those checked below: where they are safe);
-# any other function reading a column is refused: the check lists what is known to be safe, not what fails
-_TOTAL = (
-    exp.Connector,
-    exp.AggFunc,
-    exp.Case,
-    exp.If,
-    exp.Cast,
-    exp.Exp,
-    exp.Sqrt,
-    exp.Pow,
-    exp.Abs,
-    exp.Greatest,
-    exp.Least,
-    exp.Coalesce,
-    exp.Nullif,
-    exp.Round,
-    exp.Floor,
-    exp.Ceil,
-    exp.Extract,
-    exp.TimestampTrunc,
-    exp.DateTrunc,
-    exp.Length,
-    exp.Lower,
-    exp.Upper,
-    exp.Trim,
-    exp.Concat,
-    exp.StrPosition,
-    exp.Substring,
-)
-_TEXT_TYPES = {exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR, exp.DataType.Type.CHAR}
-
-
-def nonnegative(e: exp.Expression) -> bool:
-    """Whether ``e`` is ≥ 0 (or NULL) for every value of its columns, by its form alone."""
-    if isinstance(e, exp.Paren):
-        return nonnegative(e.this)
-    if isinstance(e, (exp.Abs, exp.Sqrt, exp.Exp)):
-        return True
-    if isinstance(e, exp.Literal):
-        return not e.is_string and float(e.this) >= 0
-    if isinstance(e, exp.Pow):
-        k = e.expression
-        even = isinstance(k, exp.Literal) and not k.is_string and float(k.this).is_integer() and float(k.this) % 2 == 0
-        return even or nonnegative(e.this)
-    if isinstance(e, exp.Mul) and e.this == e.expression:  # a square written x * x
-        return True
-    if isinstance(e, (exp.Add, exp.Mul, exp.Div)):
-        return nonnegative(e.this) and nonnegative(e.expression)
-    if isinstance(e, exp.Greatest):
-        return any(nonnegative(x) for x in [e.this, *e.expressions])
-    if isinstance(e, exp.Least):
-        return all(nonnegative(x) for x in [e.this, *e.expressions])
-    if isinstance(e, exp.Case) and e.this is None:
-        return all(nonnegative(b) for b in case_values(e))
-    return False
-
-
-def _safe_divisor(d: exp.Expression) -> bool:
-    """NULLIF(x, 0), or a constant that is not 0 (one that is fails on every row but not on no rows)."""
-    while isinstance(d, exp.Paren) or (isinstance(d, exp.Cast) and keeps_value(d.to)):
-        d = d.this  # not a rounding cast: CAST(0.4 AS INTEGER) is 0
-    if isinstance(d, exp.Nullif):
-        z = d.expression
-        return isinstance(z, exp.Literal) and not z.is_string and float(z.this) == 0
-    v = constant(d)
-    return v is not None and v != 0
-
-
-def _numeric(e: exp.Expression, kind_of: KindOf) -> bool:
-    if isinstance(e, exp.Paren):
-        return _numeric(e.this, kind_of)
-    if integer_valued(e, kind_of):
-        return True
-    if isinstance(e, exp.Column):
-        return bool(e.table) and kind_of(ColumnRef(e.table, e.name)) == "numeric"
-    if isinstance(e, exp.Literal):
-        return not e.is_string
-    if isinstance(e, exp.Cast):
-        return keeps_value(e.to)
-    if isinstance(e, (exp.Greatest, exp.Least, exp.Coalesce)):
-        return all(_numeric(x, kind_of) for x in [e.this, *e.expressions])
-    if isinstance(e, (exp.Nullif, exp.Round, exp.Floor, exp.Ceil)):
-        return _numeric(e.this, kind_of)
-    return isinstance(e, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg, exp.Abs, exp.Sqrt, exp.Exp, exp.Pow))
-
-
-def _dated(e: exp.Expression, kind_of: KindOf) -> bool:
-    """``e`` is a DATE that reads a column (a column of kind date, or arithmetic on one)."""
-    while isinstance(e, exp.Paren):
-        e = e.this
-    if isinstance(e, exp.Column):
-        return bool(e.table) and kind_of(ColumnRef(e.table, e.name)) == "date"
-    if isinstance(e, exp.Cast):
-        return e.to.this == exp.DataType.Type.DATE and reads_column(e)
-    return isinstance(e, (exp.Add, exp.Sub)) and any(_dated(x, kind_of) for x in (e.this, e.expression))
+from sqldp.sensitivity.operators import Fail, FailureContext
 
 
 def failure(node: exp.Expression, kind_of: KindOf) -> str | None:
-    """Why PostgreSQL may fail on ``node`` for some value of the columns it reads, or None."""
+    """Why PostgreSQL may fail on ``node`` for some value of the columns it reads, or None: the ``fails`` rule
+    of its operator (:mod:`sqldp.sensitivity.operators`). A function reading a column must be in that table,
+    so that an unknown one is refused, not trusted."""
     if not reads_column(node):
         return None
-    if isinstance(node, (exp.Div, exp.Mod, exp.IntDiv)) and not _safe_divisor(node.expression):
-        return "divides by a value that may be 0 (write NULLIF(divisor, 0))"
-    if isinstance(node, exp.Sqrt) and not nonnegative(node.this):
-        return "takes SQRT of a value that may be negative (write SQRT(ABS(x)) or SQRT(GREATEST(x, 0)))"
-    if isinstance(node, exp.Pow):
-        r = constant(node.expression)
-        if r is None:
-            return "raises to a power read from the data"
-        if r < 0:
-            return "raises a value that may be 0 to a negative power (write 1 / NULLIF(x, 0))"
-        if not r.is_integer() and not nonnegative(node.this):
-            return "raises a value that may be negative to a fractional power (write POWER(ABS(x), r))"
-    if isinstance(node, _PARTIAL):
-        return "takes a logarithm of a value that may be 0 or negative"
-    if isinstance(node, exp.Substring) and any(
-        reads_column(a) for k, a in node.args.items() if k != "this" and isinstance(a, exp.Expression)
-    ):
-        return "takes a substring whose start or length is read from the data (a negative length fails)"
-    length = node.args.get("length") if isinstance(node, exp.Substring) else None
-    if length is not None and (constant(length) or 0) < 0:
-        return "takes a substring of negative length (PostgreSQL fails on each row it reaches, so on some data only)"
-    if isinstance(node, (exp.Add, exp.Sub)) and any(_dated(x, kind_of) for x in (node.this, node.expression)):
-        return (
-            "moves or subtracts a date read from the data (a date near its type's ends leaves the range, "
-            "'infinity' cannot be subtracted); compare the column with a constant date instead (t.d < DATE '…' - 30)"
-        )
-    if isinstance(node, (exp.DateTrunc, exp.TimestampTrunc)) and _dated(node.this, kind_of):
-        return "truncates a date read from the data (a date after the year 294276 is no timestamp); use EXTRACT"
-    if isinstance(node, (exp.Like, exp.ILike)) and reads_column(node.expression):
-        return "matches a pattern read from the data (a pattern ending in an escape character fails)"
-    if isinstance(node, exp.Func) and not isinstance(node, _TOTAL):
-        return "calls a function sqldp does not know to be defined for every value of its arguments"
-    if isinstance(node, exp.Cast):
-        to = node.to
-        if to.this in _TEXT_TYPES:
-            return None
-        # a number to a number fails only by overflow (not covered, above)
-        if _numeric(node.this, kind_of) and (keeps_value(to) or to.is_type(*exp.DataType.NUMERIC_TYPES)):
-            return None
-        x = node.this
-        if _dated(x, kind_of) and to.this != exp.DataType.Type.DATE:
-            return f"casts a date read from the data to {to.sql(dialect='postgres')} (not every date converts)"
-        if isinstance(x, exp.Column) and x.table and to.this == exp.DataType.Type.DATE:
-            return None if kind_of(ColumnRef(x.table, x.name)) == "date" else "casts a value that may not be a date"
-        return f"casts a value to {to.sql(dialect='postgres')} that may not convert"
-    return None
+    op = operators.lookup(node)
+    if op is None:
+        if isinstance(node, exp.Func):
+            return "calls a function sqldp does not know to be defined for every value of its arguments"
+        return None
+    return None if op.fails is None else op.fails(FailureContext(kind_of, constant), node)
 
 
 EXP_CAP = 300.0  # e^300 ≈ 1.9e130: a product with any value below 1e178 stays a double
@@ -222,7 +86,7 @@ def check(form: AnalysisForm, dom: Domain, *, bounded_sum: bool) -> None:
         else:
             parts.append((agg.sql, agg.arg if bounded_sum else cap_exponentials(agg.arg), False))
     for where, e, clamped in parts:
-        for node in e.walk():
+        for node in e.find_all(exp.Expression):
             why = None if clamped else failure(node, dom.kind)
             if why is not None:
                 raise _refusal(node, where, why)
@@ -298,7 +162,7 @@ class _MayFail(Exception):
 
 
 @dataclass(frozen=True)
-class _Value:
+class Value:
     """What a number-valued node can be: PostgreSQL's type ("int", "float", "real", "numeric"), the range [lo, hi] of
     its finite values, whether it may be ±Infinity or NaN, and ``least``, a lower bound of its non-zero |·|
     (0: none known)."""
@@ -324,27 +188,27 @@ class _Value:
         return max(abs(self.lo), abs(self.hi))
 
 
-def _of_type(t: exp.DataType) -> _Value | None:
+def _of_type(t: exp.DataType) -> Value | None:
     if t.this in _INT_TYPES:
         lo, hi = _INT_TYPES[t.this]
-        return _Value("int", lo, hi, least=_D(1))
+        return Value("int", lo, hi, least=_D(1))
     if t.this == _T.DOUBLE:
-        return _Value("float", -FLOAT_MAX, FLOAT_MAX, inf=True, nan=True, least=FLOAT_LEAST)
+        return Value("float", -FLOAT_MAX, FLOAT_MAX, inf=True, nan=True, least=FLOAT_LEAST)
     if t.this == _T.FLOAT:  # REAL
-        return _Value("real", -REAL_MAX, REAL_MAX, inf=True, nan=True, least=REAL_LEAST)
+        return Value("real", -REAL_MAX, REAL_MAX, inf=True, nan=True, least=REAL_LEAST)
     if t.this == _T.MONEY:  # a BIGINT count of cents: its arithmetic leaves the type where BIGINT's does
-        return _Value("int", INT8[0], INT8[1], least=_D(1))
+        return Value("int", INT8[0], INT8[1], least=_D(1))
     if t.this == _T.DECIMAL:
         if t.expressions:
             p = int(t.expressions[0].sql())
             s = int(t.expressions[1].sql()) if len(t.expressions) > 1 else 0
             top = _CTX.power(10, p - s) - _CTX.power(10, -s)
-            return _Value("numeric", -top, top, nan=True, least=_CTX.power(10, -s))
-        return _Value("numeric", -NUMERIC_TOP, NUMERIC_TOP, inf=True, nan=True)
+            return Value("numeric", -top, top, nan=True, least=_CTX.power(10, -s))
+        return Value("numeric", -NUMERIC_TOP, NUMERIC_TOP, inf=True, nan=True)
     return None
 
 
-def _typ(*vs: _Value, choice: bool = False) -> str:
+def _typ(*vs: Value, choice: bool = False) -> str:
     """The type of an operator of these (REAL with REAL is REAL, with anything else double precision); of
     GREATEST, CASE and the like with ``choice`` (REAL with an integer or a NUMERIC stays REAL)."""
     typs = {v.typ for v in vs}
@@ -358,9 +222,9 @@ class _Values:
 
     def __init__(self, dom: Domain, clamped: bool) -> None:
         self.dom, self.clamped = dom, clamped
-        self.memo: dict[int, _Value | None] = {}
+        self.memo: dict[int, Value | None] = {}
 
-    def column(self, e: exp.Column) -> _Value | None:
+    def column(self, e: exp.Column) -> Value | None:
         ref = ColumnRef(e.table, e.name)
         if self.dom.kind(ref) not in _NUMBER_KINDS:
             return None
@@ -369,21 +233,21 @@ class _Values:
         else:
             v = _of_type(exp.DataType.build("BIGINT" if self.dom.kind(ref) == "integer" else "NUMERIC"))
         if v is None:  # a number kind of a type not listed above: any value
-            v = _Value("float", -FLOAT_MAX, FLOAT_MAX, inf=True, nan=True, least=FLOAT_LEAST)
+            v = Value("float", -FLOAT_MAX, FLOAT_MAX, inf=True, nan=True, least=FLOAT_LEAST)
         r = self.dom.range(ref) if self.clamped else None
         if r is not None:  # the row-level SUM clamps the column (NaN too: NaN > hi) into its declared range
             lo, hi = _D(repr(float(r[0]))), _D(repr(float(r[1])))
             least = v.least if lo <= 0 <= hi else min(abs(lo), abs(hi))
-            v = _Value(v.typ, lo, hi, least=least)
+            v = Value(v.typ, lo, hi, least=least)
         return v
 
-    def __call__(self, e: exp.Expression) -> _Value | None:
+    def __call__(self, e: exp.Expression) -> Value | None:
         key = id(e)
         if key not in self.memo:
             self.memo[key] = self._value(e)
         return self.memo[key]
 
-    def _value(self, e: exp.Expression) -> _Value | None:
+    def _value(self, e: exp.Expression) -> Value | None:
         def fail(why: str) -> _MayFail:
             return _MayFail(e, why)
 
@@ -394,57 +258,59 @@ class _Values:
                 return None
             v = _D(e.this)
             typ = "int" if e.this.isdigit() and v <= INT8[1] else "numeric"
-            return _Value(typ, v, v, least=abs(v))
+            return Value(typ, v, v, least=abs(v))
         if isinstance(e, exp.Column):
             return self.column(e) if e.table else None
-        if isinstance(e, exp.Neg):
-            a = self(e.this)
-            if a is None:
-                return None
-            if a.typ == "int" and a.lo < -INT8[1]:
-                raise fail("negates a BIGINT that may be −2^63, out of range (write CAST(x AS NUMERIC))")
-            return replace(a, lo=-a.hi, hi=-a.lo, sided=-a.sided)
-        if isinstance(e, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)):
-            return self.arithmetic(e, fail)
-        if isinstance(e, exp.Abs):
-            a = self(e.this)
-            if a is None:
-                return None
-            if a.typ == "int" and a.lo < -INT8[1]:
-                raise fail("takes ABS of a BIGINT that may be −2^63, out of range (write ABS(CAST(x AS NUMERIC)))")
-            lo = _D(0) if a.lo <= 0 <= a.hi else min(abs(a.lo), abs(a.hi))
-            return replace(a, lo=lo, hi=a.big)
-        if isinstance(e, exp.Exp):
-            return self.exponential(e, fail)
-        if isinstance(e, exp.Sqrt):
-            a = self(e.this)
-            if a is None:
-                return None
-            typ = "numeric" if a.typ == "numeric" else "float"
-            lo, hi = (_CTX.sqrt(max(x, _D(0))) for x in (a.lo, a.hi))
-            return _Value(typ, lo, hi, a.inf, a.nan, _CTX.sqrt(a.least))
-        if isinstance(e, exp.Pow):
-            return self.power(e, fail)
-        if isinstance(e, (exp.Round, exp.Floor, exp.Ceil)):
-            a = self(e.this)
-            if a is None:
-                return None
-            typ = "numeric" if e.args.get("decimals") is not None else "float" if a.typ == "int" else a.typ
-            return _Value(typ, a.lo - 1, a.hi + 1, a.inf, a.nan)
-        if isinstance(e, exp.Cast):
-            return self.cast(e, fail)
-        if isinstance(e, (exp.Greatest, exp.Least, exp.Coalesce, exp.Nullif, exp.Case, exp.If)):
-            return self.choice(e, fail)
-        if isinstance(e, (exp.Length, exp.StrPosition)):
-            return _Value("int", _D(0), _D(2**31 - 1))
-        if isinstance(e, exp.Extract):
-            return _Value("numeric", -_D("1e15"), _D("1e15"), inf=True, nan=True)
+        op = operators.lookup(e)
+        if op is not None and op.value is not None:
+            return op.value(self, e, fail)
         if isinstance(e, (exp.Condition, exp.Func)) and not isinstance(e, exp.Anonymous):
             return None  # comparisons, connectives, text and date functions: not a number (checked on their own)
         # a node of unknown type: any number (its parents are then checked against the widest values)
-        return _Value("float", -FLOAT_MAX, FLOAT_MAX, inf=True, nan=True, least=FLOAT_LEAST)
+        return Value("float", -FLOAT_MAX, FLOAT_MAX, inf=True, nan=True, least=FLOAT_LEAST)
 
-    def convert(self, x: exp.Expression, v: _Value, typ: str) -> _Value:
+    def negation(self, e: exp.Expression, fail: Fail) -> Value | None:
+        a = self(e.this)
+        if a is None:
+            return None
+        if a.typ == "int" and a.lo < -INT8[1]:
+            raise fail("negates a BIGINT that may be −2^63, out of range (write CAST(x AS NUMERIC))")
+        return replace(a, lo=-a.hi, hi=-a.lo, sided=-a.sided)
+
+    def absolute(self, e: exp.Expression, fail: Fail) -> Value | None:
+        a = self(e.this)
+        if a is None:
+            return None
+        if a.typ == "int" and a.lo < -INT8[1]:
+            raise fail("takes ABS of a BIGINT that may be −2^63, out of range (write ABS(CAST(x AS NUMERIC)))")
+        lo = _D(0) if a.lo <= 0 <= a.hi else min(abs(a.lo), abs(a.hi))
+        return replace(a, lo=lo, hi=a.big)
+
+    def root(self, e: exp.Expression, fail: Fail) -> Value | None:
+        a = self(e.this)
+        if a is None:
+            return None
+        typ = "numeric" if a.typ == "numeric" else "float"
+        lo, hi = (_CTX.sqrt(max(x, _D(0))) for x in (a.lo, a.hi))
+        return Value(typ, lo, hi, a.inf, a.nan, _CTX.sqrt(a.least))
+
+    def rounding(self, e: exp.Expression, fail: Fail) -> Value | None:
+        """ROUND, FLOOR, CEIL: within 1 of the argument."""
+        a = self(e.this)
+        if a is None:
+            return None
+        typ = "numeric" if e.args.get("decimals") is not None else "float" if a.typ == "int" else a.typ
+        return Value(typ, a.lo - 1, a.hi + 1, a.inf, a.nan)
+
+    def position(self, e: exp.Expression, fail: Fail) -> Value | None:
+        """LENGTH and POSITION: an INTEGER count of characters."""
+        return Value("int", _D(0), _D(2**31 - 1))
+
+    def field(self, e: exp.Expression, fail: Fail) -> Value | None:
+        """EXTRACT: a NUMERIC field of a date or time (±Infinity of 'infinity')."""
+        return Value("numeric", -_D("1e15"), _D("1e15"), inf=True, nan=True)
+
+    def convert(self, x: exp.Expression, v: Value, typ: str) -> Value:
         """``v`` converted to the floating-point ``typ`` where PostgreSQL mixes it with one: a NUMERIC beyond its
         largest value, or so small it rounds to 0, fails the conversion."""
         if typ not in _FLOATS or v.typ == typ:
@@ -459,7 +325,7 @@ class _Values:
             )
         return replace(v, typ=typ)
 
-    def arithmetic(self, e: exp.Expression, fail: Callable[[str], _MayFail]) -> _Value | None:
+    def arithmetic(self, e: exp.Expression, fail: Fail) -> Value | None:
         a, b = self(e.this), self(e.expression)
         if a is None or b is None:
             return None  # date or text operands: failure() refuses those that read a column
@@ -469,13 +335,13 @@ class _Values:
         if isinstance(e, (exp.Add, exp.Sub)):
             lo, hi = (a.lo + b.lo, a.hi + b.hi) if isinstance(e, exp.Add) else (a.lo - b.hi, a.hi - b.lo)
             least = _FLOATS[typ][2] if typ in _FLOATS else min(a.least, b.least)
-            v = _Value(typ, lo, hi, inf, nan, least)
+            v = Value(typ, lo, hi, inf, nan, least)
         elif isinstance(e, exp.Mul):
             ends = [x * y for x in (a.lo, a.hi) for y in (b.lo, b.hi)]
-            v = _Value(typ, min(ends), max(ends), inf, nan, a.least * b.least)
+            v = Value(typ, min(ends), max(ends), inf, nan, a.least * b.least)
         elif isinstance(e, exp.Div):
             if b.lo == b.hi == 0:
-                return _Value(typ, _D(0), _D(0), inf, True)  # x / 0: refused as a divisor above, or a constant
+                return Value(typ, _D(0), _D(0), inf, True)  # x / 0: refused as a divisor above, or a constant
             if b.lo > 0 or b.hi < 0:
                 ends = [x / y for x in (a.lo, a.hi) for y in (b.lo, b.hi)]
                 lo, hi = min(ends), max(ends)
@@ -488,15 +354,19 @@ class _Values:
                 least = _D(1)
             elif typ == "numeric" and least < _D("1e-900"):
                 least = _D(0)  # NUMERIC rounds quotients to at most 1000 places
-            v = _Value(typ, lo, hi, inf, True, least)
+            v = Value(typ, lo, hi, inf, True, least)
         else:  # % takes the dividend's sign and is smaller than both (PostgreSQL answers 0 for −2^63 % −1)
             top = min(a.big, b.big)
-            v = _Value(typ, -top, top, inf, nan, _D(1) if typ == "int" else _D(0))
+            v = Value(typ, -top, top, inf, nan, _D(1) if typ == "int" else _D(0))
         if not reads_column(e):
             return v
-        what = {exp.Add: "a sum", exp.Sub: "a difference", exp.Mul: "a product", exp.Div: "a quotient"}.get(
-            type(e), "a remainder"
-        )
+        names: dict[type[exp.Expression], str] = {
+            exp.Add: "a sum",
+            exp.Sub: "a difference",
+            exp.Mul: "a product",
+            exp.Div: "a quotient",
+        }
+        what = names.get(type(e), "a remainder")
         if typ == "int" and (v.lo < INT8[0] or v.hi > INT8[1]):
             raise fail(f"computes {what} that may leave BIGINT (up to {_sci(v.big)}; write CAST(x AS NUMERIC))")
         if typ == "numeric" and v.big > NUMERIC_MAX:
@@ -515,7 +385,7 @@ class _Values:
                 )
         return v
 
-    def exponential(self, e: exp.Exp, fail: Callable[[str], _MayFail]) -> _Value | None:
+    def exponential(self, e: exp.Expression, fail: Fail) -> Value | None:
         a = self(e.this)
         if a is None:
             return None
@@ -527,7 +397,7 @@ class _Values:
                 )
             # NUMERIC's EXP keeps about 16 significant digits: e^lo is not rounded to 0 above e^−700
             least = _CTX.exp(a.lo) / 10 if a.lo > -700 else _ZERO
-            return _Value(
+            return Value(
                 "numeric",
                 _CTX.exp(max(a.lo, _D(-700))) / 10 if a.lo > -700 else _ZERO,
                 _CTX.exp(min(a.hi, NUMERIC_EXP)),
@@ -542,9 +412,9 @@ class _Values:
                 "e^709 and underflows below e^−708 (write EXP(LEAST(GREATEST(x, −700), 700)))"
             )
         lo, hi = max(a.lo, lo), min(a.hi, hi)
-        return _Value("float", _CTX.exp(lo), _CTX.exp(hi), a.inf, a.nan, _CTX.exp(lo))
+        return Value("float", _CTX.exp(lo), _CTX.exp(hi), a.inf, a.nan, _CTX.exp(lo))
 
-    def power(self, e: exp.Pow, fail: Callable[[str], _MayFail]) -> _Value | None:
+    def power(self, e: exp.Expression, fail: Fail) -> Value | None:
         a, k = self(e.this), self(e.expression)
         if a is None or k is None:
             return None
@@ -552,7 +422,7 @@ class _Values:
         r = None if r is None else float(r)
         typ = "numeric" if "numeric" in {a.typ, k.typ} and not {a.typ, k.typ} & set(_FLOATS) else "float"
         if r is None:  # an exponent read from the data: refused by failure()
-            return _Value(typ, -_INF, _INF, True, True)
+            return Value(typ, -_INF, _INF, True, True)
         rd = _D(repr(r))
         small, big = (_D(0) if a.lo <= 0 <= a.hi else min(abs(a.lo), abs(a.hi))), a.big
         small = max(small, a.least)
@@ -575,9 +445,10 @@ class _Values:
             if typ == "numeric" and top > limit:
                 raise fail(f"raises to a power that may overflow NUMERIC (up to {_sci(top)}; clamp with {_CLAMP})")
         odd = r.is_integer() and int(r) % 2 == 1
-        return _Value(typ, -top if odd and a.lo < 0 else _D(0), top, a.inf, a.nan, least)
+        return Value(typ, -top if odd and a.lo < 0 else _D(0), top, a.inf, a.nan, least)
 
-    def cast(self, e: exp.Cast, fail: Callable[[str], _MayFail]) -> _Value | None:
+    def cast(self, e: exp.Expression, fail: Fail) -> Value | None:
+        assert isinstance(e, exp.Cast)
         to = e.to
         a = self(e.this)
         target = _of_type(to)
@@ -593,14 +464,14 @@ class _Values:
                     f"to {name}, out of its range (clamp with {_CLAMP} first, or cast to NUMERIC)"
                 )
             lo, hi = a.lo.to_integral_value(decimal.ROUND_FLOOR), a.hi.to_integral_value(decimal.ROUND_CEILING)
-            return _Value("int", lo, hi, least=_D(1))
+            return Value("int", lo, hi, least=_D(1))
         if target.typ == "numeric" and not target.inf:  # NUMERIC(p, s): |x| rounded to s places below 10^(p−s)
             if a.inf or a.big > target.hi:
                 raise fail(
                     f"casts values up to {_sci(a.big)}{' or ±Infinity' if a.inf else ''} to {name}, which holds "
                     f"less than {_sci(target.hi)} (clamp with {_CLAMP} first, or cast to NUMERIC)"
                 )
-            return _Value("numeric", a.lo, a.hi, False, a.nan, min(a.least, target.least))
+            return Value("numeric", a.lo, a.hi, False, a.nan, min(a.least, target.least))
         if target.typ == "numeric":
             if a.typ in _FLOATS:  # to 15 significant digits: 1.7976931348623157e308 becomes 1.79769313486232e308
                 slack = _D("1e-14")
@@ -615,7 +486,7 @@ class _Values:
             return replace(a, typ="real")
         return self.convert(e.this, a, target.typ) if a.typ == "numeric" else replace(a, typ=target.typ)
 
-    def choice(self, e: exp.Expression, fail: Callable[[str], _MayFail]) -> _Value | None:
+    def choice(self, e: exp.Expression, fail: Fail) -> Value | None:
         """GREATEST, LEAST, COALESCE, NULLIF and CASE: one of their arguments, in their common type (NaN is
         above every number: LEAST(NaN, 1) is 1, GREATEST(NaN, 1) NaN)."""
         if isinstance(e, exp.Case):
@@ -648,7 +519,7 @@ class _Values:
         neg = (all if isinstance(e, exp.Greatest) else any)(v.neg for v in vals)
         if isinstance(e, exp.Least):
             nan = all(v.nan for v in vals)
-        v = _Value(typ, lo, hi, pos or neg, nan, least, 1 if pos and not neg else -1 if neg and not pos else 0)
+        v = Value(typ, lo, hi, pos or neg, nan, least, 1 if pos and not neg else -1 if neg and not pos else 0)
         if isinstance(e, exp.Nullif) and constant(e.expression) == 0 and v.least == 0:
             v = replace(v, least=_FLOATS[typ][2] if typ in _FLOATS else _D(0))
         return v
@@ -665,7 +536,7 @@ def value_failure(e: exp.Expression, dom: Domain, *, clamped: bool = False) -> t
     declared ranges where ``clamped``), and why; None when none can."""
     values = _Values(dom, clamped)
     with decimal.localcontext(_CTX):
-        for node in e.walk():
+        for node in e.find_all(exp.Expression):
             try:
                 values(node)
             except _MayFail as err:

@@ -26,12 +26,14 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import cast
 
 from sqlglot import exp
 
 from sqldp.errors import RefusedError
 from sqldp.form import ColumnRef
 from sqldp.policy import EPOCH
+from sqldp.sensitivity import operators
 
 SIGMOID_ALPHA = 5.0  # NR §4.3.3.1: sigmoid precision α = 5 (Table 17)
 
@@ -115,19 +117,23 @@ def _interval_days(node: exp.Interval) -> float:
 
 
 def linear(e: exp.Expression, info: ColumnInfo) -> Linear:
-    """The linear form of a comparison operand; refuse anything else (NR §3.3.8.4 needs continuity)."""
+    """The linear form of a comparison operand; refuse anything else (NR §3.3.8.4 needs continuity). Leaves
+    here, operators by their ``linear`` rule (:mod:`sqldp.sensitivity.operators`)."""
     if isinstance(e, exp.Paren):
         return linear(e.this, info)
-    if isinstance(e, exp.Cast):
-        if e.to.this == exp.DataType.Type.DATE and isinstance(e.this, exp.Literal) and e.this.is_string:
-            try:
-                days = (dt.date.fromisoformat(e.this.name.strip()) - EPOCH).days
-            except ValueError:  # 'infinity', 'epoch', 'today', other spellings PostgreSQL reads
-                raise RefusedError(
-                    f"date {e.this.name!r} in a private filter: write a calendar date as 'YYYY-MM-DD'"
-                ) from None
-            return Linear({}, float(days))
-        return linear(e.this, info)
+    if (
+        isinstance(e, exp.Cast)
+        and e.to.this == exp.DataType.Type.DATE
+        and isinstance(e.this, exp.Literal)
+        and e.this.is_string
+    ):
+        try:
+            days = (dt.date.fromisoformat(e.this.name.strip()) - EPOCH).days
+        except ValueError:  # 'infinity', 'epoch', 'today', other spellings PostgreSQL reads
+            raise RefusedError(
+                f"date {e.this.name!r} in a private filter: write a calendar date as 'YYYY-MM-DD'"
+            ) from None
+        return Linear({}, float(days))
     if isinstance(e, exp.Literal) and not e.is_string:
         return Linear({}, float(e.this))
     if isinstance(e, exp.Interval):
@@ -139,24 +145,13 @@ def linear(e: exp.Expression, info: ColumnInfo) -> Linear:
             raise RefusedError(f"{ref} is not a number or a date; it cannot be compared continuously")
         g = None if grain is None else Fraction(grain).limit_denominator(10**9)
         return Linear({ref: 1.0}, 0.0, g)
-    if isinstance(e, exp.Neg):
-        return linear(e.this, info).scale(-1.0)
-    if isinstance(e, (exp.Add, exp.Sub)):
-        a, b = linear(e.this, info), linear(e.expression, info)
-        return a.add(b if isinstance(e, exp.Add) else b.scale(-1.0))
-    if isinstance(e, exp.Mul):
-        a, b = linear(e.this, info), linear(e.expression, info)
-        if not a.coefs:
-            return b.scale(a.const)
-        if not b.coefs:
-            return a.scale(b.const)
-    if isinstance(e, exp.Div):
-        a, b = linear(e.this, info), linear(e.expression, info)
-        if not b.coefs and b.const != 0:
-            return a.scale(1.0 / b.const)
+    op = operators.lookup(e)
+    found = None if op is None or op.linear is None else op.linear.apply(lambda x: linear(x, info), e)
+    if found is not None:
+        return found
     raise RefusedError(
         f"private filter term {e.sql(dialect='postgres')} is not linear in the columns "
-        "(NR §3.3.8.4: supported are columns, numbers, dates, day intervals, + −, × and / by constants)"
+        f"(NR §3.3.8.4: supported are columns, numbers, dates, day intervals, {operators.supported('linear')})"
     )
 
 
@@ -318,10 +313,10 @@ def envelope(cond: exp.Expression, info: ColumnInfo) -> exp.Expression | None:
         parts = [envelope(cond.this, info), envelope(cond.expression, info)]
         if isinstance(cond, exp.And):
             known = [p for p in parts if p is not None]
-            return exp.and_(*(p.copy() for p in known)) if known else None
+            return cast(exp.Expression, exp.and_(*(p.copy() for p in known))) if known else None
         if any(p is None for p in parts):
             return None
-        return exp.or_(*(p.copy() for p in parts if p is not None))
+        return cast(exp.Expression, exp.or_(*(p.copy() for p in parts if p is not None)))  # an Or node
     return None  # a private atom, or NOT (1 − s is 1 where s is 0): true for every row
 
 
