@@ -209,13 +209,13 @@ def policy_metric(goal: Goal, policy: Any) -> Metric:
             a = goal.attributes[i]
             col = t.column(a.column)
             scale = col.days_per_unit  # 1 unless a DATE counts in weeks, months or years
-            w = t.norm.evaluate({a.column: 1.0}) / scale if in_norm else math.inf  # type: ignore[union-attr]
+            w = t.norm.evaluate({a.column: 1.0}) / scale if t.norm is not None and in_norm else math.inf
             weights.append((i, w))
             width = a.prior.diameter()
             if width is None and col.range is not None:
                 width = col.range[1] - col.range[0]
             widths[a.column] = math.inf if width is None else width / scale
-        norm_cost = t.norm.evaluate(widths) if in_norm else math.inf  # type: ignore[union-attr]
+        norm_cost = t.norm.evaluate(widths) if t.norm is not None and in_norm else math.inf
         cost = min(row_cost, norm_cost)
         if math.isinf(cost):
             names = ", ".join(goal.attributes[i].name for i in idx)

@@ -24,17 +24,17 @@ _INTEGER_TYPES = exp.DataType.INTEGER_TYPES
 _REAL_TYPES = {exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT, exp.DataType.Type.DECIMAL}
 
 
-def reads_column(e: exp.Expression) -> bool:
+def reads_column(e: exp.Expr) -> bool:
     return any(c.table for c in e.find_all(exp.Column))
 
 
-def case_values(e: exp.Case) -> list[exp.Expression]:
+def case_values(e: exp.Case) -> list[exp.Expr]:
     """The values a searched CASE takes: its THEN branches and its ELSE, if written (else NULL)."""
     default = e.args.get("default")
     return [i.args["true"] for i in e.args.get("ifs", [])] + ([default] if default is not None else [])
 
 
-def integer_valued(e: exp.Expression, kind_of: KindOf) -> bool:
+def integer_valued(e: exp.Expr, kind_of: KindOf) -> bool:
     """Whether PostgreSQL gives ``e`` an integer type (so that ``e / k`` truncates), by its typing rules:
     integer columns and literals, LENGTH and POSITION, closed under + − × %, integer division, ABS,
     GREATEST/LEAST/COALESCE, NULLIF, CASE and casts to an integer type."""
@@ -59,7 +59,7 @@ def integer_valued(e: exp.Expression, kind_of: KindOf) -> bool:
     return False
 
 
-def truncates(e: exp.Expression, kind_of: KindOf) -> bool:
+def truncates(e: exp.Expr, kind_of: KindOf) -> bool:
     """``e`` is ``a / b`` of two integers: PostgreSQL's integer division, truncating towards zero."""
     return isinstance(e, exp.Div) and integer_valued(e.this, kind_of) and integer_valued(e.expression, kind_of)
 
@@ -70,6 +70,6 @@ def keeps_value(to: exp.DataType) -> bool:
     return to.this in _REAL_TYPES and not to.expressions
 
 
-def rounds(e: exp.Expression, kind_of: KindOf) -> bool:
+def rounds(e: exp.Expr, kind_of: KindOf) -> bool:
     """``e`` is a cast that rounds a value which may not be an integer."""
     return isinstance(e, exp.Cast) and not keeps_value(e.to) and not integer_valued(e.this, kind_of)

@@ -174,10 +174,11 @@ def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]
         rows.append((keys, values))
     for key in reversed(form.order_by):
         out: Output = form.outputs[key.output]
-        rows.sort(
-            key=lambda kv, o=out: _sort_key(kv[0].get(o.name) if o.is_key else kv[1].get(o.name)),
-            reverse=key.descending,
-        )
+
+        def sort_key(kv: tuple[dict[str, Any], dict[str, Any]], o: Output = out) -> tuple[int, Any]:
+            return _sort_key(kv[0].get(o.name) if o.is_key else kv[1].get(o.name))
+
+        rows.sort(key=sort_key, reverse=key.descending)
     if form.limit is not None:
         rows = rows[: form.limit]
     result.columns = [o.name for o in form.outputs]
@@ -221,7 +222,7 @@ def by_group(rows: Sequence[tuple], sizes: Sequence[int]) -> dict[tuple, tuple]:
     return out
 
 
-def evaluate(e: exp.Expression, values: Sequence[float | None]) -> float | None:
+def evaluate(e: exp.Expr, values: Sequence[float | None]) -> float | None:
     """Evaluate an output expression over (noisy) aggregate values: + − × /, GREATEST/LEAST and constants."""
     if isinstance(e, exp.Column) and e.name.startswith(AGG_PREFIX):
         return values[int(e.name[len(AGG_PREFIX) :])]
@@ -263,7 +264,7 @@ _COMPARE: dict[type, Callable[[float, float], bool]] = {
 }
 
 
-def holds(e: exp.Expression, values: Sequence[float | None]) -> bool | None:
+def holds(e: exp.Expr, values: Sequence[float | None]) -> bool | None:
     """A HAVING condition over (noisy) aggregate values, with SQL's three-valued AND/OR/NOT."""
     if isinstance(e, exp.Paren):
         return holds(e.this, values)

@@ -167,7 +167,7 @@ class Result:
             return {"confidence": conf, "absolute": 0.0, "relative": 0.0}
         rel = None
         if main.noisy_value not in (None, 0):
-            rel = main.half_width / abs(main.noisy_value)  # type: ignore[arg-type]
+            rel = main.half_width / abs(main.noisy_value)
         return {"confidence": conf, "absolute": main.half_width, "relative": rel}
 
 

@@ -209,7 +209,7 @@ def _per_group(merged: exp.Select, grouped: list[tuple[int, exp.Select]]) -> exp
             if key not in names:  # the bounds repeat MAX(ABS(x)) and COUNT(*): computed once per group
                 names[key] = f"__g{len(names)}"
                 inner.select(exp.alias_(node.copy(), names[key]), copy=False)
-            again: exp.Expression = outer(this=exp.column(names[key]))
+            again: exp.Expr = outer(this=exp.column(names[key]))
             if isinstance(agg, exp.Count):
                 again = exp.func("COALESCE", again, exp.Literal.number(0))
             item = again if node is item else item  # an item that is the aggregate itself has no parent
@@ -220,7 +220,7 @@ def _per_group(merged: exp.Select, grouped: list[tuple[int, exp.Select]]) -> exp
         for name, node in level.items():
             inner.select(exp.alias_(node.this.copy(), f"__p{i}_{name}"), copy=False)
 
-        def rename(n: exp.Expression, i: int = i, level: dict = level) -> exp.Expression:
+        def rename(n: exp.Expr, i: int = i, level: dict = level) -> exp.Expr:
             return exp.column(f"__p{i}_{n.name}") if isinstance(n, exp.Column) and n.name in level else n
 
         for k, item in enumerate(q.expressions):  # MAX(<expression of the level's columns>) AS v<k>
@@ -228,10 +228,10 @@ def _per_group(merged: exp.Select, grouped: list[tuple[int, exp.Select]]) -> exp
     return exp.select(*outer_items).from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("g"))))
 
 
-def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
+def _conjuncts(e: exp.Expr) -> list[exp.Expr]:
     e = e.unnest()
     return [*_conjuncts(e.this), *_conjuncts(e.expression)] if isinstance(e, exp.And) else [e]
 
 
-def _key(e: exp.Expression) -> str:
+def _key(e: exp.Expr) -> str:
     return e.unnest().sql(dialect="postgres")

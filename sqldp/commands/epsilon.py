@@ -62,14 +62,14 @@ def inline_goal(args: argparse.Namespace) -> adv.Goal:
         if args.membership == "unknown":
             return adv.Goal(membership="row")
         try:
-            prior = float(args.membership)
+            membership = float(args.membership)
         except ValueError:
-            prior = math.nan
-        if not 0 < prior < 1:
+            membership = math.nan
+        if not 0 < membership < 1:
             raise InputError(
                 f"must be a probability in (0, 1) or 'unknown', got {args.membership!r}", where="--membership"
             )
-        return adv.Goal(membership="row", membership_prior=prior)
+        return adv.Goal(membership="row", membership_prior=membership)
     if not args.prior:
         raise InputError("no goal: give --policy, --prior [--radius] or --membership", where="--prior")
     radii = args.radius or []

@@ -89,7 +89,7 @@ class Policy:
                     raise PolicyError(f"column {col!r} is not in table {t.name!r}", where=where)
             for c in t.columns.values():
                 if c.domain is not None:
-                    column = known[resolve_name(c.name, known, where)]  # type: ignore[index]
+                    column = known[resolve_name(c.name, known, where)]
                     domain_fits(c.domain, column, f"{where}.columns.{c.name}.domain")
         for i, goal in enumerate(self.goals):  # a goal about a column that does not exist protects nothing
             where = f"{self.source}: goals[{i}]"

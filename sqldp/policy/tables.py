@@ -117,7 +117,7 @@ def parse_norm(text: str, where: str) -> Norm:
         raise PolicyError(f"cannot parse norm {text!r}: {detail}", where=where) from None
     except (sqlglot.errors.SqlglotError, RecursionError, ValueError) as exc:  # the tokenizer's own errors
         raise PolicyError(f"cannot parse norm {text!r}: {type(exc).__name__}", where=where) from None
-    if not isinstance(tree, exp.Expression):
+    if not isinstance(tree, exp.Expr):
         raise PolicyError(f"cannot parse norm {text!r}", where=where)
     node = _norm(tree, where)
     if not isinstance(node, Norm):
@@ -136,7 +136,7 @@ def _products(norm: Norm, factor: float, where: str) -> None:
             _products(t.norm, w, where)
 
 
-def _norm(node: exp.Expression, where: str) -> Norm | NormTerm:
+def _norm(node: exp.Expr, where: str) -> Norm | NormTerm:
     if isinstance(node, exp.Paren):
         return _norm(node.this, where)
     if isinstance(node, exp.Column) and not node.table:
@@ -175,8 +175,8 @@ def _norm(node: exp.Expression, where: str) -> Norm | NormTerm:
     raise PolicyError(f"unexpected {node.sql()!r} in norm", where=where)
 
 
-def _func_args(node: exp.Func) -> list[exp.Expression]:
-    out = [node.this] if isinstance(node.this, exp.Expression) else []
+def _func_args(node: exp.Func) -> list[exp.Expr]:
+    out = [node.this] if isinstance(node.this, exp.Expr) else []
     return out + list(node.expressions)
 
 
@@ -186,7 +186,7 @@ def _weight(w: float, what: str, where: str) -> float:
     return w
 
 
-def _number(node: exp.Expression) -> float | None:
+def _number(node: exp.Expr) -> float | None:
     if isinstance(node, exp.Literal) and not node.is_string:
         try:
             v = float(node.this)

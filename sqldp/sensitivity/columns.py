@@ -71,7 +71,7 @@ from sqlglot import exp
 from sqldp.catalog import Catalog
 from sqldp.errors import RefusedError
 from sqldp.form import Aggregate, AnalysisForm, ColumnRef, Conjunct, TableUse
-from sqldp.policy import EPOCH, Policy
+from sqldp.policy import EPOCH, Norm, Policy
 from sqldp.sensitivity import failures, operators
 from sqldp.sensitivity.expressions import RangeOps, SqlOps, bound, column_weights, dual, norm_separates
 from sqldp.sensitivity.filters import Filter, approximate, column_sql, combine_supports, envelope
@@ -170,7 +170,7 @@ class ColumnPlan:
             c0 = self.value_bounds(results, beta)
             tables: dict[str, Any] = {}
             for t, info in self.tables_info.items():
-                cols = {}
+                cols: dict[str, float] = {}
                 for u in self.uses:
                     if u.table != t:
                         continue
@@ -212,6 +212,13 @@ class ColumnPlan:
         return self.bind(results)(beta)
 
 
+def _norm(policy: Policy, table: str) -> Norm:
+    """The norm of a value-sensitive table (only those are analysed at value level)."""
+    norm = policy.table(table).norm
+    assert norm is not None, f"{table} has no norm"
+    return norm
+
+
 def _grain(type_sql: str, kind: str) -> float | None:
     if kind in ("integer", "date"):
         return 1.0
@@ -250,9 +257,7 @@ class _Scope:
         for t in {use(r.alias).table for r in first} & {use(r.alias).table for r in second}:
             a = {r.column for r in first if use(r.alias).table == t}
             b = {r.column for r in second if use(r.alias).table == t}
-            norm = self.policy.table(t).norm
-            assert norm is not None
-            if not norm_separates(norm, a, b):
+            if not norm_separates(_norm(self.policy, t), a, b):
                 return False
         return True
 
@@ -276,7 +281,7 @@ class _Scope:
             return math.inf
         return (cp.range[1] - cp.range[0]) / grain + 1
 
-    def bounded(self, u: TableUse, col: str) -> tuple[float, exp.Expression] | None:
+    def bounded(self, u: TableUse, col: str) -> tuple[float, exp.Expr] | None:
         """A free key column's number of values, and the conjunct that keeps it in them (public columns)."""
         if self.weight(ColumnRef(u.alias, col)) is not None:
             return None
@@ -498,7 +503,7 @@ def _envelopes(scope: _Scope, private: Sequence[Conjunct]) -> list[Conjunct]:
 
 
 def _released(
-    agg: Aggregate, arg: exp.Expression | None, filters: Sequence[tuple[Conjunct, Filter]], shift: float
+    agg: Aggregate, arg: exp.Expr | None, filters: Sequence[tuple[Conjunct, Filter]], shift: float
 ) -> tuple[Aggregate, tuple[Conjunct, ...]]:
     """The released aggregate q_m and the private conjuncts that stay in the answer's WHERE (NR §3.3.8.4).
     Exact step filters stay in WHERE (they equal the indicator on the grid), except under MIN/MAX, where a
@@ -512,12 +517,13 @@ def _released(
             expression=exp.Literal.number(repr(shift)),
         )
         assert arg is not None
-        body = (exp.Add if agg.kind == "min" else exp.Sub)(this=exp.Paren(this=arg.copy()), expression=out)
-        return Aggregate(agg.kind, body, agg.columns), ()
+        shifted = (exp.Add if agg.kind == "min" else exp.Sub)(this=exp.Paren(this=arg.copy()), expression=out)
+        return Aggregate(agg.kind, shifted, agg.columns), ()
     if soft:
-        s_sql: exp.Expression = (
+        s_sql: exp.Expr = (
             soft[0].sql if len(soft) == 1 else exp.Least(this=soft[0].sql, expressions=[f.sql for f in soft[1:]])
         )
+        body: exp.Expr
         if agg.kind == "count":
             body = s_sql
             if agg.arg is not None:
@@ -547,7 +553,7 @@ def _count_plan(scope: _Scope, public: Sequence[Conjunct], value_tables: Sequenc
 def _parts(
     scope: _Scope,
     agg: Aggregate,
-    arg: exp.Expression | None,
+    arg: exp.Expr | None,
     slopes: dict[ColumnRef, float],
     shift: float,
     alias: str,
@@ -598,8 +604,7 @@ def _table_info(scope: _Scope, t: str, agg: Aggregate, slopes: dict[ColumnRef, f
 def _global_dual(scope: _Scope, t: str, parts: Parts) -> float:
     """c3_t of NR §3.3.9.3: the data-independent maximum of D_t over the declared ranges. One row of a
     self-joined table may fill several uses of a product row: their derivatives add."""
-    norm = scope.policy.table(t).norm
-    assert norm is not None
+    norm = _norm(scope.policy, t)
     range_ops = RangeOps(scope.dom.range)
     summed: dict[str, float] = {}
     for u in scope.form.uses_of(t):
@@ -616,7 +621,7 @@ def _use_query(
     grid: tuple[float, ...],
     reference: float,
     parts: Parts,
-    fan: tuple[float, list[exp.Expression]] | None,
+    fan: tuple[float, list[exp.Expr]] | None,
     window: _Window | None,
     index: int,
 ) -> tuple[exp.Select, bool, bool, _UseQuery]:
@@ -624,8 +629,7 @@ def _use_query(
     and one per sensitive column at the reference β; whether it is one row over the scan (``inline``) or a
     MAX over a GROUP BY of the scan (``grouped_scan``); and where its columns are (query ``index``)."""
     form = scope.form
-    norm = scope.policy.table(u.table).norm
-    assert norm is not None
+    norm = _norm(scope.policy, u.table)
     w = scope.weights_of[u.table]
     sql_ops = SqlOps()
     slots = _Items()
@@ -655,7 +659,7 @@ def _use_query(
     return query, flat, per_group, _UseQuery(u.alias, u.table, index, tuple(grid_cols), column_cols, caps)
 
 
-Bounded = Callable[[TableUse, str], tuple[float, exp.Expression] | None]
+Bounded = Callable[[TableUse, str], tuple[float, exp.Expr] | None]
 
 
 def _fanout(
@@ -665,7 +669,7 @@ def _fanout(
     catalog: Catalog,
     bounded: Bounded | None = None,
     until: str | None = None,
-) -> tuple[float, list[exp.Expression]] | None:
+) -> tuple[float, list[exp.Expr]] | None:
     """An upper bound N of #{r ∋ t}, the product rows one row t of ``start`` is in, from the keys; None when
     some use is not reached. With ``until``: stop once that use is reached (without ``bounded``, an answer
     means every product row containing t has the same row of that use).
@@ -690,9 +694,9 @@ def _fanout(
             fixed.setdefault(cols[0].table, set()).add((cols[0].name, None))
     reached = {start}
     n = 1.0
-    conditions: list[exp.Expression] = []
+    conditions: list[exp.Expr] = []
     while len(reached) < len(form.uses) and (until is None or until not in reached):
-        best: tuple[float, str, list[exp.Expression]] | None = None
+        best: tuple[float, str, list[exp.Expr]] | None = None
         for u in form.uses:
             pk = set(catalog.table(u.table).primary_key)
             if u.alias in reached or not pk:
@@ -700,13 +704,13 @@ def _fanout(
             free = pk - {col for col, other in fixed.get(u.alias, ()) if other is None or other in reached}
             if free and bounded is None:
                 continue
-            size, conds = 1.0, []
+            size, conds = 1.0, list[exp.Expr]()
             for col in sorted(free):
-                b = bounded(u, col) if bounded is not None else None
-                if b is None:
+                key_bound = bounded(u, col) if bounded is not None else None
+                if key_bound is None:
                     break
-                size *= b[0]
-                conds.append(b[1])
+                size *= key_bound[0]
+                conds.append(key_bound[1])
             else:
                 if best is None or size < best[0]:
                     best = (size, u.alias, conds)
@@ -722,11 +726,11 @@ def _fanout(
 class _Items:
     """A query's items without repeats; per item the β of its window weight (None: no window)."""
 
-    items: list[exp.Expression] = field(default_factory=list)
+    items: list[exp.Expr] = field(default_factory=list)
     decay: list[float | None] = field(default_factory=list)
     seen: dict[tuple[str, float | None], int] = field(default_factory=dict)
 
-    def add(self, item: exp.Expression, decay: float | None) -> int:
+    def add(self, item: exp.Expr, decay: float | None) -> int:
         key = (item.sql(dialect="postgres"), decay)
         if key not in self.seen:
             self.seen[key] = len(self.items)
@@ -787,13 +791,13 @@ class _Window:
     hi: float
     rate: float  # w per unit of x
     reach: float  # K
-    x: exp.Expression  # x in its unit (days for a DATE), as SQL
+    x: exp.Expr  # x in its unit (days for a DATE), as SQL
     column: exp.Column  # x as stored (the skyline groups by it)
     values: float  # how many values x can take in the scanned range (on its grid; inf without one)
     caps: dict[str, tuple[float, ...]]  # per use alias, per grid β
     conjunct: Conjunct
 
-    def dist(self, column: exp.Expression | None = None) -> exp.Expression:
+    def dist(self, column: exp.Expr | None = None) -> exp.Expr:
         """dist(x, [lo, hi]) of a row, as SQL; ``column``: what stands for x's column (a grouped query's key)."""
         x = self.x.copy()
         if column is not None:
@@ -804,7 +808,7 @@ class _Window:
             expressions=[exp.Sub(this=x.copy(), expression=exp.Literal.number(repr(self.hi))), exp.Literal.number(0)],
         )
 
-    def weigh(self, item: exp.Expression, beta: float | None, dist: exp.Expression) -> exp.Expression:
+    def weigh(self, item: exp.Expr, beta: float | None, dist: exp.Expr) -> exp.Expr:
         """W·item, W = e^(−β·w·dist); ``dist`` a row's distance, or the least over rows (then W is their largest)."""
         if beta is None:
             return item
@@ -836,7 +840,7 @@ def _window(
     info: Callable[[ColumnRef], tuple[str, float | None, float, bool]],
     bounded: Bounded,
     parts_for: Callable[[str, float, Any], dict[str, Any]],
-    arg: exp.Expression,
+    arg: exp.Expr,
 ) -> _Window | None:
     """The narrowest usable window of a SUM's private filters (:class:`_Window`), or None: none is bounded on
     both sides, separated from the summed expression's columns, determined by the keys from every
@@ -847,8 +851,9 @@ def _window(
         if c.table and sensitive(ColumnRef(c.table, c.name))
     )
     uses = [u for t in value_tables for u in form.uses_of(t)]
-    fans = [_fanout(form, u.alias, public, catalog, bounded) for u in uses]
-    if any(fan is None for fan in fans):
+    maybe = [_fanout(form, u.alias, public, catalog, bounded) for u in uses]
+    fans = [fan for fan in maybe if fan is not None]
+    if len(fans) < len(maybe):
         return None
     # the cap bounds the far rows' smoothed D, which is above D itself where |x| is under the floor
     dom = domain(form, catalog, policy)
@@ -873,7 +878,7 @@ def _window(
                 u.alias: tuple(
                     math.exp(-b * rate * reach)
                     * fan[0]
-                    * float(dual(policy.table(u.table).norm, parts_for(u.alias, b, range_ops), "float") or 0.0)  # type: ignore[arg-type]
+                    * float(dual(_norm(policy, u.table), parts_for(u.alias, b, range_ops), "float") or 0.0)
                     for b in grid
                 )
                 for u, fan in zip(uses, fans, strict=True)
@@ -881,6 +886,8 @@ def _window(
         except RefusedError:  # a summed column without a declared range (RangeOps)
             continue
         x = column_sql(ref, info)
+        low: exp.Expr
+        high: exp.Expr
         if info(ref)[0] == "date":
             ends = [EPOCH + dt.timedelta(days=math.floor(lo - reach)), EPOCH + dt.timedelta(days=math.ceil(hi + reach))]
             low, high = (exp.cast(exp.Literal.string(d.isoformat()), "DATE") for d in ends)
@@ -903,7 +910,7 @@ def _window(
     return window
 
 
-def _add_public(public: list[Conjunct], conditions: list[exp.Expression]) -> None:
+def _add_public(public: list[Conjunct], conditions: list[exp.Expr]) -> None:
     """Public conjuncts the scans need (key ranges of a fan-out, a window's range), each once."""
     for cond in conditions:
         if all(cond.sql() != c.expr.sql() for c in public):
@@ -917,8 +924,8 @@ Weights = tuple[_Window, list[float | None]]  # a window and, per item, the β o
 def _max_query(
     form: AnalysisForm,
     use: TableUse,
-    items: list[exp.Expression],
-    public: list[Conjunct],
+    items: list[exp.Expr],
+    public: Sequence[Conjunct],
     catalog: Catalog,
     window: Weights | None = None,
 ) -> exp.Select:
@@ -949,7 +956,7 @@ def _max_query(
 SKYLINE_GROUPS = 10_000
 
 
-def _leaf(node: exp.Expression) -> exp.Column | None:
+def _leaf(node: exp.Expr) -> exp.Column | None:
     """The column of ``ABS(col)`` or ``ABS(CAST(col AS …))``, the only way SqlOps reads a column."""
     if not isinstance(node, exp.Abs):
         return None
@@ -957,7 +964,7 @@ def _leaf(node: exp.Expression) -> exp.Column | None:
     return inner if isinstance(inner, exp.Column) and inner.table else None
 
 
-def _monotone(e: exp.Expression) -> tuple[bool, bool]:
+def _monotone(e: exp.Expr) -> tuple[bool, bool]:
     """(non-decreasing in every |column| leaf, never negative), by the node types SqlOps and ``dual`` write;
     anything else is reported as not monotone."""
     if _leaf(e) is not None:
@@ -993,8 +1000,8 @@ def _monotone(e: exp.Expression) -> tuple[bool, bool]:
 
 def _extreme_query(
     form: AnalysisForm,
-    items: list[exp.Expression],
-    public: list[Conjunct],
+    items: list[exp.Expr],
+    public: Sequence[Conjunct],
     distinct: Callable[[ColumnRef], float],
     *,
     corner: bool = False,
@@ -1025,7 +1032,7 @@ def _extreme_query(
     :class:`_Window`, step 2). With a window the scan is the window's, so even constants are an aggregate
     over it."""
 
-    def weigh(e: exp.Expression, k: int, dist: exp.Expression | None = None) -> exp.Expression:
+    def weigh(e: exp.Expr, k: int, dist: exp.Expr | None = None) -> exp.Expr:
         if window is None:
             return e
         return window[0].weigh(e, window[1][k], dist if dist is not None else exp.Min(this=window[0].dist()))
@@ -1047,17 +1054,17 @@ def _extreme_query(
     if columns != in_leaves or not all(_monotone(it)[0] for it in items):
         return per_row()
 
-    def substitute(e: exp.Expression, at: dict[ColumnRef, exp.Expression]) -> exp.Expression:
-        def swap(node: exp.Expression) -> exp.Expression:
+    def substitute(e: exp.Expr, at: dict[ColumnRef, exp.Expr]) -> exp.Expr:
+        def swap(node: exp.Expr) -> exp.Expr:
             col = _leaf(node)
             return at[ColumnRef(col.table, col.name)].copy() if col is not None else node
 
         return e.copy().transform(swap, copy=False)
 
-    def double(e: exp.Expression) -> exp.Expression:
+    def double(e: exp.Expr) -> exp.Expr:
         return exp.cast(e, "DOUBLE PRECISION")
 
-    def absolute(col: exp.Column) -> exp.Expression:
+    def absolute(col: exp.Column) -> exp.Expr:
         return exp.Abs(this=col.copy())
 
     def skyline(keys: list[ColumnRef], free: ColumnRef, weights: Weights | None) -> tuple[exp.Select, bool]:

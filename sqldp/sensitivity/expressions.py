@@ -79,10 +79,10 @@ class Ops(Protocol):
     def power(self, a: Any, r: float) -> Any: ...  # a^r of a non-negative bound, r > 0
     def norm(self, parts: list[Any], p: float) -> Any: ...  # ‖parts‖_p of non-negative bounds, p ≥ 1
     # e^g for the expression g, given an upper bound ub of |g| (same Ops); ∞ unless ``smooth`` (L ≤ β)
-    def exponential(self, g: exp.Expression, ub: Any, smooth: bool) -> Any: ...
+    def exponential(self, g: exp.Expr, ub: Any, smooth: bool) -> Any: ...
 
 
-def _num(v: float) -> exp.Expression:
+def _num(v: float) -> exp.Expr:
     if math.isinf(v):
         return _inf() if v > 0 else exp.Neg(this=_inf())
     if float(v).is_integer() and abs(v) < 1e15:
@@ -93,13 +93,13 @@ def _num(v: float) -> exp.Expression:
 class SqlOps:
     """Per-row bounds as SQL (double precision, so the sums over joins cannot overflow numeric scales)."""
 
-    def const(self, v: float) -> exp.Expression:
+    def const(self, v: float) -> exp.Expr:
         return _num(abs(v))
 
-    def column(self, ref: ColumnRef, node: exp.Column) -> exp.Expression:
+    def column(self, ref: ColumnRef, node: exp.Column) -> exp.Expr:
         return exp.Abs(this=exp.cast(node.copy(), "DOUBLE PRECISION"))
 
-    def sensitive(self, ref: ColumnRef, node: exp.Column, floor: float) -> exp.Expression:
+    def sensitive(self, ref: ColumnRef, node: exp.Column, floor: float) -> exp.Expr:
         # Lemma 3.67 / Table 10 (x^r, r = 1): |x| where |x| ≥ 1/b, else e^(b|x| − 1)/b, with b = 1/floor;
         # written GREATEST(|x|, e^(min(b|x| − 1, 0))/b) since e^(y − 1) ≥ y
         b = 1.0 / floor
@@ -110,7 +110,7 @@ class SqlOps:
         smooth = exp.Div(this=exp.Exp(this=arg), expression=_num(b))
         return exp.Greatest(this=self.column(ref, node), expressions=[smooth])
 
-    def add(self, a: exp.Expression, b: exp.Expression) -> exp.Expression:
+    def add(self, a: exp.Expr, b: exp.Expr) -> exp.Expr:
         if _is_inf(a) or _is_inf(b):
             return _inf()
         if _is_zero(a):
@@ -119,7 +119,7 @@ class SqlOps:
             return a
         return exp.Add(this=a, expression=b)
 
-    def mul(self, a: exp.Expression, b: exp.Expression) -> exp.Expression:
+    def mul(self, a: exp.Expr, b: exp.Expr) -> exp.Expr:
         if _is_zero(a) or _is_zero(b):
             return _num(0)
         if _is_inf(a) or _is_inf(b):  # also for a data-dependent 0, where PostgreSQL would say NaN
@@ -130,17 +130,17 @@ class SqlOps:
             return a
         return exp.Mul(this=_paren(a), expression=_paren(b))
 
-    def greatest(self, parts: list[exp.Expression]) -> exp.Expression:
+    def greatest(self, parts: list[exp.Expr]) -> exp.Expr:
         if any(_is_inf(p) for p in parts):
             return _inf()
         parts = [p for p in parts if not _is_zero(p)] or [_num(0)]
         return parts[0] if len(parts) == 1 else exp.Greatest(this=parts[0], expressions=parts[1:])
 
-    def least(self, parts: list[exp.Expression]) -> exp.Expression:
+    def least(self, parts: list[exp.Expr]) -> exp.Expr:
         parts = [p for p in parts if not _is_inf(p)] or [_inf()]
         return parts[0] if len(parts) == 1 else exp.Least(this=parts[0], expressions=parts[1:])
 
-    def power(self, a: exp.Expression, r: float) -> exp.Expression:
+    def power(self, a: exp.Expr, r: float) -> exp.Expr:
         if _is_inf(a):
             return _inf()
         if r == 1 or _is_zero(a) or _is_one(a):
@@ -149,7 +149,7 @@ class SqlOps:
             return _num(float(a.this) ** r)
         return exp.Pow(this=a, expression=_num(r))
 
-    def norm(self, parts: list[exp.Expression], p: float) -> exp.Expression:
+    def norm(self, parts: list[exp.Expr], p: float) -> exp.Expr:
         if any(_is_inf(x) for x in parts):
             return _inf()
         parts = [x for x in parts if not _is_zero(x)]
@@ -160,7 +160,7 @@ class SqlOps:
             total = exp.Add(this=total, expression=self.power(x, p))
         return exp.Sqrt(this=total) if p == 2 else exp.Pow(this=exp.Paren(this=total), expression=_num(1 / p))
 
-    def exponential(self, g: exp.Expression, ub: exp.Expression, smooth: bool) -> exp.Expression:
+    def exponential(self, g: exp.Expr, ub: exp.Expr, smooth: bool) -> exp.Expr:
         if not smooth:
             return _inf()
         c = constant(g)
@@ -171,15 +171,15 @@ class SqlOps:
         return exp.Exp(this=exp.cast(g.copy(), "DOUBLE PRECISION"))
 
 
-def _paren(e: exp.Expression) -> exp.Expression:
+def _paren(e: exp.Expr) -> exp.Expr:
     return exp.Paren(this=e) if isinstance(e, (exp.Add, exp.Sub)) else e
 
 
-def _inf() -> exp.Expression:
+def _inf() -> exp.Expr:
     return exp.cast(exp.Literal.string("Infinity"), "DOUBLE PRECISION")
 
 
-def _is_inf(e: exp.Expression) -> bool:
+def _is_inf(e: exp.Expr) -> bool:
     return (
         isinstance(e, exp.Cast)
         and isinstance(e.this, exp.Literal)
@@ -188,11 +188,11 @@ def _is_inf(e: exp.Expression) -> bool:
     )
 
 
-def _is_zero(e: exp.Expression) -> bool:
+def _is_zero(e: exp.Expr) -> bool:
     return isinstance(e, exp.Literal) and not e.is_string and float(e.this) == 0
 
 
-def _is_one(e: exp.Expression) -> bool:
+def _is_one(e: exp.Expr) -> bool:
     return isinstance(e, exp.Literal) and not e.is_string and float(e.this) == 1
 
 
@@ -242,7 +242,7 @@ class RangeOps:
     def norm(self, parts: list[float], p: float) -> float:
         return _float_norm(parts, p)
 
-    def exponential(self, g: exp.Expression, ub: float, smooth: bool) -> float:
+    def exponential(self, g: exp.Expr, ub: float, smooth: bool) -> float:
         # e^g ≤ e^|g| ≤ e^ub over the ranges; a global maximum needs no smoothing, whatever L is
         return _float_exp(ub)
 
@@ -283,7 +283,7 @@ class _ConstOps:
             return None
         return _float_norm([x for x in parts if x is not None], p)
 
-    def exponential(self, g: exp.Expression, ub: float | None, smooth: bool) -> float | None:
+    def exponential(self, g: exp.Expr, ub: float | None, smooth: bool) -> float | None:
         if not smooth:
             return math.inf
         return None if ub is None else _float_exp(ub)
@@ -312,13 +312,13 @@ def _float_exp(v: float) -> float:
         return math.inf
 
 
-def _sensitive_refs(e: exp.Expression, sensitive: Sensitive) -> list[ColumnRef]:
+def _sensitive_refs(e: exp.Expr, sensitive: Sensitive) -> list[ColumnRef]:
     refs = (ColumnRef(c.table, c.name) for c in e.find_all(exp.Column) if c.table)
     return [r for r in refs if sensitive(r) is not None]
 
 
 def bound(
-    e: exp.Expression, sensitive: Sensitive, ops: Ops, beta: float, separated: Separated | None = None
+    e: exp.Expr, sensitive: Sensitive, ops: Ops, beta: float, separated: Separated | None = None
 ) -> tuple[Any, dict[ColumnRef, Any]]:
     """(ub, d): β-smooth upper bounds of |e| and of |∂e/∂v| per sensitive column v (module docstring).
     ``separated`` tells which products may keep the whole β in each factor; None: always split β."""
@@ -328,7 +328,7 @@ def bound(
 
 
 def _bound(
-    e: exp.Expression, sensitive: Sensitive, ops: Ops, beta: float, separated: Separated
+    e: exp.Expr, sensitive: Sensitive, ops: Ops, beta: float, separated: Separated
 ) -> tuple[Any, dict[ColumnRef, Any]]:
     if isinstance(e, exp.Paren):
         return _bound(e.this, sensitive, ops, beta, separated)
@@ -362,27 +362,27 @@ class _Derivation:
     beta: float
     separated: Separated
 
-    def of(self, e: exp.Expression, beta: float | None = None) -> tuple[Any, dict[ColumnRef, Any]]:
+    def of(self, e: exp.Expr, beta: float | None = None) -> tuple[Any, dict[ColumnRef, Any]]:
         return _bound(e, self.sensitive, self.ops, self.beta if beta is None else beta, self.separated)
 
-    def product(self, a: exp.Expression, b: exp.Expression) -> tuple[Any, dict[ColumnRef, Any]]:
+    def product(self, a: exp.Expr, b: exp.Expr) -> tuple[Any, dict[ColumnRef, Any]]:
         return _product(a, b, self.sensitive, self.ops, self.beta, self.separated)
 
-    def exponential(self, g: exp.Expression) -> tuple[Any, dict[ColumnRef, Any]]:
+    def exponential(self, g: exp.Expr) -> tuple[Any, dict[ColumnRef, Any]]:
         return _exponential(g, self.sensitive, self.ops, self.beta, self.separated)
 
-    def constant(self, e: exp.Expression) -> float | None:
+    def constant(self, e: exp.Expr) -> float | None:
         return constant(e)
 
-    def reads_sensitive(self, e: exp.Expression) -> bool:
+    def reads_sensitive(self, e: exp.Expr) -> bool:
         return bool(_sensitive_refs(e, self.sensitive))
 
-    def refuse(self, e: exp.Expression, why: str) -> RefusedError:
+    def refuse(self, e: exp.Expr, why: str) -> RefusedError:
         return RefusedError(f"cannot bound {e.sql(dialect='postgres')} under value-level privacy: {why}")
 
 
 def _exponential(
-    g: exp.Expression, sensitive: Sensitive, ops: Ops, beta: float, separated: Separated
+    g: exp.Expr, sensitive: Sensitive, ops: Ops, beta: float, separated: Separated
 ) -> tuple[Any, dict[ColumnRef, Any]]:
     """EXP(g), NR §3.3.8.3, Table 10 "e^(rx), |r| ≤ β" and "composition with a real function": e^g is
     L-smooth when g is L-Lipschitz in the metric, and L = Σ_v c_v/w_v for constant bounds c_v of |∂g/∂v|."""
@@ -404,7 +404,7 @@ def _exponential(
 
 
 def _product(
-    a: exp.Expression, b: exp.Expression, sensitive: Sensitive, ops: Ops, beta: float, separated: Separated
+    a: exp.Expr, b: exp.Expr, sensitive: Sensitive, ops: Ops, beta: float, separated: Separated
 ) -> tuple[Any, dict[ColumnRef, Any]]:
     # Lemma 3.70.2: a product of β1- and β2-smooth bounds is (β1 + β2)-smooth; split β by occurrences,
     # unless the factors' columns are separated by the metric (module docstring)
@@ -523,7 +523,7 @@ def _combine(vals: list[Any], p: float, kind: str) -> Any:
         for v in vals[1:]:
             out = exp.Add(this=out, expression=v)
         return exp.Paren(this=out)
-    total: exp.Expression | None = None
+    total: exp.Expr | None = None
     for v in vals:
         term = exp.Pow(this=_paren(v), expression=_num(q))
         total = term if total is None else exp.Add(this=total, expression=term)

@@ -38,7 +38,7 @@ from sqldp.sensitivity.intervals import Domain, constant
 from sqldp.sensitivity.operators import Fail, FailureContext
 
 
-def failure(node: exp.Expression, kind_of: KindOf) -> str | None:
+def failure(node: exp.Expr, kind_of: KindOf) -> str | None:
     """Why PostgreSQL may fail on ``node`` for some value of the columns it reads, or None: the ``fails`` rule
     of its operator (:mod:`sqldp.sensitivity.operators`). A function reading a column must be in that table,
     so that an unknown one is refused, not trusted."""
@@ -55,14 +55,14 @@ def failure(node: exp.Expression, kind_of: KindOf) -> str | None:
 EXP_CAP = 300.0  # e^300 ≈ 1.9e130: a product with any value below 1e178 stays a double
 
 
-def cap_exponentials(e: exp.Expression) -> exp.Expression:
+def cap_exponentials(e: exp.Expr) -> exp.Expr:
     """``e`` with each EXP(g) written EXP(LEAST(g, 300)) (a copy). The value-level analysis does not clamp the
     data, so EXP of a large value (or its product with one) would overflow double precision and fail: an
     error for the data. The capped function is what is analysed and run; it is at most e^g, its derivative
     at most e^g's (0 beyond the cap), so NR Table 10's bounds cover it (expressions.py takes
     |LEAST(g, c)| ≤ |g| for c ≥ 0), and it differs from e^g only above e^300."""
 
-    def cap(node: exp.Expression) -> exp.Expression:
+    def cap(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Exp) and reads_column(node):
             return exp.Exp(this=exp.Least(this=node.this.copy(), expressions=[exp.Literal.number(EXP_CAP)]))
         return node
@@ -76,7 +76,7 @@ def check(form: AnalysisForm, dom: Domain, *, bounded_sum: bool) -> None:
     :mod:`sqldp.sensitivity.intervals` over clamped columns (row-level), which refuses its unsafe divisors and
     roots itself; its values are those of the declared ranges. Under value-level privacy an aggregate's
     argument runs with its EXPs capped (:func:`cap_exponentials`), and is checked so."""
-    parts: list[tuple[str, exp.Expression, bool]] = [("WHERE", c.expr, False) for c in form.conjuncts]
+    parts: list[tuple[str, exp.Expr, bool]] = [("WHERE", c.expr, False) for c in form.conjuncts]
     parts += [("GROUP BY", g, False) for g in form.group_by]
     for agg in form.aggregates:
         if agg.arg is None:
@@ -86,7 +86,7 @@ def check(form: AnalysisForm, dom: Domain, *, bounded_sum: bool) -> None:
         else:
             parts.append((agg.sql, agg.arg if bounded_sum else cap_exponentials(agg.arg), False))
     for where, e, clamped in parts:
-        for node in e.find_all(exp.Expression):
+        for node in e.find_all(exp.Expr):
             why = None if clamped else failure(node, dom.kind)
             if why is not None:
                 raise _refusal(node, where, why)
@@ -101,7 +101,7 @@ def check(form: AnalysisForm, dom: Domain, *, bounded_sum: bool) -> None:
                 raise _refusal(e, where, why)
 
 
-def _refusal(node: exp.Expression, where: str, why: str) -> RefusedError:
+def _refusal(node: exp.Expr, where: str, why: str) -> RefusedError:
     return RefusedError(
         f"{node.sql(dialect='postgres')} in {where} {why}: PostgreSQL would fail on such data, and an error in "
         "place of the noisy answer would reveal it"
@@ -156,7 +156,7 @@ _CLAMP = "LEAST(GREATEST(x, low), high)"
 class _MayFail(Exception):
     """Not an error of sqldp: a node PostgreSQL may fail on, and why."""
 
-    def __init__(self, node: exp.Expression, why: str) -> None:
+    def __init__(self, node: exp.Expr, why: str) -> None:
         super().__init__(why)
         self.node, self.why = node, why
 
@@ -241,13 +241,13 @@ class _Values:
             v = Value(v.typ, lo, hi, least=least)
         return v
 
-    def __call__(self, e: exp.Expression) -> Value | None:
+    def __call__(self, e: exp.Expr) -> Value | None:
         key = id(e)
         if key not in self.memo:
             self.memo[key] = self._value(e)
         return self.memo[key]
 
-    def _value(self, e: exp.Expression) -> Value | None:
+    def _value(self, e: exp.Expr) -> Value | None:
         def fail(why: str) -> _MayFail:
             return _MayFail(e, why)
 
@@ -269,7 +269,7 @@ class _Values:
         # a node of unknown type: any number (its parents are then checked against the widest values)
         return Value("float", -FLOAT_MAX, FLOAT_MAX, inf=True, nan=True, least=FLOAT_LEAST)
 
-    def negation(self, e: exp.Expression, fail: Fail) -> Value | None:
+    def negation(self, e: exp.Expr, fail: Fail) -> Value | None:
         a = self(e.this)
         if a is None:
             return None
@@ -277,7 +277,7 @@ class _Values:
             raise fail("negates a BIGINT that may be −2^63, out of range (write CAST(x AS NUMERIC))")
         return replace(a, lo=-a.hi, hi=-a.lo, sided=-a.sided)
 
-    def absolute(self, e: exp.Expression, fail: Fail) -> Value | None:
+    def absolute(self, e: exp.Expr, fail: Fail) -> Value | None:
         a = self(e.this)
         if a is None:
             return None
@@ -286,7 +286,7 @@ class _Values:
         lo = _D(0) if a.lo <= 0 <= a.hi else min(abs(a.lo), abs(a.hi))
         return replace(a, lo=lo, hi=a.big)
 
-    def root(self, e: exp.Expression, fail: Fail) -> Value | None:
+    def root(self, e: exp.Expr, fail: Fail) -> Value | None:
         a = self(e.this)
         if a is None:
             return None
@@ -294,7 +294,7 @@ class _Values:
         lo, hi = (_CTX.sqrt(max(x, _D(0))) for x in (a.lo, a.hi))
         return Value(typ, lo, hi, a.inf, a.nan, _CTX.sqrt(a.least))
 
-    def rounding(self, e: exp.Expression, fail: Fail) -> Value | None:
+    def rounding(self, e: exp.Expr, fail: Fail) -> Value | None:
         """ROUND, FLOOR, CEIL: within 1 of the argument."""
         a = self(e.this)
         if a is None:
@@ -302,15 +302,15 @@ class _Values:
         typ = "numeric" if e.args.get("decimals") is not None else "float" if a.typ == "int" else a.typ
         return Value(typ, a.lo - 1, a.hi + 1, a.inf, a.nan)
 
-    def position(self, e: exp.Expression, fail: Fail) -> Value | None:
+    def position(self, e: exp.Expr, fail: Fail) -> Value | None:
         """LENGTH and POSITION: an INTEGER count of characters."""
         return Value("int", _D(0), _D(2**31 - 1))
 
-    def field(self, e: exp.Expression, fail: Fail) -> Value | None:
+    def field(self, e: exp.Expr, fail: Fail) -> Value | None:
         """EXTRACT: a NUMERIC field of a date or time (±Infinity of 'infinity')."""
         return Value("numeric", -_D("1e15"), _D("1e15"), inf=True, nan=True)
 
-    def convert(self, x: exp.Expression, v: Value, typ: str) -> Value:
+    def convert(self, x: exp.Expr, v: Value, typ: str) -> Value:
         """``v`` converted to the floating-point ``typ`` where PostgreSQL mixes it with one: a NUMERIC beyond its
         largest value, or so small it rounds to 0, fails the conversion."""
         if typ not in _FLOATS or v.typ == typ:
@@ -325,7 +325,7 @@ class _Values:
             )
         return replace(v, typ=typ)
 
-    def arithmetic(self, e: exp.Expression, fail: Fail) -> Value | None:
+    def arithmetic(self, e: exp.Expr, fail: Fail) -> Value | None:
         a, b = self(e.this), self(e.expression)
         if a is None or b is None:
             return None  # date or text operands: failure() refuses those that read a column
@@ -360,7 +360,7 @@ class _Values:
             v = Value(typ, -top, top, inf, nan, _D(1) if typ == "int" else _D(0))
         if not reads_column(e):
             return v
-        names: dict[type[exp.Expression], str] = {
+        names: dict[type[exp.Expr], str] = {
             exp.Add: "a sum",
             exp.Sub: "a difference",
             exp.Mul: "a product",
@@ -385,7 +385,7 @@ class _Values:
                 )
         return v
 
-    def exponential(self, e: exp.Expression, fail: Fail) -> Value | None:
+    def exponential(self, e: exp.Expr, fail: Fail) -> Value | None:
         a = self(e.this)
         if a is None:
             return None
@@ -414,7 +414,7 @@ class _Values:
         lo, hi = max(a.lo, lo), min(a.hi, hi)
         return Value("float", _CTX.exp(lo), _CTX.exp(hi), a.inf, a.nan, _CTX.exp(lo))
 
-    def power(self, e: exp.Expression, fail: Fail) -> Value | None:
+    def power(self, e: exp.Expr, fail: Fail) -> Value | None:
         a, k = self(e.this), self(e.expression)
         if a is None or k is None:
             return None
@@ -447,7 +447,7 @@ class _Values:
         odd = r.is_integer() and int(r) % 2 == 1
         return Value(typ, -top if odd and a.lo < 0 else _D(0), top, a.inf, a.nan, least)
 
-    def cast(self, e: exp.Expression, fail: Fail) -> Value | None:
+    def cast(self, e: exp.Expr, fail: Fail) -> Value | None:
         assert isinstance(e, exp.Cast)
         to = e.to
         a = self(e.this)
@@ -486,7 +486,7 @@ class _Values:
             return replace(a, typ="real")
         return self.convert(e.this, a, target.typ) if a.typ == "numeric" else replace(a, typ=target.typ)
 
-    def choice(self, e: exp.Expression, fail: Fail) -> Value | None:
+    def choice(self, e: exp.Expr, fail: Fail) -> Value | None:
         """GREATEST, LEAST, COALESCE, NULLIF and CASE: one of their arguments, in their common type (NaN is
         above every number: LEAST(NaN, 1) is 1, GREATEST(NaN, 1) NaN)."""
         if isinstance(e, exp.Case):
@@ -531,12 +531,12 @@ def _sci(x: decimal.Decimal) -> str:
     return f"{float(x):g}" if abs(x) < _D("1e300") else f"{'-' if x < 0 else ''}1e{x.adjusted()}"
 
 
-def value_failure(e: exp.Expression, dom: Domain, *, clamped: bool = False) -> tuple[exp.Expression, str] | None:
+def value_failure(e: exp.Expr, dom: Domain, *, clamped: bool = False) -> tuple[exp.Expr, str] | None:
     """The first node of ``e`` whose value may leave its type for some value of the columns' types (of their
     declared ranges where ``clamped``), and why; None when none can."""
     values = _Values(dom, clamped)
     with decimal.localcontext(_CTX):
-        for node in e.find_all(exp.Expression):
+        for node in e.find_all(exp.Expr):
             try:
                 values(node)
             except _MayFail as err:

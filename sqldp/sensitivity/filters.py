@@ -81,7 +81,7 @@ def _grid_gcd(a: Fraction | None, b: Fraction | None, a_used: bool, b_used: bool
 class Filter:
     """A [0, 1]-valued SQL expression approximating a condition, with per-column slope bounds."""
 
-    sql: exp.Expression
+    sql: exp.Expr
     slopes: dict[ColumnRef, float]  # bound on |∂ filter / ∂ column| (column in its norm unit)
     exact: bool  # equals the condition's indicator on every database of the column types
     # per column x: a closed interval [lo, hi] (x in its linear unit: days for a DATE) outside which the
@@ -89,7 +89,7 @@ class Filter:
     support: dict[ColumnRef, tuple[float, float]] = field(default_factory=dict)
 
 
-def _num(v: float) -> exp.Expression:
+def _num(v: float) -> exp.Expr:
     if float(v).is_integer() and abs(v) < 1e15:
         lit = exp.Literal.number(str(abs(int(v))))
     else:
@@ -116,7 +116,7 @@ def _interval_days(node: exp.Interval) -> float:
     return days
 
 
-def linear(e: exp.Expression, info: ColumnInfo) -> Linear:
+def linear(e: exp.Expr, info: ColumnInfo) -> Linear:
     """The linear form of a comparison operand; refuse anything else (NR §3.3.8.4 needs continuity). Leaves
     here, operators by their ``linear`` rule (:mod:`sqldp.sensitivity.operators`)."""
     if isinstance(e, exp.Paren):
@@ -155,7 +155,7 @@ def linear(e: exp.Expression, info: ColumnInfo) -> Linear:
     )
 
 
-def column_sql(ref: ColumnRef, info: ColumnInfo) -> exp.Expression:
+def column_sql(ref: ColumnRef, info: ColumnInfo) -> exp.Expr:
     col = exp.column(ref.column, table=ref.alias)
     if info(ref)[0] == "date":
         # dates count in days (policy unit conversions are applied to the slopes)
@@ -163,11 +163,11 @@ def column_sql(ref: ColumnRef, info: ColumnInfo) -> exp.Expression:
     return col
 
 
-def _linear_sql(lin: Linear, info: ColumnInfo, const: float, *, double: bool = False) -> exp.Expression:
+def _linear_sql(lin: Linear, info: ColumnInfo, const: float, *, double: bool = False) -> exp.Expr:
     """``double``: in DOUBLE PRECISION, for the sigmoids: exp() of a NUMERIC runs PostgreSQL's
     arbitrary-precision exponential, ≈ 6× slower per row on TPC-H Q6 than the float one, and NUMERIC
     arithmetic before the cast cost Q6 a quarter of its answer query at SF 1, so each column is cast first."""
-    out: exp.Expression | None = None
+    out: exp.Expr | None = None
     for ref, c in sorted(lin.coefs.items(), key=lambda kv: str(kv[0])):
         term = column_sql(ref, info)
         if double:
@@ -182,7 +182,7 @@ def _linear_sql(lin: Linear, info: ColumnInfo, const: float, *, double: bool = F
     return exp.Paren(this=out)
 
 
-def _clamp01(e: exp.Expression) -> exp.Expression:
+def _clamp01(e: exp.Expr) -> exp.Expr:
     return exp.Least(this=_num(1), expressions=[exp.Greatest(this=_num(0), expressions=[e])])
 
 
@@ -204,7 +204,7 @@ def _on_grid(x: float, g: Fraction) -> tuple[float, bool]:
     return k, False
 
 
-def compare(op: type[exp.Expression], lhs: exp.Expression, rhs: exp.Expression, info: ColumnInfo) -> Filter:
+def compare(op: type[exp.Expr], lhs: exp.Expr, rhs: exp.Expr, info: ColumnInfo) -> Filter:
     """``lhs OP rhs`` as a step (on a grid) or sigmoid/tauoid (NR Table 9, §3.3.8.5)."""
     d = linear(lhs, info).add(linear(rhs, info).scale(-1.0))
     if op in (exp.LT, exp.LTE):  # d < 0 ⇔ −d > 0
@@ -298,7 +298,7 @@ def combine_supports(
     return out
 
 
-def envelope(cond: exp.Expression, info: ColumnInfo) -> exp.Expression | None:
+def envelope(cond: exp.Expr, info: ColumnInfo) -> exp.Expr | None:
     """A public condition that every row with a non-zero approximation satisfies, whatever the sensitive
     values (None: no such condition is known). The approximation of a public atom is its exact indicator, AND
     is min and OR is max, so where the envelope is false the approximation is 0 identically and the row
@@ -313,14 +313,14 @@ def envelope(cond: exp.Expression, info: ColumnInfo) -> exp.Expression | None:
         parts = [envelope(cond.this, info), envelope(cond.expression, info)]
         if isinstance(cond, exp.And):
             known = [p for p in parts if p is not None]
-            return cast(exp.Expression, exp.and_(*(p.copy() for p in known))) if known else None
+            return cast(exp.Expr, exp.and_(*(p.copy() for p in known))) if known else None
         if any(p is None for p in parts):
             return None
-        return cast(exp.Expression, exp.or_(*(p.copy() for p in parts if p is not None)))  # an Or node
+        return cast(exp.Expr, exp.or_(*(p.copy() for p in parts if p is not None)))  # an Or node
     return None  # a private atom, or NOT (1 − s is 1 where s is 0): true for every row
 
 
-def approximate(cond: exp.Expression, info: ColumnInfo) -> Filter:
+def approximate(cond: exp.Expr, info: ColumnInfo) -> Filter:
     """The continuous approximation of a boolean condition (NR §3.3.8.4)."""
     reads_sensitive = any(c.table and info(ColumnRef(c.table, c.name))[3] for c in cond.find_all(exp.Column))
     if not reads_sensitive:

@@ -64,7 +64,7 @@ def domain(form: AnalysisForm, catalog: Catalog, policy: Policy) -> Domain:
 ROW_LEVEL_SUM = "SUM under row-level privacy"
 
 
-def interval(e: exp.Expression, dom: Domain, purpose: str = ROW_LEVEL_SUM) -> Interval:
+def interval(e: exp.Expr, dom: Domain, purpose: str = ROW_LEVEL_SUM) -> Interval:
     """[lo, hi] ⊇ the values of ``e`` when every column lies in its declared range, by PostgreSQL's arithmetic
     (integer division truncates, casts to integers round: :mod:`sqldp.pg_arithmetic`); refuse
     otherwise, naming the ``purpose`` the range is needed for — and where a value could overflow double
@@ -78,8 +78,8 @@ def interval(e: exp.Expression, dom: Domain, purpose: str = ROW_LEVEL_SUM) -> In
     return lo, hi
 
 
-def _interval(e: exp.Expression, dom: Domain, purpose: str) -> Interval:
-    def of(x: exp.Expression) -> Interval:
+def _interval(e: exp.Expr, dom: Domain, purpose: str) -> Interval:
+    def of(x: exp.Expr) -> Interval:
         return interval(x, dom, purpose)
 
     def refuse(why: str) -> RefusedError:
@@ -111,7 +111,7 @@ def _interval(e: exp.Expression, dom: Domain, purpose: str) -> Interval:
 _NO_COLUMNS = Domain(lambda ref: None, lambda ref: "other")
 
 
-def constant(e: exp.Expression) -> float | None:
+def constant(e: exp.Expr) -> float | None:
     """The value of an expression without columns as PostgreSQL computes it (−1, 1 / 2 = 0), else None (one
     that reads a column, or whose value is not pinned down: CAST(0.5 AS INTEGER) may round either way)."""
     if reads_column(e):
@@ -123,19 +123,19 @@ def constant(e: exp.Expression) -> float | None:
     return lo if lo == hi else None
 
 
-def magnitude(e: exp.Expression, dom: Domain) -> float:
+def magnitude(e: exp.Expr, dom: Domain) -> float:
     """max |e| over the declared ranges."""
     lo, hi = interval(e, dom)
     return max(abs(lo), abs(hi))
 
 
-def clamp_columns(e: exp.Expression, dom: Domain) -> exp.Expression:
+def clamp_columns(e: exp.Expr, dom: Domain) -> exp.Expr:
     """``e`` with each column c replaced by ``CASE WHEN c < lo THEN lo WHEN c > hi THEN hi ELSE c END``: the
     bound then holds for any data. Not LEAST(GREATEST(c, lo), hi): PostgreSQL's GREATEST skips NULLs, so a NULL
     would enter SUM as lo instead of being skipped (SUM(age) with range [18, 99] counted 18 per NULL).
     :func:`sqldp.sensitivity.operators.clamped` recognises the CASE it writes."""
 
-    def clamp(node: exp.Expression) -> exp.Expression:
+    def clamp(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Column) and node.table:
             r = dom.range(ColumnRef(node.table, node.name))
             if r is not None:

@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # types only: those modules import this one
 
 Interval = tuple[float, float]
 Bounds = tuple[Any, dict[ColumnRef, Any]]  # (ub, d) of expressions.bound, in the Ops' representation
-Constant = Callable[[exp.Expression], "float | None"]  # intervals.constant: PostgreSQL's value of a constant
+Constant = Callable[[exp.Expr], "float | None"]  # intervals.constant: PostgreSQL's value of a constant
 
 
 # -- what the analyses hand their rules --------------------------------------------------------------------
@@ -71,18 +71,18 @@ class ValueContext(Protocol):
     PostgreSQL's types (:class:`sqldp.sensitivity.failures._Values`) that the entries below call; ``fail(why)``
     is the exception to raise for the node."""
 
-    def __call__(self, e: exp.Expression) -> Value | None: ...
-    def arithmetic(self, e: exp.Expression, fail: Fail) -> Value | None: ...
-    def negation(self, e: exp.Expression, fail: Fail) -> Value | None: ...
-    def absolute(self, e: exp.Expression, fail: Fail) -> Value | None: ...
-    def exponential(self, e: exp.Expression, fail: Fail) -> Value | None: ...
-    def root(self, e: exp.Expression, fail: Fail) -> Value | None: ...
-    def power(self, e: exp.Expression, fail: Fail) -> Value | None: ...
-    def rounding(self, e: exp.Expression, fail: Fail) -> Value | None: ...
-    def cast(self, e: exp.Expression, fail: Fail) -> Value | None: ...
-    def choice(self, e: exp.Expression, fail: Fail) -> Value | None: ...
-    def position(self, e: exp.Expression, fail: Fail) -> Value | None: ...
-    def field(self, e: exp.Expression, fail: Fail) -> Value | None: ...
+    def __call__(self, e: exp.Expr) -> Value | None: ...
+    def arithmetic(self, e: exp.Expr, fail: Fail) -> Value | None: ...
+    def negation(self, e: exp.Expr, fail: Fail) -> Value | None: ...
+    def absolute(self, e: exp.Expr, fail: Fail) -> Value | None: ...
+    def exponential(self, e: exp.Expr, fail: Fail) -> Value | None: ...
+    def root(self, e: exp.Expr, fail: Fail) -> Value | None: ...
+    def power(self, e: exp.Expr, fail: Fail) -> Value | None: ...
+    def rounding(self, e: exp.Expr, fail: Fail) -> Value | None: ...
+    def cast(self, e: exp.Expr, fail: Fail) -> Value | None: ...
+    def choice(self, e: exp.Expr, fail: Fail) -> Value | None: ...
+    def position(self, e: exp.Expr, fail: Fail) -> Value | None: ...
+    def field(self, e: exp.Expr, fail: Fail) -> Value | None: ...
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class IntervalContext:
     """What an ``interval`` rule is given (:func:`sqldp.sensitivity.intervals.interval`): ``refuse(why)`` says
     "cannot bound <the node> for <purpose>: <why>"."""
 
-    of: Callable[[exp.Expression], Interval]
+    of: Callable[[exp.Expr], Interval]
     kind: KindOf
     refuse: Callable[[str], RefusedError]
 
@@ -103,22 +103,22 @@ class DerivativeContext(Protocol):
     def ops(self) -> Ops: ...
     @property
     def beta(self) -> float: ...
-    def of(self, e: exp.Expression, beta: float | None = None) -> Bounds: ...
-    def product(self, a: exp.Expression, b: exp.Expression) -> Bounds: ...
-    def exponential(self, g: exp.Expression) -> Bounds: ...
-    def constant(self, e: exp.Expression) -> float | None: ...
-    def reads_sensitive(self, e: exp.Expression) -> bool: ...
-    def refuse(self, e: exp.Expression, why: str) -> RefusedError: ...
+    def of(self, e: exp.Expr, beta: float | None = None) -> Bounds: ...
+    def product(self, a: exp.Expr, b: exp.Expr) -> Bounds: ...
+    def exponential(self, g: exp.Expr) -> Bounds: ...
+    def constant(self, e: exp.Expr) -> float | None: ...
+    def reads_sensitive(self, e: exp.Expr) -> bool: ...
+    def refuse(self, e: exp.Expr, why: str) -> RefusedError: ...
 
 
-LinearOf = Callable[[exp.Expression], "Linear"]
+LinearOf = Callable[[exp.Expr], "Linear"]
 
-FailRule = Callable[[FailureContext, exp.Expression], "str | None"]
-ValueRule = Callable[[ValueContext, exp.Expression, Fail], "Value | None"]
-IntervalRule = Callable[[IntervalContext, exp.Expression], "Interval | None"]
-DerivativeRule = Callable[[DerivativeContext, exp.Expression], "Bounds | None"]
-LinearRule = Callable[[LinearOf, exp.Expression], "Linear | None"]
-StepRule = Callable[[exp.Expression, KindOf], "str | None"]
+FailRule = Callable[[FailureContext, exp.Expr], "str | None"]
+ValueRule = Callable[[ValueContext, exp.Expr, Fail], "Value | None"]
+IntervalRule = Callable[[IntervalContext, exp.Expr], "Interval | None"]
+DerivativeRule = Callable[[DerivativeContext, exp.Expr], "Bounds | None"]
+LinearRule = Callable[[LinearOf, exp.Expr], "Linear | None"]
+StepRule = Callable[[exp.Expr, KindOf], "str | None"]
 
 F = TypeVar("F")
 
@@ -199,32 +199,32 @@ def _power(a: Interval, r: float, refuse: Callable[[str], RefusedError]) -> Inte
     return min(ends), max(ends)
 
 
-def _cast_interval(c: IntervalContext, e: exp.Expression) -> Interval:
+def _cast_interval(c: IntervalContext, e: exp.Expr) -> Interval:
     lo, hi = c.of(e.this)
     # a rounding cast moves a value by at most 1/2 (to NUMERIC(p, s): 10^(−s)/2), monotonically
     return (math.floor(lo), math.ceil(hi)) if rounds(e, c.kind) else (lo, hi)
 
 
-def _neg_interval(c: IntervalContext, e: exp.Expression) -> Interval:
+def _neg_interval(c: IntervalContext, e: exp.Expr) -> Interval:
     lo, hi = c.of(e.this)
     return -hi, -lo
 
 
-def _add_interval(c: IntervalContext, e: exp.Expression) -> Interval:
+def _add_interval(c: IntervalContext, e: exp.Expr) -> Interval:
     a, b = c.of(e.this), c.of(e.expression)
     return a[0] + b[0], a[1] + b[1]
 
 
-def _sub_interval(c: IntervalContext, e: exp.Expression) -> Interval:
+def _sub_interval(c: IntervalContext, e: exp.Expr) -> Interval:
     a, b = c.of(e.this), c.of(e.expression)
     return a[0] - b[1], a[1] - b[0]
 
 
-def _mul_interval(c: IntervalContext, e: exp.Expression) -> Interval:
+def _mul_interval(c: IntervalContext, e: exp.Expr) -> Interval:
     return _mul(c.of(e.this), c.of(e.expression))
 
 
-def _div_interval(c: IntervalContext, e: exp.Expression) -> Interval:
+def _div_interval(c: IntervalContext, e: exp.Expr) -> Interval:
     a, b = c.of(e.this), c.of(e.expression)
     if b[0] <= 0 <= b[1]:
         raise c.refuse(f"the divisor's range {list(b)} contains 0")
@@ -233,38 +233,38 @@ def _div_interval(c: IntervalContext, e: exp.Expression) -> Interval:
     return (math.trunc(lo), math.trunc(hi)) if truncates(e, c.kind) else (lo, hi)
 
 
-def _abs_interval(c: IntervalContext, e: exp.Expression) -> Interval:
+def _abs_interval(c: IntervalContext, e: exp.Expr) -> Interval:
     return _abs(c.of(e.this))
 
 
-def _exp_interval(c: IntervalContext, e: exp.Expression) -> Interval:
+def _exp_interval(c: IntervalContext, e: exp.Expr) -> Interval:
     lo, hi = c.of(e.this)
     if hi > MAX_EXP:  # PostgreSQL fails on the data beyond it, an error that would answer for it
         raise c.refuse(f"EXP of values up to {hi:g} overflows double precision (e^{MAX_EXP:g} is the largest)")
     return _real(math.exp, lo), _real(math.exp, hi)
 
 
-def _sqrt_interval(c: IntervalContext, e: exp.Expression) -> Interval:
+def _sqrt_interval(c: IntervalContext, e: exp.Expr) -> Interval:
     lo, hi = c.of(e.this)
     if lo < 0:
         raise c.refuse(f"its argument's range {[lo, hi]} reaches below 0, where SQRT fails in PostgreSQL")
     return math.sqrt(lo), math.sqrt(hi)
 
 
-def _pow_interval(c: IntervalContext, e: exp.Expression) -> Interval:
+def _pow_interval(c: IntervalContext, e: exp.Expr) -> Interval:
     r_lo, r_hi = c.of(e.expression)
     if r_lo != r_hi:
         raise c.refuse("the exponent is not a constant")
     return _power(c.of(e.this), r_lo, c.refuse)
 
 
-def _extreme_interval(c: IntervalContext, e: exp.Expression) -> Interval:
+def _extreme_interval(c: IntervalContext, e: exp.Expr) -> Interval:
     parts = [c.of(x) for x in [e.this, *e.expressions]]
     pick = max if isinstance(e, exp.Greatest) else min  # both ends are monotone in every argument
     return pick(p[0] for p in parts), pick(p[1] for p in parts)
 
 
-def _case_interval(c: IntervalContext, e: exp.Expression) -> Interval | None:
+def _case_interval(c: IntervalContext, e: exp.Expr) -> Interval | None:
     if not isinstance(e, exp.Case) or e.this is not None:
         return None
     # CASE WHEN … THEN v1 … ELSE v0 END takes one of its branch values (a missing ELSE is NULL, which SUM
@@ -278,12 +278,12 @@ def _case_interval(c: IntervalContext, e: exp.Expression) -> Interval | None:
 # -- derivative bounds (NR §3.3.8.3, Table 10, Fig. 41; the rules in expressions.py's docstring) -----------
 
 
-def _same_derivative(c: DerivativeContext, e: exp.Expression) -> Bounds:
+def _same_derivative(c: DerivativeContext, e: exp.Expr) -> Bounds:
     """−e and ABS(e): |·| and |∂·| are those of e."""
     return c.of(e.this)
 
 
-def _cast_derivative(c: DerivativeContext, e: exp.Expression) -> Bounds:
+def _cast_derivative(c: DerivativeContext, e: exp.Expr) -> Bounds:
     u, d = c.of(e.this)
     if isinstance(e, exp.Cast) and keeps_value(e.to):
         return u, d
@@ -292,7 +292,7 @@ def _cast_derivative(c: DerivativeContext, e: exp.Expression) -> Bounds:
     return c.ops.add(u, c.ops.const(0.5)), d
 
 
-def _sum_derivative(c: DerivativeContext, e: exp.Expression) -> Bounds:
+def _sum_derivative(c: DerivativeContext, e: exp.Expr) -> Bounds:
     """Fig. 41 (+_S), (+_D); Lemma 3.70.1: the bounds add up."""
     u1, d1 = c.of(e.this)
     u2, d2 = c.of(e.expression)
@@ -302,11 +302,11 @@ def _sum_derivative(c: DerivativeContext, e: exp.Expression) -> Bounds:
     return c.ops.add(u1, u2), d
 
 
-def _product_derivative(c: DerivativeContext, e: exp.Expression) -> Bounds:
+def _product_derivative(c: DerivativeContext, e: exp.Expr) -> Bounds:
     return c.product(e.this, e.expression)
 
 
-def _quotient_derivative(c: DerivativeContext, e: exp.Expression) -> Bounds | None:
+def _quotient_derivative(c: DerivativeContext, e: exp.Expr) -> Bounds | None:
     den = c.constant(e.expression)  # as PostgreSQL computes it: CAST(2.4 AS INTEGER) divides by 2
     if den is None or den == 0:
         return None
@@ -315,20 +315,20 @@ def _quotient_derivative(c: DerivativeContext, e: exp.Expression) -> Bounds | No
     return c.ops.mul(u, inv), {k: c.ops.mul(v, inv) for k, v in d.items()}
 
 
-def _strip(e: exp.Expression) -> exp.Expression:
+def _strip(e: exp.Expr) -> exp.Expr:
     while isinstance(e, exp.Paren):
         e = e.this
     return e
 
 
-def _summands(e: exp.Expression) -> list[exp.Expression]:
+def _summands(e: exp.Expr) -> list[exp.Expr]:
     e = _strip(e)
     if isinstance(e, exp.Add):
         return [*_summands(e.this), *_summands(e.expression)]
     return [e]
 
 
-def _power_term(e: exp.Expression, constant: Constant) -> tuple[exp.Expression, float] | float | None:
+def _power_term(e: exp.Expr, constant: Constant) -> tuple[exp.Expr, float] | float | None:
     """A summand of an ℓp norm: (a, p) for |a|^p, a constant c ≥ 0 as itself, else None."""
     c = constant(e)
     if c is not None:
@@ -345,7 +345,7 @@ def _power_term(e: exp.Expression, constant: Constant) -> tuple[exp.Expression, 
     return None
 
 
-def lp_norm(e: exp.Expression, constant: Constant) -> tuple[list[exp.Expression | float], float] | None:
+def lp_norm(e: exp.Expr, constant: Constant) -> tuple[list[exp.Expr | float], float] | None:
     """(a_1, …, a_k; p) when e is ‖(a_1, …, a_k)‖_p written SQRT(a1^2 + …) or POWER(|a1|^p + …, 1/p); a
     constant summand c ≥ 0 is the constant c^(1/p). None for anything else (SQRT(x), a difference, a summand
     of another exponent, an outer exponent other than 1/p, no summand that is not constant)."""
@@ -369,7 +369,7 @@ def lp_norm(e: exp.Expression, constant: Constant) -> tuple[list[exp.Expression 
     return [t[0] if isinstance(t, tuple) else float(t) ** (1 / p) for t in terms if t is not None], p
 
 
-def _norm_derivative(c: DerivativeContext, e: exp.Expression) -> Bounds | None:
+def _norm_derivative(c: DerivativeContext, e: exp.Expr) -> Bounds | None:
     """Table 10 "‖x‖_p" (DS = 1 w.r.t. ℓp): (‖(u_i)‖_p, ‖(d_i[v])_i‖_p); checked before the powers, where
     POWER(…, 1/p) and SQRT would be refused."""
     norm = lp_norm(e, c.constant)
@@ -381,7 +381,7 @@ def _norm_derivative(c: DerivativeContext, e: exp.Expression) -> Bounds | None:
     return c.ops.norm([u for u, _ in parts], p), {k: c.ops.norm([d[k] for _, d in parts if k in d], p) for k in keys}
 
 
-def _power_derivative(c: DerivativeContext, e: exp.Expression) -> Bounds | None:
+def _power_derivative(c: DerivativeContext, e: exp.Expr) -> Bounds | None:
     norm = _norm_derivative(c, e)
     if norm is not None:
         return norm
@@ -403,11 +403,11 @@ def _power_derivative(c: DerivativeContext, e: exp.Expression) -> Bounds | None:
     return None
 
 
-def _exp_derivative(c: DerivativeContext, e: exp.Expression) -> Bounds:
+def _exp_derivative(c: DerivativeContext, e: exp.Expr) -> Bounds:
     return c.exponential(e.this)
 
 
-def clamped(e: exp.Expression) -> tuple[exp.Expression, float, float] | None:
+def clamped(e: exp.Expr) -> tuple[exp.Expr, float, float] | None:
     """(x, lo, hi) when ``e`` is a clamp written by :func:`sqldp.sensitivity.intervals.clamp_columns`, else
     None."""
     if not isinstance(e, exp.Case) or e.this is not None or len(e.args.get("ifs", [])) != 2:
@@ -424,7 +424,7 @@ def clamped(e: exp.Expression) -> tuple[exp.Expression, float, float] | None:
     return x, float(lo.this), float(hi.this)
 
 
-def _clamp_derivative(c: DerivativeContext, e: exp.Expression) -> Bounds | None:
+def _clamp_derivative(c: DerivativeContext, e: exp.Expr) -> Bounds | None:
     clamp = clamped(e)
     if clamp is None:
         return None
@@ -434,7 +434,7 @@ def _clamp_derivative(c: DerivativeContext, e: exp.Expression) -> Bounds | None:
     return c.ops.least([c.ops.greatest([u, c.ops.const(lo)]), c.ops.const(max(abs(lo), abs(hi)))]), d
 
 
-def _greatest_derivative(c: DerivativeContext, e: exp.Expression) -> Bounds:
+def _greatest_derivative(c: DerivativeContext, e: exp.Expr) -> Bounds:
     """NR §3.3.8.3 "Min / max": (max ub, max d)."""
     parts = [c.of(x) for x in [e.this, *e.expressions]]
     keys = {k for _, d in parts for k in d}
@@ -443,7 +443,7 @@ def _greatest_derivative(c: DerivativeContext, e: exp.Expression) -> Bounds:
     }
 
 
-def _least_derivative(c: DerivativeContext, e: exp.Expression) -> Bounds:
+def _least_derivative(c: DerivativeContext, e: exp.Expr) -> Bounds:
     args = [e.this, *e.expressions]
     free = [x for x in args if not (isinstance(x, exp.Literal) and not x.is_string and float(x.this) >= 0)]
     if len(free) == 1:  # LEAST(g, c), c ≥ 0 (failures.cap_exponentials): |·| ≤ |g|, |∂·| ≤ |∂g|
@@ -454,20 +454,20 @@ def _least_derivative(c: DerivativeContext, e: exp.Expression) -> Bounds:
 # -- linear forms in private filters (NR §3.3.8.4) ----------------------------------------------------------
 
 
-def _same_linear(of: LinearOf, e: exp.Expression) -> Linear:
+def _same_linear(of: LinearOf, e: exp.Expr) -> Linear:
     return of(e.this)
 
 
-def _neg_linear(of: LinearOf, e: exp.Expression) -> Linear:
+def _neg_linear(of: LinearOf, e: exp.Expr) -> Linear:
     return of(e.this).scale(-1.0)
 
 
-def _sum_linear(of: LinearOf, e: exp.Expression) -> Linear:
+def _sum_linear(of: LinearOf, e: exp.Expr) -> Linear:
     a, b = of(e.this), of(e.expression)
     return a.add(b if isinstance(e, exp.Add) else b.scale(-1.0))
 
 
-def _scaled_linear(of: LinearOf, e: exp.Expression) -> Linear | None:
+def _scaled_linear(of: LinearOf, e: exp.Expr) -> Linear | None:
     a, b = of(e.this), of(e.expression)
     if not a.coefs:
         return b.scale(a.const)
@@ -476,7 +476,7 @@ def _scaled_linear(of: LinearOf, e: exp.Expression) -> Linear | None:
     return None
 
 
-def _quotient_linear(of: LinearOf, e: exp.Expression) -> Linear | None:
+def _quotient_linear(of: LinearOf, e: exp.Expr) -> Linear | None:
     a, b = of(e.this), of(e.expression)
     if not b.coefs and b.const != 0:
         return a.scale(1.0 / b.const)
@@ -488,7 +488,7 @@ def _quotient_linear(of: LinearOf, e: exp.Expression) -> Linear | None:
 _TEXT_TYPES = {exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR, exp.DataType.Type.CHAR}
 
 
-def nonnegative(e: exp.Expression) -> bool:
+def nonnegative(e: exp.Expr) -> bool:
     """Whether ``e`` is ≥ 0 (or NULL) for every value of its columns, by its form alone."""
     if isinstance(e, exp.Paren):
         return nonnegative(e.this)
@@ -513,7 +513,7 @@ def nonnegative(e: exp.Expression) -> bool:
     return False
 
 
-def _numeric(e: exp.Expression, kind_of: KindOf) -> bool:
+def _numeric(e: exp.Expr, kind_of: KindOf) -> bool:
     if isinstance(e, exp.Paren):
         return _numeric(e.this, kind_of)
     if integer_valued(e, kind_of):
@@ -531,7 +531,7 @@ def _numeric(e: exp.Expression, kind_of: KindOf) -> bool:
     return isinstance(e, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg, exp.Abs, exp.Sqrt, exp.Exp, exp.Pow))
 
 
-def _dated(e: exp.Expression, kind_of: KindOf) -> bool:
+def _dated(e: exp.Expr, kind_of: KindOf) -> bool:
     """``e`` is a DATE that reads a column (a column of kind date, or arithmetic on one)."""
     while isinstance(e, exp.Paren):
         e = e.this
@@ -542,7 +542,7 @@ def _dated(e: exp.Expression, kind_of: KindOf) -> bool:
     return isinstance(e, (exp.Add, exp.Sub)) and any(_dated(x, kind_of) for x in (e.this, e.expression))
 
 
-def _divides(c: FailureContext, node: exp.Expression) -> str | None:
+def _divides(c: FailureContext, node: exp.Expr) -> str | None:
     """NULLIF(x, 0), or a constant that is not 0 (one that is fails on every row but not on no rows), is a
     safe divisor."""
     d = node.expression
@@ -559,7 +559,7 @@ def _divides(c: FailureContext, node: exp.Expression) -> str | None:
     return "divides by a value that may be 0 (write NULLIF(divisor, 0))"
 
 
-def _moves_date(c: FailureContext, node: exp.Expression) -> str | None:
+def _moves_date(c: FailureContext, node: exp.Expr) -> str | None:
     if any(_dated(x, c.kind) for x in (node.this, node.expression)):
         return (
             "moves or subtracts a date read from the data (a date near its type's ends leaves the range, "
@@ -568,13 +568,13 @@ def _moves_date(c: FailureContext, node: exp.Expression) -> str | None:
     return None
 
 
-def _root_fails(c: FailureContext, node: exp.Expression) -> str | None:
+def _root_fails(c: FailureContext, node: exp.Expr) -> str | None:
     if nonnegative(node.this):
         return None
     return "takes SQRT of a value that may be negative (write SQRT(ABS(x)) or SQRT(GREATEST(x, 0)))"
 
 
-def _power_fails(c: FailureContext, node: exp.Expression) -> str | None:
+def _power_fails(c: FailureContext, node: exp.Expr) -> str | None:
     r = c.constant(node.expression)
     if r is None:
         return "raises to a power read from the data"
@@ -585,13 +585,13 @@ def _power_fails(c: FailureContext, node: exp.Expression) -> str | None:
     return None
 
 
-def _logarithm_fails(c: FailureContext, node: exp.Expression) -> str:
+def _logarithm_fails(c: FailureContext, node: exp.Expr) -> str:
     # a domain narrower than the argument's type (NR does not need logarithms; PostgreSQL fails outside)
     return "takes a logarithm of a value that may be 0 or negative"
 
 
-def _substring_fails(c: FailureContext, node: exp.Expression) -> str | None:
-    if any(reads_column(a) for k, a in node.args.items() if k != "this" and isinstance(a, exp.Expression)):
+def _substring_fails(c: FailureContext, node: exp.Expr) -> str | None:
+    if any(reads_column(a) for k, a in node.args.items() if k != "this" and isinstance(a, exp.Expr)):
         return "takes a substring whose start or length is read from the data (a negative length fails)"
     length = node.args.get("length")
     if length is not None and (c.constant(length) or 0) < 0:
@@ -599,19 +599,19 @@ def _substring_fails(c: FailureContext, node: exp.Expression) -> str | None:
     return None
 
 
-def _truncates_date(c: FailureContext, node: exp.Expression) -> str | None:
+def _truncates_date(c: FailureContext, node: exp.Expr) -> str | None:
     if _dated(node.this, c.kind):
         return "truncates a date read from the data (a date after the year 294276 is no timestamp); use EXTRACT"
     return None
 
 
-def _pattern_fails(c: FailureContext, node: exp.Expression) -> str | None:
+def _pattern_fails(c: FailureContext, node: exp.Expr) -> str | None:
     if reads_column(node.expression):
         return "matches a pattern read from the data (a pattern ending in an escape character fails)"
     return None
 
 
-def _cast_fails(c: FailureContext, node: exp.Expression) -> str | None:
+def _cast_fails(c: FailureContext, node: exp.Expr) -> str | None:
     assert isinstance(node, exp.Cast)
     to = node.to
     if to.this in _TEXT_TYPES:
@@ -630,14 +630,14 @@ def _cast_fails(c: FailureContext, node: exp.Expression) -> str | None:
 # -- steps of PostgreSQL's arithmetic (sqldp.pg_arithmetic) ------------------------------------------------
 
 
-def _truncating(node: exp.Expression, kind_of: KindOf) -> str | None:
+def _truncating(node: exp.Expr, kind_of: KindOf) -> str | None:
     if not truncates(node, kind_of):
         return None
     sql = node.sql(dialect="postgres")
     return f"{sql} is an integer division (PostgreSQL truncates: 7 / 2 = 3); write a non-integer divisor (… / 2.0)"
 
 
-def _rounding(node: exp.Expression, kind_of: KindOf) -> str | None:
+def _rounding(node: exp.Expr, kind_of: KindOf) -> str | None:
     if not rounds(node, kind_of):
         return None
     return f"{node.sql(dialect='postgres')} rounds or converts its value; cast to DOUBLE PRECISION or NUMERIC instead"
@@ -650,7 +650,7 @@ def _sign(x: float) -> float:
     return float((x > 0) - (x < 0))
 
 
-def _sign_value(v: ValueContext, e: exp.Expression, fail: Fail) -> Value | None:
+def _sign_value(v: ValueContext, e: exp.Expr, fail: Fail) -> Value | None:
     """PostgreSQL has sign(double precision), which integers and REAL take too, and sign(numeric): −1, 0 or 1
     (±Infinity give ±1; NaN gives 0 in double precision and stays NaN in NUMERIC). It never fails."""
     a = v(e.this)
@@ -669,13 +669,13 @@ def _sign_value(v: ValueContext, e: exp.Expression, fail: Fail) -> Value | None:
     return replace(a, typ=typ, lo=lo, hi=hi, inf=False, nan=a.nan and numeric, least=decimal.Decimal(1), sided=0)
 
 
-def _sign_interval(c: IntervalContext, e: exp.Expression) -> Interval:
+def _sign_interval(c: IntervalContext, e: exp.Expr) -> Interval:
     """SIGN is non-decreasing: its values over [lo, hi] are those between SIGN(lo) and SIGN(hi)."""
     lo, hi = c.of(e.this)
     return _sign(lo), _sign(hi)
 
 
-def _sign_derivative(c: DerivativeContext, e: exp.Expression) -> Bounds:
+def _sign_derivative(c: DerivativeContext, e: exp.Expr) -> Bounds:
     """Of a value that does not move (no sensitive column): |SIGN| ≤ 1, derivative 0 (NR §3.3.8.3 uses the exact
     values of non-sensitive data). Of a sensitive value: SIGN jumps by 1 at 0, so no bound of its derivative
     exists there (NR §3.3.8 bounds derivatives of functions of the sensitive values; a step has none at its
@@ -685,7 +685,7 @@ def _sign_derivative(c: DerivativeContext, e: exp.Expression) -> Bounds:
     return c.ops.const(1.0), {}
 
 
-def _sign_step(node: exp.Expression, kind_of: KindOf) -> str:
+def _sign_step(node: exp.Expr, kind_of: KindOf) -> str:
     return (
         f"{node.sql(dialect='postgres')} is a step (−1, 0 or 1) that jumps at 0, where no derivative bound exists; "
         "count the rows above and below 0 in private filters instead (NR §3.3.8.4 approximates those)"
@@ -695,7 +695,7 @@ def _sign_step(node: exp.Expression, kind_of: KindOf) -> str:
 # -- % (MOD) -----------------------------------------------------------------------------------------------------
 
 
-def _mod_interval(c: IntervalContext, e: exp.Expression) -> Interval:
+def _mod_interval(c: IntervalContext, e: exp.Expr) -> Interval:
     """PostgreSQL's a % b (MOD(a, b)) is a − trunc(a / b)·b, for integers and NUMERIC alike: 0 or of a's sign,
     no larger than |a|, smaller than |b| (at most |b| − 1 for integers); a itself where |a| < |b|. A divisor
     whose range holds 0 fails (failures.py refuses it too)."""
@@ -712,7 +712,7 @@ def _mod_interval(c: IntervalContext, e: exp.Expression) -> Interval:
     return (max(a[0], -top) if a[0] < 0 else 0.0), (min(a[1], top) if a[1] > 0 else 0.0)
 
 
-def _mod_derivative(c: DerivativeContext, e: exp.Expression) -> Bounds:
+def _mod_derivative(c: DerivativeContext, e: exp.Expr) -> Bounds:
     """Of values that do not move (no sensitive column): |a % b| ≤ |a|, derivative 0. A remainder of a sensitive
     value jumps by |b| wherever a / b crosses an integer (a sawtooth), and no derivative bound exists at a jump
     (NR §3.3.8): refused, as SIGN and integer division are (``step``)."""
@@ -723,7 +723,7 @@ def _mod_derivative(c: DerivativeContext, e: exp.Expression) -> Bounds:
     return u, {}
 
 
-def _mod_step(node: exp.Expression, kind_of: KindOf) -> str:
+def _mod_step(node: exp.Expr, kind_of: KindOf) -> str:
     return (
         f"{node.sql(dialect='postgres')} is a remainder, a step that jumps wherever the quotient crosses an "
         "integer, where no derivative bound exists; take remainders of values that are not sensitive only"
@@ -906,13 +906,13 @@ def supported(aspect: Literal["interval", "derivative", "linear"]) -> str:
     return ", ".join(words)
 
 
-def steps(e: exp.Expression, kind_of: KindOf) -> list[exp.Expression]:
+def steps(e: exp.Expr, kind_of: KindOf) -> list[exp.Expr]:
     """The steps of PostgreSQL's arithmetic in ``e`` that read a column (integer divisions, rounding casts, …),
     outermost first."""
-    return [n for n in e.find_all(exp.Expression) if describe(n, kind_of) is not None and reads_column(n)]
+    return [n for n in e.find_all(exp.Expr) if describe(n, kind_of) is not None and reads_column(n)]
 
 
-def describe(node: exp.Expression, kind_of: KindOf) -> str | None:
+def describe(node: exp.Expr, kind_of: KindOf) -> str | None:
     """A user's words for a step: what PostgreSQL computes and how to write the real function instead; None
     when ``node`` is no step."""
     op = lookup(node)
