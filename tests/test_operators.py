@@ -32,7 +32,7 @@ import sqldp
 from sqldp.errors import RefusedError
 from sqldp.form import ColumnRef
 from sqldp.policy import Policy
-from sqldp.runner import Session
+from sqldp.session import Session
 from sqldp.sensitivity import operators
 from sqldp.sensitivity.expressions import RangeOps, bound
 from sqldp.sensitivity.failures import failure, value_failure
