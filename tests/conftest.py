@@ -3,6 +3,10 @@
 Order of preference: ``SQLDP_TEST_DSN`` if set; a testcontainers PostgreSQL when a
 Docker engine answers; otherwise the embedded server in a temporary data directory. Each test that asks for
 ``pg_dsn`` gets a database of its own, dropped afterwards.
+
+Every test that needs PostgreSQL carries the ``pg`` marker — those using the server fixture get it here, the
+few that start a server of their own declare it — so ``pytest -m "not pg"`` runs the rest without one. The
+tests mirror the package: frontend, sensitivity, release, policy, engine, proxy, cli.
 """
 
 from __future__ import annotations
@@ -15,6 +19,16 @@ from contextlib import contextmanager
 import psycopg
 import pytest
 from psycopg import sql
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "pg: needs a PostgreSQL server (run the rest with -m 'not pg')")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "pg_server_dsn" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.pg)
 
 
 def _docker_answers() -> bool:

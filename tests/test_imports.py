@@ -46,11 +46,22 @@ def test_every_module_imports_in_a_fresh_interpreter(order: str) -> None:
 
 
 def _imported(module: str, path: Path, known: set[str]) -> set[str]:
-    """The sqldp modules ``module`` imports anywhere in its file. Importing ``a.b.c`` runs the packages ``a``
+    """The sqldp modules ``module`` imports anywhere in its file, but for the type checker only. Importing ``a.b.c`` runs the packages ``a``
     and ``a.b`` first, which counts unless ``module`` is inside them (a package's own modules are imported
     while it initialises)."""
     targets: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    # imports for the type checker only (``if TYPE_CHECKING:``) never run, so they cannot close a cycle
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for stmt in node.body
+        for inner in ast.walk(stmt)
+    }
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             targets.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:

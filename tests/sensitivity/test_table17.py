@@ -15,7 +15,7 @@ import pytest
 import sqldp
 from sqldp.policy import Policy
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NAPLES = ROOT / "benchmarks" / "tpch" / "queries" / "naples"
 
 

@@ -15,7 +15,7 @@ from sqldp.commands.explain import explain
 from sqldp.datasets import dataset_path
 from sqldp.policy import Policy
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 QUERIES = ROOT / "benchmarks" / "tpch" / "queries"
 SCHEMA = dataset_path("tpch.sql")
 POLICY = dataset_path("tpch.toml")

@@ -18,6 +18,7 @@ def sqldp(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "sqldp.cli", *args], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.pg  # starts an embedded server of its own
 def test_db_start_status_url_stop(tmp_path: Path) -> None:
     home = str(tmp_path / "home")
     assert sqldp("db", "status", "--data-dir", home).returncode == 3

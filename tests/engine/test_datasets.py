@@ -23,7 +23,7 @@ from sqldp.errors import DatabaseError, InputError, SqlSyntaxError
 from sqldp.policy import Policy
 
 SF = 0.01  # the scale factor of conftest's tpch_dsn fixture
-QUERIES = Path(__file__).resolve().parents[1] / "benchmarks" / "tpch" / "queries"
+QUERIES = Path(__file__).resolve().parents[2] / "benchmarks" / "tpch" / "queries"
 TPCH_QUERIES = sorted(QUERIES.glob("q*.sql"))
 NAPLES_QUERIES = sorted((QUERIES / "naples").glob("q*.sql"))
 
