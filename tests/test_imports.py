@@ -46,9 +46,9 @@ def test_every_module_imports_in_a_fresh_interpreter(order: str) -> None:
 
 
 def _imported(module: str, path: Path, known: set[str]) -> set[str]:
-    """The sqldp modules ``module`` imports anywhere in its file, but for the type checker only. Importing ``a.b.c`` runs the packages ``a``
-    and ``a.b`` first, which counts unless ``module`` is inside them (a package's own modules are imported
-    while it initialises)."""
+    """The sqldp modules ``module`` imports anywhere in its file, except for the type checker only.
+    Importing ``a.b.c`` runs the packages ``a`` and ``a.b`` first, which counts unless ``module`` is inside
+    them (a package's own modules are imported while it initialises)."""
     targets: set[str] = set()
     tree = ast.parse(path.read_text(encoding="utf-8"))
     # imports for the type checker only (``if TYPE_CHECKING:``) never run, so they cannot close a cycle

@@ -32,11 +32,11 @@ import sqldp
 from sqldp.errors import RefusedError
 from sqldp.form import ColumnRef
 from sqldp.policy import Policy
-from sqldp.session import Session
 from sqldp.sensitivity import operators
 from sqldp.sensitivity.expressions import RangeOps, bound
 from sqldp.sensitivity.failures import failure, value_failure
 from sqldp.sensitivity.intervals import Domain, interval
+from sqldp.session import Session
 
 Ranges = dict[str, tuple[float, float]]
 KINDS = {"a": "integer", "x": "numeric", "b": "integer", "k": "integer", "f": "numeric"}
