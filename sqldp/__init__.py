@@ -1,8 +1,9 @@
 """sqldp: differentially private answers to ordinary PostgreSQL queries.
 
 The pipeline (data flows one way): ``frontend`` (SQL text → relational algebra) → ``normalize``
-(algebra → analysis form) → ``sensitivity`` (analysis form + policy → plan) → ``mechanisms`` (noise) →
-``runner`` (the only module that talks to the database).
+(algebra → analysis form) → ``sensitivity`` (analysis form + policy → plan) → ``rewrite`` (the SQL that
+runs) → ``engine`` (the only code that talks to the database) → ``release`` (composition, β, noise from
+``mechanisms``, post-processing). ``session`` holds them together; ``runner`` runs one prepared query.
 
     import sqldp
     session = sqldp.connect(policy="policy.toml")      # embedded PostgreSQL, or a DSN

@@ -29,7 +29,7 @@ from sqldp.policy import EPOCH, Policy
 @dataclass(frozen=True)
 class KeyDomain:
     values: tuple[object, ...] | None  # declared in the policy
-    query: exp.Select | None  # SELECT DISTINCT over a public table, run by the runner
+    query: exp.Select | None  # SELECT DISTINCT over a public table, run in the answer's snapshot (sqldp.engine)
 
     @property
     def ordered(self) -> exp.Select | None:
@@ -171,7 +171,7 @@ def match_groups(answer: exp.Select, domains: Sequence[KeyDomain]) -> exp.Select
     A declared value is an untyped literal (``__key0 = 'a'``), which PostgreSQL types as the key column, as
     if the analyst had written the comparison; ``CASE`` takes the first value that matches, so an answer row
     is one group even if two declared values were equal in PostgreSQL. A public domain is its DISTINCT values
-    numbered in ORDER BY (the order the runner reads them in, in the same snapshot) and joined with ``=``;
+    numbered in ORDER BY (the order the engine reads them in, in the same snapshot) and joined with ``=``;
     its values are pairwise distinct under that ``=``, which is an equivalence, so a row matches one."""
     items: list[exp.Expr] = []
     select = exp.select().from_(exp.Subquery(this=answer.copy(), alias=_alias("__a")))

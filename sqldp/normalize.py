@@ -1,4 +1,4 @@
-"""Relational algebra → analysis form (pipeline step 2 of 5, README "Layout"; the shapes of NR §3.3.7.3 and §3.3.8.2).
+"""Relational algebra → analysis form (pipeline step 2 of 6, README "Layout"; the shapes of NR §3.3.7.3 and §3.3.8.2).
 
 The analyses handle ``aggregate(expr) over σθ(U1 × … × Un)``. This module flattens selections and
 products, inlines FROM-subqueries and WITH references that are plain select-project-join blocks (each
@@ -404,7 +404,7 @@ _HAVING_NODES = (
     exp.Identifier,
     exp.Greatest,
     exp.Least,
-)  # fmt: skip  — what the runner's _holds/_evaluate compute on the noisy values
+)  # fmt: skip  — what sqldp.release.holds/evaluate compute on the noisy values
 
 
 def _number(v: float) -> exp.Expr:

@@ -61,7 +61,7 @@ def widen_integers(e: exp.Expr, kind_of: KindOf) -> exp.Expr:
     in place of a noisy answer tells the analyst about the data. BIGINT arithmetic gives the same values
     wherever INTEGER does not overflow (integer division still truncates), and a product of two INTEGER
     values cannot overflow it. Literals, and arithmetic whose own operands are widened, are left as they are.
-    The analyses never see this: it is how the SQL they describe is run (``sqldp.runner``)."""
+    The analyses never see this: it is how the SQL they describe is run (a rule of ``sqldp.rewrite``)."""
 
     def operand(x: exp.Expr) -> exp.Expr:
         inner = x

@@ -1,5 +1,5 @@
 """Sensitivity analyses: pure functions from (analysis form, catalog, policy) to a *plan* (pipeline step 3 of
-5, README "Layout").
+6, README "Layout").
 
 The plan contract every analysis implements is :class:`sqldp.sensitivity.plan.Plan`: the queries to run in
 the answer's snapshot, how their results bind to a β ↦ bound function, the aggregate it covers, whether
@@ -46,7 +46,7 @@ def plan(
     * it does, and no table in it has private rows: the value-level plan (§3.3.8);
     * it does, and some table has private rows: the combined plan (§3.3.9).
     Shapes the analyses do not cover are refused by them with the reason (fail closed).
-    ``beta`` is the β the user fixed (None: the runner optimises it); the value plan then evaluates only it."""
+    ``beta`` is the β the user fixed (None: the release step optimises it); the value plan then evaluates only it."""
     reads = {ref for agg in form.aggregates for ref in agg.columns}
     reads |= {ref for c in form.conjuncts for ref in c.columns}
     reads |= {ColumnRef(k.table, k.name) for g in form.group_by for k in g.find_all(exp.Column) if k.table}

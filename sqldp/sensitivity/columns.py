@@ -33,7 +33,7 @@ MIN/MAX by the whole range; no combined §3.3.9 bound for MIN/MAX).
 
 β: the bounds depend on β through the smoothing floors; Postgres evaluates them at the user's β, or on a fixed
 grid in one scan per use, and ``finish(β)`` takes the largest grid point β′ ≤ β (a β′-smooth bound is
-β-smooth, NR Def. 3.56); the runner's β optimisation tries these grid points too.
+β-smooth, NR Def. 3.56); the release step's β optimisation tries these grid points too.
 
 Combined (§3.3.9.3, "Combined sensitivity w.r.t. multiple tables"), when the policy also protects rows:
 
@@ -43,7 +43,7 @@ with c1 the row-level bound (:mod:`sqldp.sensitivity.rows`) and c4_j the smoothe
 a row to table j, both computed with the private conjuncts dropped (so they do not depend on sensitive
 values, §3.3.9.3), and c3_i the data-independent maximum of D_i over the declared ranges. NR's c2 uses the
 value-level bound c0_i in place of ĉ0_i; c0_i reads the rows and jumps additively when one is added, so that
-c2 is not β-smooth in the combined metric (tests/test_combined_oracle.py found databases where it is not).
+c2 is not β-smooth in the combined metric (tests/sensitivity/test_combined_oracle.py found databases where it is not).
 ĉ0_i ≥ Σ_{r ∋ t} D_i(r) for every row t (at most c4_i product rows contain t, each with D_i ≤ c3_i), does not
 move when values change and is β-smooth under row changes; NR's e^(−βG_i)·c3_i·c4_i term is below it.
 
@@ -113,11 +113,11 @@ class ColumnPlan:
     reference_beta: float = REFERENCE_BETA  # the β of the per-column breakdown
     disjoint_groups: bool = False
     # per value query: True when it is ``SELECT <aggregate expressions> FROM <the form's uses> WHERE
-    # <scan_conjuncts>`` with one result row, so a runner may compute its items inside the answer query's
+    # <scan_conjuncts>`` with one result row, so the rewriter may compute its items inside the answer query's
     # scan (the answer's WHERE adds conjuncts to these, which then become FILTER clauses)
     inline: tuple[bool, ...] = ()
     # per value query: True when it is ``SELECT MAX(s0) AS v0, … FROM (SELECT SUM(…) AS s0, … FROM <the form's
-    # uses> WHERE <scan_conjuncts> GROUP BY <keys>) AS per_row``, so a runner may compute the answer per group
+    # uses> WHERE <scan_conjuncts> GROUP BY <keys>) AS per_row``, so the rewriter may compute the answer per group
     grouped_scan: tuple[bool, ...] = ()
     scan_conjuncts: tuple[Conjunct, ...] = ()
     data_independent: bool = False  # q_m and q_s are read from the data (NR §3.3.8)
@@ -191,7 +191,7 @@ class ColumnPlan:
                     # c0_i reads the data and jumps when a row is added (a new row, or new product rows with
                     # an existing one), so it is not β-smooth in the combined metric; c3_i·c4_i is: it bounds
                     # Σ_{r ∋ t} D_i(r) ≤ #{r ∋ t}·max D_i, does not move with values, and c4_i is β-smooth
-                    # under row changes (tests/test_combined_oracle.py found the jump)
+                    # under row changes (tests/sensitivity/test_combined_oracle.py found the jump)
                     c0_i = self.c3[i] * c4[i]
                     terms = [c0_i]
                     for j, g_j in self.weights.items():
@@ -770,7 +770,7 @@ class _Window:
        without the split of β). Sums of non-negative β-smooth functions over r ∋ t and their maximum over t
        are β-smooth (§3.3.8.3, "Sum", "Min / max"). The product must be taken per row: max_r W × max_r D,
        with the two maxima from different rows, is β-smooth over all rows but not over the scanned ones — a
-       row leaving the scan took the max D with it (tests/test_window_oracle.py: a pair of neighbours lost
+       row leaving the scan took the max D with it (tests/sensitivity/test_window_oracle.py: a pair of neighbours lost
        2.51 at ε = 1).
     3. The scan. It reads x ∈ [⌊lo − K⌋, ⌈hi + K⌉], so an unread row has dist > K and W ≤ e^(−β·w·K). When
        x's row is the same in every product row containing t (keys, :func:`_fanout` ``until``), t is read
@@ -1009,7 +1009,7 @@ def _extreme_query(
 ) -> tuple[exp.Select, bool]:
     """``SELECT MAX(D_k(r))`` over the product rows (NR §3.3.8.2 for a row in one product row; §3.3.8.3, Min /
     max: MIN/MAX move by the largest change of e over the rows r ∋ t, not the sum), and whether the query is
-    one aggregate row over the form's scan (a runner may fold it into the answer query).
+    one aggregate row over the form's scan (the rewriter may fold it into the answer query).
 
     Every bound D is built from |column| leaves by non-decreasing operations on non-negative values, so its
     maximum over rows is reached where the leaves are largest. One leaf: max_r D(|x_r|) = D(max_r |x_r|),

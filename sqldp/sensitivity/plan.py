@@ -1,8 +1,8 @@
-"""The plan contract every sensitivity analysis implements (pipeline step 3 of 5, README "Layout").
+"""The plan contract every sensitivity analysis implements (pipeline step 3 of 6, README "Layout").
 
 An analysis is a pure function from (analysis form, catalog, policy) to a plan; the plan carries its own bound,
 as Tumult Core and OpenDP pair every transformation with its stability map. Nothing here touches a database:
-the runner executes :attr:`Plan.queries` in the answer's snapshot and hands the result rows to
+the engine executes :attr:`Plan.queries` in the answer's snapshot and hands the result rows to
 :meth:`Plan.bind`, which returns the β-smooth bound as a function of β (NR Def. 3.56; the release step
 chooses β by NR Theorem 3.73).
 """
@@ -30,7 +30,7 @@ class Bound:
 
 @runtime_checkable
 class Plan(Protocol):
-    """What the runner and the release step rely on, for one aggregate of one query.
+    """What the rewriter, the engine and the release step rely on, for one aggregate of one query.
 
     * ``queries`` run in the answer's snapshot; their results come back to ``bind`` in the same order.
     * ``aggregate`` is the aggregate actually released (e.g. SUM over clamped columns).

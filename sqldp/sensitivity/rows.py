@@ -207,7 +207,7 @@ class RowPlan:
     def bind(self, results: Sequence[Rows]) -> Callable[[float], Bound]:
         """Read the query results once — the counts, the unified pattern maps of self-joined tables, the
         growth of the other uses, none of which depends on β — and return the bound as a function of β
-        (the runner evaluates it on the whole β grid of Theorem 3.73)."""
+        (the release step evaluates it on the whole β grid of Theorem 3.73)."""
         scal = [float(v or 0) for v in results[0][0]] if self.scalars else []
         grouped = results[1:] if self.scalars else results
         per_table = []

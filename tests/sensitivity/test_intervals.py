@@ -6,7 +6,7 @@ and the interval must contain every value — and, when it is given at all, Post
 point (a bound that admits a division by zero or SQRT of a negative number would let an error reveal data).
 Integer division (truncating) and rounding casts are PostgreSQL's, not the reals': read as real arithmetic,
 ``(t.a + 1) / 2`` would be bounded by 2.5 where PostgreSQL gives at most 2; with a ∈ [0, 2], |1 − (a + 1) / 2| by
-0.5 where PostgreSQL gives 1 (``tests/test_rows_oracle.py`` sums that one).
+0.5 where PostgreSQL gives 1 (``tests/sensitivity/test_rows_oracle.py`` sums that one).
 """
 
 from __future__ import annotations

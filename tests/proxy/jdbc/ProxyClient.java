@@ -1,4 +1,4 @@
-// What a JDBC client (pgjdbc) does through the sqldp proxy; run by tests/test_proxy_clients.py with
+// What a JDBC client (pgjdbc) does through the sqldp proxy; run by tests/proxy/test_proxy_clients.py with
 // `java -cp postgresql.jar ProxyClient.java PORT PASSWORD`. One line per step: "OK step detail" or "FAIL step message".
 import java.sql.*;
 
