@@ -223,7 +223,7 @@ range = [0, 1e18]
 """
 
 
-def _outcome(session: sqldp.Session, query: str) -> str:
+def _outcome(session: sqldp.session.Session, query: str) -> str:
     try:
         session.run(query, epsilon=1.0)
     except RefusedError as err:

@@ -189,7 +189,7 @@ def test_folding_and_pipelining_do_not_change_the_analysis(
         conn.execute(DDL)
         _load(conn, _rows(random.Random(query), 30))
 
-    def results(session: sqldp.Session, *, parallel: bool) -> list[tuple]:
+    def results(session: sqldp.session.Session, *, parallel: bool) -> list[tuple]:
         prepared = session.prepare(query, epsilon=3.0, beta=BETA)
         prepared.speed.last = 10.0 if parallel else 0.0  # the mode the next run takes
         out = prepared.analyze()
@@ -277,7 +277,7 @@ def test_the_answer_computed_per_group_is_the_answer(pg_dsn: str, query: str, mo
             )
     policy = Policy.from_toml(JOIN_POLICY)
 
-    def results(session: sqldp.Session) -> list[tuple]:
+    def results(session: sqldp.session.Session) -> list[tuple]:
         out = session.analyze(query, epsilon=3.0, beta=BETA)
         return [(m.true_value, m.sensitivity) for row in out.measurements for m in row]
 
