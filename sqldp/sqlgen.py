@@ -7,12 +7,25 @@ purpose: they are applied to the noisy answers.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from sqlglot import exp
 
 from sqldp.form import Aggregate, AnalysisForm, Conjunct, TableUse
 from sqldp.pg_arithmetic import KindOf, integer_valued
+
+
+def number(v: float) -> exp.Expr:
+    """A number as SQL: an integer literal where exact (below 1e15), else the shortest repr of the double;
+    negative values as a negation (a literal has no sign in sqlglot); ±∞ as DOUBLE PRECISION 'Infinity'."""
+    if math.isinf(v):
+        inf = exp.cast(exp.Literal.string("Infinity"), "DOUBLE PRECISION")
+        return inf if v > 0 else exp.Neg(this=inf)
+    magnitude = abs(v)
+    exact = float(v).is_integer() and magnitude < 1e15
+    lit = exp.Literal.number(str(int(magnitude)) if exact else repr(float(magnitude)))
+    return exp.Neg(this=lit) if v < 0 else lit
 
 
 def from_uses(select: exp.Select, uses: Iterable[TableUse]) -> exp.Select:

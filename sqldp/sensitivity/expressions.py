@@ -62,6 +62,7 @@ from sqldp.form import ColumnRef
 from sqldp.policy import Norm
 from sqldp.sensitivity import operators
 from sqldp.sensitivity.intervals import constant
+from sqldp.sqlgen import number
 
 Sensitive = Callable[[ColumnRef], float | None]  # the column's weight w_v if value-sensitive, else None
 # whether two disjoint sets of sensitive columns are separated by the metric (see the module docstring)
@@ -82,19 +83,11 @@ class Ops(Protocol):
     def exponential(self, g: exp.Expr, ub: Any, smooth: bool) -> Any: ...
 
 
-def _num(v: float) -> exp.Expr:
-    if math.isinf(v):
-        return _inf() if v > 0 else exp.Neg(this=_inf())
-    if float(v).is_integer() and abs(v) < 1e15:
-        return exp.Literal.number(str(int(v))) if v >= 0 else exp.Neg(this=exp.Literal.number(str(-int(v))))
-    return exp.Literal.number(repr(float(v))) if v >= 0 else exp.Neg(this=exp.Literal.number(repr(-float(v))))
-
-
 class SqlOps:
     """Per-row bounds as SQL (double precision, so the sums over joins cannot overflow numeric scales)."""
 
     def const(self, v: float) -> exp.Expr:
-        return _num(abs(v))
+        return number(abs(v))
 
     def column(self, ref: ColumnRef, node: exp.Column) -> exp.Expr:
         return exp.Abs(this=exp.cast(node.copy(), "DOUBLE PRECISION"))
@@ -104,10 +97,10 @@ class SqlOps:
         # written GREATEST(|x|, e^(min(b|x| − 1, 0))/b) since e^(y − 1) ≥ y
         b = 1.0 / floor
         arg = exp.Least(
-            this=exp.Sub(this=exp.Mul(this=_num(b), expression=self.column(ref, node)), expression=_num(1)),
-            expressions=[_num(0)],
+            this=exp.Sub(this=exp.Mul(this=number(b), expression=self.column(ref, node)), expression=number(1)),
+            expressions=[number(0)],
         )
-        smooth = exp.Div(this=exp.Exp(this=arg), expression=_num(b))
+        smooth = exp.Div(this=exp.Exp(this=arg), expression=number(b))
         return exp.Greatest(this=self.column(ref, node), expressions=[smooth])
 
     def add(self, a: exp.Expr, b: exp.Expr) -> exp.Expr:
@@ -121,7 +114,7 @@ class SqlOps:
 
     def mul(self, a: exp.Expr, b: exp.Expr) -> exp.Expr:
         if _is_zero(a) or _is_zero(b):
-            return _num(0)
+            return number(0)
         if _is_inf(a) or _is_inf(b):  # also for a data-dependent 0, where PostgreSQL would say NaN
             return _inf()
         if _is_one(a):
@@ -133,7 +126,7 @@ class SqlOps:
     def greatest(self, parts: list[exp.Expr]) -> exp.Expr:
         if any(_is_inf(p) for p in parts):
             return _inf()
-        parts = [p for p in parts if not _is_zero(p)] or [_num(0)]
+        parts = [p for p in parts if not _is_zero(p)] or [number(0)]
         return parts[0] if len(parts) == 1 else exp.Greatest(this=parts[0], expressions=parts[1:])
 
     def least(self, parts: list[exp.Expr]) -> exp.Expr:
@@ -146,26 +139,26 @@ class SqlOps:
         if r == 1 or _is_zero(a) or _is_one(a):
             return a
         if isinstance(a, exp.Literal):
-            return _num(float(a.this) ** r)
-        return exp.Pow(this=a, expression=_num(r))
+            return number(float(a.this) ** r)
+        return exp.Pow(this=a, expression=number(r))
 
     def norm(self, parts: list[exp.Expr], p: float) -> exp.Expr:
         if any(_is_inf(x) for x in parts):
             return _inf()
         parts = [x for x in parts if not _is_zero(x)]
         if len(parts) <= 1:  # ‖(a, 0, …)‖_p = a
-            return parts[0] if parts else _num(0)
+            return parts[0] if parts else number(0)
         total = self.power(parts[0], p)
         for x in parts[1:]:
             total = exp.Add(this=total, expression=self.power(x, p))
-        return exp.Sqrt(this=total) if p == 2 else exp.Pow(this=exp.Paren(this=total), expression=_num(1 / p))
+        return exp.Sqrt(this=total) if p == 2 else exp.Pow(this=exp.Paren(this=total), expression=number(1 / p))
 
     def exponential(self, g: exp.Expr, ub: exp.Expr, smooth: bool) -> exp.Expr:
         if not smooth:
             return _inf()
         c = constant(g)
         if c is not None:
-            return _num(math.exp(c))
+            return number(math.exp(c))
         # the exact value; g keeps its bare columns, so columns._monotone does not take e^g for a function
         # non-decreasing in |x| (it is not); where the query wrote ABS(x) it is, and is recognised as such
         return exp.Exp(this=exp.cast(g.copy(), "DOUBLE PRECISION"))
@@ -505,7 +498,7 @@ def dual(norm: Norm, parts: dict[str, Any], ops_kind: str = "sql") -> Any:
 def _scale(v: Any, c: float, kind: str) -> Any:
     if kind == "float":
         return v * c
-    return v if c == 1 else exp.Mul(this=_paren(v), expression=_num(c))
+    return v if c == 1 else exp.Mul(this=_paren(v), expression=number(c))
 
 
 def _combine(vals: list[Any], p: float, kind: str) -> Any:
@@ -525,6 +518,6 @@ def _combine(vals: list[Any], p: float, kind: str) -> Any:
         return exp.Paren(this=out)
     total: exp.Expr | None = None
     for v in vals:
-        term = exp.Pow(this=_paren(v), expression=_num(q))
+        term = exp.Pow(this=_paren(v), expression=number(q))
         total = term if total is None else exp.Add(this=total, expression=term)
-    return exp.Pow(this=exp.Paren(this=total), expression=_num(1 / q))
+    return exp.Pow(this=exp.Paren(this=total), expression=number(1 / q))

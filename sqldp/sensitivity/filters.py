@@ -34,6 +34,7 @@ from sqldp.errors import RefusedError
 from sqldp.form import ColumnRef
 from sqldp.policy import EPOCH
 from sqldp.sensitivity import operators
+from sqldp.sqlgen import number
 
 SIGMOID_ALPHA = 5.0  # NR §4.3.3.1: sigmoid precision α = 5 (Table 17)
 
@@ -87,14 +88,6 @@ class Filter:
     # per column x: a closed interval [lo, hi] (x in its linear unit: days for a DATE) outside which the
     # filter is 0 on a neighbourhood, so it and all its partial derivatives vanish there
     support: dict[ColumnRef, tuple[float, float]] = field(default_factory=dict)
-
-
-def _num(v: float) -> exp.Expr:
-    if float(v).is_integer() and abs(v) < 1e15:
-        lit = exp.Literal.number(str(abs(int(v))))
-    else:
-        lit = exp.Literal.number(repr(abs(float(v))))
-    return exp.Neg(this=lit) if v < 0 else lit
 
 
 def _interval_days(node: exp.Interval) -> float:
@@ -173,17 +166,17 @@ def _linear_sql(lin: Linear, info: ColumnInfo, const: float, *, double: bool = F
         if double:
             term = exp.cast(term, "DOUBLE PRECISION")
         if c != 1:
-            term = exp.Mul(this=_num(c), expression=term)
+            term = exp.Mul(this=number(c), expression=term)
         out = term if out is None else exp.Add(this=out, expression=term)
     if const != 0 or out is None:
-        out = _num(const) if out is None else exp.Add(this=out, expression=_num(const))
+        out = number(const) if out is None else exp.Add(this=out, expression=number(const))
     if double and not lin.coefs:
         return exp.cast(exp.Paren(this=out), "DOUBLE PRECISION")
     return exp.Paren(this=out)
 
 
 def _clamp01(e: exp.Expr) -> exp.Expr:
-    return exp.Least(this=_num(1), expressions=[exp.Greatest(this=_num(0), expressions=[e])])
+    return exp.Least(this=number(1), expressions=[exp.Greatest(this=number(0), expressions=[e])])
 
 
 def _slopes(lin: Linear, info: ColumnInfo, per_unit: float) -> dict[ColumnRef, float]:
@@ -228,7 +221,9 @@ def compare(op: type[exp.Expr], lhs: exp.Expr, rhs: exp.Expr, info: ColumnInfo) 
             steps = (k + 1 if integral else math.ceil(k)) if op is exp.GT else (k if integral else math.ceil(k))
             lmin = steps * float(g)
             sql = _clamp01(
-                exp.Add(this=exp.Div(this=_linear_sql(var, info, -lmin), expression=_num(float(g))), expression=_num(1))
+                exp.Add(
+                    this=exp.Div(this=_linear_sql(var, info, -lmin), expression=number(float(g))), expression=number(1)
+                )
             )
             # 0 where L ≤ L_min − g, on an open set where L < L_min − g
             return Filter(sql, slopes, True, _support(var, lmin - float(g), math.inf))
@@ -237,12 +232,12 @@ def compare(op: type[exp.Expr], lhs: exp.Expr, rhs: exp.Expr, info: ColumnInfo) 
             const = exp.Literal.number(0 if op is exp.EQ else 1)
             return Filter(const, {}, True)
         dist = exp.Least(
-            this=_num(1),
-            expressions=[exp.Div(this=exp.Abs(this=_linear_sql(var, info, d.const)), expression=_num(float(g)))],
+            this=number(1),
+            expressions=[exp.Div(this=exp.Abs(this=_linear_sql(var, info, d.const)), expression=number(float(g)))],
         )
         if op is exp.EQ:  # 1 − min(1, |L + C|/g): 0 where |L + C| ≥ g
             return Filter(
-                exp.Sub(this=_num(1), expression=dist),
+                exp.Sub(this=number(1), expression=dist),
                 slopes,
                 True,
                 _support(var, -d.const - float(g), -d.const + float(g)),
@@ -254,11 +249,11 @@ def compare(op: type[exp.Expr], lhs: exp.Expr, rhs: exp.Expr, info: ColumnInfo) 
     a = SIGMOID_ALPHA
     arg = _linear_sql(d, info, d.const, double=True)
     if op in (exp.GT, exp.GTE):  # 1/(1 + e^(−α·d)) = (1 + tanh(α·d/2))/2
-        half = exp.Mul(this=_num(0.5), expression=exp.Tanh(this=exp.Mul(this=_num(a / 2), expression=arg)))
-        return Filter(exp.Paren(this=exp.Add(this=_num(0.5), expression=half)), _slopes(d, info, a / 4), False)
+        half = exp.Mul(this=number(0.5), expression=exp.Tanh(this=exp.Mul(this=number(a / 2), expression=arg)))
+        return Filter(exp.Paren(this=exp.Add(this=number(0.5), expression=half)), _slopes(d, info, a / 4), False)
     # 2/(e^(αd) + e^(−αd)) = 1/cosh(αd)
-    tau = exp.Div(this=_num(1), expression=exp.Cosh(this=exp.Mul(this=_num(a), expression=arg)))
-    sql = tau if op is exp.EQ else exp.Sub(this=_num(1), expression=tau)
+    tau = exp.Div(this=number(1), expression=exp.Cosh(this=exp.Mul(this=number(a), expression=arg)))
+    sql = tau if op is exp.EQ else exp.Sub(this=number(1), expression=tau)
     return Filter(sql, _slopes(d, info, a / 2), False)
 
 
@@ -334,7 +329,7 @@ def approximate(cond: exp.Expr, info: ColumnInfo) -> Filter:
         return _combine("or", [approximate(cond.this, info), approximate(cond.expression, info)])
     if isinstance(cond, exp.Not):
         inner = approximate(cond.this, info)
-        return Filter(exp.Sub(this=_num(1), expression=exp.Paren(this=inner.sql)), inner.slopes, inner.exact)
+        return Filter(exp.Sub(this=number(1), expression=exp.Paren(this=inner.sql)), inner.slopes, inner.exact)
     if isinstance(cond, (exp.GT, exp.GTE, exp.LT, exp.LTE, exp.EQ, exp.NEQ)):
         return compare(type(cond), cond.this, cond.expression, info)
     if isinstance(cond, exp.Between):
