@@ -133,11 +133,15 @@ class Catalog:
 
     @classmethod
     def from_file(cls, path: str | Path) -> Catalog:
-        p = Path(path)
+        """A DDL file, or a schema shipped with sqldp by name (``tpch``, ``cafeteria``)."""
+        from sqldp.datasets import shipped, shipped_names
+
+        p = shipped(path, ".sql")
         try:
             text = p.read_text(encoding="utf-8")
         except OSError as exc:
-            raise InputError(f"cannot read schema file: {exc.strerror}", where=str(p)) from None
+            known = f" (shipped: {', '.join(shipped_names('.sql'))})" if str(path).isidentifier() else ""
+            raise InputError(f"cannot read schema file: {exc.strerror}{known}", where=str(p)) from None
         return cls.from_ddl(text, source=str(p))
 
     @classmethod

@@ -2,7 +2,7 @@
 
 The DDL and privacy policies live in ``sqldp/data/schemas/`` (:func:`dataset_path`): ``tpch.sql`` /
 ``tpch.toml`` for the NAPLES benchmark (NR §4.3.3.2–§4.3.3.3) and ``cafeteria.sql`` / ``cafeteria.toml`` /
-``cafeteria.csv`` for the example of the guessing-advantage paper (seeds 001/003, NR §3.3.10).
+``cafeteria.csv`` for the example of the guessing-advantage paper ([LP] in the README's References; NR §3.3.10).
 
 Every loader works in ONE transaction: the tables are created, the CSV files streamed in with
 ``COPY … FROM STDIN`` and the foreign keys validated, or — on any failure — nothing is left behind.
@@ -59,6 +59,23 @@ atexit.register(_EXTRACTED.close)
 
 
 # -- files shipped with sqldp ---------------------------------------------------------------------
+
+
+def shipped(path: str | Path, suffix: str) -> Path:
+    """``path`` itself, or — when no such file exists and it is a bare name such as ``tpch`` — the file of that
+    name shipped with sqldp (``tpch.toml``, ``cafeteria.sql``), so ``--policy tpch`` works after ``pip install``
+    without a clone. A missing file that is not a shipped name stays ``path`` (its reader says it is missing)."""
+    p = Path(path)
+    name = str(path)
+    if p.exists() or not name.isidentifier():
+        return p
+    return dataset_path(name + suffix) if name in shipped_names(suffix) else p
+
+
+def shipped_names(suffix: str) -> list[str]:
+    """The names of the files with ``suffix`` shipped with sqldp (``["cafeteria", "tpch"]`` for ``.toml``)."""
+    root = resources.files(_SCHEMAS_PACKAGE).joinpath(*_SCHEMAS_DIR)
+    return sorted(p.name.removesuffix(suffix) for p in root.iterdir() if p.is_file() and p.name.endswith(suffix))
 
 
 def dataset_path(name: str) -> Path:

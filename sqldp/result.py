@@ -8,10 +8,12 @@ import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqldp.errors import RefusedError
-from sqldp.params import PrivacyParams
+
+if TYPE_CHECKING:  # sqldp.params imports the mechanisms (scipy, gmpy2): not needed to read a result
+    from sqldp.params import PrivacyParams
 
 GLOBAL = "laplace-global"  # the mechanism of a data-independent bound (sqldp.release.calibrate)
 

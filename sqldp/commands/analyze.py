@@ -14,7 +14,6 @@ from typing import Any
 
 from sqldp.cli import common_options, emit, read_query
 from sqldp.result import AUDIT_WARNING
-from sqldp.session import Session
 
 
 def privacy_options() -> argparse.ArgumentParser:
@@ -192,6 +191,8 @@ def _describe_values(term: dict[str, Any]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     sql = read_query(args)
+    from sqldp.session import Session  # imported when a command runs: `sqldp --help` stays fast
+
     session = Session(args.dsn, args.policy, schema=args.schema, data_dir=args.data_dir, seed=args.seed)
     result = (session.run if args.release else session.analyze)(sql, audit=args.audit, **privacy_kwargs(args))
     out = result.to_json()

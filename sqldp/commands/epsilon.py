@@ -8,13 +8,15 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqldp import advantage as adv
-from sqldp import privacy_at_risk as par
 from sqldp.cli import emit
 from sqldp.errors import InputError
-from sqldp.priors import parse_cli_prior
+
+if TYPE_CHECKING:
+    from sqldp import advantage as adv
+
+# the conversions (scipy) are imported by the functions that run them, not for `sqldp --help`
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -56,6 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def inline_goal(args: argparse.Namespace) -> adv.Goal:
+    from sqldp import advantage as adv
+    from sqldp.priors import parse_cli_prior
+
     if args.membership is not None:
         if args.prior or args.radius:
             raise InputError("give either --membership or --prior/--radius", where="--membership")
@@ -102,6 +107,9 @@ def _radius(text: str) -> float | None:
 
 
 def explore(args: argparse.Namespace) -> dict[str, Any]:
+    from sqldp import advantage as adv
+    from sqldp import privacy_at_risk as par
+
     policy = None
     if args.policy:
         from sqldp.policy import Policy
@@ -172,6 +180,8 @@ def explore(args: argparse.Namespace) -> dict[str, Any]:
 def write_plot(path: Path, priors: list[float], target: float) -> None:
     """Posterior guessing probability and advantage against ε (R = 1) for the goal's priors and the worst
     case, like NR Fig. 55. Written to a temp file, then renamed."""
+    from sqldp import advantage as adv
+
     if path.suffix.lower() != ".png":
         raise InputError("the plot is written as PNG: give a FILE.png", where="--plot")
     if not path.parent.exists():

@@ -6,16 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from sqldp import algebra as ra
 from sqldp.cli import common_options, emit, read_query
-from sqldp.context import load_context
 from sqldp.errors import RefusedError
-from sqldp.form import describe
-from sqldp.frontend import parse
-from sqldp.normalize import PublicRelease, normalize
-from sqldp.result import GLOBAL
-from sqldp.sensitivity import model_check
-from sqldp.session import compile_form
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,6 +16,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
+    # imported here, not at the top: every command module is imported for `sqldp --help`, which must not wait
+    # for z3, scipy and the analyses
+    from sqldp import algebra as ra
+    from sqldp.form import describe
+    from sqldp.frontend import parse
+    from sqldp.normalize import PublicRelease, normalize
+    from sqldp.result import GLOBAL
+    from sqldp.sensitivity import model_check
+    from sqldp.session import compile_form
+
     parsed = parse(sql, catalog)
     out: dict[str, Any] = {"algebra": ra.to_json(parsed.algebra), "algebra_text": ra.render(parsed.algebra)}
     try:
@@ -99,6 +101,8 @@ def _global(g: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     sql = read_query(args)
+    from sqldp.context import load_context
+
     ctx = load_context(
         dsn=args.dsn, data_dir=args.data_dir, schema=args.schema, policy=args.policy, need_database=False
     )

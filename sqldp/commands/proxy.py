@@ -12,7 +12,6 @@ import sys
 from sqldp.cli import common_options
 from sqldp.db import resolve_dsn
 from sqldp.errors import InputError
-from sqldp.proxy.config import parse_listen
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -37,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.upstream and args.dsn and args.upstream != args.dsn:
         raise InputError("give the upstream either as --upstream or --dsn, not both", where="--upstream")
+    from sqldp.proxy.config import parse_listen  # the proxy package is imported when it serves, not for --help
+
     listen = parse_listen(args.listen, "--listen") if args.listen else None
     from sqldp.proxy import build
 

@@ -107,11 +107,15 @@ class Policy:
 
     @classmethod
     def from_file(cls, path: str | Path) -> Policy:
-        p = Path(path)
+        """A policy file, or a policy shipped with sqldp by name (``tpch``, ``cafeteria``)."""
+        from sqldp.datasets import shipped, shipped_names
+
+        p = shipped(path, ".toml")
         try:
             text = p.read_text(encoding="utf-8")
         except OSError as exc:
-            raise PolicyError(f"cannot read policy file: {exc.strerror}", where=str(p)) from None
+            known = f" (shipped: {', '.join(shipped_names('.toml'))})" if str(path).isidentifier() else ""
+            raise PolicyError(f"cannot read policy file: {exc.strerror}{known}", where=str(p)) from None
         return cls.from_toml(text, source=str(p))
 
     @classmethod

@@ -1,5 +1,5 @@
 -- The cafeteria example (Pankova & Laud, "Interpreting ε of differential privacy in terms of advantage in
--- guessing or approximating sensitive attributes", seeds 001/003; NR §3.3.10): the cafeteria keeps a table
+-- guessing or approximating sensitive attributes" ([LP] in the README; NR §3.3.10): the cafeteria keeps a table
 -- t of students, their faculty and how long they ate, and an analyst may only see
 --     SELECT AVG(time) FROM t WHERE faculty = 'math';
 -- Data: cafeteria.csv (loaded by sqldp.datasets.load_cafeteria). Policy: cafeteria.toml.
