@@ -34,6 +34,29 @@ class _Parser(argparse.ArgumentParser):
         # the top-level parser's name is already the line's "sqldp:" prefix
         raise InputError(message, where=None if self.prog == "sqldp" else self.prog)
 
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """argparse keeps the last of a repeated option; a repeated ``--epsilon 1 --epsilon 100`` is more likely
+        a mistake than a wish, so an option that takes one value may be given once (``--radius`` and the
+        other ``append`` options may repeat)."""
+        tokens = list(sys.argv[1:] if args is None else args)
+        seen: set[str] = set()
+        for token in tokens:
+            if token == "--":
+                break
+            name = token.split("=", 1)[0]
+            action = self._option_string_actions.get(name)
+            if action is None or isinstance(action, (argparse._AppendAction, argparse._CountAction)):
+                continue
+            if isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+                continue
+            key = action.dest
+            if key in seen:
+                self.error(f"{name} is given more than once")
+            seen.add(key)
+        return super().parse_known_args(tokens, namespace)
+
 
 def common_options(*, query: bool = True, policy: bool = True, schema: bool = True) -> argparse.ArgumentParser:
     """Options shared by the commands."""

@@ -71,7 +71,9 @@ def format_text(out: dict[str, Any]) -> str:
         beta = f", β = {out['beta']:.4g}" if out.get("beta") is not None else ""
         lines.append(
             f"ε = {out['epsilon']:g}{' (from advantage ' + str(out['advantage']) + ')' if out['advantage'] else ''}"
-            f", δ = {out['delta'] or 0:g}{beta}, mechanism = {out['mechanism']}"
+            # no δ (JSON null) is pure ε-DP: say so rather than print a δ of 0 the JSON does not have
+            + (f", δ = {out['delta']:g}" if out["delta"] is not None else " (pure ε-DP)")
+            + f"{beta}, mechanism = {out['mechanism']}"
         )
         for step in out.get("plan", []):
             share = f"ε = {step['epsilon']:g}" if step["epsilon"] is not None else "ε divided among the groups"

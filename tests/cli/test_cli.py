@@ -143,3 +143,18 @@ def test_shipped_policy_and_schema_by_name(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
     )  # fmt: skip
     assert wrong.returncode != 0 and "shipped: cafeteria, tpch" in wrong.stderr and "Traceback" not in wrong.stderr
+
+
+def test_an_option_given_twice_is_an_error_not_the_last_one() -> None:
+    twice = subprocess.run(
+        [sys.executable, "-m", "sqldp", "run", "--epsilon", "1", "--epsilon", "100", "SELECT 1"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert twice.returncode == 2
+    assert twice.stderr.strip() == "sqldp: error: sqldp run: --epsilon is given more than once"
+    repeated = subprocess.run(  # options that collect a list may repeat
+        [sys.executable, "-m", "sqldp", "epsilon", "--advantage", "0.1", "--prior", "range_uniform:0:60", "--radius",
+         "2", "--prior", "range_uniform:0:60", "--radius", "3", "--format", "json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert repeated.returncode == 0, repeated.stderr
