@@ -53,6 +53,7 @@ class AggregateRule:
     name: str
     section: str
     lift: Rule
+    also: tuple[str, ...] = ()  # other spellings PostgreSQL has for the same aggregate (VARIANCE is VAR_SAMP)
 
 
 def clamp(e: exp.Expr, lo: float, hi: float | None) -> exp.Expr:
@@ -96,7 +97,76 @@ def _avg(c: Lift, node: exp.Expr) -> exp.Expr:
     return clamp(exp.Add(this=mid, expression=exp.Div(this=s, expression=n)), lo, hi)
 
 
+def _spread(name: str, sample: bool, root: bool) -> Rule:
+    """VAR_POP, VAR_SAMP (VARIANCE) and their square roots STDDEV_POP, STDDEV_SAMP (STDDEV) of x from three
+    measurements, n = COUNT(x), s1 = SUM(x − m) and s2 = SUM((x − m)²), as the peers compute them: SmartNoise
+    SQL's rewriter writes SUM(x·x)/COUNT(x) − (SUM(x)/COUNT(x))² and STDDEV as its SQRT, Tumult Core's
+    create_variance_measurement centres the sums on the midpoint of the clamping bounds and clamps the result.
+
+    The variance does not change when every value moves by m, so VAR_POP = s2/n − (s1/n)² for any m. With m the
+    midpoint of x's declared range [lo, hi] (a column with a range, as AVG), a row moves s1 by at most
+    h = (hi − lo)/2 and s2 by at most h² (the analyses find these bounds themselves: the row-level interval
+    of (x − m)·(x − m) over [lo, hi] is within [−h², h²]), against max(|lo|, |hi|) and its square uncentred.
+    Every population variance of values in [lo, hi] lies in [0, h²] (half the values at each end reach h²),
+    so the released VAR_POP is clamped there. The sample variance is n/(n − 1)·VAR_POP: at most
+    n/(n − 1)·h², which is 2h² at n = 2, so it is computed from the clamped VAR_POP and clamped to [0, 2h²],
+    where every sample variance of values in the range lies.
+
+    Without a declared range (an expression argument, say) m is 0: s2 = SUM(x·x), a sum like any other, which
+    the analyses bound from the ranges of the columns it reads (max |x|² under row-level privacy) or refuse as
+    they would SUM(x·x) written by hand, so the rewriting is as sound as the analyses; only the noise is
+    larger. The released variance is then clamped below at 0 only.
+
+    As PostgreSQL returns NULL for VAR_POP of no rows and VAR_SAMP of fewer than two, the release is NULL when
+    the noisy n is at most 0 (VAR_POP) or 1 (VAR_SAMP). Each step is arithmetic on the three noisy values:
+    post-processing (module docstring)."""
+
+    def lift(c: Lift, node: exp.Expr) -> exp.Expr:
+        arg = node.this
+        bounds = c.declared_range(arg)
+        if bounds is None:
+            dev, top, centre = arg.copy(), None, ""
+        else:
+            lo, hi = bounds
+            mid = number((lo + hi) / 2)
+            dev, top, centre = exp.Sub(this=arg.copy(), expression=mid), ((hi - lo) / 2) ** 2, f" − {mid.sql()}"
+        factor = dev if isinstance(dev, exp.Column) else exp.Paren(this=dev)
+        n = c.measure("count", arg)
+        s1 = c.measure("sum", dev)
+        s2 = c.measure("sum", exp.Mul(this=factor, expression=factor.copy()))
+        mean = exp.Paren(this=exp.Div(this=s1, expression=n.copy()))
+        pop = exp.Sub(this=exp.Div(this=s2, expression=n.copy()), expression=exp.Mul(this=mean, expression=mean.copy()))
+        value = clamp(pop, 0, top)
+        square = f"(x{centre})²" if centre else "x²"
+        text = f"SUM({square})/n − (SUM(x{centre})/n)² with n = COUNT(x), " + (
+            "at least 0" if top is None else f"clamped to [0, {top:g}]"
+        )
+        if sample:
+            correction = exp.Paren(
+                this=exp.Div(this=n.copy(), expression=exp.Paren(this=exp.Sub(this=n.copy(), expression=number(1))))
+            )
+            value = exp.Mul(this=correction, expression=value)
+            text = f"n/(n − 1) × ({text})"
+            if top is not None:
+                value = exp.Least(this=number(2 * top), expressions=[value])
+                text += f", at most {2 * top:g}"
+        least = 1 if sample else 0
+        value = exp.Case(ifs=[exp.If(this=exp.GT(this=n.copy(), expression=number(least)), true=value)])
+        text += f"; NULL for n ≤ {least}"
+        if root:
+            value, text = exp.Sqrt(this=value), f"SQRT({text})"
+        c.note(f"{name} → {text}")
+        return value
+
+    return lift
+
+
 # -- the table ----------------------------------------------------------------------------------------------
+
+_SPREAD = (
+    "NR §3.3.10.4 (COUNT and two SUMs, three measurements); centred on the declared range and clamped as "
+    "Tumult Core's create_variance_measurement, SQRT for STDDEV as SmartNoise SQL's rewriter"
+)
 
 AGGREGATES: dict[type[exp.Expr], AggregateRule] = {
     exp.Count: AggregateRule("COUNT", "NR §3.3.7.3, §3.3.8.3 (a primitive aggregate)", _count),
@@ -109,6 +179,11 @@ AGGREGATES: dict[type[exp.Expr], AggregateRule] = {
     ),
     exp.Min: AggregateRule("MIN", "NR §3.3.8.3 (Min / max; a primitive aggregate)", _primitive("min")),
     exp.Max: AggregateRule("MAX", "NR §3.3.8.3 (Min / max; a primitive aggregate)", _primitive("max")),
+    exp.VariancePop: AggregateRule("VAR_POP", _SPREAD, _spread("VAR_POP", sample=False, root=False)),
+    exp.Variance: AggregateRule("VAR_SAMP", _SPREAD, _spread("VAR_SAMP", sample=True, root=False), ("VARIANCE",)),
+    exp.StddevPop: AggregateRule("STDDEV_POP", _SPREAD, _spread("STDDEV_POP", sample=False, root=True)),
+    exp.StddevSamp: AggregateRule("STDDEV_SAMP", _SPREAD, _spread("STDDEV_SAMP", sample=True, root=True)),
+    exp.Stddev: AggregateRule("STDDEV", _SPREAD, _spread("STDDEV", sample=True, root=True)),
 }
 
 
@@ -119,4 +194,4 @@ def lookup(node: exp.Expr) -> AggregateRule | None:
 
 def supported() -> str:
     """The aggregates the table answers, in table order, for the refusals that list them."""
-    return ", ".join(dict.fromkeys(rule.name for rule in AGGREGATES.values()))
+    return ", ".join(dict.fromkeys(name for rule in AGGREGATES.values() for name in (rule.name, *rule.also)))

@@ -306,6 +306,35 @@ def _arithmetic(op: Callable[[float, float], float | None]) -> Callable[[exp.Exp
     return apply
 
 
+def _sqrt(e: exp.Expr, values: Values) -> float | None:
+    """SQRT of a noisy value; NULL below 0, where PostgreSQL fails (as a noisy 0 divides to NULL)."""
+    v = evaluate(e.this, values)
+    return None if v is None or v < 0 else math.sqrt(v)
+
+
+def _case(e: exp.Expr, values: Values) -> float | None:
+    """CASE WHEN c THEN v … ELSE d END (or CASE x WHEN w THEN v …): the first branch whose condition holds (NULL
+    does not), else the ELSE value, NULL without one."""
+    subject = None if e.this is None else evaluate(e.this, values)
+    for branch in e.args.get("ifs") or ():
+        if e.this is None:
+            taken = holds(branch.this, values) is True
+        else:
+            when = evaluate(branch.this, values)
+            taken = subject is not None and when is not None and subject == when
+        if taken:
+            return evaluate(branch.args["true"], values)
+    default = e.args.get("default")
+    return None if default is None else evaluate(default, values)
+
+
+def _if(e: exp.Expr, values: Values) -> float | None:
+    otherwise = e.args.get("false")
+    if holds(e.this, values) is True:
+        return evaluate(e.args["true"], values)
+    return None if otherwise is None else evaluate(otherwise, values)
+
+
 EVALUATE: dict[type[exp.Expr], Step[float | None]] = {
     exp.Column: Step("", _placeholder),  # ``__agg<i>``: a noisy aggregate
     exp.Literal: Step("", _number),
@@ -318,6 +347,10 @@ EVALUATE: dict[type[exp.Expr], Step[float | None]] = {
     exp.Div: Step("/", _arithmetic(lambda a, b: a / b if b != 0 else None)),  # a noisy 0 divides to NULL
     exp.Greatest: Step("GREATEST", _extreme(max)),
     exp.Least: Step("LEAST", _extreme(min)),
+    exp.Sqrt: Step("SQRT", _sqrt),
+    exp.Case: Step("CASE", _case),
+    exp.If: Step("", _if),  # a CASE's WHEN … THEN …
+    exp.Null: Step("NULL", lambda e, values: None),
 }
 
 
