@@ -107,10 +107,10 @@ def _spread(name: str, sample: bool, root: bool) -> Rule:
     midpoint of x's declared range [lo, hi] (a column with a range, as AVG), a row moves s1 by at most
     h = (hi − lo)/2 and s2 by at most h² (the analyses find these bounds themselves: the row-level interval
     of (x − m)·(x − m) over [lo, hi] is within [−h², h²]), against max(|lo|, |hi|) and its square uncentred.
-    Every population variance of values in [lo, hi] lies in [0, h²] (half the values at each end reach h²),
-    so the released VAR_POP is clamped there. The sample variance is n/(n − 1)·VAR_POP: at most
-    n/(n − 1)·h², which is 2h² at n = 2, so it is computed from the clamped VAR_POP and clamped to [0, 2h²],
-    where every sample variance of values in the range lies.
+    Every population variance of values in [lo, hi] lies in [0, h²] (Popoviciu's inequality on variances; half
+    the values at each end reach h²), so the released VAR_POP is clamped there. The sample variance is
+    n/(n − 1)·VAR_POP: at most n/(n − 1)·h², which is 2h² at n = 2, so it is computed from the clamped VAR_POP
+    and clamped to [0, 2h²], where every sample variance of values in the range lies.
 
     Without a declared range (an expression argument, say) m is 0: s2 = SUM(x·x), a sum like any other, which
     the analyses bound from the ranges of the columns it reads (max |x|² under row-level privacy) or refuse as
