@@ -7,7 +7,8 @@ A query in analysis form is ``aggregate(expr) over σθ(U1 × … × Un)`` (NR �
 * ``conjuncts`` — θ split at its top-level ANDs. Column references are qualified by the use alias
   (``n1.n_name``); each conjunct is *private* when it reads a value-sensitive column (a column in its
   table's norm, §4.3.3.3) and *public* otherwise.
-* ``aggregates`` — the distinct aggregates of the SELECT list; AVG is already split into SUM/COUNT.
+* ``aggregates`` — the distinct primitive aggregates of the SELECT list and HAVING; each SQL aggregate is
+  already written over them by its entry in :mod:`sqldp.aggregates` (AVG as SUM/COUNT).
 * ``outputs`` — the SELECT list: a group key, or an arithmetic expression over aggregate placeholders
   (``exp.Column`` named ``__agg<i>``) such as ``__agg0 / __agg1`` for an AVG.
 * ``group_by`` — the grouping keys (expressions over uses); one noisy answer per group.

@@ -3,8 +3,9 @@
 The analyses handle ``aggregate(expr) over σθ(U1 × … × Un)``. This module flattens selections and
 products, inlines FROM-subqueries and WITH references that are plain select-project-join blocks (each
 reference becomes its own table uses, so a CTE used twice is a self-join), splits θ into conjuncts and marks
-each public or private, turns AVG into SUM/COUNT and keeps ORDER BY/LIMIT for after the noise. Everything
-else is refused with the reason and the position: sqldp never answers what it cannot analyse.
+each public or private, writes each SQL aggregate over the primitive ones by its entry in
+:mod:`sqldp.aggregates` (AVG as SUM/COUNT) and keeps ORDER BY/LIMIT for after the noise. Everything else is
+refused with the reason and the position: sqldp never answers what it cannot analyse.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
+from sqldp import aggregates, allowlist, release
 from sqldp import algebra as ra
-from sqldp import allowlist
 from sqldp.catalog import Catalog
 from sqldp.errors import ForbiddenError, RefusedError
 from sqldp.form import (
     AGG_PREFIX,
+    AggKind,
     Aggregate,
     AnalysisForm,
     ColumnRef,
@@ -217,7 +219,7 @@ class Normalizer:
                 self._subqueries(statement, private)
             raise ForbiddenError(
                 f"the query releases rows of private table {(released or private)[0]!r}; only aggregates "
-                "(COUNT, SUM, AVG, MIN, MAX) over private tables can be answered"
+                f"({aggregates.supported()}) over private tables can be answered"
             )
         self._subqueries(statement, private)
         block = self.spj(body.child)
@@ -231,23 +233,23 @@ class Normalizer:
         for g in groups:
             if isinstance(g, exp.Literal):
                 raise self.refuse("GROUP BY by position is not supported; name the expression", g)
-        aggregates: list[Aggregate] = []
-        outputs = tuple(self._output(name, e, block, groups, aggregates) for name, e in body.items)
+        measured: list[Aggregate] = []
+        outputs = tuple(self._output(name, e, block, groups, measured) for name, e in body.items)
         having = None
         if body.having is not None:
             # HAVING filters the *noisy* groups: its aggregates are measured (and paid for) like the SELECT
             # list's, and the condition runs on the released values — post-processing, so no extra cost
-            having = self._output("HAVING", body.having, block, groups, aggregates).expr
+            having = self._output("HAVING", body.having, block, groups, measured).expr
             for node in having.walk():
                 bad_column = isinstance(node, exp.Column) and (node.table or not node.name.startswith(AGG_PREFIX))
                 if (
                     bad_column
-                    or not isinstance(node, _HAVING_NODES)
+                    or not isinstance(node, release.POST_PROCESSED)
                     or (isinstance(node, exp.Literal) and node.is_string)
                 ):
                     raise self.refuse(
-                        f"HAVING may compare aggregates and numbers (=, <>, <, <=, >, >=, BETWEEN, AND, OR, NOT, "
-                        f"+ − × /), not {node.sql(dialect='postgres')}",
+                        f"HAVING may compare aggregates and numbers ({release.post_processing()}), "
+                        f"not {node.sql(dialect='postgres')}",
                         body.having,
                     )
             self.notes.append("HAVING evaluated on the noisy aggregates (post-processing)")
@@ -255,7 +257,7 @@ class Normalizer:
         return AnalysisForm(
             uses=tuple(block.uses),
             conjuncts=tuple(conjuncts),
-            aggregates=tuple(aggregates),
+            aggregates=tuple(measured),
             outputs=outputs,
             group_by=groups,
             order_by=order_by,
@@ -295,38 +297,23 @@ class Normalizer:
                 return node
             if isinstance(node.parent, exp.Window) or node.find_ancestor(exp.Window):
                 raise self.refuse("window functions are not supported", node)
-            arg = node.this
-            if isinstance(arg, exp.Distinct):
+            if isinstance(node.this, exp.Distinct):
                 raise self.refuse(f"{node.key.upper()}(DISTINCT …) is not supported", node)
-            if isinstance(node, exp.Count):
-                star = arg is None or isinstance(arg, exp.Star)
-                return self._agg(
-                    Aggregate("count", None if star else arg, columns_of(arg) if not star else frozenset()), aggs, used
-                )
-            if isinstance(node, exp.Avg):
-                bounds = self._declared_range(arg, block)
-                if bounds is None:
-                    self.notes.append("AVG → SUM/COUNT")
-                    s = self._agg(Aggregate("sum", arg, columns_of(arg)), aggs, used)
-                    c = self._agg(Aggregate("count", arg, columns_of(arg)), aggs, used)
-                    return exp.Paren(this=exp.Div(this=s, expression=c))
-                # Centred, as the peers do (Tumult Analytics, SmartNoise SQL): AVG(x) = m + SUM(x − m)/COUNT(x)
-                # for the midpoint m of x's declared range [lo, hi]; a row then moves the sum by at most
-                # (hi − lo)/2 instead of max(|lo|, |hi|). The released ratio is clamped to [lo, hi], where every
-                # average of values in the range lies (post-processing of the two noisy aggregates).
-                lo, hi = bounds
-                mid = _number((lo + hi) / 2)
-                self.notes.append(f"AVG → {mid.sql()} + SUM(x − {mid.sql()})/COUNT(x), clamped to [{lo:g}, {hi:g}]")
-                centred = exp.Sub(this=arg.copy(), expression=mid.copy())
-                s = self._agg(Aggregate("sum", centred, columns_of(arg)), aggs, used)
-                c = self._agg(Aggregate("count", arg, columns_of(arg)), aggs, used)
-                ratio = exp.Add(this=mid, expression=exp.Div(this=s, expression=c))
-                return exp.Greatest(this=_number(lo), expressions=[exp.Least(this=_number(hi), expressions=[ratio])])
-            kinds = {exp.Sum: "sum", exp.Min: "min", exp.Max: "max"}
-            for cls, kind in kinds.items():
-                if type(node) is cls:
-                    return self._agg(Aggregate(kind, arg, columns_of(arg)), aggs, used)  # type: ignore[arg-type]
-            raise self.refuse(f"aggregate {node.key.upper()} is not supported (COUNT, SUM, AVG, MIN, MAX are)", node)
+            rule = aggregates.lookup(node)
+            if rule is None:
+                raise self.refuse(f"aggregate {node.key.upper()} is not supported ({aggregates.supported()} are)", node)
+            return rule.lift(context(node), node)
+
+        def measure(kind: AggKind, arg: exp.Expr | None) -> exp.Expr:
+            return self._agg(Aggregate(kind, arg, columns_of(arg) if arg is not None else frozenset()), aggs, used)
+
+        def context(node: exp.Expr) -> aggregates.Lift:
+            return aggregates.Lift(
+                measure=measure,
+                declared_range=lambda arg: self._declared_range(arg, block),
+                note=self.notes.append,
+                refuse=lambda why: self.refuse(why, node),
+            )
 
         lifted = expr.transform(lift)
         stray = [c for c in lifted.find_all(exp.Column) if c.table]
@@ -377,40 +364,6 @@ class Normalizer:
                 raise self.refuse("ORDER BY must name an output column of the query", key)
             keys.append(OrderKey(index, desc))
         return tuple(keys), sort.limit
-
-
-_HAVING_NODES = (
-    exp.Paren,
-    exp.Boolean,
-    exp.Not,
-    exp.And,
-    exp.Or,
-    exp.EQ,
-    exp.NEQ,
-    exp.LT,
-    exp.LTE,
-    exp.GT,
-    exp.GTE,
-    exp.Between,
-    exp.Add,
-    exp.Sub,
-    exp.Mul,
-    exp.Div,
-    exp.Neg,
-    exp.Cast,
-    exp.DataType,
-    exp.Literal,
-    exp.Column,
-    exp.Identifier,
-    exp.Greatest,
-    exp.Least,
-)  # fmt: skip  — what sqldp.release.holds/evaluate compute on the noisy values
-
-
-def _number(v: float) -> exp.Expr:
-    text = str(int(v)) if float(v).is_integer() else repr(float(v))
-    lit = exp.Literal.number(text.lstrip("-"))
-    return exp.Neg(this=lit) if v < 0 else lit
 
 
 def _why_not_inlinable(node: ra.Node, alias: str | None) -> str:
