@@ -120,6 +120,7 @@ def templates(
                 half_width=cal.half_width(params.confidence),
                 terms=bound.tables,
                 mechanism=GLOBAL if plan.data_independent else cal.mechanism,
+                calibration=cal,
             )
         )
     return out
@@ -155,7 +156,7 @@ def measure(
 def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]], noise: NoiseSource) -> None:
     """Sample each measurement's noise and compute the released rows from the noisy values only (post-processing
     keeps the guarantee, Dwork & Roth Prop. 2.1): the output expressions, HAVING, ORDER BY and LIMIT."""
-    rows: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    rows: list[tuple[dict[str, Any], dict[str, Any], dict[str, float]]] = []
     for g, measured in zip(groups, result.measurements, strict=True):
         noisy = []
         for m in measured:
@@ -168,24 +169,60 @@ def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]
             continue  # HAVING on the noisy aggregates: NULL, like SQL, drops the group
         values: dict[str, Any] = {}
         keys: dict[str, Any] = {}
+        errors: dict[str, float] = {}
         for o in form.outputs:
             if o.is_key:
                 keys[o.name] = g[o.group_key]  # type: ignore[index]
-            else:
-                values[o.name] = evaluate(o.expr, noisy)
-        rows.append((keys, values))
+                continue
+            values[o.name] = evaluate(o.expr, noisy)
+            bar = error_bar(o, measured, values[o.name], result.params.confidence if result.params else None)
+            if bar is not None:
+                errors[o.name] = bar
+        rows.append((keys, values, errors))
     for key in reversed(form.order_by):
         out: Output = form.outputs[key.output]
 
-        def sort_key(kv: tuple[dict[str, Any], dict[str, Any]], o: Output = out) -> tuple[int, Any]:
-            return _sort_key(kv[0].get(o.name) if o.is_key else kv[1].get(o.name))
+        def sort_key(row: tuple[dict[str, Any], ...], o: Output = out) -> tuple[int, Any]:
+            return _sort_key(row[0].get(o.name) if o.is_key else row[1].get(o.name))
 
         rows.sort(key=sort_key, reverse=key.descending)
     if form.limit is not None:
         rows = rows[: form.limit]
     result.columns = [o.name for o in form.outputs]
-    result.rows = [{"key": k, "values": v} if form.group_by else {"values": v} for k, v in rows]
+    result.rows = []
+    for k, v, bars in rows:
+        row: dict[str, Any] = {"key": k, "values": v} if form.group_by else {"values": v}
+        if bars:
+            row["errors"] = bars
+        result.rows.append(row)
     result.released = True
+
+
+def error_bar(
+    output: Output, measured: Sequence[Measurement], value: float | None, confidence: float | None
+) -> float | None:
+    """The half-width of an interval around the released ``value`` that holds the true value with probability at
+    least ``confidence``, when every measurement the output reads has a data-independent noise scale (a
+    ``laplace-global`` one: its bar may be shown to analysts); else None. Each measurement's bar is taken at
+    confidence 1 − (1 − c)/k for the k measurements read (a union bound: all k hold at once with probability
+    ≥ c), and the output's interval follows by interval arithmetic (:data:`INTERVALS`), which is sound for
+    every operator there: the true output is the expression at the true values, which lie in their intervals."""
+    used = [measured[i] for i in output.aggregates]
+    if value is None or confidence is None or not used or any(m.mechanism != GLOBAL for m in used):
+        return None
+    if any(m.calibration is None or m.noisy_value is None for m in used):
+        return None
+    each = 1.0 - (1.0 - confidence) / len(used)
+    boxes: dict[int, Interval] = {}
+    for i in output.aggregates:
+        m, noisy = measured[i], measured[i].noisy_value
+        assert noisy is not None
+        width = m.calibration.half_width(each)
+        boxes[i] = (noisy - width, noisy + width)
+    span = interval_of(output.expr, boxes)
+    if span is None or not all(math.isfinite(x) for x in span):
+        return None
+    return max(value - span[0], span[1] - value, 0.0)
 
 
 def describe(
@@ -410,3 +447,93 @@ def post_processing() -> str:
 
 def _sort_key(v: Any) -> tuple[int, Any]:
     return (1, 0) if v is None else (0, v)
+
+
+# -- error bars: the post-processing's operators over intervals of the true values -------------------------
+
+Interval = tuple[float, float]
+Boxes = Mapping[int, Interval]  # aggregate index → an interval holding its true value
+
+
+def interval_of(e: exp.Expr, boxes: Boxes) -> Interval | None:
+    """An interval holding the value of ``e`` at every point of the boxes, by the entries of
+    :data:`INTERVALS`; None where an operator has no rule or the result is unbounded (a divisor that may be 0)."""
+    rule = next((INTERVALS[c] for c in type(e).__mro__ if c in INTERVALS), None)
+    return None if rule is None else rule(e, boxes)
+
+
+def _box(e: exp.Expr, boxes: Boxes) -> Interval | None:
+    return boxes.get(int(e.name[len(AGG_PREFIX) :])) if e.name.startswith(AGG_PREFIX) else None
+
+
+def _point(e: exp.Expr, boxes: Boxes) -> Interval | None:
+    return None if e.is_string else (float(e.this), float(e.this))
+
+
+def _both(e: exp.Expr, boxes: Boxes) -> tuple[Interval, Interval] | None:
+    a, b = interval_of(e.this, boxes), interval_of(e.expression, boxes)
+    return None if a is None or b is None else (a, b)
+
+
+def _product(a: Interval, b: Interval) -> Interval:
+    corners = [x * y for x in a for y in b]
+    return min(corners), max(corners)
+
+
+def _interval_arithmetic(
+    op: Callable[[Interval, Interval], Interval | None],
+) -> Callable[[exp.Expr, Boxes], Interval | None]:
+    def apply(e: exp.Expr, boxes: Boxes) -> Interval | None:
+        pair = _both(e, boxes)
+        return None if pair is None else op(*pair)
+
+    return apply
+
+
+def _quotient(a: Interval, b: Interval) -> Interval | None:
+    if b[0] <= 0.0 <= b[1]:
+        return None  # the divisor may be 0: unbounded
+    return _product(a, (1.0 / b[1], 1.0 / b[0]))
+
+
+def _interval_extreme(pick: Callable[[list[float]], float]) -> Callable[[exp.Expr, Boxes], Interval | None]:
+    def apply(e: exp.Expr, boxes: Boxes) -> Interval | None:
+        args = [interval_of(a, boxes) for a in (e.this, *e.expressions)]
+        if any(a is None for a in args):
+            return None
+        return pick([a[0] for a in args if a]), pick([a[1] for a in args if a])  # monotone in every argument
+
+    return apply
+
+
+def _interval_sqrt(e: exp.Expr, boxes: Boxes) -> Interval | None:
+    a = interval_of(e.this, boxes)
+    return None if a is None or a[1] < 0 else (math.sqrt(max(a[0], 0.0)), math.sqrt(a[1]))
+
+
+def _interval_case(e: exp.Expr, boxes: Boxes) -> Interval | None:
+    """The union of the branches' intervals: which branch the true values take is unknown, but it is one."""
+    branches = [b.args["true"] for b in e.args.get("ifs") or ()]
+    if e.args.get("default") is not None:
+        branches.append(e.args["default"])
+    spans = [interval_of(b, boxes) for b in branches if not isinstance(b, exp.Null)]
+    if not spans or any(s is None for s in spans):
+        return None
+    return min(s[0] for s in spans if s), max(s[1] for s in spans if s)
+
+
+INTERVALS: dict[type[exp.Expr], Callable[[exp.Expr, Boxes], Interval | None]] = {
+    exp.Column: _box,
+    exp.Literal: _point,
+    exp.Paren: lambda e, boxes: interval_of(e.this, boxes),
+    exp.Cast: lambda e, boxes: interval_of(e.this, boxes),
+    exp.Neg: lambda e, boxes: None if (a := interval_of(e.this, boxes)) is None else (-a[1], -a[0]),
+    exp.Add: _interval_arithmetic(lambda a, b: (a[0] + b[0], a[1] + b[1])),
+    exp.Sub: _interval_arithmetic(lambda a, b: (a[0] - b[1], a[1] - b[0])),
+    exp.Mul: _interval_arithmetic(_product),
+    exp.Div: _interval_arithmetic(_quotient),
+    exp.Greatest: _interval_extreme(max),
+    exp.Least: _interval_extreme(min),
+    exp.Sqrt: _interval_sqrt,
+    exp.Case: _interval_case,
+}

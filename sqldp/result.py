@@ -34,6 +34,8 @@ class Measurement:
     # it depends on the query and the policy only, so it is released
     mechanism: str = "cauchy"
     true_value: float | None = None  # never released; kept out of every serialisation
+    # the noise, for error bars at other confidences (the bars of expressions over several measurements)
+    calibration: Any = field(default=None, repr=False)
     noisy_value: float | None = None
 
     @functools.cached_property
@@ -57,7 +59,7 @@ class Measurement:
         return out
 
 
-_UNSERIALISED = frozenset({"terms", "true_value"})
+_UNSERIALISED = frozenset({"terms", "true_value", "calibration"})
 # data-independent (ε and δ shares depend on the query, the policy and the public group domains only; the
 # mechanism on the query and the policy) or noisy
 _RELEASED = ("aggregate", "epsilon", "delta", "mechanism", "noisy_value")
@@ -153,6 +155,9 @@ class Result:
             else:
                 out["answer"] = self.answer
                 out["values"] = self.rows[0]["values"] if self.rows else {}
+                # per released value, ± the half-width of an interval holding the true value at the confidence,
+                # where it is data-independent (sqldp.release.error_bar)
+                out["errors"] = self.rows[0].get("errors", {}) if self.rows else {}
         return out
 
     def _mechanism(self) -> str | None:
@@ -167,10 +172,15 @@ class Result:
         conf = self.params.confidence if self.params else None
         if main is None:
             return {"confidence": conf, "absolute": 0.0, "relative": 0.0}
-        rel = None
-        if main.noisy_value not in (None, 0):
-            rel = main.half_width / abs(main.noisy_value)
-        return {"confidence": conf, "absolute": main.half_width, "relative": rel}
+        # bar / |noisy answer| understates the error by orders of magnitude when the noise dominates the answer
+        # (the noisy value is then mostly noise): no relative figure then, and say so
+        noisy = main.noisy_value
+        dominated = noisy is not None and main.half_width >= abs(noisy)
+        rel = None if noisy is None or dominated else main.half_width / abs(noisy)
+        out = {"confidence": conf, "absolute": main.half_width, "relative": rel}
+        if dominated:
+            out["noise_dominates"] = True
+        return out
 
 
 def _jsonable(term: Any) -> Any:

@@ -97,12 +97,17 @@ def format_text(out: dict[str, Any]) -> str:
 
 
 def _table(rows: list[dict[str, Any]]) -> list[str]:
-    """Rows as psql prints them: a header, aligned columns (numbers to the right), and the row count."""
+    """Rows as psql prints them: a header, aligned columns (numbers to the right), and the row count; a value
+    with a data-independent error bar as ``value ± bar``."""
     records = [{**r["key"], **r["values"]} if "values" in r and "key" in r else r.get("values", r) for r in rows]
     if not records:
         return ["(0 rows)"]
     names = list(records[0])
-    cells = [[_cell(rec.get(n)) for n in names] for rec in records]
+    bars = [r.get("errors", {}) if "values" in r else {} for r in rows]
+    cells = [
+        [_plus_minus(rec[n], bar[n]) if n in bar and _is_number(rec.get(n)) else _cell(rec.get(n)) for n in names]
+        for rec, bar in zip(records, bars, strict=True)
+    ]
     widths = [max(len(n), *(len(c[i]) for c in cells)) for i, n in enumerate(names)]
     numeric = [all(_is_number(rec.get(n)) for rec in records) for n in names]
     out = [" " + " | ".join(n.center(w) for n, w in zip(names, widths, strict=True)) + " "]
@@ -127,19 +132,23 @@ def _cell(v: Any) -> str:
 
 
 def _with_error_bar(out: dict[str, Any]) -> str:
-    """The answer, and ± its error bar when that bar is data-independent (a single ``laplace-global``
-    measurement, whose half-width the analyst output carries), rounded to the bar's second digit."""
+    """The answer, and ± its error bar where that bar is data-independent (the analyst output then carries it,
+    ``errors``), rounded to the bar's second digit; "noise dominates" when the bar is wider than the answer."""
     answer = out["answer"]
-    measured = out.get("measurements") or []
-    if out.get("audit") or len(measured) != 1 or len(measured[0]) != 1 or answer is None:
+    width = (out.get("errors") or {}).get(next(iter(out.get("values") or {}), ""))
+    if answer is None or width is None:
         return str(answer)
-    width = measured[0][0].get("half_width")
-    if not width or not math.isfinite(width):
-        return str(answer)
-    digits = max(0, 1 - math.floor(math.log10(width)))
     confidence = out.get("confidence")
     level = f" ({confidence:.0%} confidence)" if confidence else ""
-    return f"{answer:.{digits}f} ± {width:.{digits}f}{level}"
+    return f"{_plus_minus(answer, width)}{level}"
+
+
+def _plus_minus(value: float, width: float) -> str:
+    if width == 0 or not math.isfinite(width):
+        return f"{value:g}"
+    digits = max(0, 1 - math.floor(math.log10(width)))
+    dominated = ", noise dominates" if width >= abs(value) else ""
+    return f"{value:.{digits}f} ± {width:.{digits}f}{dominated}"
 
 
 def _describe_term(term: Any) -> list[str]:

@@ -5,6 +5,7 @@ over a schema file; the plan queries' rows are given as the database would retur
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from sqldp.mechanisms import NoiseSource
 from sqldp.normalize import normalize
 from sqldp.params import resolve_params
 from sqldp.policy import Policy
-from sqldp.result import GLOBAL, Result
+from sqldp.result import GLOBAL, Measurement, Result
 from sqldp.session import compile_form
 
 SCHEMA = """
@@ -85,7 +86,7 @@ def test_post_processing_reads_only_the_noisy_values(catalog: Catalog) -> None:
     keys, measured = release.measure(form, made, answer, values)
     result = Result("q", params, measurements=measured, grouped=True)
     release.release(form, result, keys, NoiseSource.seeded(1))
-    assert result.rows == [{"key": {"faculty": "biology"}, "values": {"twice": pytest.approx(10.0)}}]
+    assert [(r["key"], r["values"]) for r in result.rows] == [({"faculty": "biology"}, {"twice": pytest.approx(10.0)})]
 
 
 def test_a_group_without_rows_counts_and_sums_zero(catalog: Catalog) -> None:
@@ -128,3 +129,53 @@ def test_a_statement_two_plans_ask_runs_once(catalog: Catalog) -> None:
     asked = sum(len(p.queries) for p in plans) - len(statements.folded)
     assert len(statements.order) == asked and len(statements.queries) < asked
     assert sorted(set(statements.order)) == list(range(len(statements.queries)))
+
+
+def test_a_count_carries_its_own_error_bar(catalog: Catalog) -> None:
+    """A global COUNT's bar is its Laplace half-width at the confidence (one measurement: no union bound)."""
+    form, params, _, plans, _ = compiled(catalog, "SELECT COUNT(*) FROM t")
+    made = release.templates(form, params, plans, [[]], 1)
+    keys, measured = release.measure(form, made, [(7,)], [])
+    result = Result("q", params, measurements=measured)
+    release.release(form, result, keys, NoiseSource.seeded(3))
+    [row] = result.rows
+    assert row["errors"] == {"count": pytest.approx(made[0].calibration.half_width(params.confidence))}
+
+
+def test_error_bars_of_an_average_cover_the_truth(catalog: Catalog) -> None:
+    """AVG(time) is a clamped ratio of two noisy sums: its bar comes from interval arithmetic over both
+    measurements' bars at confidence 1 − (1 − c)/2. Over many releases the true average lies within
+    value ± bar at least a fraction c of the time (binomial margin), and the bar never exceeds the clamp."""
+    form, params, _, plans, _ = compiled(catalog, "SELECT AVG(t.time) FROM t")
+    made = release.templates(form, params, plans, [[] for _ in plans], 1)
+    assert all(m.mechanism == GLOBAL for m in made)
+    count, centred_sum = 40.0, 40 * (20.0 - 30.0)  # 40 rows averaging 20 minutes; the sum is centred on 30
+    truth = 20.0
+    source = NoiseSource.seeded(11)
+    runs, inside = 2000, 0
+    for _ in range(runs):
+        keys, measured = release.measure(form, made, [tuple(_true(form, count, centred_sum))], [])
+        result = Result("q", params, measurements=measured)
+        release.release(form, result, keys, source)
+        [row] = result.rows
+        [(name, value)] = row["values"].items()
+        bar = row["errors"][name]
+        assert 0 <= bar <= 60.0
+        inside += abs(value - truth) <= bar
+    c = params.confidence
+    assert inside / runs >= c - 3 * math.sqrt(c * (1 - c) / runs)
+
+
+def _true(form: AnalysisForm, count: float, centred_sum: float) -> list[float]:
+    """The answer row in the form's aggregate order: COUNT(time) and SUM(time − 30)."""
+    return [count if a.kind == "count" else centred_sum for a in form.aggregates]
+
+
+@pytest.mark.parametrize(("noisy", "relative", "dominated"), [(100.0, 0.05, False), (3.0, None, True)])
+def test_a_relative_error_is_given_only_where_the_answer_is_not_noise(
+    noisy: float, relative: float | None, dominated: bool
+) -> None:
+    m = Measurement("COUNT(*)", 1.0, None, 0.1, 1.0, 2.0, 5.0, {}, noisy_value=noisy)
+    error = Result("q", None, measurements=[[m]]).to_json(audit=True)["error"]
+    assert error["relative"] == (pytest.approx(relative) if relative is not None else None)
+    assert error.get("noise_dominates", False) is dominated
