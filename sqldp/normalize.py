@@ -235,23 +235,15 @@ class Normalizer:
                 raise self.refuse("GROUP BY by position is not supported; name the expression", g)
         measured: list[Aggregate] = []
         outputs = tuple(self._output(name, e, block, groups, measured) for name, e in body.items)
+        for (name, e), o in zip(body.items, outputs, strict=True):
+            if not o.is_key:  # computed on the noisy values after the run: refused now, before any charge
+                self._check_post_processed(o.expr, e, f"output {name!r} may combine aggregates and numbers")
         having = None
         if body.having is not None:
             # HAVING filters the *noisy* groups: its aggregates are measured (and paid for) like the SELECT
             # list's, and the condition runs on the released values — post-processing, so no extra cost
             having = self._output("HAVING", body.having, block, groups, measured).expr
-            for node in having.walk():
-                bad_column = isinstance(node, exp.Column) and (node.table or not node.name.startswith(AGG_PREFIX))
-                if (
-                    bad_column
-                    or not isinstance(node, release.POST_PROCESSED)
-                    or (isinstance(node, exp.Literal) and node.is_string)
-                ):
-                    raise self.refuse(
-                        f"HAVING may compare aggregates and numbers ({release.post_processing()}), "
-                        f"not {node.sql(dialect='postgres')}",
-                        body.having,
-                    )
+            self._check_post_processed(having, body.having, "HAVING may compare aggregates and numbers")
             self.notes.append("HAVING evaluated on the noisy aggregates (post-processing)")
         order_by, limit = self._order(sort, outputs, body) if sort is not None else ((), None)
         return AnalysisForm(
@@ -278,6 +270,20 @@ class Normalizer:
                 "only FROM-subqueries can be inlined",
                 sub,
             )
+
+    def _check_post_processed(self, e: exp.Expr, at: exp.Expr, what: str) -> None:
+        """Refuse what the release step cannot compute on the noisy values (sqldp.release's tables)."""
+        for node in e.walk():
+            bad_column = isinstance(node, exp.Column) and (node.table or not node.name.startswith(AGG_PREFIX))
+            if (
+                bad_column
+                or not isinstance(node, release.POST_PROCESSED)
+                or (isinstance(node, exp.Literal) and node.is_string)
+            ):
+                # the node as the analyst wrote it, or its operator's name where it holds a measured aggregate
+                internal = any(isinstance(x, exp.Column) and x.name.startswith(AGG_PREFIX) for x in node.walk())
+                shown = node.key.upper() if internal else node.sql(dialect="postgres")
+                raise self.refuse(f"{what} ({release.post_processing()}), not {shown}", at)
 
     def _sensitive(self, block: _SPJ, ref: ColumnRef) -> bool:
         table = next(u.table for u in block.uses if u.alias == ref.alias)

@@ -141,3 +141,10 @@ def test_bad_sql_errors_carry_position(catalog: Catalog, sql: str, error: type, 
 def test_policy_fails_closed_for_unnamed_tables() -> None:
     p = Policy.from_toml("[tables.a]\nrows = 'public'")
     assert p.table("a").public and not p.table("b").public and p.table("b").rows_private
+
+
+def test_an_output_the_release_cannot_compute_is_refused_before_anything_runs(catalog: Catalog) -> None:
+    """ABS of a noisy count is no post-processing the release step has: refused by the normaliser (nothing
+    read, nothing charged), naming the operator and what is allowed."""
+    with pytest.raises(RefusedError, match=r"output 'abs' may combine aggregates and numbers \(.*\), not ABS"):
+        normalize(parse("SELECT ABS(COUNT(*)) FROM t", catalog), catalog, Policy())
