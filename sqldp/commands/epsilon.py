@@ -43,7 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--membership", metavar="P", help="guess a row's membership; P = prior or 'unknown'")
     g.add_argument("--combine", choices=("and", "or", "each"), default="and", help="how attributes combine")
     g.add_argument("--search", choices=("simplified", "a"), default="simplified", help="restricted-space search")
-    p.add_argument("--plot", metavar="FILE.png", help="draw posterior and advantage against ε (NR Fig. 55)")
+    p.add_argument(
+        "--plot", metavar="FILE", help="draw posterior and advantage against ε (NR Fig. 55): FILE.png, .svg or .pdf"
+    )
     r = p.add_argument_group("privacy at risk (Laplace mechanism; Dandekar, Basu and Bressan, PoPETs 2021)")
     r.add_argument("--risk", action="store_true", help="report (ε, γ) pairs of a Laplace mechanism at ε₀")
     r.add_argument(
@@ -172,18 +174,43 @@ def explore(args: argparse.Namespace) -> dict[str, Any]:
             raise InputError("--plot needs a goal", where="--plot")
         target = args.advantage or next((g.advantage for g in goals if g.advantage), None) or 0.1
         priors = sorted({round(p, 12) for c in out["goals"] for iv in c["prior_range"] for p in iv})
-        write_plot(Path(args.plot), priors, target)
+        first = out["goals"][0] if out["goals"] else {}
+        write_plot(
+            Path(args.plot),
+            priors,
+            target,
+            diameter=float(first.get("diameter") or 1.0),
+            chosen=out.get("epsilon"),
+            title=str(first.get("goal", "")),
+        )
         out["plot"] = args.plot
     return out
 
 
-def write_plot(path: Path, priors: list[float], target: float) -> None:
-    """Posterior guessing probability and advantage against ε (R = 1) for the goal's priors and the worst
-    case, like NR Fig. 55. Written to a temp file, then renamed."""
+PLOT_FORMATS = ("png", "svg", "pdf")
+
+
+def write_plot(
+    path: Path,
+    priors: list[float],
+    target: float,
+    *,
+    diameter: float = 1.0,
+    chosen: float | None = None,
+    title: str = "",
+) -> None:
+    """Posterior guessing probability and advantage against ε for the goal's priors and the worst case, like
+    NR Fig. 55. ε is in the goal's units, as the text prints it: the curves are functions of ε·R (R the goal's
+    diameter in precision units, NR §3.3.10), so the axis is the normalised ε divided by R. The target advantage
+    and the chosen ε are marked and labelled. PNG, SVG or PDF by the file's suffix; written to a temp file in the
+    target directory, given the permissions a new file gets under the umask, then renamed into place."""
     from sqldp import advantage as adv
 
-    if path.suffix.lower() != ".png":
-        raise InputError("the plot is written as PNG: give a FILE.png", where="--plot")
+    fmt = path.suffix.lower().lstrip(".")
+    if fmt not in PLOT_FORMATS:
+        raise InputError(
+            f"the plot is written as {', '.join(PLOT_FORMATS)}: give FILE.png, .svg or .pdf", where="--plot"
+        )
     if not path.parent.exists():
         raise InputError(f"directory {str(path.parent)!r} does not exist", where="--plot")
     try:
@@ -194,25 +221,35 @@ def write_plot(path: Path, priors: list[float], target: float) -> None:
     except ImportError:
         raise InputError("drawing needs matplotlib: pip install 'sqldp[plot]'", where="--plot") from None
     shown = [p for p in priors if 0 < p < 1][:6]
-    eps = [k / 100 for k in range(0, 501)]
+    normalised = [k / 100 for k in range(0, 501)]  # ε·R
+    eps = [e / diameter for e in normalised]  # ε in the goal's units
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     for p in shown:
-        advs = [adv.advantage_simplified(e, p) for e in eps]
+        advs = [adv.advantage_simplified(e, p) for e in normalised]
         ax1.plot(eps, [min(1.0, p + a) for a in advs], label=f"prior {p:.3g}")
         ax2.plot(eps, advs, label=f"prior {p:.3g}")
-    worst = [adv.advantage_over([(0.0, 1.0)], e)[0] for e in eps]
+    worst = [adv.advantage_over([(0.0, 1.0)], e)[0] for e in normalised]
     ax2.plot(eps, worst, "k--", label="worst-case prior")
-    ax2.axhline(target, color="grey", linewidth=0.8)
-    ax1.set(xlabel="ε (R = 1)", ylabel="posterior guessing probability", ylim=(0, 1))
-    ax2.set(xlabel="ε (R = 1)", ylabel="guessing advantage", ylim=(0, 1))
+    ax2.axhline(target, color="grey", linewidth=0.8, linestyle=":", label=f"target advantage {target:g}")
+    if chosen is not None and math.isfinite(chosen):
+        for ax in (ax1, ax2):
+            ax.axvline(chosen, color="red", linewidth=0.8, label=f"chosen ε = {chosen:.4g}")
+    unit = f"ε (R = {diameter:g})"
+    ax1.set(xlabel=unit, ylabel="posterior guessing probability", ylim=(0, 1))
+    ax2.set(xlabel=unit, ylabel="guessing advantage", ylim=(0, 1))
     for ax in (ax1, ax2):
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(f"goal: {title}", fontsize=9)
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(suffix=".png", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(suffix=f".{fmt}", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fig.savefig(fh, format="png", dpi=100)
+            fig.savefig(fh, format=fmt, dpi=100)
+        umask = os.umask(0)  # mkstemp makes the file 0600; a plot gets what any new file would
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -73,6 +74,25 @@ def test_plot_is_a_png(tmp_path: Path) -> None:
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
     assert [p.name for p in tmp_path.iterdir()] == ["fig.png"]  # no temp file left behind
+
+
+@pytest.mark.parametrize(("suffix", "magic"), [("svg", b"<?xml"), ("pdf", b"%PDF")])
+def test_plot_as_svg_or_pdf_is_readable_by_others_and_marks_the_chosen_epsilon(
+    tmp_path: Path, suffix: str, magic: bytes
+) -> None:
+    """The figure is written in the suffix's format with the permissions of any new file (not mkstemp's
+    0600), and names the goal, the target and the chosen ε, on the axis the text uses (ε at the goal's R)."""
+    figure = tmp_path / f"fig.{suffix}"
+    out = ok("--prior", "range_uniform:0:60", "--radius", "2", "--advantage", "0.05", "--plot", str(figure))
+    data = figure.read_bytes()
+    assert data.startswith(magic)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert figure.stat().st_mode & 0o777 == 0o666 & ~umask
+    if suffix == "svg":
+        text = data.decode()
+        assert f"chosen ε = {out['epsilon']:.4g}" in text and "target advantage 0.05" in text
+        assert "goal: " in text and f"R = {out['goals'][0]['diameter']:g}" in text
 
 
 def test_bad_plot_path_leaves_nothing(tmp_path: Path) -> None:
