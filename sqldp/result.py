@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqldp.errors import RefusedError
+from sqldp.errors import InputError, RefusedError
 
 if TYPE_CHECKING:  # sqldp.params imports the mechanisms (scipy, gmpy2): not needed to read a result
     from sqldp.params import PrivacyParams
@@ -107,6 +107,26 @@ class Result:
             merged = {**r.get("key", {}), **r["values"]}
             out.append(tuple(merged[c] for c in self.columns))
         return self.columns, out
+
+    def records(self) -> list[dict[str, Any]]:
+        """The released rows as flat records, one dict per row in output order: each column by name and, for a
+        value with a data-independent error bar, ``<name>_error`` (its half-width at the result's confidence).
+        The shape pandas and pyarrow take directly (``pandas.DataFrame(result.records())``)."""
+        names, rows = self.table()
+        out = []
+        for values, row in zip(rows, self.rows, strict=True):
+            record = dict(zip(names, values, strict=True))
+            record.update({f"{name}_error": bar for name, bar in row.get("errors", {}).items()})
+            out.append(record)
+        return out
+
+    def to_pandas(self) -> Any:
+        """The released rows as a pandas DataFrame (see :meth:`records`); pandas is not a dependency of sqldp."""
+        try:
+            import pandas
+        except ImportError:
+            raise InputError("to_pandas needs pandas: pip install pandas (or use result.records())") from None
+        return pandas.DataFrame(self.records())
 
     def _main(self) -> Measurement | None:
         return max((m for group in self.measurements for m in group), key=lambda m: m.noise_scale, default=None)

@@ -179,3 +179,18 @@ def test_a_relative_error_is_given_only_where_the_answer_is_not_noise(
     error = Result("q", None, measurements=[[m]]).to_json(audit=True)["error"]
     assert error["relative"] == (pytest.approx(relative) if relative is not None else None)
     assert error.get("noise_dominates", False) is dominated
+
+
+def test_records_are_flat_rows_with_their_error_bars(catalog: Catalog) -> None:
+    """The library's rows for pandas/pyarrow: one dict per released row, keys and values by column, and the
+    data-independent bar of each value as <name>_error."""
+    sql = "SELECT t.faculty, COUNT(*) AS n FROM t GROUP BY t.faculty ORDER BY n DESC"
+    form, params, domains, plans, _ = compiled(catalog, sql)
+    made = release.templates(form, params, plans, [[] for _ in plans], 3)
+    keys, measured = release.measure(form, made, [(0, "math", 30), (2, "biology", 5)], [d.values for d in domains])
+    result = Result("q", params, measurements=measured, grouped=True)
+    release.release(form, result, keys, NoiseSource.seeded(5))
+    records = result.records()
+    assert records[0]["faculty"] == "math" and len(records) == 3  # ORDER BY the noisy counts: 30 ≫ 5 and 0
+    bar = made[0].calibration.half_width(params.confidence)
+    assert all(set(r) == {"faculty", "n", "n_error"} and r["n_error"] == pytest.approx(bar) for r in records)
