@@ -2,7 +2,8 @@
 
 Its sections are ``[tables.T]`` (:mod:`sqldp.policy.tables`), ``[defaults]`` for ε, δ, β, mechanism,
 confidence and a guessing-advantage target (below), ``[[goals]]`` (:mod:`sqldp.policy.goals`), and the
-proxy's ``[proxy]`` and ``[analysts.NAME]`` (:mod:`sqldp.policy.analysts`, read only when a proxy starts).
+proxy's ``[proxy]`` and ``[analysts.NAME]`` (:mod:`sqldp.policy.analysts`, read only when a proxy starts), and
+the privacy units ``[units.NAME]`` with ``[[foreign_keys]]`` (:mod:`sqldp.policy.units`).
 Every problem is reported as ``file: key: problem`` and nothing is guessed; every table's keys go through
 :func:`sqldp.policy.keys.check_keys`, which reports a key that does not belong as
 ``file: table: unknown key 'k' (allowed: …)``.

@@ -26,6 +26,7 @@ import pytest
 import sqldp
 from sqldp import mechanisms, release
 from sqldp.catalog import Catalog
+from sqldp.commands.analyze import format_text
 from sqldp.errors import PolicyError, RefusedError
 from sqldp.frontend import parse
 from sqldp.mechanisms import NoiseSource
@@ -282,6 +283,8 @@ def test_a_run_releases_the_top_of_the_race(tiny: tuple[sqldp.session.Session, p
     assert list(audit["truncated"]) == [6.0, 9.0, 11.0] and list(audit["thresholds"]) == [2.0, 4.0, 8.0]
     # the plan an analyst may see before anything is read names the unit too
     assert s.analyze(sql, audit=False).to_json()["plan"][0]["unit"]["races"] == 3
+    assert "COUNT(*): unit u (u.id), GS 8, 3 races (R2T, β = 0.1)" in format_text(j)
+    assert "Q(I, 2^j) for j = 1, 2, …: 6, 9, 11" in format_text(out.to_json(audit=True))
 
 
 # -- R2T's error bound -----------------------------------------------------------------------------
