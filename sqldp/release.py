@@ -148,8 +148,8 @@ def race_template(aggregate: str, plan: UnitPlan, rows: Sequence[Rows], eps: flo
         delta=None,
         beta=0.0,
         sensitivity=plan.unit.max_contribution,
-        noise_scale=plan.thresholds[-1] * j / eps,
-        half_width=4 * j * math.log(j / plan.beta) * largest / eps,
+        noise_scale=plan.thresholds[-1] * j * len(plan.signs) / eps,
+        half_width=4 * j * math.log(j / plan.beta) * largest * len(plan.signs) ** 2 / eps,
         terms=bound.tables,
         mechanism=R2T,
         unit=plan.describe(),
@@ -163,12 +163,19 @@ def race(m: Measurement, noise: NoiseSource) -> float:
     Q(I, τ_j) with Laplace noise at τ_j·J/ε — τ_j bounds how much one unit moves it, so each race is
     (ε/J)-DP and the J races together ε-DP — minus its correction, and the largest of them and Q(I, 0) = 0
     released. The corrections and the maximum are post-processing of the noisy values (Dwork & Roth,
-    Prop. 2.1). Each noisy value is sampled exactly (sqldp.mechanisms.release)."""
+    Prop. 2.1). Each noisy value is sampled exactly (sqldp.mechanisms.release). A SUM raced in a positive and
+    a negative part gives each part half of ε and releases their difference (sequential composition)."""
     assert m.unit is not None
-    best = 0.0  # Q(I, 0): truncated at 0, no unit contributes
-    for q, (scale, correction) in zip(m.truncated, race_scales(m.thresholds, m.epsilon, m.unit["beta"]), strict=True):
-        best = max(best, mechanisms.release("laplace", q, scale, noise) - correction)
-    return best
+    signs = m.unit.get("signs", [1])
+    j = len(m.thresholds)
+    out = 0.0
+    for i, sign in enumerate(signs):
+        best = 0.0  # Q(I, 0): truncated at 0, no unit contributes
+        scales = race_scales(m.thresholds, m.epsilon / len(signs), m.unit["beta"])
+        for q, (scale, correction) in zip(m.truncated[i * j : (i + 1) * j], scales, strict=True):
+            best = max(best, mechanisms.release("laplace", q, scale, noise) - correction)
+        out += sign * best
+    return out
 
 
 def measure(

@@ -24,8 +24,9 @@ This module decides, from the query and the policy alone:
   equalities. Self-joins, two units in one query and tables reached by two different paths need R2T's linear
   program and are refused here;
 * the SQL: per unit (GROUP BY the unit's key) its contribution, COUNT(…) or the SUM of the clamped
-  argument (R2T needs ψ(q) ≥ 0, so a SUM whose declared ranges allow a negative value is refused), and
-  from those the J truncated sums in one row, plus the largest contribution (audit only).
+  argument, and from those the J truncated sums in one row, plus the largest contribution (audit only).
+  R2T needs ψ(q) ≥ 0: a SUM whose declared ranges allow negative values (the centred SUM of an AVG) is raced
+  as its positive and its negative part, each with half of ε, and released as their difference.
 
 A row whose unit key is NULL (a nullable foreign key) joins the group of NULLs: it is truncated with it as
 one more unit, which only adds protection. Tables in no unit must be public in such a query; row-private
@@ -74,6 +75,7 @@ class UnitPlan:
     aggregate: Aggregate
     unit: Unit
     thresholds: tuple[float, ...]
+    signs: tuple[int, ...]  # per raced part: +1, or −1 for the negative part of a SUM (module docstring)
     query: exp.Select
     joined: tuple[str, ...]  # the foreign-key hops joined to find a use's unit (for explain)
     scan_conjuncts: tuple[Conjunct, ...] = ()
@@ -93,10 +95,12 @@ class UnitPlan:
         return self.form.conjuncts
 
     def truncated(self, results: Sequence[Rows]) -> tuple[tuple[float, ...], float]:
-        """Q(I, τ_j) for every race, and the largest contribution of one unit (R2T's DS_Q(I), data-dependent)."""
+        """Q(I, τ_j) for every race of every part (part by part), and the largest contribution of one unit to
+        any part (R2T's DS_Q(I), data-dependent)."""
         row = results[0][0]
-        values = tuple(float(v or 0) for v in row[: len(self.thresholds)])
-        return values, float(row[len(self.thresholds)] or 0)
+        n = len(self.thresholds) * len(self.signs)
+        values = tuple(float(v or 0) for v in row[:n])
+        return values, max(float(v or 0) for v in row[n:])
 
     def bind(self, results: Sequence[Rows]) -> Callable[[float], Bound]:
         values, largest = self.truncated(results)
@@ -111,6 +115,7 @@ class UnitPlan:
             "key": self.unit.key,
             "gs": self.unit.max_contribution,
             "races": len(self.thresholds),
+            "signs": list(self.signs),
             "beta": self.beta,
             "joined": list(self.joined),
         }
@@ -201,17 +206,29 @@ def plan_units(form: AnalysisForm, catalog: Catalog, policy: Policy) -> UnitPlan
             "GROUP BY under a privacy unit needs contribution bounding across groups (not implemented yet)"
         )
     dom = domain(form, catalog, policy)
+    signs: tuple[int, ...] = (1,)
     if agg.kind == "count":
         released = agg
+        parts: list[exp.Expr] = [aggregate_expr(agg)]
     elif agg.kind == "sum":
         assert agg.arg is not None
-        lo, _ = interval(agg.arg, dom, "SUM under a privacy unit")
-        if lo < 0:
-            raise RefusedError(
-                f"{agg.sql}: R2T truncates non-negative contributions, and over the declared ranges the summed "
-                f"value can be {lo:g}; declare ranges that keep it ≥ 0"
-            )
+        lo, hi = interval(agg.arg, dom, "SUM under a privacy unit")
         released = dataclasses.replace(agg, arg=clamp_columns(agg.arg, dom))
+        assert released.arg is not None
+        value = released.arg
+        # R2T truncates non-negative contributions (its ψ ≥ 0): a value that may be negative is split into its
+        # positive and negative parts, SUM(e) = SUM(max(e, 0)) − SUM(max(−e, 0)), each raced with half of ε
+        if lo >= 0:
+            pieces = [value]
+        elif hi <= 0:
+            signs, pieces = (-1,), [exp.Neg(this=exp.Paren(this=value.copy()))]
+        else:
+            signs = (1, -1)
+            pieces = [
+                exp.Greatest(this=value.copy(), expressions=[exp.Literal.number(0)]),
+                exp.Greatest(this=exp.Neg(this=exp.Paren(this=value.copy())), expressions=[exp.Literal.number(0)]),
+            ]
+        parts = [aggregate_expr(Aggregate("sum", p)) for p in pieces]
     else:
         raise RefusedError(f"{agg.sql}: under a privacy unit only COUNT, SUM and AVG are answered (R2T)")
 
@@ -236,15 +253,18 @@ def plan_units(form: AnalysisForm, catalog: Catalog, policy: Policy) -> UnitPlan
         )
     thresholds = races(unit.max_contribution)
     key = exp.column(keys[0].column, table=keys[0].alias)
-    inner = exp.select(exp.alias_(key, UNIT_COLUMN), exp.alias_(aggregate_expr(released), CONTRIBUTION))
+    contributions = [f"{CONTRIBUTION}{i}" for i in range(len(parts))]
+    inner = exp.select(
+        exp.alias_(key, UNIT_COLUMN), *(exp.alias_(p, c) for p, c in zip(parts, contributions, strict=True))
+    )
     inner = where(from_uses(inner, (*form.uses, *resolver.extra)), (*form.conjuncts, *resolver.extra_conds))
     inner = inner.group_by(key.copy(), copy=False)
-    c = exp.column(CONTRIBUTION)
     items: list[exp.Expr] = [
-        exp.alias_(exp.Sum(this=exp.Least(this=c.copy(), expressions=[number(t)])), f"r{j}")
+        exp.alias_(exp.Sum(this=exp.Least(this=exp.column(c), expressions=[number(t)])), f"r{i}_{j}")
+        for i, c in enumerate(contributions)
         for j, t in enumerate(thresholds)
     ]
-    items.append(exp.alias_(exp.Max(this=c.copy()), "largest"))
+    items += [exp.alias_(exp.Max(this=exp.column(c)), f"largest{i}") for i, c in enumerate(contributions)]
     query = exp.select(*items).from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("per_unit"))))
     own_scan = not resolver.extra  # no extra join: the rewriter may fold the race into the answer's scan
     return UnitPlan(
@@ -252,6 +272,7 @@ def plan_units(form: AnalysisForm, catalog: Catalog, policy: Policy) -> UnitPlan
         aggregate=released,
         unit=unit,
         thresholds=thresholds,
+        signs=signs,
         query=query,
         joined=tuple(dict.fromkeys(resolver.joined)),
         scan_conjuncts=form.conjuncts if own_scan else (),
