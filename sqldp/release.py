@@ -21,8 +21,9 @@ from sqldp.form import AGG_PREFIX, AnalysisForm, Output
 from sqldp.groups import all_groups
 from sqldp.mechanisms import NoiseSource
 from sqldp.params import PrivacyParams, check_beta
-from sqldp.result import GLOBAL, Measurement, Result
+from sqldp.result import GLOBAL, R2T, Measurement, Result
 from sqldp.sensitivity.plan import Bound, Plan, Rows
+from sqldp.sensitivity.units import UnitPlan
 
 Share = tuple[float, float | None]  # an aggregate's (ε, δ)
 T = TypeVar("T")
@@ -108,6 +109,9 @@ def templates(
     for agg, plan, rows, share in zip(form.aggregates, plans, results, split, strict=True):
         assert share is not None
         eps, delta = share
+        if isinstance(plan, UnitPlan):
+            out.append(race_template(agg.sql, plan, rows, eps))
+            continue
         cal, bound = calibrate(plan, rows, eps, delta, params)
         out.append(
             Measurement(
@@ -123,6 +127,57 @@ def templates(
                 calibration=cal,
             )
         )
+    return out
+
+
+def race_scales(thresholds: Sequence[float], eps: float, beta: float) -> list[tuple[float, float]]:
+    """Per race j, R2T's Laplace scale τ_j·J/ε (ε split evenly over the J races, sequential composition) and the
+    correction log(J/β)·τ_j·J/ε subtracted from it (R2T §4: with probability ≥ 1 − β no race's noise exceeds
+    its correction, so the released top does not overshoot Q(I)). Both depend on the policy and ε only."""
+    j = len(thresholds)
+    return [(t * j / eps, t * j / eps * math.log(j / beta)) for t in thresholds]
+
+
+def race_template(aggregate: str, plan: UnitPlan, rows: Sequence[Rows], eps: float) -> Measurement:
+    """The measurement of an R2T plan: the truncated answers it read and the race's data-independent parts.
+    ``half_width`` is R2T's error bound 4·J·log(J/β)·DS/ε at probability 1 − β (Theorem 4.2 of the paper;
+    DS, the largest contribution of one unit, is read from the data: audit only)."""
+    values, largest = plan.truncated(rows)
+    j = len(plan.thresholds)
+    bound = plan.bind(rows)(0.0)
+    return Measurement(
+        aggregate=aggregate,
+        epsilon=eps,
+        delta=None,
+        beta=0.0,
+        sensitivity=plan.unit.max_contribution,
+        noise_scale=plan.thresholds[-1] * j * len(plan.signs) / eps,
+        half_width=4 * j * math.log(j / plan.beta) * largest * len(plan.signs) ** 2 / eps,
+        terms=bound.tables,
+        mechanism=R2T,
+        unit=plan.describe(),
+        thresholds=plan.thresholds,
+        truncated=values,
+    )
+
+
+def race(m: Measurement, noise: NoiseSource) -> float:
+    """R2T's release (Dong, Fang, Yi, Tao and Machanavajjhala, SIGMOD 2022, §4): each truncated answer
+    Q(I, τ_j) with Laplace noise at τ_j·J/ε — τ_j bounds how much one unit moves it, so each race is
+    (ε/J)-DP and the J races together ε-DP — minus its correction, and the largest of them and Q(I, 0) = 0
+    released. The corrections and the maximum are post-processing of the noisy values (Dwork & Roth,
+    Prop. 2.1). Each noisy value is sampled exactly (sqldp.mechanisms.release). A SUM raced in a positive and
+    a negative part gives each part half of ε and releases their difference (sequential composition)."""
+    assert m.unit is not None
+    signs = m.unit.get("signs", [1])
+    j = len(m.thresholds)
+    out = 0.0
+    for i, sign in enumerate(signs):
+        best = 0.0  # Q(I, 0): truncated at 0, no unit contributes
+        scales = race_scales(m.thresholds, m.epsilon / len(signs), m.unit["beta"])
+        for q, (scale, correction) in zip(m.truncated[i * j : (i + 1) * j], scales, strict=True):
+            best = max(best, mechanisms.release("laplace", q, scale, noise) - correction)
+        out += sign * best
     return out
 
 
@@ -162,8 +217,11 @@ def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]
         for m in measured:
             if m.true_value is None:
                 raise RefusedError(f"{m.aggregate} has no value for a group with no rows; not released")
-            kind = "laplace" if m.mechanism == GLOBAL else m.mechanism
-            m.noisy_value = mechanisms.release(kind, m.true_value, m.noise_scale, noise)
+            if m.mechanism == R2T:
+                m.noisy_value = race(m, noise)
+            else:
+                kind = "laplace" if m.mechanism == GLOBAL else m.mechanism
+                m.noisy_value = mechanisms.release(kind, m.true_value, m.noise_scale, noise)
             noisy.append(m.noisy_value)
         if form.having is not None and holds(form.having, noisy) is not True:
             continue  # HAVING on the noisy aggregates: NULL, like SQL, drops the group
@@ -235,14 +293,15 @@ def describe(
     for agg, plan, share in zip(form.aggregates, plans, split, strict=True):
         parallel = not form.group_by or plan.disjoint_groups
         whole = "full share" if parallel else "full share (ℓ1 over the groups, global bound)"
-        out.append(
-            {
-                "aggregate": agg.sql,
-                "groups": whole if parallel or plan.data_independent else "share divided among the groups",
-                "epsilon": share[0] if share else None,
-                "delta": share[1] if share else None,
-            }
-        )
+        entry: dict[str, Any] = {
+            "aggregate": agg.sql,
+            "groups": whole if parallel or plan.data_independent else "share divided among the groups",
+            "epsilon": share[0] if share else None,
+            "delta": share[1] if share else None,
+        }
+        if isinstance(plan, UnitPlan):
+            entry["unit"] = plan.describe()
+        out.append(entry)
     return out
 
 

@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # sqldp.params imports the mechanisms (scipy, gmpy2): not nee
     from sqldp.params import PrivacyParams
 
 GLOBAL = "laplace-global"  # the mechanism of a data-independent bound (sqldp.release.calibrate)
+R2T = "r2t"  # the race of truncations under a privacy unit (sqldp.release.race)
 
 
 @dataclass
@@ -37,6 +38,11 @@ class Measurement:
     # the noise, for error bars at other confidences (the bars of expressions over several measurements)
     calibration: Any = field(default=None, repr=False)
     noisy_value: float | None = None
+    # R2T (mechanism "r2t"): the unit, GS_Q, the number of races and R2T's β — from the policy and the query,
+    # so released — and the thresholds τ_j and the truncated answers Q(I, τ_j), data-dependent: audit only
+    unit: Mapping[str, Any] | None = None
+    thresholds: tuple[float, ...] = ()
+    truncated: tuple[float, ...] = field(default=(), repr=False)
 
     @functools.cached_property
     def tables(self) -> dict[str, Any]:
@@ -53,6 +59,8 @@ class Measurement:
                 # a global bound is a function of the query, the policy and public data: so are its noise
                 # scale and error bar, which the analyst may see
                 out["noise_scale"], out["half_width"] = self.noise_scale, self.half_width
+            if self.unit is not None:
+                out["unit"] = dict(self.unit)
             return out
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _UNSERIALISED}
         out["tables"] = self.tables

@@ -78,6 +78,10 @@ def format_text(out: dict[str, Any]) -> str:
         for step in out.get("plan", []):
             share = f"ε = {step['epsilon']:g}" if step["epsilon"] is not None else "ε divided among the groups"
             lines.append(f"  {step['aggregate']}: {share} ({step['groups']})")
+            if "unit" in step:
+                lines.append(f"    {_unit(step['unit'])}")
+        for group in out.get("measurements", [])[:1]:
+            lines.extend(f"  {m['aggregate']}: {_unit(m['unit'])}" for m in group if m.get("unit"))
     if not out["public"] and out.get("audit"):
         err = out["error"]
         lines.append(f"sensitivity = {out['sensitivity']:.6g}, noise scale = {out['noise_scale']:.6g}")
@@ -151,6 +155,11 @@ def _plus_minus(value: float, width: float) -> str:
     return f"{value:.{digits}f} ± {width:.{digits}f}{dominated}"
 
 
+def _unit(u: dict[str, Any]) -> str:
+    """A privacy unit's data-independent figures (sqldp.sensitivity.units.UnitPlan.describe)."""
+    return f"unit {u['unit']} ({u['table']}.{u['key']}), GS {u['gs']:g}, {u['races']} races (R2T, β = {u['beta']:g})"
+
+
 def _describe_term(term: Any) -> list[str]:
     """One table's contribution as text lines: a row-level term on one line, e.g. ``sensitivity 7.41
     (derivative 7 at the data, 7.41 smoothed; G = 1; uses t)``; a value-level term (``docs/columns.md``) on a
@@ -159,6 +168,11 @@ def _describe_term(term: Any) -> list[str]:
         return [str(term)]
     if "value_sensitivity" in term:
         return _describe_values(term)
+    if "truncated" in term:  # R2T under a privacy unit (sqldp.sensitivity.units)
+        values = ", ".join(f"{v:.6g}" for v in term["truncated"])
+        return [
+            f"largest contribution of one unit {term['largest_contribution']:.6g}; Q(I, 2^j) for j = 1, 2, …: {values}"
+        ]
     if "sensitivity" not in term:
         return [str(term)]
     line = f"sensitivity {term['sensitivity']:.6g}"

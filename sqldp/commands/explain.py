@@ -22,8 +22,9 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
     from sqldp.form import describe
     from sqldp.frontend import parse
     from sqldp.normalize import PublicRelease, normalize
-    from sqldp.result import GLOBAL
+    from sqldp.result import GLOBAL, R2T
     from sqldp.sensitivity import model_check
+    from sqldp.sensitivity.units import UnitPlan
     from sqldp.session import compile_form
 
     parsed = parse(sql, catalog)
@@ -52,9 +53,17 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
         out["sql"] = statements.all()
         default = policy.defaults.mechanism or "cauchy"
         out["mechanisms"] = {
-            agg.sql: GLOBAL if p.data_independent else default
+            agg.sql: R2T if isinstance(p, UnitPlan) else GLOBAL if p.data_independent else default
             for agg, p in zip(form.aggregates, plans, strict=True)
         }
+        # under a privacy unit: the unit, GS_Q and the number of races (policy and query only); the row-level
+        # global sensitivity above is not what protects these tables then
+        units = {
+            agg.sql: p.describe() for agg, p in zip(form.aggregates, plans, strict=True) if isinstance(p, UnitPlan)
+        }
+        if units:
+            out["units"] = units
+            out["global_sensitivity"] = {}
     return out
 
 
@@ -81,6 +90,13 @@ def _text(out: dict[str, Any]) -> str:
             lines.append("  rewrites:   " + "; ".join(a["rewrites"]))
         for agg, mech in out.get("mechanisms", {}).items():
             lines.append(f"  noise:      {agg} → {mech}")
+        for agg, u in out.get("units", {}).items():
+            lines.append(
+                f"  unit:       {agg}: {u['unit']} ({u['table']}.{u['key']}), GS {u['gs']:g}, {u['races']} races "
+                f"τ = 2, 4, …, 2^{u['races']} (R2T, β = {u['beta']:g})"
+            )
+            for j in u["joined"]:
+                lines.append(f"              joined to find the unit: {j}")
         if out.get("global_sensitivity"):
             lines.append("Global sensitivity from the schema's keys (NR §3.3.13; data-independent):")
             for table, entry in out["global_sensitivity"].items():

@@ -8,6 +8,7 @@ tables        ``[tables.T]``: private rows and their weight, the norm over sensi
               column ranges, GROUP BY domains, DATE units and ``knowledge``
 priors        a column's ``knowledge``: the attacker's prior (NR §3.3.11.1, Fig. 44)
 goals         ``[[goals]]``: what an attacker must not learn (NR §3.3.10)
+units         ``[units.NAME]`` and ``[[foreign_keys]]``: privacy units and the tables that belong to them
 analysts      ``[proxy]`` and ``[analysts.NAME]``, read when a proxy starts
 keys          the one check of every table's keys
 values        numbers and dates as the file writes them
@@ -38,6 +39,7 @@ from sqldp.policy.tables import (
     TablePolicy,
     parse_norm,
 )
+from sqldp.policy.units import Reference, Unit
 from sqldp.policy.values import EPOCH, MAX_BOUND, to_number
 
 __all__ = [
@@ -64,7 +66,9 @@ __all__ = [
     "NormTerm",
     "Policy",
     "ProxyPolicy",
+    "Reference",
     "TablePolicy",
+    "Unit",
     "check_keys",
     "parse_cli_prior",
     "parse_goals",

@@ -2,7 +2,8 @@
 
 Its sections are ``[tables.T]`` (:mod:`sqldp.policy.tables`), ``[defaults]`` for ε, δ, β, mechanism,
 confidence and a guessing-advantage target (below), ``[[goals]]`` (:mod:`sqldp.policy.goals`), and the
-proxy's ``[proxy]`` and ``[analysts.NAME]`` (:mod:`sqldp.policy.analysts`, read only when a proxy starts).
+proxy's ``[proxy]`` and ``[analysts.NAME]`` (:mod:`sqldp.policy.analysts`, read only when a proxy starts), and
+the privacy units ``[units.NAME]`` with ``[[foreign_keys]]`` (:mod:`sqldp.policy.units`).
 Every problem is reported as ``file: key: problem`` and nothing is guessed; every table's keys go through
 :func:`sqldp.policy.keys.check_keys`, which reports a key that does not belong as
 ``file: table: unknown key 'k' (allowed: …)``.
@@ -20,10 +21,23 @@ from sqldp.errors import PolicyError
 from sqldp.policy.goals import Goal, parse_goals
 from sqldp.policy.keys import check_keys
 from sqldp.policy.tables import TablePolicy, domain_fits, parse_tables, resolve_name
+from sqldp.policy.units import (
+    Path as UnitPath,
+)
+from sqldp.policy.units import (
+    Reference,
+    Unit,
+    check_members,
+    check_units,
+    memberships,
+    parse_references,
+    parse_units,
+    references,
+)
 from sqldp.policy.values import positive
 
 Mechanism = Literal["cauchy", "laplace"]
-SECTIONS = {"defaults", "tables", "goals", "analysts", "proxy"}
+SECTIONS = {"defaults", "tables", "goals", "analysts", "proxy", "units", "foreign_keys"}
 # the privacy parameters of one query: [defaults] gives them for everyone, [analysts.NAME] per analyst
 PRIVACY_KEYS = ("mechanism", "epsilon", "delta", "beta", "confidence", "advantage")  # checked in this order
 
@@ -67,6 +81,16 @@ class Policy:
     goals: tuple[Goal, ...] = ()
     source: str = "<default policy>"
     raw: Mapping[str, Any] = field(default_factory=dict)
+    # privacy units and the foreign keys the policy declares (sqldp.policy.units); empty: row-level only
+    units: Mapping[str, Unit] = field(default_factory=dict)
+    foreign_keys: tuple[Reference, ...] = ()
+
+    def members(self, catalog: Any) -> dict[str, dict[str, tuple[UnitPath, ...]]]:
+        """Per unit, the tables that belong to it and their foreign-key paths to its key (R2T §2)."""
+        if not self.units:
+            return {}
+        refs = references(catalog, self.foreign_keys, f"{self.source}: foreign_keys")
+        return memberships(self.units, refs, f"{self.source}: units")
 
     def table(self, name: str) -> TablePolicy:
         """The table's policy; fail closed for tables the policy does not name (private rows, G = 1)."""
@@ -104,6 +128,9 @@ class Policy:
                     raise PolicyError(f"table {table!r} is not in the schema ({catalog.source})", where=w)
                 if ref is not None and resolve_name(ref, catalog.tables[found].columns, w) is None:
                     raise PolicyError(f"column {ref!r} is not in table {table!r}", where=w)
+        if self.units:
+            check_units(self.units, catalog, self.source)
+            check_members(self.members(catalog), self.tables, self.source)
 
     @classmethod
     def from_file(cls, path: str | Path) -> Policy:
@@ -136,4 +163,6 @@ class Policy:
         defaults = _defaults(raw.get("defaults", {}), f"{source}: defaults")
         tables = parse_tables(raw.get("tables", {}), f"{source}: tables")
         goals = tuple(parse_goals(raw["goals"], tables, f"{source}: goals")) if "goals" in raw else ()
-        return cls(tables, defaults, goals, source, raw)
+        units = parse_units(raw.get("units", {}), f"{source}: units")
+        fks = parse_references(raw.get("foreign_keys", []), f"{source}: foreign_keys")
+        return cls(tables, defaults, goals, source, raw, units, fks)

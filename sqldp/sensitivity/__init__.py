@@ -10,6 +10,8 @@ Analyses:
 * :mod:`sqldp.sensitivity.rows` — adding/removing rows of private tables (NR §3.3.7).
 * :mod:`sqldp.sensitivity.global_bound` — the row-level bound from the schema's keys alone (NR §3.3.13's
   model checking), used instead of the data-dependent one when it is finite and the keys are enforced.
+* :mod:`sqldp.sensitivity.units` — adding/removing one privacy unit with every row referencing it (R2T's
+  truncated answers; the release step runs the race).
 * :mod:`sqldp.sensitivity.columns` — changing values of sensitive columns (NR §3.3.8), combined with the
   row-level bound when rows are private too (NR §3.3.9); its expression and filter bounds are in
   :mod:`sqldp.sensitivity.expressions` and :mod:`sqldp.sensitivity.filters`.
@@ -33,20 +35,36 @@ from sqldp.sensitivity.global_bound import GlobalPlan, global_plan
 from sqldp.sensitivity.intervals import domain
 from sqldp.sensitivity.plan import Bound, Plan
 from sqldp.sensitivity.rows import RowPlan, plan_rows
+from sqldp.sensitivity.units import UnitPlan, plan_units, unit_tables
 
-__all__ = ["Bound", "ColumnPlan", "GlobalPlan", "Plan", "RowPlan", "plan", "plan_columns", "plan_rows"]
+__all__ = [
+    "Bound",
+    "ColumnPlan",
+    "GlobalPlan",
+    "Plan",
+    "RowPlan",
+    "UnitPlan",
+    "plan",
+    "plan_columns",
+    "plan_rows",
+    "plan_units",
+]
 
 
-def plan(
-    form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | None = None
-) -> Plan:
+def plan(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | None = None) -> Plan:
     """The plan for a form with one aggregate, from the analysis the policy calls for.
 
     * the query reads no value-sensitive column (a column of a table's ``norm``): the row-level plan (§3.3.7);
     * it does, and no table in it has private rows: the value-level plan (§3.3.8);
     * it does, and some table has private rows: the combined plan (§3.3.9).
     Shapes the analyses do not cover are refused by them with the reason (fail closed).
-    ``beta`` is the β the user fixed (None: the release step optimises it); the value plan then evaluates only it."""
+    ``beta`` is the β the user fixed (None: the release step optimises it); the value plan then evaluates only it.
+
+    When the query reads a table that belongs to a privacy unit (``[units.NAME]``), the neighbours differ by a
+    unit, not a row: R2T's plan (:mod:`sqldp.sensitivity.units`) answers it."""
+    if policy.units and unit_tables(form, catalog, policy):
+        failures.check(form, domain(form, catalog, policy), bounded_sum=True)
+        return plan_units(form, catalog, policy)
     reads = {ref for agg in form.aggregates for ref in agg.columns}
     reads |= {ref for c in form.conjuncts for ref in c.columns}
     reads |= {ColumnRef(k.table, k.name) for g in form.group_by for k in g.find_all(exp.Column) if k.table}

@@ -5,6 +5,11 @@ as Tumult Core and OpenDP pair every transformation with its stability map. Noth
 the engine executes :attr:`Plan.queries` in the answer's snapshot and hands the result rows to
 :meth:`Plan.bind`, which returns the β-smooth bound as a function of β (NR Def. 3.56; the release step
 chooses β by NR Theorem 3.73).
+
+R2T under a privacy unit (:mod:`sqldp.sensitivity.units`) implements this contract for what it shares with the
+others — its SQL, the aggregate it releases, the conjuncts it keeps, folding into the answer's scan — but not
+its noise: R2T releases the top of several noisy truncated answers, not one answer with noise scaled to one
+bound, so the release step runs it as a mechanism of its own (:func:`sqldp.release.race`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,280 @@
+"""Unit-level privacy over foreign-key joins: R2T's truncated answers as a plan.
+
+Under a privacy unit (:mod:`sqldp.policy.units`) neighbouring databases differ by one unit with every row that
+references it. COUNT and SUM over a join then have no useful global sensitivity — one customer may own any
+number of line items — and R2T (Dong, Fang, Yi, Tao and Machanavajjhala, "R2T: Instance-optimal Truncation for
+Differentially Private Query Evaluation with Foreign Keys", SIGMOD 2022) answers them by a race of truncations:
+for τ_j = 2^j, j = 1 … J with 2^J ≥ GS_Q, the truncated answer
+
+    Q(I, τ) = Σ_units min(contribution(unit), τ)
+
+changes by at most τ between neighbours, because when every join row belongs to one unit, removing a unit
+removes exactly its own join rows and leaves every other unit's contribution as it was (R2T §4 for a
+self-join-free query with one primary private relation, where Q(I, τ) is this sum and needs no LP).
+:mod:`sqldp.release` adds the noise to each race and releases the top (its own mechanism: several noisy
+values, not one bound and one noise).
+
+This module decides, from the query and the policy alone:
+
+* the unit of each private use, by following its foreign-key paths: a hop needs no join when the next
+  columns are among the referenced ones (lineitem → orders gives the *orders* unit as l_orderkey), uses a
+  table the query already joins on the foreign key (θ's equalities, NR §3.3.7.3's classes), and otherwise
+  joins the referenced table (its referenced columns are unique, :func:`sqldp.policy.units.references`);
+* that every join row belongs to one unit: the units of all private uses are provably equal under θ's
+  equalities. Self-joins, two units in one query and tables reached by two different paths need R2T's linear
+  program and are refused here;
+* the SQL: per unit (GROUP BY the unit's key) its contribution, COUNT(…) or the SUM of the clamped
+  argument, and from those the J truncated sums in one row, plus the largest contribution (audit only).
+  R2T needs ψ(q) ≥ 0: a SUM whose declared ranges allow negative values (the centred SUM of an AVG) is raced
+  as its positive and its negative part, each with half of ε, and released as their difference.
+
+A row whose unit key is NULL (a nullable foreign key) joins the group of NULLs: it is truncated with it as
+one more unit, which only adds protection. Tables in no unit must be public in such a query; row-private
+ones would mix two neighbour relations and are refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlglot import exp
+
+from sqldp.catalog import Catalog
+from sqldp.errors import RefusedError
+from sqldp.form import Aggregate, AnalysisForm, ColumnRef, Conjunct, TableUse
+from sqldp.policy import Policy
+from sqldp.policy.units import Path, Unit
+from sqldp.sensitivity.intervals import clamp_columns, domain, interval
+from sqldp.sensitivity.plan import Bound, Rows
+from sqldp.sensitivity.rows import equality_classes
+from sqldp.sqlgen import aggregate_expr, from_uses, number, where
+
+BETA = 0.1  # R2T's β: with probability ≥ 1 − β the error is within its bound (the paper's experiments use 0.1)
+UNIT_COLUMN, CONTRIBUTION = "unit", "contribution"
+
+
+def races(gs: float) -> tuple[float, ...]:
+    """R2T's thresholds τ_j = 2^j for j = 1 … J, J = ⌈log₂ GS_Q⌉ (at least one race)."""
+    top = max(1, math.ceil(math.log2(gs)))
+    return tuple(2.0**j for j in range(1, top + 1))
+
+
+@dataclass(frozen=True)
+class UnitPlan:
+    """The plan contract (:mod:`sqldp.sensitivity.plan`) for R2T under one privacy unit.
+
+    ``queries`` is one statement returning the truncated answers Q(I, τ_j) and the largest contribution;
+    ``data_independent`` holds since the noise of each race, τ_j·J/ε, is decided by the policy's GS_Q alone;
+    ``bind`` reports GS_Q as the bound (the release step does not use it: it runs the race)."""
+
+    form: AnalysisForm
+    aggregate: Aggregate
+    unit: Unit
+    thresholds: tuple[float, ...]
+    signs: tuple[int, ...]  # per raced part: +1, or −1 for the negative part of a SUM (module docstring)
+    query: exp.Select
+    joined: tuple[str, ...]  # the foreign-key hops joined to find a use's unit (for explain)
+    scan_conjuncts: tuple[Conjunct, ...] = ()
+    grouped_scan: tuple[bool, ...] = (False,)
+    disjoint_groups: bool = False
+    data_independent: bool = True
+    grid: tuple[float, ...] = ()
+    inline: tuple[bool, ...] = (False,)
+    beta: float = BETA
+
+    @property
+    def queries(self) -> tuple[exp.Select, ...]:
+        return (self.query,)
+
+    @property
+    def conjuncts(self) -> tuple[Conjunct, ...]:
+        return self.form.conjuncts
+
+    def truncated(self, results: Sequence[Rows]) -> tuple[tuple[float, ...], float]:
+        """Q(I, τ_j) for every race of every part (part by part), and the largest contribution of one unit to
+        any part (R2T's DS_Q(I), data-dependent)."""
+        row = results[0][0]
+        n = len(self.thresholds) * len(self.signs)
+        values = tuple(float(v or 0) for v in row[:n])
+        return values, max(float(v or 0) for v in row[n:])
+
+    def bind(self, results: Sequence[Rows]) -> Callable[[float], Bound]:
+        values, largest = self.truncated(results)
+        terms = {self.unit.name: {"truncated": list(values), "largest_contribution": largest}}
+        return lambda beta: Bound(self.unit.max_contribution, terms)
+
+    def describe(self) -> dict[str, Any]:
+        """What an analyst may see: the unit, GS_Q and the races (all from the policy and the query)."""
+        return {
+            "unit": self.unit.name,
+            "table": self.unit.table,
+            "key": self.unit.key,
+            "gs": self.unit.max_contribution,
+            "races": len(self.thresholds),
+            "signs": list(self.signs),
+            "beta": self.beta,
+            "joined": list(self.joined),
+        }
+
+
+def unit_tables(form: AnalysisForm, catalog: Catalog, policy: Policy) -> dict[str, list[str]]:
+    """Per table of the query that belongs to a unit, the units it belongs to (empty: no unit involved)."""
+    out: dict[str, list[str]] = {}
+    for unit, members in policy.members(catalog).items():
+        for t in form.tables:
+            if t in members:
+                out.setdefault(t, []).append(unit)
+    return out
+
+
+class _Resolver:
+    """Follows foreign-key paths from a use to its unit's key, joining referenced tables where needed."""
+
+    def __init__(self, form: AnalysisForm, catalog: Catalog) -> None:
+        self.form, self.catalog = form, catalog
+        self.classes = equality_classes(form.conjuncts)
+        self.extra: list[TableUse] = []
+        self.extra_conds: list[exp.Expr] = []
+        self.joined: list[str] = []
+
+    def equal(self, a: ColumnRef, b: ColumnRef) -> bool:
+        return a == b or (a in self.classes and b in self.classes and self.classes.connected(a, b))
+
+    def _materialise(self, table: str, known: dict[str, ColumnRef]) -> str:
+        """A use of ``table`` whose row is the one ``known`` (a unique key of it) identifies: a use of the query
+        θ already ties to it, else a new join on the key."""
+        for u in (*self.form.uses, *self.extra):
+            if u.table == table and all(self.equal(ColumnRef(u.alias, c), ref) for c, ref in known.items()):
+                return u.alias
+        alias = f"__unit{len(self.extra)}"
+        self.extra.append(TableUse(alias, table))
+        on = " AND ".join(f"{alias}.{c} = {ref}" for c, ref in known.items())
+        self.joined.append(f"{table} AS {alias} ON {on}")
+        for c, ref in known.items():
+            cond = exp.EQ(this=exp.column(c, table=alias), expression=exp.column(ref.column, table=ref.alias))
+            self.extra_conds.append(cond)
+            self.classes.add(ColumnRef(alias, c))
+            self.classes.add(ref)
+            self.classes.merge(ColumnRef(alias, c), ref)
+        return alias
+
+    def unit_of(self, use: TableUse, path: Path, unit: Unit) -> ColumnRef:
+        table: str = use.table
+        alias: str | None = use.alias
+        known: dict[str, ColumnRef] = {}
+
+        def get(col: str) -> ColumnRef:
+            nonlocal alias
+            if alias is None:
+                if col in known:
+                    return known[col]
+                alias = self._materialise(table, known)
+            return ColumnRef(alias, col)
+
+        for hop in path:
+            refs = [get(c) for c in hop.columns]
+            table, alias, known = hop.references, None, dict(zip(hop.ref_columns, refs, strict=True))
+        return get(unit.key)
+
+
+def plan_units(form: AnalysisForm, catalog: Catalog, policy: Policy) -> UnitPlan:
+    """The R2T plan for a form with one aggregate whose tables belong to a privacy unit (module docstring)."""
+    if len(form.aggregates) != 1:
+        raise ValueError("plan_units takes a form with one aggregate")
+    agg = form.aggregates[0]
+    members = policy.members(catalog)
+    of_table = unit_tables(form, catalog, policy)
+    involved = sorted({u for us in of_table.values() for u in us})
+    if len(involved) > 1:
+        raise RefusedError(
+            f"the query reads tables of the units {', '.join(involved)}: a join row that belongs to several units "
+            "needs R2T's linear program (not implemented yet); ask under a policy with one of them"
+        )
+    unit = policy.units[involved[0]]
+    for u in form.uses:
+        if u.table not in of_table and not policy.table(u.table).public:
+            raise RefusedError(
+                f"table {u.table} belongs to no privacy unit and is not public: a query may not mix unit-level "
+                f"privacy (unit {unit.name}) with row-level privacy; declare it public or make it reference the unit"
+            )
+    if form.group_by:
+        raise RefusedError(
+            "GROUP BY under a privacy unit needs contribution bounding across groups (not implemented yet)"
+        )
+    dom = domain(form, catalog, policy)
+    signs: tuple[int, ...] = (1,)
+    if agg.kind == "count":
+        released = agg
+        parts: list[exp.Expr] = [aggregate_expr(agg)]
+    elif agg.kind == "sum":
+        assert agg.arg is not None
+        lo, hi = interval(agg.arg, dom, "SUM under a privacy unit")
+        released = dataclasses.replace(agg, arg=clamp_columns(agg.arg, dom))
+        assert released.arg is not None
+        value = released.arg
+        # R2T truncates non-negative contributions (its ψ ≥ 0): a value that may be negative is split into its
+        # positive and negative parts, SUM(e) = SUM(max(e, 0)) − SUM(max(−e, 0)), each raced with half of ε
+        if lo >= 0:
+            pieces = [value]
+        elif hi <= 0:
+            signs, pieces = (-1,), [exp.Neg(this=exp.Paren(this=value.copy()))]
+        else:
+            signs = (1, -1)
+            pieces = [
+                exp.Greatest(this=value.copy(), expressions=[exp.Literal.number(0)]),
+                exp.Greatest(this=exp.Neg(this=exp.Paren(this=value.copy())), expressions=[exp.Literal.number(0)]),
+            ]
+        parts = [aggregate_expr(Aggregate("sum", p)) for p in pieces]
+    else:
+        raise RefusedError(f"{agg.sql}: under a privacy unit only COUNT, SUM and AVG are answered (R2T)")
+
+    resolver = _Resolver(form, catalog)
+    keys: list[ColumnRef] = []
+    for u in form.uses:
+        if u.table not in of_table:
+            continue
+        found = {resolver.unit_of(u, p, unit) for p in members[unit.name][u.table]}
+        first = sorted(found, key=str)[0]
+        if any(not resolver.equal(first, k) for k in found):
+            raise RefusedError(
+                f"{u.table} AS {u.alias} belongs to unit {unit.name} by several foreign-key paths that may lead to "
+                "different units: R2T's linear program is needed (not implemented yet)"
+            )
+        keys.append(first)
+    if any(not resolver.equal(keys[0], k) for k in keys):
+        raise RefusedError(
+            f"a join row of this query may belong to several {unit.name} units ({', '.join(map(str, keys))} are "
+            "not equal by the query's join conditions): self-joins and unlinked uses need R2T's linear program "
+            "(not implemented yet)"
+        )
+    thresholds = races(unit.max_contribution)
+    key = exp.column(keys[0].column, table=keys[0].alias)
+    contributions = [f"{CONTRIBUTION}{i}" for i in range(len(parts))]
+    inner = exp.select(
+        exp.alias_(key, UNIT_COLUMN), *(exp.alias_(p, c) for p, c in zip(parts, contributions, strict=True))
+    )
+    inner = where(from_uses(inner, (*form.uses, *resolver.extra)), (*form.conjuncts, *resolver.extra_conds))
+    inner = inner.group_by(key.copy(), copy=False)
+    items: list[exp.Expr] = [
+        exp.alias_(exp.Sum(this=exp.Least(this=exp.column(c), expressions=[number(t)])), f"r{i}_{j}")
+        for i, c in enumerate(contributions)
+        for j, t in enumerate(thresholds)
+    ]
+    items += [exp.alias_(exp.Max(this=exp.column(c)), f"largest{i}") for i, c in enumerate(contributions)]
+    query = exp.select(*items).from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("per_unit"))))
+    own_scan = not resolver.extra  # no extra join: the rewriter may fold the race into the answer's scan
+    return UnitPlan(
+        form=form,
+        aggregate=released,
+        unit=unit,
+        thresholds=thresholds,
+        signs=signs,
+        query=query,
+        joined=tuple(dict.fromkeys(resolver.joined)),
+        scan_conjuncts=form.conjuncts if own_scan else (),
+        grouped_scan=(own_scan,),
+    )
