@@ -113,6 +113,9 @@ class AnalysisForm:
     notes: tuple[str, ...] = field(default=())  # rewrites applied (e.g. "AVG → SUM/COUNT")
     # HAVING over the aggregates (``__agg<i>`` placeholders), evaluated on the noisy values after the noise
     having: exp.Expr | None = None
+    # DP partition selection (sqldp.groups.partition_selection): the index of the hidden COUNT(*) whose noisy
+    # value decides which of the groups present in the data are released; None: the groups are declared
+    select_by: int | None = None
 
     def use(self, alias: str) -> TableUse:
         for u in self.uses:

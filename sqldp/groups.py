@@ -14,6 +14,7 @@ in SQL (:func:`match_groups`) with PostgreSQL's own ``=``, each answer row to at
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import itertools
 from collections.abc import Sequence
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from sqldp.errors import RefusedError
-from sqldp.form import AnalysisForm
+from sqldp.form import Aggregate, AnalysisForm
 from sqldp.policy import EPOCH, Policy
 
 
@@ -30,6 +31,9 @@ from sqldp.policy import EPOCH, Policy
 class KeyDomain:
     values: tuple[object, ...] | None  # declared in the policy
     query: exp.Select | None  # SELECT DISTINCT over a public table, run in the answer's snapshot (sqldp.engine)
+    # a column of a private table with no declared domain: its groups are those present in the data, each
+    # released only if its noisy count passes a threshold (DP partition selection, :func:`partition_selection`)
+    private: bool = False
 
     @property
     def ordered(self) -> exp.Select | None:
@@ -39,6 +43,38 @@ class KeyDomain:
         q = exp.select("v").from_(exp.Subquery(this=self.query.copy(), alias=_alias("__s", "v")))
         q.set("order", _by_v())
         return q
+
+
+def partition_selection(form: AnalysisForm, policy: Policy, delta: float | None) -> AnalysisForm:
+    """The form with a hidden COUNT(*) measured for DP partition selection when a group key is a column of a
+    private table without a declared domain and δ > 0 is allowed; else the form unchanged (and such a key is
+    refused by :func:`key_domains`).
+
+    Which keys occur in a private table is itself private. Partition selection releases a group only if its
+    COUNT(*) plus Laplace noise at c/ε exceeds τ = c·(1 + ln(1/(2δ))/ε), for c the count's data-independent
+    bound and a neighbouring change that touches one group: a group whose count moves by at most c then
+    appears with probability ratio ≤ e^ε, and one that exists on one side only (count ≤ c) with probability
+    ≤ δ — (ε, δ)-DP (Korolova, Kenthapadi, Mishra, Ntoulas, "Releasing search queries and clicks privately",
+    WWW 2009; Wilson et al., "Differentially private SQL with bounded user contribution", PoPETs 2020). The
+    count is the query's own COUNT(*) when it has one, else one more measurement with its share of ε and δ
+    (sequential composition); the conditions (a data-independent count bound, disjoint groups) are checked on
+    its plan when it is made."""
+    if delta is None or not any(_undeclared_private(form, policy, key) for key in form.group_by):
+        return form
+    for i, agg in enumerate(form.aggregates):
+        if agg.kind == "count" and agg.arg is None:
+            # the query's own COUNT(*): released if and only if it passes τ — the thresholded Laplace count
+            # itself, no second measurement
+            return dataclasses.replace(form, select_by=i)
+    count = Aggregate("count", None, frozenset())
+    return dataclasses.replace(form, aggregates=(*form.aggregates, count), select_by=len(form.aggregates))
+
+
+def _undeclared_private(form: AnalysisForm, policy: Policy, key: exp.Expr) -> bool:
+    if not isinstance(key, exp.Column) or not key.table or _year_domain(form, policy, key) is not None:
+        return False
+    tp = policy.table(form.use(key.table).table)
+    return tp.column(key.name).domain is None and not tp.public
 
 
 def key_domains(form: AnalysisForm, policy: Policy) -> tuple[KeyDomain, ...]:
@@ -70,10 +106,13 @@ def key_domains(form: AnalysisForm, policy: Policy) -> tuple[KeyDomain, ...]:
             if allowed is not None:  # PostgreSQL's own IN on the public column: the same groups the query keeps
                 q = q.where(exp.column(key.name).isin(*(v.copy() for v in allowed)))
             out.append(KeyDomain(None, q))
+        elif form.select_by is not None:
+            out.append(KeyDomain(None, None, private=True))
         else:
             raise RefusedError(
                 f"GROUP BY {key.sql(dialect='postgres')}: which groups exist in private table {table!r} would "
-                f"leak; declare the column's domain in the policy (tables.{table}.columns.{key.name}.domain)"
+                f"leak; declare the column's domain in the policy (tables.{table}.columns.{key.name}.domain), "
+                "or allow δ > 0 (--mechanism laplace --delta D) for DP partition selection"
             )
     return tuple(out)
 

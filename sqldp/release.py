@@ -190,9 +190,15 @@ def measure(
     """The groups (every combination of the key domains; ``[()]`` without GROUP BY) and, per group, the
     templates with the group's true value from the answer rows. A group with no rows has COUNT and SUM 0 (SUM
     of nothing is NULL in SQL, 0 as a function) and no MIN, MAX or AVG."""
-    groups = all_groups([tuple(vals) for vals in domain_values]) if form.group_by else [()]
-    by_key = by_group(answer_rows, [len(vals) for vals in domain_values]) if form.group_by else {}
-    indices = all_groups([tuple(range(len(vals))) for vals in domain_values]) if form.group_by else [()]
+    if form.select_by is not None:  # partition selection: the groups present in the data, in key order
+        k = len(form.group_by)
+        by_key = {tuple(r[:k]): tuple(r) for r in answer_rows}
+        groups = sorted(by_key, key=lambda g: tuple(_sort_key(v) for v in g))
+        indices = groups
+    else:
+        groups = all_groups([tuple(vals) for vals in domain_values]) if form.group_by else [()]
+        by_key = by_group(answer_rows, [len(vals) for vals in domain_values]) if form.group_by else {}
+        indices = all_groups([tuple(range(len(vals))) for vals in domain_values]) if form.group_by else [()]
     out = []
     for g in indices:
         row = by_key.get(g) if form.group_by else (answer_rows[0] if answer_rows else None)
@@ -212,6 +218,7 @@ def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]
     """Sample each measurement's noise and compute the released rows from the noisy values only (post-processing
     keeps the guarantee, Dwork & Roth Prop. 2.1): the output expressions, HAVING, ORDER BY and LIMIT."""
     rows: list[tuple[dict[str, Any], dict[str, Any], dict[str, float]]] = []
+    kept: list[list[Measurement]] = []
     for g, measured in zip(groups, result.measurements, strict=True):
         noisy = []
         for m in measured:
@@ -223,6 +230,11 @@ def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]
                 kind = "laplace" if m.mechanism == GLOBAL else m.mechanism
                 m.noisy_value = mechanisms.release(kind, m.true_value, m.noise_scale, noise)
             noisy.append(m.noisy_value)
+        if form.select_by is not None:
+            selector = measured[form.select_by]
+            if selector.noisy_value is None or selector.noisy_value <= selection_threshold(selector):
+                continue  # not selected: nothing of the group leaves, not even that it was measured
+        kept.append(list(measured))
         if form.having is not None and holds(form.having, noisy) is not True:
             continue  # HAVING on the noisy aggregates: NULL, like SQL, drops the group
         values: dict[str, Any] = {}
@@ -246,6 +258,8 @@ def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]
         rows.sort(key=sort_key, reverse=key.descending)
     if form.limit is not None:
         rows = rows[: form.limit]
+    if form.select_by is not None:
+        result.measurements = kept  # how many groups the data has is private; the selected ones are released
     result.columns = [o.name for o in form.outputs]
     result.rows = []
     for k, v, bars in rows:
@@ -254,6 +268,15 @@ def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]
             row["errors"] = bars
         result.rows.append(row)
     result.released = True
+
+
+def selection_threshold(selector: Measurement) -> float:
+    """τ = c·(1 + ln(1/(2δ))/ε) for the selection count's bound c and its (ε, δ) share: a group is released when
+    its noisy count (Laplace at c/ε) exceeds τ (sqldp.groups.partition_selection)."""
+    if selector.delta is None or selector.mechanism != GLOBAL:
+        raise RefusedError("partition selection needs δ > 0 and a data-independent count bound")
+    c, eps = selector.sensitivity, selector.epsilon
+    return c * (1.0 + math.log(1.0 / (2.0 * selector.delta)) / eps)
 
 
 def error_bar(

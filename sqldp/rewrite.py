@@ -47,7 +47,10 @@ def fold(answer: exp.Select, scope: Scope) -> exp.Select:
 
 
 def groups(answer: exp.Select, scope: Scope) -> exp.Select:
-    return match_groups(answer, scope.domains) if scope.form.group_by else answer
+    # under partition selection the groups are the answer's own (PostgreSQL's GROUP BY decides identity)
+    if not scope.form.group_by or any(d.private for d in scope.domains):
+        return answer
+    return match_groups(answer, scope.domains)
 
 
 def widen(query: exp.Select, scope: Scope) -> exp.Select:

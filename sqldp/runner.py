@@ -81,7 +81,8 @@ class Prepared:
         ]
         result = Result(self.sql, params, test_mode=self.noise.test_mode, notes=list(form.notes))
         result.grouped = bool(form.group_by)
-        groups = math.prod(len(v) for v in domain_values) if form.group_by else 1
+        # under partition selection every aggregate has disjoint groups (checked when prepared): full shares
+        groups = math.prod(len(v) for v in domain_values) if form.group_by and form.select_by is None else 1
         made = release.templates(form, params, self.plans, results, groups)
         keys, result.measurements = release.measure(form, made, answer_rows, domain_values)
         if noisy:

@@ -27,7 +27,7 @@ from sqldp.engine.postgres import PostgresEngine
 from sqldp.errors import BudgetExhaustedError, InputError, RefusedError
 from sqldp.form import AnalysisForm, single_aggregate
 from sqldp.frontend import parse, too_deep
-from sqldp.groups import KeyDomain, key_domains
+from sqldp.groups import KeyDomain, key_domains, partition_selection
 from sqldp.mechanisms import NoiseSource
 from sqldp.normalize import PublicRelease, normalize
 from sqldp.params import check_beta, resolve_params
@@ -126,6 +126,7 @@ class Session:
         if isinstance(form, PublicRelease):
             return Prepared(self.engine, self.noise, sql, form, None, (), (), None, t0)
         params = resolve_params(self.policy, outputs=max(1, len(form.aggregates)), **privacy)
+        form = partition_selection(form, self.policy, params.delta)
         domains, plans, statements = compile_form(form, self.catalog, self.policy, params.beta)
         # every refusal that does not need the data happens here, before the proxy charges: a fixed β too
         # large for a measurement's ε share would otherwise fail at calibration, after the charge. A group
@@ -187,6 +188,22 @@ def compile_form(
     plans = tuple(
         sensitivity.plan(single_aggregate(form, i), catalog, policy, beta) for i in range(len(form.aggregates))
     )
+    if form.select_by is not None:
+        # partition selection (sqldp.groups.partition_selection) needs a count bound that holds on every
+        # database and groups a neighbouring change touches one of; the other aggregates too (parallel
+        # composition over groups whose number depends on the data)
+        selector = plans[form.select_by]
+        if not selector.data_independent:
+            raise RefusedError(
+                "GROUP BY a private column without a declared domain: partition selection needs a count whose "
+                "bound holds on every database (a query whose private rows join other private rows has none); "
+                "declare the key's domain in the policy"
+            )
+        if not all(p.disjoint_groups for p in plans):
+            raise RefusedError(
+                "GROUP BY a private column without a declared domain: a row of a private table can change several "
+                "groups here, so the groups present in the data cannot be selected privately; declare the domain"
+            )
     # a value-level plan may move private conjuncts into its aggregate (NR §3.3.8.4, q_m); the aggregates
     # share one answer query, so they must agree on what stays in WHERE
     wheres = [p.conjuncts for p in plans]
