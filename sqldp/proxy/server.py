@@ -31,6 +31,7 @@ from typing import Any
 from psycopg import pq
 
 from sqldp.errors import DatabaseError, ForbiddenError, InputError, RefusedError, SqldpError, SqlSyntaxError
+from sqldp.proxy import catalog as shadow_catalog
 from sqldp.proxy import harmless, ledger, statements
 from sqldp.proxy import protocol as pr
 from sqldp.proxy import values as v
@@ -102,9 +103,15 @@ class ProxyServer:
     ``ledger_pool`` holds autocommit connections to the ledger's database."""
 
     def __init__(
-        self, session: Session, config: ProxyConfig, ledger_pool: ConnectionPool, settings: Mapping[str, str]
+        self,
+        session: Session,
+        config: ProxyConfig,
+        ledger_pool: ConnectionPool,
+        settings: Mapping[str, str],
+        shadow: shadow_catalog.Shadow | None = None,
     ) -> None:
         self.session = session
+        self.shadow = shadow  # answers the catalog queries of clients and BI tools (None: no rows)
         self.config = config
         self.ledger_pool = ledger_pool
         self.settings = dict(settings)
@@ -121,6 +128,26 @@ class ProxyServer:
         self._next_pid = 1000 + (os.getpid() % 1000) * 1000
         self._lock = threading.Lock()
         self._checked: set[str] = set()  # answer texts whose statements PostgreSQL parsed (check)
+
+    def answers_catalog(self, sql: str) -> bool:
+        """Whether ``sql`` is a system-catalog query the shadow database answers (sqldp.proxy.catalog)."""
+        if self.shadow is None:
+            return False
+        tree = shadow_catalog.parse(sql)
+        tables = self.session.catalog.tables
+        return (
+            tree is not None
+            and shadow_catalog.is_catalog_query(tree, lambda name: name in tables)
+            and shadow_catalog.refusal(tree) is None
+        )
+
+    def catalog_answer(self, sql: str) -> Outcome:
+        assert self.shadow is not None
+        try:
+            got = self.shadow.select(sql)
+        except shadow_catalog.ShadowError as exc:
+            raise _Shadow(exc.sqlstate, str(exc)) from None
+        return Outcome(f"SELECT {len(got.rows)}", got.columns, got.types, list(got.rows))
 
     def check(self, prepared: Prepared) -> None:
         """PostgreSQL's parse analysis of a private query's statements before the charge (reads no row): a
@@ -161,6 +188,8 @@ class ProxyServer:
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.front.shutdown(wait=False, cancel_futures=True)
+        if self.shadow is not None:
+            self.shadow.close()
 
 
 @dataclass
@@ -548,9 +577,18 @@ class Connection:
             analyst = self.analyst
             assert analyst is not None
             loop = asyncio.get_running_loop()
-            desc = await loop.run_in_executor(
-                self.server.executor, describe, self.server.session, query, types, analyst.privacy
-            )
+            shadow = self.server.shadow
+            local = shadow_catalog.localize(query, self.database) if shadow is not None else query
+            if shadow is not None and await self._off(self.server.answers_catalog, _with_nulls(local)):
+                got = await loop.run_in_executor(self.server.front, shadow.describe, local, types)
+                # its parameters keep the client's types: a text value left untyped is bound as a quoted
+                # literal PostgreSQL types in place (a regclass, an oid), which sqldp's binding does not
+                self.described[name] = Description(*got) if got is not None else None
+                return self.described[name]
+            else:
+                desc = await loop.run_in_executor(
+                    self.server.executor, describe, self.server.session, query, types, analyst.privacy
+                )
             self.described[name] = desc
             if desc is not None:
                 merged = tuple(types[i] if i < len(types) and types[i] else t for i, t in enumerate(desc.params))
@@ -571,6 +609,9 @@ class Connection:
         self.writer.write(b"".join(notes))
         if outcome is None or isinstance(outcome, Outcome):
             return outcome
+        if isinstance(outcome, _CatalogQuery):
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self.server.front, self.server.catalog_answer, outcome.sql)
         return await self._cancellable(self._private(outcome))
 
     async def _cancellable(self, work: Coroutine[Any, Any, Outcome]) -> Outcome:
@@ -595,7 +636,7 @@ class Connection:
         self.abandoned = task
         raise _Cancelled()
 
-    def _answer_now(self, sql: str, notes: list[bytes], simple: bool = False) -> Outcome | str | None:
+    def _answer_now(self, sql: str, notes: list[bytes], simple: bool = False) -> Outcome | _CatalogQuery | str | None:
         """In a worker thread, while this connection's task waits for it (so its state is ours to change):
         the answer to a statement that reads no data, or the statement to hand to the runner. Messages to
         send go to ``notes`` (the writer belongs to the event loop). One hand-off per statement: the simple
@@ -646,6 +687,7 @@ class Connection:
         context = {
             "version": self.server.settings.get("version", ""),
             "current_database": self.database,
+            "current_catalog": self.database,
             "current_user": analyst,
             "session_user": analyst,
             "user": analyst,
@@ -657,8 +699,11 @@ class Connection:
             constant = harmless.constant_select(stmt.sql, context)
             if constant is not None:
                 return Outcome(constant.tag, constant.columns, constant.types, constant.rows)
-        tables = self.server.session.catalog.tables
         if any(w.startswith("pg_") or w == "information_schema" for w in stmt.words):
+            local = shadow_catalog.localize(stmt.sql, self.database)
+            if self.server.answers_catalog(local):
+                return _CatalogQuery(local)
+            tables = self.server.session.catalog.tables
             probe = harmless.catalog_select(stmt.sql, lambda name: name in tables)
             if probe is not None:
                 return Outcome(probe.tag, probe.columns, probe.types, probe.rows)
@@ -761,6 +806,21 @@ class _TooComplex(SqldpError):
         super().__init__("the statement is nested too deeply to be analysed")
 
 
+@dataclass(frozen=True)
+class _CatalogQuery:
+    """A system-catalog query for the shadow database (answered in a worker thread: it is I/O)."""
+
+    sql: str
+
+
+class _Shadow(SqldpError):
+    """PostgreSQL's error on a catalog query in the shadow database: about definitions only, shown as is."""
+
+    def __init__(self, sqlstate: str, message: str) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
 class _Withheld(SqldpError):
     sqlstate = "22000"  # data_exception: the private data made it fail, as far as the analyst may know
 
@@ -846,6 +906,10 @@ def describe(session: Session, query: str, types: tuple[int, ...], privacy: Mapp
     return Description(
         params, names, tuple(u if o.is_key else v.FLOAT8 for u, o in zip(upstream, outputs, strict=True))
     )
+
+
+def _with_nulls(query: str) -> str:
+    return statements.bind(query, lambda k: "NULL")
 
 
 def _result_types(portal: Portal, outcome: Outcome) -> list[int]:

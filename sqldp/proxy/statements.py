@@ -124,6 +124,15 @@ class NoParameter(SqldpError):
         super().__init__(f"there is no parameter ${n}{why}")
 
 
+def replace_code(sql: str, pattern: re.Pattern[str], replacement: str) -> str:
+    """``pattern`` replaced by ``replacement`` outside literals and comments. A match cannot span a literal
+    or a comment: the code between two of them is matched on its own."""
+    parts = []
+    for kind, s, e in _tokens(sql):
+        parts.append(pattern.sub(replacement, sql[s:e]) if kind == "code" else sql[s:e])
+    return "".join(parts)
+
+
 def param_count(sql: str) -> int:
     """The highest ``$n`` in the statement (0: none). ``$0`` is refused as PostgreSQL refuses it: parameters
     count from 1, and a ``$0`` bound to "the parameter before the first" failed with an IndexError."""
