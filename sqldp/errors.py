@@ -76,10 +76,26 @@ class BudgetExhaustedError(SqldpError):
 
 
 class DatabaseError(SqldpError):
-    """The database could not be reached or failed while running sqldp's own SQL."""
+    """The database could not be reached or failed while running sqldp's own SQL. ``sqlstate`` is
+    PostgreSQL's own code when it reported one (a division by zero is 22012), else 08000 (no connection)."""
 
     exit_code = 1
     sqlstate = "08000"  # connection_exception
+
+    def __init__(self, message: str, *, where: str | None = None, sqlstate: str | None = None) -> None:
+        super().__init__(message, where=where)
+        if sqlstate:
+            self.sqlstate = sqlstate
+
+
+class StatementError(InputError):
+    """PostgreSQL refused a statement before running it (parse analysis: a literal that is not of its type,
+    an operator that does not exist). That depends on the statement and the schema only, never on the rows,
+    so its own SQLSTATE and message may be shown to anyone."""
+
+    def __init__(self, message: str, *, sqlstate: str) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
 
 
 def syntax_error(exc: ParseError, what: str, where: str, *, line: int = 1, col: int = 1) -> SqlSyntaxError:

@@ -7,6 +7,7 @@ the answer and its sensitivity see the same data, and hands back plain rows; wha
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -38,6 +39,11 @@ class Speed:
 class Engine(Protocol):
     def execute(self, statements: Statements, speed: Speed) -> Fetched:
         """Run every statement in one snapshot. Raises :class:`sqldp.errors.DatabaseError` on failure."""
+        ...
+
+    def check(self, texts: Sequence[str]) -> None:
+        """Have the database parse and type each statement without running it (reads no row). Raises
+        :class:`sqldp.errors.StatementError` for one it refuses."""
         ...
 
     def execute_public(self, sql: str) -> tuple[list[str], list[Row]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -21,7 +21,7 @@ import psycopg.sql
 
 from sqldp.db import connect
 from sqldp.engine import Fetched, Row, Speed
-from sqldp.errors import DatabaseError
+from sqldp.errors import DatabaseError, StatementError
 from sqldp.rewrite import Statements
 
 # below this (seconds), a query's answer and sensitivity queries are pipelined on one connection
@@ -45,7 +45,7 @@ def configure(conn: psycopg.Connection) -> None:
 def database_error(exc: psycopg.Error) -> DatabaseError:
     """One line from PostgreSQL's message (its first line says what failed)."""
     diag = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return DatabaseError(f"PostgreSQL failed on the query: {diag}")
+    return DatabaseError(f"PostgreSQL failed on the query: {diag}", sqlstate=exc.sqlstate)
 
 
 def end(conn: psycopg.Connection) -> None:
@@ -121,6 +121,23 @@ class PostgresEngine:
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
+
+    def check(self, texts: Sequence[str]) -> None:
+        """PostgreSQL's parse analysis of each statement, without running it: the extended protocol's Parse
+        (PostgreSQL manual §55.2.3) on the unnamed statement, which looks up names and types and converts the
+        literals but neither plans nor reads a row. What fails here (``'abc'`` as an integer, an operator
+        that does not exist, over 1664 result columns) fails on the text and the schema alone, so its error
+        is a :class:`StatementError` with PostgreSQL's own SQLSTATE, raised before anything is charged."""
+        with self.connection() as conn:
+            for text in dict.fromkeys(texts):
+                res = conn.pgconn.prepare(b"", text.encode("utf-8"))
+                if res.status != psycopg.pq.ExecStatus.COMMAND_OK:
+                    sqlstate = res.error_field(psycopg.pq.DiagnosticField.SQLSTATE)
+                    primary = res.error_field(psycopg.pq.DiagnosticField.MESSAGE_PRIMARY) or b"failed"
+                    raise StatementError(
+                        f"PostgreSQL refused the query: {primary.decode('utf-8', 'replace')}",
+                        sqlstate=(sqlstate or b"42000").decode("ascii"),
+                    )
 
     def execute(self, statements: Statements, speed: Speed) -> Fetched:
         with self.connection() as conn:

@@ -2,7 +2,8 @@
 
 ``protocol`` frames and parses messages, ``scram`` authenticates analysts, ``statements`` classifies what they
 send, ``harmless`` answers connection-time chatter, ``values`` encodes results and binds parameters,
-``ledger`` keeps the budget, ``upstream`` resets the pooled upstream connections between uses, ``config``
+``ledger`` keeps the budget, ``catalog`` answers catalog discovery (``\\dt``, reflection) from a shadow
+database of sqldp's catalog, ``upstream`` resets the pooled upstream connections between uses, ``config``
 reads the policy's ``[proxy]`` and ``[analysts]`` sections and ``server`` ties them together. :func:`build`
 assembles a server; :class:`ThreadedProxy` runs one in a thread.
 """
@@ -17,8 +18,8 @@ from typing import Any
 
 from sqldp.errors import DatabaseError
 from sqldp.policy import Policy
+from sqldp.proxy import catalog, harmless, ledger, upstream
 from sqldp.proxy import config as config_mod
-from sqldp.proxy import harmless, ledger, upstream
 from sqldp.proxy.server import ProxyServer
 
 
@@ -90,7 +91,8 @@ def build(
             ledger.ensure(conn)
             ledger.sync_limits(conn, [(a.name, a.epsilon_limit, a.delta_limit) for a in cfg.analysts.values()])
             settings = harmless.server_settings(conn)
-        return Built(ProxyServer(session, cfg, ledger_pool, settings), cfg, pools, isolation)
+        shadow = catalog.Shadow.create(dsn, session.catalog)
+        return Built(ProxyServer(session, cfg, ledger_pool, settings, shadow), cfg, pools, isolation)
     except BaseException:
         for p in pools:
             p.close()

@@ -180,6 +180,7 @@ def _transaction_characteristics(words: list[str]) -> tuple[str, None]:
 _FUNCS = {
     "version": v.TEXT,
     "current_database": v.NAME,
+    "current_catalog": v.NAME,
     "current_user": v.NAME,
     "session_user": v.NAME,
     "user": v.NAME,
@@ -202,7 +203,7 @@ def _function_name(node: exp.Expr) -> str | None:
     if (
         isinstance(node, exp.Column)
         and not node.table
-        and node.name.lower() in ("session_user", "user", "current_user")
+        and node.name.lower() in ("session_user", "user", "current_user", "current_catalog")
     ):
         return node.name.lower()
     if isinstance(node, exp.Func) and not node.args.get("this") and not node.expressions:

@@ -30,7 +30,8 @@ from typing import Any
 
 from psycopg import pq
 
-from sqldp.errors import ForbiddenError, InputError, RefusedError, SqldpError, SqlSyntaxError
+from sqldp.errors import DatabaseError, ForbiddenError, InputError, RefusedError, SqldpError, SqlSyntaxError
+from sqldp.proxy import catalog as shadow_catalog
 from sqldp.proxy import harmless, ledger, statements
 from sqldp.proxy import protocol as pr
 from sqldp.proxy import values as v
@@ -72,6 +73,8 @@ MAX_PORTALS = 256
 # the slowest 256 characters tried (deep parentheses, long sums), well under 1 ms for a usual one; longer ones
 # go to a worker thread.
 INLINE_BELOW = 256
+# How many checked answer texts the server remembers (ProxyServer.check); past that it starts again.
+CHECKED_KEPT = 4096
 # Messages whose oversize body can be skipped with the connection kept: the framing is intact and the
 # protocol has an error path for them (§55.2.2: ErrorResponse then ReadyForQuery; §55.2.3: skip to Sync).
 _SKIPPABLE = frozenset(b"QPBDECFdcf"[i : i + 1] for i in range(10))
@@ -100,9 +103,15 @@ class ProxyServer:
     ``ledger_pool`` holds autocommit connections to the ledger's database."""
 
     def __init__(
-        self, session: Session, config: ProxyConfig, ledger_pool: ConnectionPool, settings: Mapping[str, str]
+        self,
+        session: Session,
+        config: ProxyConfig,
+        ledger_pool: ConnectionPool,
+        settings: Mapping[str, str],
+        shadow: shadow_catalog.Shadow | None = None,
     ) -> None:
         self.session = session
+        self.shadow = shadow  # answers the catalog queries of clients and BI tools (None: no rows)
         self.config = config
         self.ledger_pool = ledger_pool
         self.settings = dict(settings)
@@ -118,6 +127,40 @@ class ProxyServer:
             self.tls.load_cert_chain(str(config.tls_cert), str(config.tls_key))
         self._next_pid = 1000 + (os.getpid() % 1000) * 1000
         self._lock = threading.Lock()
+        self._checked: set[str] = set()  # answer texts whose statements PostgreSQL parsed (check)
+
+    def answers_catalog(self, sql: str) -> bool:
+        """Whether ``sql`` is a system-catalog query the shadow database answers (sqldp.proxy.catalog)."""
+        if self.shadow is None:
+            return False
+        tree = shadow_catalog.parse(sql)
+        tables = self.session.catalog.tables
+        return (
+            tree is not None
+            and shadow_catalog.is_catalog_query(tree, lambda name: name in tables)
+            and shadow_catalog.refusal(tree) is None
+        )
+
+    def catalog_answer(self, sql: str) -> Outcome:
+        assert self.shadow is not None
+        try:
+            got = self.shadow.select(sql)
+        except shadow_catalog.ShadowError as exc:
+            raise _Shadow(exc.sqlstate, str(exc)) from None
+        return Outcome(f"SELECT {len(got.rows)}", got.columns, got.types, list(got.rows))
+
+    def check(self, prepared: Prepared) -> None:
+        """PostgreSQL's parse analysis of a private query's statements before the charge (reads no row): a
+        type error found there is a free refusal with PostgreSQL's own SQLSTATE, not a charged failure. Once
+        per answer text: the schema does not change under a running proxy."""
+        statements = prepared.statements
+        if statements is None or statements.answer in self._checked:
+            return
+        self.session.engine.check(statements.all())
+        with self._lock:
+            if len(self._checked) >= CHECKED_KEPT:
+                self._checked.clear()
+            self._checked.add(statements.answer)
 
     def new_pid(self) -> int:
         with self._lock:
@@ -145,6 +188,8 @@ class ProxyServer:
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.front.shutdown(wait=False, cancel_futures=True)
+        if self.shadow is not None:
+            self.shadow.close()
 
 
 @dataclass
@@ -420,7 +465,7 @@ class Connection:
     async def _extended(self, kind: bytes, body: bytes) -> None:
         if kind == b"P":
             msg = pr.parse_parse(body)
-            if len(await self._off(statements.split, msg.query)) > 1:
+            if len(await self._off(_parsed, msg.query)) > 1:
                 raise RefusedError("cannot insert multiple commands into a prepared statement")
             if msg.name and msg.name in self.statements:
                 raise SqlSyntaxError(f'prepared statement "{msg.name}" already exists')
@@ -532,9 +577,18 @@ class Connection:
             analyst = self.analyst
             assert analyst is not None
             loop = asyncio.get_running_loop()
-            desc = await loop.run_in_executor(
-                self.server.executor, describe, self.server.session, query, types, analyst.privacy
-            )
+            shadow = self.server.shadow
+            local = shadow_catalog.localize(query, self.database) if shadow is not None else query
+            if shadow is not None and await self._off(self.server.answers_catalog, _with_nulls(local)):
+                got = await loop.run_in_executor(self.server.front, shadow.describe, local, types)
+                # its parameters keep the client's types: a text value left untyped is bound as a quoted
+                # literal PostgreSQL types in place (a regclass, an oid), which sqldp's binding does not
+                self.described[name] = Description(*got) if got is not None else None
+                return self.described[name]
+            else:
+                desc = await loop.run_in_executor(
+                    self.server.executor, describe, self.server.session, query, types, analyst.privacy
+                )
             self.described[name] = desc
             if desc is not None:
                 merged = tuple(types[i] if i < len(types) and types[i] else t for i, t in enumerate(desc.params))
@@ -555,6 +609,9 @@ class Connection:
         self.writer.write(b"".join(notes))
         if outcome is None or isinstance(outcome, Outcome):
             return outcome
+        if isinstance(outcome, _CatalogQuery):
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self.server.front, self.server.catalog_answer, outcome.sql)
         return await self._cancellable(self._private(outcome))
 
     async def _cancellable(self, work: Coroutine[Any, Any, Outcome]) -> Outcome:
@@ -579,7 +636,7 @@ class Connection:
         self.abandoned = task
         raise _Cancelled()
 
-    def _answer_now(self, sql: str, notes: list[bytes], simple: bool = False) -> Outcome | str | None:
+    def _answer_now(self, sql: str, notes: list[bytes], simple: bool = False) -> Outcome | _CatalogQuery | str | None:
         """In a worker thread, while this connection's task waits for it (so its state is ours to change):
         the answer to a statement that reads no data, or the statement to hand to the runner. Messages to
         send go to ``notes`` (the writer belongs to the event loop). One hand-off per statement: the simple
@@ -630,6 +687,7 @@ class Connection:
         context = {
             "version": self.server.settings.get("version", ""),
             "current_database": self.database,
+            "current_catalog": self.database,
             "current_user": analyst,
             "session_user": analyst,
             "user": analyst,
@@ -641,8 +699,11 @@ class Connection:
             constant = harmless.constant_select(stmt.sql, context)
             if constant is not None:
                 return Outcome(constant.tag, constant.columns, constant.types, constant.rows)
-        tables = self.server.session.catalog.tables
         if any(w.startswith("pg_") or w == "information_schema" for w in stmt.words):
+            local = shadow_catalog.localize(stmt.sql, self.database)
+            if self.server.answers_catalog(local):
+                return _CatalogQuery(local)
+            tables = self.server.session.catalog.tables
             probe = harmless.catalog_select(stmt.sql, lambda name: name in tables)
             if probe is not None:
                 return Outcome(probe.tag, probe.columns, probe.types, probe.rows)
@@ -657,6 +718,10 @@ class Connection:
         assert analyst is not None
         try:
             outcome, charged = await loop.run_in_executor(self.server.executor, self._run_private, sql, fp, analyst)
+        except _Withheld as err:  # charged, then failed: the log (the data owner's) says what PostgreSQL said
+            ms = round((time.perf_counter() - t0) * 1000, 3)
+            _log(analyst.name, fp, "error", sqlstate=err.sqlstate, upstream_sqlstate=err.upstream, ms=ms)
+            raise
         except SqldpError as err:
             decision = "budget_exhausted" if err.sqlstate == "53400" else "refused"
             _log(analyst.name, fp, decision, sqlstate=err.sqlstate, ms=round((time.perf_counter() - t0) * 1000, 3))
@@ -694,12 +759,16 @@ class Connection:
             params = prepared.params
             if params is None:
                 raise RefusedError("the query has no privacy parameters; not answered")
+            self.server.check(prepared)
             if self.cancel_requested:
                 raise _Cancelled()
             eps, delta = float(params.epsilon), float(params.delta or 0.0)
             with self.server.ledger_pool.connection() as conn:
                 ledger.charge(conn, analyst.name, eps, delta, fingerprint)
-        result = prepared.run()
+        try:
+            result = prepared.run()
+        except DatabaseError as err:
+            raise _from_upstream(err, public=prepared.public) from err
         columns, rows = result.table()
         types = [v.infer_type([r[i] for r in rows]) for i in range(len(columns))]
         return Outcome(f"SELECT {len(rows)}", list(columns), types, list(rows)), (eps, delta)
@@ -726,13 +795,6 @@ class _Internal(SqldpError):
         super().__init__(f"internal error in sqldp ({exc.__class__.__name__}); nothing was released")
 
 
-class _NoParameter(SqldpError):
-    sqlstate = "42P02"  # undefined_parameter
-
-    def __init__(self, n: int) -> None:
-        super().__init__(f"there is no parameter ${n} (parameters need the extended query protocol)")
-
-
 class _TooLarge(SqldpError):
     sqlstate = "54000"  # program_limit_exceeded
 
@@ -742,6 +804,45 @@ class _TooComplex(SqldpError):
 
     def __init__(self) -> None:
         super().__init__("the statement is nested too deeply to be analysed")
+
+
+@dataclass(frozen=True)
+class _CatalogQuery:
+    """A system-catalog query for the shadow database (answered in a worker thread: it is I/O)."""
+
+    sql: str
+
+
+class _Shadow(SqldpError):
+    """PostgreSQL's error on a catalog query in the shadow database: about definitions only, shown as is."""
+
+    def __init__(self, sqlstate: str, message: str) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+class _Withheld(SqldpError):
+    sqlstate = "22000"  # data_exception: the private data made it fail, as far as the analyst may know
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__(
+            "PostgreSQL failed while answering this private query, after its charge; what failed is not shown, "
+            "since it could depend on the private data"
+        )
+        self.upstream = upstream  # PostgreSQL's SQLSTATE, for the data owner's log only
+
+
+def _from_upstream(err: DatabaseError, *, public: bool) -> SqldpError:
+    """What the analyst sees of PostgreSQL's failure on a query that passed the analysis. Over public tables:
+    PostgreSQL's own SQLSTATE and message (they can only depend on public data), except that a lost upstream
+    connection (class 08, or no SQLSTATE) is not the client's connection and is reported as 58000
+    (system_error): drivers take 08 for a dropped connection of their own. Over private tables, after the
+    charge: one fixed SQLSTATE and message whatever failed, since which error it was (and its message, which
+    may quote a value) could depend on the private rows (README, "Errors are answers")."""
+    if not public:
+        return _Withheld(err.sqlstate)
+    code = err.sqlstate if not err.sqlstate.startswith("08") else "58000"
+    return DatabaseError(err.message, sqlstate=code)
 
 
 class _Cancelled(SqldpError):
@@ -807,6 +908,10 @@ def describe(session: Session, query: str, types: tuple[int, ...], privacy: Mapp
     )
 
 
+def _with_nulls(query: str) -> str:
+    return statements.bind(query, lambda k: "NULL")
+
+
 def _result_types(portal: Portal, outcome: Outcome) -> list[int]:
     """The result's column types: as announced by Describe of the statement if it was described (a client
     decodes by those), else as the outcome's values say."""
@@ -820,12 +925,18 @@ def _param_formats(bind: pr.Bind) -> list[int]:
     return list(f) if len(f) == n else [f[0]] * n if len(f) == 1 else [0] * n
 
 
+def _parsed(query: str) -> list[str]:
+    """A Parse message's statements, its ``$n`` checked as PostgreSQL checks them at Parse ($0 is refused)."""
+    statements.param_count(query)
+    return statements.split(query)
+
+
 def _simple_statements(sql: str) -> list[str]:
     """The statements of a simple Query; a ``$n`` there has no value (the upstream failed on it with a
     connection error, 08000, as if the database had failed)."""
     n = statements.param_count(sql)
     if n:
-        raise _NoParameter(n)
+        raise statements.NoParameter(n, " (parameters need the extended query protocol)")
     return statements.split(sql)
 
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from sqldp.errors import ForbiddenError, RefusedError, SqlSyntaxError
+from sqldp.errors import ForbiddenError, RefusedError, SqldpError, SqlSyntaxError
 
 _DOLLAR_TAG = re.compile(r"\$([A-Za-z_][A-Za-z_0-9]*)?\$")
 _PARAM = re.compile(r"\$(\d+)")
@@ -117,10 +117,30 @@ def bind(sql: str, value_of: Callable[[int], str]) -> str:
     return "".join(parts)
 
 
+class NoParameter(SqldpError):
+    sqlstate = "42P02"  # undefined_parameter
+
+    def __init__(self, n: int, why: str = "") -> None:
+        super().__init__(f"there is no parameter ${n}{why}")
+
+
+def replace_code(sql: str, pattern: re.Pattern[str], replacement: str) -> str:
+    """``pattern`` replaced by ``replacement`` outside literals and comments. A match cannot span a literal
+    or a comment: the code between two of them is matched on its own."""
+    parts = []
+    for kind, s, e in _tokens(sql):
+        parts.append(pattern.sub(replacement, sql[s:e]) if kind == "code" else sql[s:e])
+    return "".join(parts)
+
+
 def param_count(sql: str) -> int:
+    """The highest ``$n`` in the statement (0: none). ``$0`` is refused as PostgreSQL refuses it: parameters
+    count from 1, and a ``$0`` bound to "the parameter before the first" failed with an IndexError."""
     seen = [0]
 
     def note(n: int) -> str:
+        if n == 0:
+            raise NoParameter(0)
         seen[0] = max(seen[0], n)
         return ""
 

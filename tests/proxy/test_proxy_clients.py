@@ -150,11 +150,78 @@ def test_jdbc(proxy: ThreadedProxy, monkeypatch: pytest.MonkeyPatch) -> None:
         timeout=120,
     )
     lines = {line.split(" ")[1]: line for line in out.stdout.splitlines() if line.startswith(("OK ", "FAIL "))}
-    assert set(lines) == {"readonly", "isolation", "public", "prepared", "private", "timeout"}, out.stdout + out.stderr
-    assert all(line.startswith("OK ") for line in lines.values()), lines
+    steps = {"readonly", "isolation", "public", "prepared", "private", "tables", "columns", "keys", "timeout"}
+    assert set(lines) == steps, out.stdout + out.stderr
+    assert all(line.startswith("OK ") for line in lines.values()), list(lines.values())
     assert lines["public"] == "OK public ALGERIA:1,ARGENTINA:2,BRAZIL:3,"
     assert lines["prepared"].endswith(" ARGENTINA")  # key 1 + 7 % 3 = 2, past the prepare threshold
     kind, value = lines["private"].split(" ")[2:]
     assert kind == "float8" and float(value) != 200.0
+    # catalog discovery, from the shadow database (sqldp's catalog: names, types, NOT NULL, keys)
+    assert lines["tables"] == "OK tables nation,rates,visits,", lines["tables"]
+    assert lines["columns"] == "OK columns id:int4:0,faculty:text:0,minutes:int4:0,", lines["columns"]
+    assert lines["keys"] == "OK keys id,", lines["keys"]
     state, ms = lines["timeout"].split(" ")[2:]
     assert state == "57014" and int(ms) < 3000, lines["timeout"]  # cancelled after 1 s, not after the 5 s run
+
+
+# -- catalog discovery (issue 26): answered from sqldp's catalog in a shadow database, never upstream --------
+
+
+@pytest.mark.skipif(shutil.which("psql") is None, reason="psql (Debian's postgresql-client) is not installed")
+def test_psql_lists_and_describes_tables(proxy: ThreadedProxy) -> None:
+    out = subprocess.run(
+        ["psql", client_dsn(proxy.port), "-X", "-c", "\\dt", "-c", "\\d visits"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    listed = [line.split("|")[1].strip() for line in out.stdout.splitlines() if line.startswith(" public |")]
+    assert listed == ["nation", "rates", "visits"], out.stdout
+    assert 'Table "public.visits"' in out.stdout
+    for column in ("id", "faculty", "minutes"):
+        assert any(line.split("|")[0].strip() == column and "not null" in line for line in out.stdout.splitlines())
+    assert '"visits_pkey" PRIMARY KEY, btree (id)' in out.stdout
+
+
+def test_sqlalchemy_reflection(proxy: ThreadedProxy) -> None:
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    for driver in ("psycopg", "pg8000"):
+        url = f"postgresql+{driver}://alice:{PASSWORD.replace(' ', '%20')}@127.0.0.1:{proxy.port}/analytics"
+        engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+        try:
+            inspector = sqlalchemy.inspect(engine)
+            assert sorted(inspector.get_table_names()) == ["nation", "rates", "visits"]
+            columns = {c["name"]: (str(c["type"]), c["nullable"]) for c in inspector.get_columns("rates")}
+            assert columns == {"day": ("DATE", False), "rate": ("NUMERIC(6, 3)", False), "note": ("VARCHAR(10)", True)}
+            assert inspector.get_pk_constraint("visits")["constrained_columns"] == ["id"]
+            table = sqlalchemy.Table("nation", sqlalchemy.MetaData(), autoload_with=engine)
+            with engine.connect() as conn:  # the reflected table queries like any other
+                assert conn.execute(sqlalchemy.select(table.c.n_name).where(table.c.n_nationkey == 2)).all() == [
+                    ("ARGENTINA",)
+                ]
+        finally:
+            engine.dispose()
+
+
+def test_catalog_queries_see_no_statistics_and_nothing_cluster_wide(proxy: ThreadedProxy, pg_dsn: str) -> None:
+    """The shadow's tables never held a row: reltuples says 'never analysed' (-1) where the upstream, once
+    analysed, counts 200 visits; statistics, activity, sizes and the cluster's databases are not answered."""
+    with psycopg.connect(pg_dsn, autocommit=True) as owner:
+        owner.execute("ANALYZE visits")
+        assert owner.execute("SELECT reltuples FROM pg_class WHERE relname = 'visits'").fetchone() == (200.0,)
+    with psycopg.connect(client_dsn(proxy.port), autocommit=True) as conn:
+        assert conn.execute("SELECT reltuples, relpages FROM pg_class WHERE relname = 'visits'").fetchall() == [
+            (-1.0, 0)
+        ]
+        for sql in (
+            "SELECT attname, most_common_vals::text FROM pg_stats WHERE tablename = 'visits'",
+            "SELECT datname, tup_returned FROM pg_stat_database",
+            "SELECT datname FROM pg_database",
+            "SELECT relname, pg_relation_size(oid) FROM pg_class WHERE relname = 'visits'",
+            "SELECT relname, pg_stat_get_live_tuples(oid) FROM pg_class WHERE relname = 'visits'",
+            "SELECT pid, query FROM pg_stat_activity",
+        ):
+            assert conn.execute(sql).fetchall() == [], sql
+        assert conn.execute("SELECT current_database()").fetchone() == ("analytics",)

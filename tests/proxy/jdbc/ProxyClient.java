@@ -43,6 +43,30 @@ public class ProxyClient {
                     return r.getMetaData().getColumnTypeName(1) + " " + r.getDouble(1);
                 }
             });
+            step("tables", () -> {  // DatabaseMetaData: what a BI tool lists first
+                try (ResultSet r = c.getMetaData().getTables(null, "public", "%", new String[] {"TABLE"})) {
+                    StringBuilder b = new StringBuilder();
+                    while (r.next()) b.append(r.getString("TABLE_NAME")).append(',');
+                    return b.toString();
+                }
+            });
+            step("columns", () -> {
+                try (ResultSet r = c.getMetaData().getColumns(null, "public", "visits", "%")) {
+                    StringBuilder b = new StringBuilder();
+                    while (r.next()) {
+                        b.append(r.getString("COLUMN_NAME")).append(':').append(r.getString("TYPE_NAME"));
+                        b.append(':').append(r.getInt("NULLABLE")).append(',');
+                    }
+                    return b.toString();
+                }
+            });
+            step("keys", () -> {
+                try (ResultSet r = c.getMetaData().getPrimaryKeys(null, "public", "visits")) {
+                    StringBuilder b = new StringBuilder();
+                    while (r.next()) b.append(r.getString("COLUMN_NAME")).append(',');
+                    return b.toString();
+                }
+            });
             step("timeout", () -> {  // the test makes the analysis take 5 s; the driver cancels after 1 s
                 long t0 = System.nanoTime();
                 try (Statement s = c.createStatement()) {
