@@ -122,3 +122,23 @@ def _spark_error(exc: Exception) -> bool:
     except ImportError:  # pragma: no cover - pyspark is what gave us a session
         return False
     return isinstance(exc, PySparkException)
+
+
+def spark_session(master: str | None = None) -> Any:
+    """A SparkSession for the CLI: ``local[*]`` by default, a cluster's master URL (``spark://…``,
+    ``yarn``, …), or Spark Connect for ``sc://…`` URLs. ANSI mode is required (sqldp.spark_sql relies on
+    Spark failing where PostgreSQL fails, e.g. on overflow) and set."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        from sqldp.errors import InputError
+
+        raise InputError("the Spark engine needs pyspark: pip install 'sqldp[spark]'", where="--engine") from None
+    url = master or "local[*]"
+    builder = SparkSession.builder.appName("sqldp")
+    builder = builder.remote(url) if url.startswith("sc://") else builder.master(url)
+    spark = builder.config("spark.ui.showConsoleProgress", "false").config("spark.sql.ansi.enabled", "true")
+    session = spark.getOrCreate()
+    if not url.startswith("sc://"):
+        session.sparkContext.setLogLevel("ERROR")
+    return session
