@@ -58,6 +58,23 @@ def _is_date(e: exp.Expr, kind_of: KindOf) -> bool:
     return isinstance(e, exp.Cast) and e.to.is_type(exp.DataType.Type.DATE)
 
 
+def _days(node: exp.Sub, kind_of: KindOf) -> bool:
+    """``a − b`` is PostgreSQL's date − date: both dates, or one a date and the other a column of a subquery
+    (whose kind the catalog does not know: the value analysis counts a date column ``x`` of its own subquery
+    in days as ``x − DATE '1970-01-01'``; PostgreSQL has no other ``− date`` but timestamp − date, and sqldp
+    analyses no timestamp arithmetic)."""
+    a, b = node.this, node.expression
+    if _is_date(a, kind_of) and _is_date(b, kind_of):
+        return True
+    return any(_is_date(x, kind_of) and _unknown(y, kind_of) for x, y in ((a, b), (b, a)))
+
+
+def _unknown(e: exp.Expr, kind_of: KindOf) -> bool:
+    while isinstance(e, exp.Paren):
+        e = e.this
+    return isinstance(e, exp.Column) and (not e.table or kind_of(ColumnRef(e.table, e.name)) == "other")
+
+
 def _integral(e: exp.Expr, kind_of: KindOf) -> bool:
     return integer_valued(e, kind_of) or isinstance(e, exp.IntDiv)
 
@@ -96,7 +113,7 @@ def to_spark(tree: exp.Expr, kind_of: KindOf) -> exp.Expr:
                 return "dow"
             if field not in _SAME_FIELDS:
                 raise _refuse(node, f"EXTRACT({field}) is not checked to agree between PostgreSQL and Spark")
-        if isinstance(node, exp.Sub) and _is_date(node.this, kind_of) and _is_date(node.expression, kind_of):
+        if isinstance(node, exp.Sub) and _days(node, kind_of):
             return "datediff"
         if isinstance(node, exp.Substring):
             start = node.args.get("start")

@@ -68,6 +68,7 @@ AGREE = [
     "EXTRACT(DOY FROM t.d)",
     "t.e - t.d",
     "t.d - DATE '1990-01-01'",
+    "(SELECT MAX(u.x - DATE '1970-01-01') FROM (SELECT t2.d AS x FROM t AS t2) AS u)",  # the value analysis' days
     "GREATEST(t.i, NULL)",
     "LEAST(NULL, t.n)",
     "TANH(t.x / 1e10)",
@@ -215,3 +216,61 @@ def test_spark_gives_postgresql_figures(engines: dict[str, tuple[Session, Sessio
         assert str(again.value) == str(refusal)
         return
     _close(expected, _figures(spark, sql), path.stem)
+
+
+# -- the engine: snapshot, errors, CLI ---------------------------------------------------------------------
+
+
+def test_snapshot_keeps_the_rows_read_once(spark: Any, tmp_path: Path) -> None:
+    """Files rewritten while a query runs: its statements still read the copy taken when it started."""
+    from sqldp.engine.spark import SparkEngine
+
+    path = str(tmp_path / "t.parquet")
+    spark.range(5).write.parquet(path)
+    spark.read.parquet(path).createOrReplaceTempView("snap_t")
+    engine = SparkEngine(spark)
+    with engine.snapshot(("snap_t",)) as prefix:
+        spark.range(100).write.mode("overwrite").parquet(path)  # a writer replaces the table's files
+        spark.catalog.refreshByPath(path)
+        spark.read.parquet(path).createOrReplaceTempView("snap_t")
+        assert spark.sql(f"SELECT COUNT(*) FROM {prefix}snap_t").collect()[0][0] == 5
+        assert spark.sql("SELECT COUNT(*) FROM snap_t").collect()[0][0] == 100
+    assert not [t for t in spark.catalog.listTables() if t.name.startswith(prefix)]  # views dropped
+
+
+def test_spark_failure_is_one_line_and_public_queries_are_refused(spark: Any) -> None:
+    from sqldp.engine import Speed
+    from sqldp.engine.spark import SparkEngine
+    from sqldp.errors import DatabaseError
+    from sqldp.rewrite import Statements
+
+    engine = SparkEngine(spark)
+    statements = Statements("SELECT 1 DIV 0", (), (), {}, exp.select("1"), dialect="spark")
+    with pytest.raises(DatabaseError, match=r"^Spark failed on the query: \[DIVIDE_BY_ZERO\][^\n]*$"):
+        engine.execute(statements, Speed())
+    with pytest.raises(RefusedError, match="postgres SQL"):
+        engine.execute(Statements("SELECT 1", (), (), {}, exp.select("1")), Speed())
+    with pytest.raises(RefusedError, match="public"):
+        engine.execute_public("SELECT 1")
+
+
+def test_cli_loads_parquet_and_answers_on_spark(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from sqldp.cli import main
+
+    lake = tmp_path / "lake"
+    assert main(["load", "tpch", "--engine", "spark", "--scale", "0.01", "--spark-data", str(lake)]) == 0
+    assert "orders 15000" in capsys.readouterr().out
+    assert (lake / "schema.sql").is_file() and (lake / "lineitem.parquet").is_file()
+    policy = str(datasets.dataset_path("tpch.toml"))
+    query = "SELECT COUNT(*) FROM orders WHERE o_orderpriority = '1-URGENT'"
+    args = ["--engine", "spark", "--spark-data", str(lake), "--policy", policy, "--seed", "1", "--format", "json"]
+    assert main(["run", *args, query]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert isinstance(out["answer"], float) and "sensitivity" not in out and out["test_mode"]
+    assert main(["analyze", *args, "--audit", query]) == 0
+    audit = json.loads(capsys.readouterr().out)
+    assert audit["measurements"][0][0]["mechanism"] == "laplace-global" and audit["sensitivity"] == 1
+    assert main(["run", "--engine", "spark", "--dsn", "postgresql://nowhere", query]) == 2
+    assert "--dsn" in capsys.readouterr().err
