@@ -9,6 +9,8 @@ runs) → ``engine`` (the only code that talks to the database) → ``release`` 
     session = sqldp.connect(policy="policy.toml")      # embedded PostgreSQL, or a DSN
     result = session.run("SELECT COUNT(*) FROM t", epsilon=1.0)
     result.answer, result.to_json()  # the noisy answer and data-independent figures; audit=True adds the rest
+
+    session = sqldp.connect(spark=spark_session, policy="policy.toml", schema="keys.sql")   # on Apache Spark
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ __version__ = "0.1.0"
 
 
 def connect(dsn: str | None = None, policy: Any = None, **kwargs: Any) -> Session:
-    """Open a :class:`sqldp.session.Session` on ``dsn`` (default: ``$SQLDP_DSN``, else the embedded server)."""
+    """Open a :class:`sqldp.session.Session` on ``dsn`` (default: ``$SQLDP_DSN``, else the embedded server), or
+    with ``spark=<SparkSession>`` on Spark (sqldp.engine.spark; keys from ``schema=<DDL file>``)."""
     from sqldp.session import Session
 
     return Session(dsn, policy, **kwargs)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqldp.errors import DatabaseError, InputError, SqlSyntaxError, syntax_error
 
@@ -334,12 +334,12 @@ def tpch_keys_unique(scale_factor: float) -> bool:
     return not any(d * k % suppliers == 0 for k in steps for d in (1, 2, 3))
 
 
-def generate_tpch(scale_factor: float, outdir: Path | str) -> dict[str, Path]:
-    """Run ``tpchgen-cli csv`` into ``outdir``; return each table's CSV file."""
+def generate_tpch(scale_factor: float, outdir: Path | str, *, fmt: str = "csv") -> dict[str, Path]:
+    """Run ``tpchgen-cli csv`` (or ``parquet``) into ``outdir``; return each table's file."""
     sf = _check_scale(scale_factor)
     out = Path(outdir)
     exe = find_tpchgen()
-    cmd = [str(exe), "csv", "--scale-factor", repr(sf), "--output-dir", str(out)]
+    cmd = [str(exe), fmt, "--scale-factor", repr(sf), "--output-dir", str(out), "--overwrite"]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     except OSError as exc:
@@ -349,10 +349,10 @@ def generate_tpch(scale_factor: float, outdir: Path | str) -> dict[str, Path]:
         raise InputError(
             f"{TPCHGEN} failed (exit {done.returncode}): {lines[-1] if lines else 'no output'}", where=str(exe)
         )
-    files = {t: out / f"{t}.csv" for t in TPCH_TABLES}
+    files = {t: out / f"{t}.{fmt}" for t in TPCH_TABLES}
     absent = [t for t, p in files.items() if not p.is_file()]
     if absent:
-        raise InputError(f"{TPCHGEN} wrote no CSV for {', '.join(absent)} in {out}", where=str(exe))
+        raise InputError(f"{TPCHGEN} wrote no {fmt} file for {', '.join(absent)} in {out}", where=str(exe))
     return files
 
 
@@ -378,6 +378,15 @@ def load_tpch(
     is called as each file streams in), their foreign keys added and ``ANALYZE``\\ d, all in one
     transaction. With ``replace``, existing tables of the same names are dropped first.
     """
+    sf = _check_tpch_scale(scale_factor)
+    if workdir is not None:
+        Path(workdir).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="sqldp-tpch-", dir=workdir) as tmp:
+        files = generate_tpch(sf, tmp)
+        return _load(dsn, dataset_path("tpch.sql"), files, progress=progress, replace=replace, what="TPC-H")
+
+
+def _check_tpch_scale(scale_factor: float) -> float:
     sf = _check_scale(scale_factor)
     if not tpch_keys_unique(sf):
         raise InputError(
@@ -385,11 +394,60 @@ def load_tpch(
             "spec §4.2.3), so its primary key cannot hold; use e.g. 0.01, 0.02, 0.1 or 1",
             where="--scale",
         )
-    if workdir is not None:
-        Path(workdir).mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="sqldp-tpch-", dir=workdir) as tmp:
-        files = generate_tpch(sf, tmp)
-        return _load(dsn, dataset_path("tpch.sql"), files, progress=progress, replace=replace, what="TPC-H")
+    return sf
+
+
+# -- Parquet for Spark ------------------------------------------------------------------------------
+
+SPARK_SCHEMA = "schema.sql"  # the DDL next to the Parquet files: the keys Spark does not keep (Catalog.from_spark)
+
+
+def default_spark_data() -> Path:
+    """Where ``sqldp load … --engine spark`` writes Parquet by default: ``<SQLDP_HOME>/spark``."""
+    from sqldp.db import default_home
+
+    return default_home() / "spark"
+
+
+def write_tpch_parquet(scale_factor: float, directory: Path | str) -> dict[str, Path]:
+    """TPC-H at ``scale_factor`` as Parquet files ``<directory>/<table>.parquet`` (``tpchgen-cli parquet``:
+    keys BIGINT, prices DECIMAL(15,2), dates DATE), with ``tpch.sql`` copied to ``<directory>/schema.sql`` for
+    the keys. Files of the same names are replaced."""
+    sf = _check_tpch_scale(scale_factor)
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    files = generate_tpch(sf, out, fmt="parquet")
+    shutil.copyfile(dataset_path("tpch.sql"), out / SPARK_SCHEMA)
+    return files
+
+
+def parquet_tables(directory: Path | str) -> dict[str, Path]:
+    """The Parquet tables of a directory: each ``<table>.parquet`` file or directory, by table name."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise InputError(f"no such directory: {root}", where="--spark-data")
+    found = {p.name[: -len(".parquet")].lower(): p for p in sorted(root.iterdir()) if p.name.endswith(".parquet")}
+    if not found:
+        raise InputError(f"no <table>.parquet in {root}", where="--spark-data")
+    return found
+
+
+def register_parquet(spark: Any, directory: Path | str) -> dict[str, str]:
+    """Register each Parquet table of ``directory`` (:func:`parquet_tables`) as a temporary view of ``spark``
+    named after it; return table → view name (what :class:`sqldp.engine.spark.SparkEngine` reads)."""
+    views = {}
+    for name, path in parquet_tables(directory).items():
+        spark.read.parquet(str(path)).createOrReplaceTempView(name)
+        views[name] = name
+    return views
+
+
+def load_tpch_spark(spark: Any, scale_factor: float, directory: Path | str) -> dict[str, int]:
+    """Write TPC-H as Parquet into ``directory`` (:func:`write_tpch_parquet`), register its tables with
+    ``spark`` (:func:`register_parquet`) and return rows per table."""
+    write_tpch_parquet(scale_factor, directory)
+    register_parquet(spark, directory)
+    return {t: int(spark.table(t).count()) for t in TPCH_TABLES}
 
 
 # -- the cafeteria example ------------------------------------------------------------------------

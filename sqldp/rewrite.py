@@ -4,7 +4,9 @@ rules. None of them changes what a query computes:
 
 1. ``fold`` — the sensitivity queries that scan the answer's product are computed in the answer's scan;
 2. ``match_groups`` — each answer row is matched to its released group by PostgreSQL's ``=`` (sqldp.groups);
-3. ``widen_integers`` — INTEGER arithmetic runs in BIGINT, so no overflow error answers for the data (sqlgen).
+3. ``widen_integers`` — INTEGER arithmetic runs in BIGINT, so no overflow error answers for the data (sqlgen);
+4. ``spark`` (the Spark engine only) — the Spark SQL that keeps PostgreSQL's meaning, or a refusal
+   (sqldp.spark_sql); the statements are then written in Spark's dialect instead of PostgreSQL's.
 
 ``sqldp explain`` prints the statements this module produces. Pure: no database.
 """
@@ -23,7 +25,10 @@ from sqldp.groups import KeyDomain, match_groups
 from sqldp.policy import Policy
 from sqldp.sensitivity.intervals import domain
 from sqldp.sensitivity.plan import Plan
+from sqldp.spark_sql import tables, to_spark
 from sqldp.sqlgen import widen_integers
+
+DIALECTS = ("postgres", "spark")  # the SQL dialects of the engines (sqldp.engine)
 
 
 @dataclass
@@ -57,8 +62,13 @@ def widen(query: exp.Select, scope: Scope) -> exp.Select:
     return widen_integers(query, scope.kind)  # type: ignore[return-value]
 
 
+def spark(query: exp.Select, scope: Scope) -> exp.Select:
+    return to_spark(query, scope.kind)  # type: ignore[return-value]
+
+
 ANSWER_RULES: tuple[Rule, ...] = (fold, groups, widen)
 QUERY_RULES: tuple[Rule, ...] = (widen,)
+DIALECT_RULES: dict[str, tuple[Rule, ...]] = {"postgres": (), "spark": (spark,)}
 
 
 @dataclass(frozen=True)
@@ -74,6 +84,8 @@ class Statements:
     source: exp.Select  # the answer query before the rules: the released aggregates over the form's scan
     # per plan query that is not folded (in plan order), the index of its text in ``queries``
     order: tuple[int, ...] = ()
+    dialect: str = "postgres"  # the SQL dialect of the texts (DIALECTS)
+    tables: tuple[str, ...] = ()  # the catalog tables the statements read, sorted
 
     def all(self) -> list[str]:
         return [self.answer, *self.queries, *(d for d in self.domains if d is not None)]
@@ -86,7 +98,10 @@ def rewrite(
     domains: Sequence[KeyDomain],
     catalog: Catalog,
     policy: Policy,
+    dialect: str = "postgres",
 ) -> Statements:
+    if dialect not in DIALECTS:
+        raise ValueError(f"unknown SQL dialect {dialect!r} (have: {', '.join(DIALECTS)})")
     kind_of = domain(form, catalog, policy).kind
 
     def kind(ref: ColumnRef) -> str:
@@ -96,11 +111,13 @@ def rewrite(
             return "other"
 
     scope = Scope(form, plans, domains, kind)
+    read: set[str] = set()
 
     def apply(tree: exp.Select, rules: Sequence[Rule]) -> str:
-        for rule in rules:
+        read.update(tables(tree))
+        for rule in (*rules, *DIALECT_RULES[dialect]):
             tree = rule(tree, scope)
-        return tree.sql(dialect="postgres")
+        return tree.sql(dialect=dialect)
 
     answer_sql = apply(answer, ANSWER_RULES)  # fold sets scope.folded
     every = [q for plan in plans for q in plan.queries]
@@ -111,7 +128,9 @@ def rewrite(
     for d in domains:
         query = d.ordered
         ordered.append(None if query is None or d.values is not None else apply(query, QUERY_RULES))
-    return Statements(answer_sql, queries, tuple(ordered), scope.folded, answer, order)
+    return Statements(
+        answer_sql, queries, tuple(ordered), scope.folded, answer, order, dialect=dialect, tables=tuple(sorted(read))
+    )
 
 
 def _fold(

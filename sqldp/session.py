@@ -12,7 +12,7 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from sqldp import db, sensitivity
 from sqldp.catalog import Catalog
 from sqldp.context import load_catalog, load_policy
 from sqldp.db import connect, resolve_dsn
+from sqldp.engine import Engine
 from sqldp.engine.postgres import PostgresEngine
 from sqldp.errors import BudgetExhaustedError, InputError, RefusedError
 from sqldp.form import AnalysisForm, single_aggregate
@@ -58,21 +59,37 @@ class Session:
         allow_privileged: bool = False,
         budget: float | None = None,
         delta_budget: float | None = None,
+        spark: Any = None,
+        spark_tables: Mapping[str, str] | None = None,
     ) -> None:
-        # ``dsn`` is the owner's: it reads the catalog and grants; analyst statements run on connections to
-        # ``self.analyst_dsn``, a role that may only read the catalog's tables (sqldp.db.analyst_dsn)
-        self.dsn = resolve_dsn(dsn, data_dir)
         self.policy = load_policy(policy)
-        with connect(self.dsn) as owner:
-            self.catalog = load_catalog(schema, owner)
+        self.engine: Engine
+        if spark is not None:
+            # the Spark engine (sqldp.engine.spark): the catalog from the session's tables, the keys from
+            # ``schema`` (a DDL file; Spark enforces none); no PostgreSQL is involved
+            if dsn is not None or pool is not None or analyst_dsn is not None:
+                raise InputError("give either a SparkSession or a PostgreSQL DSN, not both", where="spark")
+            from sqldp.engine.spark import SparkEngine
+
+            keys = load_catalog(schema, None) if schema is not None else None
+            self.catalog = Catalog.from_spark(spark, keys, spark_tables)
             self.policy.validate(self.catalog)
-            tables = sorted(t.name for t in self.catalog.tables.values())
-            self.analyst_dsn, first = db.analyst_dsn(
-                self.dsn, tables, explicit=analyst_dsn, allow_privileged=allow_privileged, owner_conn=owner
-            )
-        # ``pool``: an optional psycopg_pool.ConnectionPool of connections set up by engine.postgres.configure
-        # (the proxy reuses connections: opening one per query costs milliseconds)
-        self.engine = PostgresEngine(self.analyst_dsn, pool=pool, first=first)
+            self.dsn = self.analyst_dsn = None
+            self.engine = SparkEngine(spark, spark_tables)
+        else:
+            # ``dsn`` is the owner's: it reads the catalog and grants; analyst statements run on connections to
+            # ``self.analyst_dsn``, a role that may only read the catalog's tables (sqldp.db.analyst_dsn)
+            self.dsn = resolve_dsn(dsn, data_dir)
+            with connect(self.dsn) as owner:
+                self.catalog = load_catalog(schema, owner)
+                self.policy.validate(self.catalog)
+                tables = sorted(t.name for t in self.catalog.tables.values())
+                self.analyst_dsn, first = db.analyst_dsn(
+                    self.dsn, tables, explicit=analyst_dsn, allow_privileged=allow_privileged, owner_conn=owner
+                )
+            # ``pool``: an optional psycopg_pool.ConnectionPool of connections set up by engine.postgres.configure
+            # (the proxy reuses connections: opening one per query costs milliseconds)
+            self.engine = PostgresEngine(self.analyst_dsn, pool=pool, first=first)
         self.noise = NoiseSource.seeded(seed) if seed is not None else NoiseSource()
         # a privacy budget for this session's releases (sequential composition, NR §3.3.10.4): each run is
         # charged its ε (and δ) before anything is read, and refused when the budget does not cover it
@@ -87,12 +104,19 @@ class Session:
         self._prepared: OrderedDict[tuple[str, tuple[tuple[str, Any], ...]], Prepared] = OrderedDict()
 
     @property
+    def dialect(self) -> str:
+        """The SQL dialect of the session's engine (sqldp.rewrite.DIALECTS)."""
+        return getattr(self.engine, "dialect", "postgres")
+
+    @property
     def pool(self) -> Any:
-        return self.engine.pool
+        return getattr(self.engine, "pool", None)
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
-        """An autocommit, read-only connection as the analyst role (the engine's)."""
+        """An autocommit, read-only connection as the analyst role (the PostgreSQL engine's)."""
+        if not isinstance(self.engine, PostgresEngine):
+            raise InputError("this session runs on Spark; it has no PostgreSQL connection")
         with self.engine.connection() as conn:
             yield conn
 
@@ -127,7 +151,7 @@ class Session:
             return Prepared(self.engine, self.noise, sql, form, None, (), (), None, t0)
         params = resolve_params(self.policy, outputs=max(1, len(form.aggregates)), **privacy)
         form = partition_selection(form, self.policy, params.delta)
-        domains, plans, statements = compile_form(form, self.catalog, self.policy, params.beta)
+        domains, plans, statements = compile_form(form, self.catalog, self.policy, params.beta, self.dialect)
         # every refusal that does not need the data happens here, before the proxy charges: a fixed β too
         # large for a measurement's ε share would otherwise fail at calibration, after the charge. A group
         # count read from a public table at run time is unknown here: those shares are checked again then.
@@ -180,10 +204,11 @@ class Session:
 
 
 def compile_form(
-    form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | None
+    form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | None, dialect: str = "postgres"
 ) -> tuple[tuple[KeyDomain, ...], tuple[Plan, ...], Statements]:
     """Everything decided before the data is read, refusing what cannot be analysed: the group domains, one
-    sensitivity plan per aggregate (each aggregate is its own measurement) and the SQL that will run."""
+    sensitivity plan per aggregate (each aggregate is its own measurement) and the SQL that will run, in the
+    engine's ``dialect``."""
     domains = tuple(key_domains(form, policy))
     plans = tuple(
         sensitivity.plan(single_aggregate(form, i), catalog, policy, beta) for i in range(len(form.aggregates))
@@ -210,4 +235,4 @@ def compile_form(
     if len({tuple(c.sql for c in w) for w in wheres}) > 1:
         raise RefusedError("the aggregates of this query need different continuous filters; ask them one by one")
     answer = answer_query(dataclasses.replace(form, aggregates=tuple(p.aggregate for p in plans), conjuncts=wheres[0]))
-    return domains, plans, rewrite(form, answer, plans, domains, catalog, policy)
+    return domains, plans, rewrite(form, answer, plans, domains, catalog, policy, dialect)

@@ -12,6 +12,7 @@ tests mirror the package: frontend, sensitivity, release, policy, engine, proxy,
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,12 +24,47 @@ from psycopg import sql
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "pg: needs a PostgreSQL server (run the rest with -m 'not pg')")
+    config.addinivalue_line("markers", "spark: needs Apache Spark (pyspark and a Java runtime)")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "pg_server_dsn" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.pg)
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One local SparkSession (2 cores, as the Spark tests are sized for) for the whole test run: starting
+    one costs seconds. Skipped when no Java runtime is installed (pyspark needs one; .ci/run installs it)."""
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("no Java runtime (java on PATH or JAVA_HOME): Spark cannot start")
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("sqldp-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")  # SF 0.01: the default 200 partitions are 200 tiny tasks
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_tpch(spark: object, tmp_path_factory: pytest.TempPathFactory) -> tuple[object, dict[str, int]]:
+    """TPC-H at SF 0.01 as Parquet (tpchgen-cli, the same generator and scale as ``tpch_dsn``), registered
+    with the session's Spark; and the row counts."""
+    from sqldp import datasets
+
+    return spark, datasets.load_tpch_spark(spark, 0.01, tmp_path_factory.mktemp("tpch-parquet"))
 
 
 def _docker_answers() -> bool:

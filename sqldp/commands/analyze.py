@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from sqldp.cli import common_options, emit, read_query
+from sqldp.errors import InputError
 from sqldp.result import AUDIT_WARNING
+
+if TYPE_CHECKING:
+    from sqldp.session import Session
 
 
 def privacy_options() -> argparse.ArgumentParser:
@@ -44,8 +49,46 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         ("analyze", "the plan (with --audit: sensitivity, noise scale)"),
         ("run", "the noisy answer"),
     ):
-        p = sub.add_parser(name, parents=[common_options(), privacy_options()], help=helptext)
+        p = sub.add_parser(name, parents=[common_options(), privacy_options(), engine_options()], help=helptext)
         p.set_defaults(func=run, release=name == "run")
+
+
+def engine_options() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("engine")
+    g.add_argument(
+        "--engine", choices=("postgres", "spark"), default="postgres", help="where the data is (default postgres)"
+    )
+    g.add_argument(
+        "--spark-master", metavar="URL", help="Spark master (default local[*]; sc://host:15002 for Spark Connect)"
+    )
+    g.add_argument(
+        "--spark-data",
+        metavar="DIR",
+        help="Spark: register each <table>.parquet of DIR (default: where sqldp load --engine spark writes); "
+        "keys from --schema, else DIR/schema.sql when present",
+    )
+    return p
+
+
+def open_session(args: argparse.Namespace) -> Session:
+    """The session a command runs on: PostgreSQL (``--dsn``) or Spark (``--engine spark``)."""
+    from sqldp.session import Session  # imported when a command runs: `sqldp --help` stays fast
+
+    if getattr(args, "engine", "postgres") != "spark":
+        return Session(args.dsn, args.policy, schema=args.schema, data_dir=args.data_dir, seed=args.seed)
+    if args.dsn:
+        raise InputError("--dsn is PostgreSQL's; with --engine spark the data comes from --spark-data", where="--dsn")
+    from sqldp import datasets
+    from sqldp.engine.spark import spark_session
+
+    directory = Path(args.spark_data) if args.spark_data else datasets.default_spark_data()
+    tables = datasets.parquet_tables(directory)  # checked before Spark starts (seconds)
+    keys = args.schema or (directory / datasets.SPARK_SCHEMA if (directory / datasets.SPARK_SCHEMA).is_file() else None)
+    spark = spark_session(args.spark_master)
+    views = datasets.register_parquet(spark, directory)
+    assert set(views) == set(tables)
+    return Session(policy=args.policy, schema=keys, seed=args.seed, spark=spark, spark_tables=views)
 
 
 def privacy_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -216,9 +259,7 @@ def _describe_values(term: dict[str, Any]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     sql = read_query(args)
-    from sqldp.session import Session  # imported when a command runs: `sqldp --help` stays fast
-
-    session = Session(args.dsn, args.policy, schema=args.schema, data_dir=args.data_dir, seed=args.seed)
+    session = open_session(args)
     result = (session.run if args.release else session.analyze)(sql, audit=args.audit, **privacy_kwargs(args))
     out = result.to_json()
     if getattr(args, "privacy_at_risk", False):

@@ -2,7 +2,8 @@
 
 An engine runs the statements of one analysed query (:class:`sqldp.rewrite.Statements`) in ONE snapshot, so
 the answer and its sensitivity see the same data, and hands back plain rows; what to run is decided before
-(sqldp.rewrite), what to release after (sqldp.release). PostgreSQL is :mod:`sqldp.engine.postgres`.
+(sqldp.rewrite), what to release after (sqldp.release). PostgreSQL is :mod:`sqldp.engine.postgres`, Apache
+Spark :mod:`sqldp.engine.spark` (its statements in Spark SQL, :mod:`sqldp.spark_sql`).
 """
 
 from __future__ import annotations

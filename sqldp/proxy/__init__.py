@@ -79,6 +79,7 @@ def build(
     pools = [ledger_pool]
     try:
         session = Session(dsn, pol, schema=schema, seed=seed)
+        assert session.analyst_dsn is not None  # a PostgreSQL session (the proxy serves PostgreSQL only)
         # a few kept open, so that a connection is free while the one just returned is being reset (with one,
         # a client's next statement waited for its last one's reset: 0.07 → 0.49 ms p50 for a public lookup)
         runner_pool = _pool(

@@ -1,0 +1,149 @@
+"""Spark SQL with PostgreSQL's meaning: the rewriter's last rule when the engine is Spark (sqldp.rewrite).
+
+Every statement sqldp runs is a sqlglot tree whose meaning is PostgreSQL's: the analyses bound what
+PostgreSQL computes (sqldp.pg_arithmetic, sqldp.sensitivity.operators). sqlglot's Spark generator writes the
+same tree in Spark's syntax, but where the two engines give one spelling different meanings it translates the
+spelling, not the meaning. This rule changes such nodes into the Spark SQL that computes PostgreSQL's value,
+or refuses the query with the reason where no Spark expression does (a refusal depends on the query's text,
+the catalog and the policy, never on the data). The differences, each checked on Spark 4 with ANSI mode on
+(its default, so overflow and division by zero are errors as in PostgreSQL):
+
+* ``a / b`` of two integers truncates in PostgreSQL and is a DOUBLE in Spark → Spark's ``a DIV b`` (BIGINT,
+  truncating towards zero, as PostgreSQL);
+* an unconstrained ``NUMERIC`` (sqldp sums in it, sqldp.sqlgen.aggregate_expr) is ``DECIMAL(10, 0)`` in
+  Spark, which rounds to an integer and overflows at 10¹⁰ → ``DECIMAL(38, 0)`` for an integer (a sum of
+  2⁶³ BIGINTs fits: 2¹²⁶ < 10³⁸) and ``DOUBLE`` otherwise (the sum of a clamped value, NR §3.3.7.3, within
+  float rounding of PostgreSQL's exact NUMERIC);
+* a cast of a non-integer to an integer type rounds in PostgreSQL (half away from zero for NUMERIC, to even
+  for DOUBLE PRECISION) and truncates in Spark; ROUND rounds DOUBLEs half up in Spark; CEIL and FLOOR of a
+  DOUBLE are BIGINTs in Spark and fail past 2⁶³ → refused, since which rule applies depends on a type the
+  catalog's kinds do not tell apart;
+* ``LOG(x)`` is the base-10 logarithm in PostgreSQL and the natural one in Spark → ``LOG(10, x)``;
+* ``EXTRACT(DOW …)`` counts Sunday as 0 in PostgreSQL and 1 in Spark → minus 1; the other fields sqldp
+  passes (YEAR, MONTH, DAY, QUARTER, DOY) agree, the rest are refused;
+* ``date − date`` is an INTEGER of days in PostgreSQL and an INTERVAL in Spark → ``DATEDIFF``;
+* ``SUBSTRING(s, k, …)`` with k ≤ 0 counts from the start in PostgreSQL and from the end in Spark → refused
+  unless k is a literal ≥ 1.
+
+LEAST and GREATEST skip NULLs in both, TANH/COSH/EXP/LN/SQRT/POWER agree on the values where PostgreSQL does
+not fail (sqldp refuses expressions it may fail on), and COUNT(*) … FILTER, CASE, scalar subqueries and
+ORDER BY … NULLS LAST (which sqlglot writes out) are the same.
+
+Table names are written with :data:`SNAPSHOT` in front: the Spark engine binds them, per query, to the copy
+of each table it read once (sqldp.engine.spark), so the answer and its sensitivity read one version.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from sqldp.errors import RefusedError
+from sqldp.form import ColumnRef
+from sqldp.pg_arithmetic import KindOf, integer_valued, rounds, truncates
+
+SNAPSHOT = "__sqldp_snapshot__"  # prefix of a table name in Spark statements; the engine replaces it
+_SAME_FIELDS = {"YEAR", "MONTH", "DAY", "QUARTER", "DOY"}
+_INTEGER_TYPES = exp.DataType.INTEGER_TYPES
+
+
+def _refuse(node: exp.Expr, why: str) -> RefusedError:
+    return RefusedError(f"{node.sql(dialect='postgres')}: {why}, so Spark would compute something else")
+
+
+def _is_date(e: exp.Expr, kind_of: KindOf) -> bool:
+    while isinstance(e, exp.Paren):
+        e = e.this
+    if isinstance(e, exp.Column):
+        return bool(e.table) and kind_of(ColumnRef(e.table, e.name)) == "date"
+    return isinstance(e, exp.Cast) and e.to.is_type(exp.DataType.Type.DATE)
+
+
+def _days(node: exp.Sub, kind_of: KindOf) -> bool:
+    """``a − b`` is PostgreSQL's date − date: both dates, or one a date and the other a column of a subquery
+    (whose kind the catalog does not know: the value analysis counts a date column ``x`` of its own subquery
+    in days as ``x − DATE '1970-01-01'``; PostgreSQL has no other ``− date`` but timestamp − date, and sqldp
+    analyses no timestamp arithmetic)."""
+    a, b = node.this, node.expression
+    if _is_date(a, kind_of) and _is_date(b, kind_of):
+        return True
+    return any(_is_date(x, kind_of) and _unknown(y, kind_of) for x, y in ((a, b), (b, a)))
+
+
+def _unknown(e: exp.Expr, kind_of: KindOf) -> bool:
+    while isinstance(e, exp.Paren):
+        e = e.this
+    return isinstance(e, exp.Column) and (not e.table or kind_of(ColumnRef(e.table, e.name)) == "other")
+
+
+def _integral(e: exp.Expr, kind_of: KindOf) -> bool:
+    return integer_valued(e, kind_of) or isinstance(e, exp.IntDiv)
+
+
+def tables(tree: exp.Expr) -> set[str]:
+    """The catalog tables a statement reads (its FROM and JOIN tables, in subqueries too, CTE names not)."""
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    return {t.name.lower() for t in tree.find_all(exp.Table) if t.name and t.name.lower() not in ctes}
+
+
+def to_spark(tree: exp.Expr, kind_of: KindOf) -> exp.Expr:
+    """A copy of ``tree`` (PostgreSQL's meaning) whose Spark SQL computes the same values, or RefusedError."""
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+
+    def decide(node: exp.Expr) -> str | None:
+        """What the node becomes, judged on the PostgreSQL tree (before any node is changed: an integer
+        division already written as DIV would no longer read as an integer to the division above it)."""
+        if isinstance(node, exp.Literal) and node.is_string and SNAPSHOT in node.this:
+            raise _refuse(node, f"the text {SNAPSHOT!r} names sqldp's table snapshots in Spark statements")
+        if isinstance(node, exp.Table) and node.name and node.name.lower() not in ctes:
+            return "snapshot"
+        if isinstance(node, exp.Div) and truncates(node, kind_of):
+            return "div"
+        if isinstance(node, exp.Cast):
+            if node.to.is_type(*_INTEGER_TYPES) and rounds(node, kind_of):
+                raise _refuse(node, "PostgreSQL rounds a non-integer cast to an integer type, Spark truncates")
+            if node.to.is_type(exp.DataType.Type.DECIMAL) and not node.to.expressions:
+                return "decimal" if _integral(node.this, kind_of) else "double"
+        if isinstance(node, (exp.Ceil, exp.Floor, exp.Round)) and not _integral(node.this, kind_of):
+            raise _refuse(node, "PostgreSQL's and Spark's rounding functions differ on non-integers (type, halves)")
+        if isinstance(node, exp.Log) and node.args.get("expression") is None:
+            return "log10"
+        if isinstance(node, exp.Extract):
+            field = node.name.upper()
+            if field == "DOW":
+                return "dow"
+            if field not in _SAME_FIELDS:
+                raise _refuse(node, f"EXTRACT({field}) is not checked to agree between PostgreSQL and Spark")
+        if isinstance(node, exp.Sub) and _days(node, kind_of):
+            return "datediff"
+        if isinstance(node, exp.Substring):
+            start = node.args.get("start")
+            if start is None or not (isinstance(start, exp.Literal) and start.this.isdigit() and int(start.this) >= 1):
+                raise _refuse(node, "SUBSTRING from a position below 1 counts from the end of the text in Spark")
+        return None
+
+    def change(node: exp.Expr, how: str) -> exp.Expr:
+        if how == "snapshot":
+            # the snapshot keeps the name the columns qualify with (sqldp's statements alias every table)
+            alias = node.args.get("alias") or exp.TableAlias(this=exp.to_identifier(node.name))
+            return exp.Table(this=exp.to_identifier(SNAPSHOT + node.name.lower()), alias=alias)
+        if how == "div":
+            return exp.IntDiv(this=node.this, expression=node.args["expression"])
+        if how in ("decimal", "double"):
+            return exp.cast(node.this, "DECIMAL(38, 0)" if how == "decimal" else "DOUBLE")
+        if how == "log10":
+            return exp.Log(this=exp.Literal.number(10), expression=node.this)
+        if how == "dow":
+            return exp.Paren(this=exp.Sub(this=node.copy(), expression=exp.Literal.number(1)))
+        assert how == "datediff"
+        return exp.DateDiff(this=node.this, expression=node.args["expression"], unit=exp.var("DAY"))
+
+    root = tree.copy()
+    plan = [(node, how) for node in root.dfs() if (how := decide(node)) is not None]
+    # descendants before their ancestors (sqlglot's transform does not visit a replaced node's children)
+    for node, how in reversed(plan):
+        new = change(node, how)
+        if node is root:
+            root = new
+        else:
+            node.replace(new)
+    return root
