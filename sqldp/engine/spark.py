@@ -20,7 +20,7 @@ import itertools
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
@@ -107,6 +107,11 @@ class SparkEngine:
                 raise
         speed.last = t2 - t0
         return Fetched(answer, queries, domains, t1 - t0, t2 - t0)
+
+    def check(self, texts: Sequence[str]) -> None:
+        """Nothing before the run: the statements name the per-query snapshot views, which exist only while
+        :meth:`execute` runs, where Spark's analyser checks them first. The proxy, the one caller that must
+        refuse before charging, serves PostgreSQL only."""
 
     def execute_public(self, sql: str) -> tuple[list[str], list[Row]]:
         raise RefusedError(
