@@ -38,10 +38,11 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import z3
 from sqlglot import exp
@@ -82,7 +83,8 @@ class GlobalSensitivity:
     method: str  # "keys", "smt", "smt-fast" (§3.3.13.6), "duplicates" (Thm 3.109 cases 3–4), "cap"
     seconds: float
     approximated: tuple[str, ...] = ()  # filters replaced by free Booleans (the bound stays an upper bound)
-    witness: Witness | None = field(default=None, compare=False)
+    witness: Witness | None = field(default=None, compare=False)  # a database reaching ``value`` (when exact)
+    timed_out: bool = False  # the time limit ended the search: ``value`` is what was proven by then (∞ if nothing)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -92,13 +94,19 @@ class GlobalSensitivity:
             "method": self.method,
             "seconds": round(self.seconds, 4),
             "approximated": list(self.approximated),
+            "timed_out": self.timed_out,
         }
 
 
 @dataclass(frozen=True)
 class Witness:
     """A database from a satisfying model of Φ_{Q,N}: ``rows`` per table (dicts of the columns the formula
-    constrains; other columns are free), ``removed`` the row y whose removal changes ``n`` result rows."""
+    constrains; other columns are free), ``removed`` the row y whose removal changes ``n`` result rows.
+
+    Values: int, fractions.Fraction (NUMERIC: on the column's grid), datetime.date (an int, days since
+    2000-01-01, beyond Python's years 1–9999), bool, str. Strings are compared for equality only, so any
+    one-to-one renaming that keeps the query's literals is a witness too (solver strings may hold characters
+    PostgreSQL refuses, such as NUL)."""
 
     n: int
     rows: Mapping[str, tuple[Mapping[str, Any], ...]]
@@ -158,7 +166,8 @@ class _Formula:
         if key not in self.vars:
             table = self.table_of[alias] if row != "y" else self.catalog.table(alias)
             col = table.column(column)
-            self.vars[key] = z3.Const(f"x_{row}_{alias}_{column}", _sort(col.kind, self.ctx))
+            self.vars[key] = v = z3.Const(f"x_{row}_{alias}_{column}", _sort(col.kind, self.ctx))
+            self.solver.add(*_domain(col, v))
         return self.vars[key]
 
     def columns(self, table: Table) -> list[str]:
@@ -177,6 +186,11 @@ class _Formula:
             for c in e.find_all(exp.Column):
                 self.mentioned.setdefault(c.table, set()).add(c.name)
         self.last: list[z3.ExprRef] | None = None
+        self.fixed = (
+            _determined(q, self.key_of, self.table_of, q.uses[self.positions[0]].alias)
+            if len(self.positions) == 1
+            else set()
+        )
         y_table = self.catalog.table(self.target)
         for use in q.uses:
             if use.table == self.target:
@@ -213,15 +227,35 @@ class _Formula:
             self._dependencies(self.table_of[u.alias], u.alias, r, u.alias)
         # distinct rows, of the product (bag) or of the output (set): here in strictly increasing lexicographic
         # order, which is the distinctness of NR's g and leaves one of the N! orders of a model to search
-        # (symmetry breaking: 10× to 100× faster than g); numbers first, whose order the solver decides fastest
+        # (symmetry breaking: 10× to 100× faster than g); numbers first, whose order the solver decides fastest.
+        # Values that every derivative row shares (``self.fixed``, :func:`_determined`) cannot tell rows apart
+        # and are left out: the same formula up to equivalence, with less for the solver to order.
         if q.semantics == "bag":
-            values = [self.var(r, u.alias, c) for u in q.uses for c in self.columns(self.table_of[u.alias])]
+            values = [
+                self.var(r, u.alias, c)
+                for u in q.uses
+                for c in self.columns(self.table_of[u.alias])
+                if (u.alias, c) not in self.fixed
+            ]
         else:
-            values = [self.output(p, r) for p in q.projections]
+            values = [self.output(p, r) for p in q.projections if not self._fixed_output(p)]
         ordered = [_orderable(v) for v in sorted(values, key=z3.is_string)]
         if self.last is not None:
-            self.solver.add(_lex_less(self.last, ordered))
+            # no value left to differ in: one derivative row at most (Φ_{Q,2} is unsatisfiable)
+            self.solver.add(_lex_less(self.last, ordered) if ordered else z3.BoolVal(False, self.ctx))
         self.last = ordered
+
+    def _fixed_output(self, p: exp.Expr) -> bool:
+        """An output that is the same on every derivative row: a translatable term (pure arithmetic, no
+        volatile function) over columns every derivative row shares."""
+        columns = list(p.find_all(exp.Column))
+        if not columns or any((c.table, c.name) not in self.fixed for c in columns):
+            return False
+        try:
+            self.term(p, 0)
+        except _Untranslatable:
+            return False
+        return True
 
     def _dependencies(self, table: Table, alias: str, row: Any, var_alias: str) -> None:
         """x[·, ℓ] = f[T, K, ℓ](x[·, K]) for the columns the formula reads, for every key K of T."""
@@ -264,16 +298,19 @@ class _Formula:
         if isinstance(e, exp.Boolean):
             return z3.BoolVal(bool(e.this), self.ctx)
         if isinstance(e, exp.Between):
-            x = self.term(e.this, r)
+            pad = self._padded(e.this, e.args["low"], e.args["high"])
+            x = self.term(e.this, r, pad)
             return z3.And(
-                self._compare(exp.GTE, x, self.term(e.args["low"], r)),
-                self._compare(exp.LTE, x, self.term(e.args["high"], r)),
+                self._compare(exp.GTE, x, self.term(e.args["low"], r, pad)),
+                self._compare(exp.LTE, x, self.term(e.args["high"], r, pad)),
             )
         if isinstance(e, exp.In) and not e.args.get("query"):
-            x = self.term(e.this, r)
-            return z3.Or(*(self._compare(exp.EQ, x, self.term(v, r)) for v in e.expressions))
+            pad = self._padded(e.this, *e.expressions)
+            x = self.term(e.this, r, pad)
+            return z3.Or(*(self._compare(exp.EQ, x, self.term(v, r, pad)) for v in e.expressions))
         if isinstance(e, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)):
-            return self._compare(type(e), self.term(e.this, r), self.term(e.expression, r))
+            pad = self._padded(e.this, e.expression)
+            return self._compare(type(e), self.term(e.this, r, pad), self.term(e.expression, r, pad))
         if isinstance(e, exp.Column) and self._kind(e) == "boolean":
             return self.term(e, r)
         raise _Untranslatable(e.sql(dialect="postgres"))
@@ -314,9 +351,24 @@ class _Formula:
     def _kind(self, c: exp.Column) -> str:
         return self.table_of[c.table].column(c.name).kind
 
-    def term(self, e: exp.Expr, r: int) -> z3.ExprRef:
+    def _padded(self, *sides: exp.Expr) -> bool:
+        """Whether a comparison is between CHAR(n) values, which PostgreSQL compares without trailing blanks:
+        then a literal loses its trailing blanks (CHAR values are modelled without them, :func:`_domain`).
+        CHAR against VARCHAR or TEXT columns is not translated (which of the two rules applies depends on
+        PostgreSQL's choice of operator)."""
+        kinds = {
+            _bpchar(self.table_of[c.table].column(c.name).type_sql)
+            for side in sides
+            for c in [side.unnest()]
+            if isinstance(c, exp.Column) and self._kind(c) == "text"
+        }
+        if len(kinds) > 1:
+            raise _Untranslatable("a comparison of CHAR(n) with VARCHAR or TEXT")
+        return kinds == {True}
+
+    def term(self, e: exp.Expr, r: int, pad: bool = False) -> z3.ExprRef:
         if isinstance(e, exp.Paren):
-            return self.term(e.this, r)
+            return self.term(e.this, r, pad)
         if isinstance(e, exp.Column):
             column = self.table_of[e.table].column(e.name)
             if column.kind == "other" or (column.kind == "numeric" and not _exact_numeric(column.type_sql)):
@@ -325,7 +377,7 @@ class _Formula:
             return self.var(r, e.table, e.name)
         if isinstance(e, exp.Literal):
             if e.is_string:
-                return z3.StringVal(_strip_char(e.this), self.ctx)
+                return z3.StringVal(e.this.rstrip(" ") if pad else e.this, self.ctx)
             text = e.this
             return z3.IntVal(int(text), self.ctx) if text.lstrip("-").isdigit() else z3.RealVal(text, self.ctx)
         if isinstance(e, exp.Neg):
@@ -361,10 +413,41 @@ def _exact_numeric(type_sql: str) -> bool:
     return head.startswith(("DECIMAL", "NUMERIC"))
 
 
-def _strip_char(s: str) -> str:
-    # CHAR(n) compares without trailing blanks; a literal compared with VARCHAR keeps them, but equality of
-    # blank-padded forms only merges values, which admits more databases (an upper bound either way)
-    return s.rstrip(" ")
+def _bpchar(type_sql: str) -> bool:
+    """CHAR(n) (PostgreSQL's bpchar): blank-padded, compared without trailing blanks."""
+    return type_sql.upper().split("(")[0].strip() in ("CHAR", "CHARACTER", "BPCHAR", "NCHAR")
+
+
+_INT_BITS = {"SMALLINT": 16, "INT2": 16, "SMALLSERIAL": 16, "BIGINT": 64, "INT8": 64, "BIGSERIAL": 64}
+
+
+def _domain(column: Any, v: z3.ExprRef) -> list[z3.BoolRef]:
+    """The values PostgreSQL stores in ``column``: integers in their type's range, NUMERIC(p, s) on its grid of
+    10^−s below 10^(p−s), strings of at most n characters for (VAR)CHAR(n), CHAR values without trailing blanks
+    (PostgreSQL drops them), dates within PostgreSQL's range. Every database satisfies these, so adding them
+    keeps the bound an upper bound; without them a model could need values no table can hold (a 2^40 in an
+    INTEGER, 1/3 in a DECIMAL(15,2)), and "exact" and the witness would claim a database that does not exist."""
+    head = column.type_sql.upper().split("(")[0].strip()
+    args = [int(a) for a in re.findall(r"\d+", column.type_sql.partition("(")[2])]
+    if column.kind == "integer":
+        bits = _INT_BITS.get(head, 32)
+        return [v >= -(2 ** (bits - 1)), v < 2 ** (bits - 1)]
+    if column.kind == "date":
+        # PostgreSQL's dates: 4713-11-24 BC (Julian day 0) … 5874897-12-31, as days since 2000-01-01
+        return [v >= -2451545, v <= 2145031948]
+    if column.kind == "numeric" and _exact_numeric(column.type_sql) and args:
+        precision, scale = args[0], args[1] if len(args) > 1 else 0
+        grid = v * (10**scale)
+        # (NUMERIC also holds NaN, which is left out: NR models numbers only; see the module docstring)
+        return [z3.IsInt(grid), grid < 10**precision, grid > -(10**precision)]
+    if column.kind == "text":
+        out = []
+        if args and head in ("CHAR", "CHARACTER", "BPCHAR", "NCHAR", "VARCHAR", "CHARACTER VARYING", "NVARCHAR"):
+            out.append(z3.Length(v) <= args[0])
+        if _bpchar(column.type_sql):
+            out.append(z3.Not(z3.SuffixOf(z3.StringVal(" ", v.ctx), v)))
+        return out
+    return []
 
 
 def _coerce(a: z3.ExprRef, b: z3.ExprRef) -> tuple[z3.ExprRef, z3.ExprRef]:
@@ -424,6 +507,14 @@ def _formula(
     return f
 
 
+class _Search(NamedTuple):
+    bound: float  # (the least N with Φ_{Q,N} proven unsatisfiable) − 1, or ∞
+    reached: bool  # Φ_{bound} was satisfiable: the theorems then give "the sensitivity is exactly bound"
+    approximated: list[str]
+    witness: Witness | None  # from the largest satisfiable N checked
+    timed_out: bool  # a check ran out of time: the bound is what was proven before (∞ if nothing was)
+
+
 def _search(
     query: SPJ,
     catalog: Catalog,
@@ -431,14 +522,14 @@ def _search(
     key_of: dict[str, list[tuple[str, ...]]],
     deadline: float,
     cap: int,
-) -> tuple[float, bool, list[str], Witness | None]:
-    """(bound, reached, approximated, witness): bound = (the least N with Φ_{Q,N} proven unsatisfiable) − 1,
-    ∞ when Φ_{cap+1} is satisfiable or the solver runs out of time (a check it cannot finish proves nothing);
-    reached: Φ_{bound} was satisfiable (the theorems then give "the sensitivity is exactly bound").
+) -> _Search:
+    """bound = (the least N with Φ_{Q,N} proven unsatisfiable) − 1, ∞ when Φ_{cap+1} is satisfiable or the
+    solver runs out of time before any N is proven unsatisfiable (a check it cannot finish proves nothing).
 
     Φ_{N+1} satisfiable implies Φ_N satisfiable (drop a row), so N doubles until a formula is unsatisfiable
     and is then bisected. Each N gets a fresh formula and solver: z3's incremental mode (one solver, rows
-    added between checks) was 10–50× slower here."""
+    added between checks, push/pop) was 10–50× slower here, and bisection needs O(log N) checks where NR's
+    linear search needs N."""
     approximated: list[str] = []
     found: tuple[_Formula, z3.ModelRef, int] | None = None
 
@@ -455,18 +546,19 @@ def _search(
             found = (f, f.solver.model(), n)
         return result
 
-    def witness() -> Witness | None:
-        return _witness(found[0], query, positions, found[1], found[2]) if found is not None else None
+    def out(bound: float, reached: bool, timed_out: bool = False) -> _Search:
+        w = _witness(found[0], query, positions, found[1], found[2]) if found is not None else None
+        return _Search(bound, reached, approximated, w, timed_out)
 
     sat_at, n = 0, 1
     while True:
         if n > cap + 1:
-            return math.inf, False, approximated, witness()
+            return out(math.inf, False)
         result = check(n)
         if result == z3.unsat:
             break
         if result != z3.sat:
-            return math.inf, False, approximated, witness()
+            return out(math.inf, False, True)
         sat_at, n = n, (n * 2 if n < cap + 1 and n * 2 <= cap + 1 else cap + 1 if n < cap + 1 else cap + 2)
     lo, hi = sat_at, n  # Φ_lo satisfiable (or lo = 0), Φ_hi unsatisfiable
     while hi - lo > 1:
@@ -477,8 +569,8 @@ def _search(
         elif result == z3.sat:
             lo = mid
         else:
-            return float(hi - 1), False, approximated, witness()
-    return float(hi - 1), True, approximated, witness()
+            return out(float(hi - 1), False, True)
+    return out(float(hi - 1), True)
 
 
 def _witness(f: _Formula, query: SPJ, positions: Sequence[int], model: z3.ModelRef, n: int) -> Witness:
@@ -488,7 +580,10 @@ def _witness(f: _Formula, query: SPJ, positions: Sequence[int], model: z3.ModelR
     def value(v: z3.ExprRef, kind: str) -> Any:
         got = model.eval(v, model_completion=True)
         if kind == "date":
-            return _EPOCH + dt.timedelta(days=got.as_long())
+            try:
+                return _EPOCH + dt.timedelta(days=got.as_long())
+            except OverflowError:  # beyond Python's years 1–9999, inside PostgreSQL's: days since 2000-01-01
+                return got.as_long()
         if kind == "integer":
             return got.as_long()
         if kind == "numeric":
@@ -569,6 +664,66 @@ def _pumpable(query: SPJ, catalog: Catalog, target: str) -> bool:
     return any(isinstance(p, exp.Column) and (p.table, p.name) in eligible for p in query.projections)
 
 
+def _determined(
+    query: SPJ, key_of: Mapping[str, Sequence[tuple[str, ...]]], table_of: Mapping[str, Table], target: str
+) -> set[tuple[str, str]]:
+    """The columns (alias, column) that are equal on every row of the derivative w.r.t. the table at use
+    ``target`` (used once): every derivative row holds y there, so that use's columns are y's; a top-level
+    conjunct ``a = b`` (or ``a = literal``) of the same kind makes b (a) fixed when a (b) is; a use whose every
+    column of some key is fixed is one row of its table, so all its columns are. (The foreign-key chains of
+    TPC-H: w.r.t. lineitem, the order, customer and nation of the row are fixed.) When every value that
+    identifies a derivative row is fixed, there is at most one: the "direct combinatorial answer" of keys."""
+    fixed = {(target, c) for c in table_of[target].columns}
+    links: list[tuple[tuple[str, str], tuple[str, str] | None]] = []
+    for cond in query.conditions:
+        for part in _split(cond):
+            if not isinstance(part, exp.EQ):
+                continue
+            a, b = part.this.unnest(), part.expression.unnest()
+            if isinstance(b, exp.Column) and not isinstance(a, exp.Column):
+                a, b = b, a
+            if not isinstance(a, exp.Column) or a.table not in table_of:
+                continue
+            ka = table_of[a.table].column(a.name)
+            if isinstance(b, exp.Literal) and _same_kind_literal(ka, b):
+                links.append(((a.table, a.name), None))
+            elif isinstance(b, exp.Column) and b.table in table_of:
+                kb = table_of[b.table].column(b.name)
+                if _same_kind(ka, kb):
+                    links.append(((a.table, a.name), (b.table, b.name)))
+    changed = True
+    while changed:
+        before = len(fixed)
+        for a, b in links:
+            if b is None:
+                fixed.add(a)
+            elif a in fixed or b in fixed:
+                fixed |= {a, b}
+        for use in query.uses:
+            table = table_of[use.alias]
+            if any(all((use.alias, c) in fixed for c in key) for key in key_of[table.name]):
+                fixed |= {(use.alias, c) for c in table.columns}
+        changed = len(fixed) != before
+    return fixed
+
+
+def _same_kind(a: Any, b: Any) -> bool:
+    """Two columns whose equality the translation makes a z3 equality of their values."""
+    if a.kind != b.kind or a.kind == "other":
+        return False
+    if a.kind == "numeric":
+        return _exact_numeric(a.type_sql) and _exact_numeric(b.type_sql)
+    return a.kind != "text" or _bpchar(a.type_sql) == _bpchar(b.type_sql)
+
+
+def _same_kind_literal(column: Any, literal: exp.Literal) -> bool:
+    if literal.is_string:
+        return bool(column.kind == "text")
+    if column.kind == "integer":
+        return literal.this.lstrip("-").isdigit()
+    return column.kind == "numeric" and _exact_numeric(column.type_sql)
+
+
 def _split(e: exp.Expr) -> list[exp.Expr]:
     e = e.unnest()
     return [*_split(e.this), *_split(e.expression)] if isinstance(e, exp.And) else [e]
@@ -594,37 +749,46 @@ def sensitivity(
     keyless_other = [u.table for u in query.uses if u.table != table and not key_of[u.table]]
     target_keyless = not key_of[table]
 
-    def done(
-        value: float, exact: bool, how: str, approx: Sequence[str] = (), witness: Witness | None = None
-    ) -> GlobalSensitivity:
+    def done(value: float, exact: bool, how: str, found: _Search | None = None) -> GlobalSensitivity:
+        approx = tuple(found.approximated) if found else ()
         return GlobalSensitivity(
-            table, value, exact and not approx, how, time.perf_counter() - t0, tuple(approx), witness
+            table,
+            value,
+            exact and not approx,
+            how,
+            time.perf_counter() - t0,
+            approx,
+            found.witness if found and exact and math.isfinite(value) else None,
+            bool(found and found.timed_out),
         )
 
     if keyless_other or (target_keyless and len(positions) > 1):
         # Theorem 3.109, cases 3 and 4: repeated rows multiply the derivative without bound, unless it is empty
         relaxed = {t: keys or [tuple(catalog.table(t).columns)] for t, keys in key_of.items()}
-        bound, _, approx, witness = _search(query, catalog, positions, relaxed, deadline, cap=0)
-        if bound == 0:
-            return done(0.0, True, "duplicates", approx)
+        found = _search(query, catalog, positions, relaxed, deadline, cap=0)
+        if found.bound == 0:
+            return done(0.0, True, "duplicates", found)
         why = f"table {keyless_other[0]!r} has no uniqueness constraint" if keyless_other else "repeated rows"
-        return done(math.inf, witness is not None, f"duplicates ({why})", approx)
+        return done(math.inf, found.witness is not None, f"duplicates ({why})", found)
     if target_keyless:  # case 2: t used once, compare whole rows
         key_of = {**key_of, table: []}
     if _pumpable(query, catalog, table):
-        bound, _, approx, witness = _search(query, catalog, positions, key_of, deadline, cap=0)
-        if bound == 0:
-            return done(0.0, True, "smt", approx)
-        return done(math.inf, witness is not None, "keys (rows of other tables renew without end)", approx)
+        found = _search(query, catalog, positions, key_of, deadline, cap=0)
+        if found.bound == 0:
+            return done(0.0, True, "smt", found)
+        return done(math.inf, found.witness is not None, "keys (rows of other tables renew without end)", found)
+    if len(positions) == 1 and _one_row(query, catalog, key_of, positions[0]):
+        found = _search(query, catalog, positions, key_of, deadline, cap=1)
+        return done(found.bound, found.reached, "keys (they fix the derivative's one row)", found)
 
     if len(positions) == 1 or method == "exact":
-        bound, reached, approx, witness = _search(query, catalog, positions, key_of, deadline, cap)
+        found = _search(query, catalog, positions, key_of, deadline, cap)
         # Theorem 3.110 (b): with set semantics the bound is exact only for a table used once
-        exact = reached and (query.semantics == "bag" or len(positions) == 1)
-        return done(bound, exact, "smt", approx, witness)
+        exact = found.reached and (query.semantics == "bag" or len(positions) == 1)
+        return done(found.bound, exact, "smt", found)
 
     # §3.3.13.6: each use as a table of its own, then the sum; then the exact formula within the time left
-    total, approx_all = 0.0, []
+    total, approx_all, timed_out = 0.0, [], False
     for j in positions:
         copy = f"{table}__use{j}"
         renamed = _as_copy(query, catalog, j, copy)
@@ -633,12 +797,28 @@ def sensitivity(
         )
         total += part.value
         approx_all += [a for a in part.approximated if a not in approx_all]
+        timed_out |= part.timed_out
+    fast = _Search(total, False, approx_all, None, timed_out)
     if method == "fast" or not math.isfinite(total):
-        return done(total, False, "smt-fast", approx_all)
-    bound, reached, approx, witness = _search(query, catalog, positions, key_of, deadline, min(cap, int(total)))
-    if bound < total or (reached and query.semantics == "bag"):
-        return done(bound, reached and query.semantics == "bag", "smt", approx, witness)
-    return done(total, False, "smt-fast", approx_all)
+        return done(total, False, "smt-fast", fast)
+    found = _search(query, catalog, positions, key_of, deadline, min(cap, int(total)))
+    if found.bound < total or (found.reached and query.semantics == "bag"):
+        return done(found.bound, found.reached and query.semantics == "bag", "smt", found)
+    return done(total, False, "smt-fast", fast._replace(timed_out=fast.timed_out or found.timed_out))
+
+
+def _one_row(query: SPJ, catalog: Catalog, key_of: Mapping[str, Sequence[tuple[str, ...]]], position: int) -> bool:
+    """Whether the keys alone fix every value that tells derivative rows apart (:func:`_determined`): then at
+    most one row holds y, and only Φ_{Q,1} is left to decide (0 or 1)."""
+    table_of = {u.alias: catalog.table(u.table) for u in query.uses}
+    fixed = _determined(query, key_of, table_of, query.uses[position].alias)
+    if query.semantics == "bag":
+        return all(
+            (u.alias, c) in fixed
+            for u in query.uses
+            for c in (key_of[u.table][0] if key_of[u.table] else table_of[u.alias].columns)
+        )
+    return all(isinstance(p, exp.Column) and (p.table, p.name) in fixed for p in query.projections)
 
 
 def _as_copy(query: SPJ, catalog: Catalog, position: int, copy: str) -> tuple[SPJ, Catalog]:
