@@ -149,8 +149,11 @@ class _Formula:
         self.key_of = key_of
         # a context of its own: formulas left in a shared context slow the solver down run after run
         self.ctx = z3.Context()
-        self.solver = z3.Solver(ctx=self.ctx)
-        self.solver.set("random_seed", 0)  # the same answer and time for the same formula
+        # constraints by row: built once per search, each N's solver takes the first N rows (rebuilding the
+        # rows for every N cost more than solving them)
+        self.pending: list[z3.BoolRef] = []
+        self.base: list[z3.BoolRef] = []
+        self.rows: list[z3.BoolRef] = []
         self.vars: dict[tuple[Any, ...], z3.ExprRef] = {}
         self.approximated: list[str] = []
         self.fresh = 0
@@ -167,7 +170,7 @@ class _Formula:
             table = self.table_of[alias] if row != "y" else self.catalog.table(alias)
             col = table.column(column)
             self.vars[key] = v = z3.Const(f"x_{row}_{alias}_{column}", _sort(col.kind, self.ctx))
-            self.solver.add(*_domain(col, v))
+            self.pending.extend(_domain(col, v))
         return self.vars[key]
 
     def columns(self, table: Table) -> list[str]:
@@ -196,6 +199,7 @@ class _Formula:
             if use.table == self.target:
                 self._dependencies(y_table, use.alias, "y", self.target)
                 break
+        self.base, self.pending = self.pending, []
 
     def add_row(self) -> None:
         """Row N + 1 of Φ_{Q,N+1} (NR §3.3.13.4): Φ_{N+1} is Φ_N and the new row's constraints, so one solver
@@ -206,10 +210,10 @@ class _Formula:
             for c in self.columns(self.table_of[u.alias]):
                 self.var(r, u.alias, c)
         for cond in q.conditions:
-            self.solver.add(self.boolean(cond, r))
+            self.pending.append(self.boolean(cond, r))
         # the row contains y at one of the table's uses (second constraint)
         y_table = self.catalog.table(self.target)
-        self.solver.add(
+        self.pending.append(
             z3.Or(
                 *(
                     z3.And(
@@ -242,8 +246,17 @@ class _Formula:
         ordered = [_orderable(v) for v in sorted(values, key=z3.is_string)]
         if self.last is not None:
             # no value left to differ in: one derivative row at most (Φ_{Q,2} is unsatisfiable)
-            self.solver.add(_lex_less(self.last, ordered) if ordered else z3.BoolVal(False, self.ctx))
+            self.pending.append(_lex_less(self.last, ordered) if ordered else z3.BoolVal(False, self.ctx))
         self.last = ordered
+        self.rows.append(z3.And(*self.pending))
+        self.pending = []
+
+    def solver(self, n: int) -> z3.Solver:
+        """A fresh solver for Φ_{Q,n} (n ≤ the rows built)."""
+        solver = z3.Solver(ctx=self.ctx)
+        solver.set("random_seed", 0)  # the same answer and time for the same formula
+        solver.add(*self.base, *self.rows[:n])
+        return solver
 
     def _fixed_output(self, p: exp.Expr) -> bool:
         """An output that is the same on every derivative row: a translatable term (pure arithmetic, no
@@ -263,7 +276,7 @@ class _Formula:
         for key in self.key_of[table.name]:
             for col in sorted(deps - set(key)):
                 f = self._function(table, key, col)
-                self.solver.add(self.var(row, var_alias, col) == f(*(self.var(row, var_alias, k) for k in key)))
+                self.pending.append(self.var(row, var_alias, col) == f(*(self.var(row, var_alias, k) for k in key)))
 
     def _function(self, table: Table, key: tuple[str, ...], col: str) -> z3.FuncDeclRef:
         name = (table.name, key, col)
@@ -497,16 +510,6 @@ def _date_constant(e: exp.Expr) -> int | None:
 # -- the search for N ---------------------------------------------------------------------------------
 
 
-def _formula(
-    query: SPJ, catalog: Catalog, positions: Sequence[int], key_of: dict[str, list[tuple[str, ...]]], n: int
-) -> _Formula:
-    f = _Formula(query, catalog, positions, key_of)
-    f.start()
-    for _ in range(n):
-        f.add_row()
-    return f
-
-
 class _Search(NamedTuple):
     bound: float  # (the least N with Φ_{Q,N} proven unsatisfiable) − 1, or ∞
     reached: bool  # Φ_{bound} was satisfiable: the theorems then give "the sensitivity is exactly bound"
@@ -527,28 +530,30 @@ def _search(
     solver runs out of time before any N is proven unsatisfiable (a check it cannot finish proves nothing).
 
     Φ_{N+1} satisfiable implies Φ_N satisfiable (drop a row), so N doubles until a formula is unsatisfiable
-    and is then bisected. Each N gets a fresh formula and solver: z3's incremental mode (one solver, rows
-    added between checks, push/pop) was 10–50× slower here, and bisection needs O(log N) checks where NR's
-    linear search needs N."""
-    approximated: list[str] = []
-    found: tuple[_Formula, z3.ModelRef, int] | None = None
+    and is then bisected: O(log N) checks where NR's linear search needs N. The rows are translated once;
+    each N gets a fresh solver over the first N of them: z3's incremental mode (one solver, rows added
+    between checks, or push/pop) was 10–50× slower here, as it gives up the preprocessing of a fresh check."""
+    found: tuple[z3.ModelRef, int] | None = None
+    f = _Formula(query, catalog, positions, key_of)
+    f.start()
 
     def check(n: int) -> z3.CheckSatResult:
         nonlocal found
-        f = _formula(query, catalog, positions, key_of, n)
-        approximated.extend(a for a in f.approximated if a not in approximated)
+        while len(f.rows) < n:
+            f.add_row()
         left = deadline - time.perf_counter()
         if left <= 0:
             return z3.unknown
-        f.solver.set("timeout", max(1, int(left * 1000)))
-        result = f.solver.check()
-        if result == z3.sat and (found is None or n > found[2]):
-            found = (f, f.solver.model(), n)
+        solver = f.solver(n)
+        solver.set("timeout", max(1, int(left * 1000)))
+        result = solver.check()
+        if result == z3.sat and (found is None or n > found[1]):
+            found = (solver.model(), n)
         return result
 
     def out(bound: float, reached: bool, timed_out: bool = False) -> _Search:
-        w = _witness(found[0], query, positions, found[1], found[2]) if found is not None else None
-        return _Search(bound, reached, approximated, w, timed_out)
+        w = _witness(f, query, positions, found[0], found[1]) if found is not None else None
+        return _Search(bound, reached, list(f.approximated), w, timed_out)
 
     sat_at, n = 0, 1
     while True:
@@ -798,6 +803,8 @@ def sensitivity(
         total += part.value
         approx_all += [a for a in part.approximated if a not in approx_all]
         timed_out |= part.timed_out
+        if not math.isfinite(total):
+            break  # the sum is ∞ already: the other uses cannot change it
     fast = _Search(total, False, approx_all, None, timed_out)
     if method == "fast" or not math.isfinite(total):
         return done(total, False, "smt-fast", fast)
