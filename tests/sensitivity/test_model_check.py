@@ -87,6 +87,35 @@ def test_theorem_3_109_cases() -> None:
     assert analyse("SELECT k.a FROM k, m WHERE k.b = m.a", cat, "m").value == math.inf
 
 
+def test_column_domains() -> None:
+    """Φ's values are the ones PostgreSQL stores (every database satisfies these, so the bound stays an upper
+    bound, and "exact" names a database that exists): SMALLINT's range, NUMERIC(p, s)'s grid, VARCHAR(n)'s
+    length, CHAR(n)'s blank-insensitive equality."""
+    cat = Catalog.from_ddl(
+        "CREATE TABLE k (x int PRIMARY KEY);\n"
+        "CREATE TABLE i2 (a smallint PRIMARY KEY);\n"
+        "CREATE TABLE d (a numeric(3,2) PRIMARY KEY);\n"
+        "CREATE TABLE v (a varchar(3) PRIMARY KEY);\n"
+        "CREATE TABLE c (a char(3) PRIMARY KEY);\n"
+    )
+    # 32760 … 32767: eight SMALLINT values (unbounded as mathematical integers)
+    assert analyse("SELECT k.x FROM k, i2 WHERE i2.a > 32759", cat, "k").value == 8
+    # 0.05, 0.06, 0.07 on the grid of 0.01 (every real in between, as reals)
+    assert analyse("SELECT k.x FROM k, d WHERE d.a BETWEEN 0.05 AND 0.07", cat, "k").value == 3
+    # 'a' and 'a ' are two VARCHAR values but one CHAR value
+    assert analyse("SELECT k.x FROM k, v WHERE v.a IN ('a', 'a ')", cat, "k").value == 2
+    assert analyse("SELECT k.x FROM k, c WHERE c.a IN ('a', 'a ')", cat, "k").value == 1
+    # a VARCHAR(3) holds no 4-character string
+    assert analyse("SELECT k.x FROM k, v WHERE v.a = 'abcd'", cat, "k").value == 0
+
+
+def test_time_limit_gives_infinity_and_says_so() -> None:
+    cat = Catalog.from_ddl(SELF_JOIN_DDL)
+    r = analyse(SELF_JOIN, cat, "t", method="exact", timeout=1e-6)
+    assert r.value == math.inf and r.timed_out and not r.exact and r.to_json()["timed_out"] is True
+    assert not analyse(SELF_JOIN, cat, "t", timeout=30).timed_out
+
+
 def test_untranslatable_filters_only_loosen() -> None:
     """LIKE is not translated: it becomes a free Boolean, and the bound is said to be an upper bound."""
     cat = Catalog.from_ddl(SELF_JOIN_DDL + "CREATE TABLE u (x int4 PRIMARY KEY, s text NOT NULL);")

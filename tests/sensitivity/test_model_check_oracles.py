@@ -204,6 +204,12 @@ WITNESSED = [
         "w",
         5,  # the grid of NUMERIC(3,2): 0.05 … 0.09, not every real in between
     ),
+    (
+        "CREATE TABLE k (x int PRIMARY KEY); CREATE TABLE v (a varchar(3) PRIMARY KEY);",
+        "SELECT k.x FROM k, v WHERE v.a IN ('a', 'a ', 'b')",
+        "k",
+        3,  # VARCHAR keeps trailing blanks: 'a' and 'a ' are two rows
+    ),
     ("", Q10_BY_DAY.format(n=1), "customer", 1),
     ("", Q10_BY_DAY.format(n=4), "customer", 4),
     ("", Q10_BY_DAY.format(n=20), "customer", 20),
