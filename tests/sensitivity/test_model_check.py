@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -114,6 +115,22 @@ def test_time_limit_gives_infinity_and_says_so() -> None:
     r = analyse(SELF_JOIN, cat, "t", method="exact", timeout=1e-6)
     assert r.value == math.inf and r.timed_out and not r.exact and r.to_json()["timed_out"] is True
     assert not analyse(SELF_JOIN, cat, "t", timeout=30).timed_out
+
+
+def test_derived_tables_are_inlined_and_outer_joins_refused() -> None:
+    """TPC-H Q7's derived table is a join–filter block: inlined, one lineitem row is one join row and (its
+    year an uninterpreted function) at most one group; outer joins are not join–filter queries."""
+    q7 = (Path(__file__).resolve().parents[2] / "benchmarks" / "tpch" / "queries" / "q07.sql").read_text()
+    spj = mc.from_select(parse(q7, TPCH).tree)
+    assert {u.alias for u in spj.uses} == {"supplier", "lineitem", "orders", "customer", "n1", "n2"}
+    assert mc.sensitivity(spj, TPCH, "lineitem").value == 1
+    bag = mc.sensitivity(mc.SPJ(spj.uses, spj.conditions), TPCH, "lineitem")
+    assert (bag.value, bag.exact) == (1, True)
+    cat = Catalog.from_ddl(BRUTE_DDL)
+    with pytest.raises(ValueError, match="JOIN"):
+        mc.from_select(parse("SELECT r.a FROM r LEFT JOIN s ON r.b = s.b", cat).tree)
+    with pytest.raises(ValueError, match="workflow"):
+        mc.from_select(parse("SELECT d.n FROM (SELECT COUNT(*) AS n FROM r) AS d", cat).tree)
 
 
 def test_untranslatable_filters_only_loosen() -> None:
