@@ -966,6 +966,67 @@ def _block(select: exp.Select, *, inner: bool) -> tuple[list[Use], list[exp.Expr
     return uses, conditions, None
 
 
+def query_sensitivity(
+    tree: exp.Expr, catalog: Catalog, table: str, *, timeout: float = DEFAULT_TIMEOUT, cap: int = DEFAULT_CAP
+) -> GlobalSensitivity:
+    """The global sensitivity of a qualified query: a block (:func:`from_select`) or a set operation of blocks.
+
+    Set operations (NR §3.3.13.9): an output row's membership in A ∪ B, A ∩ B, A − B is a function of its
+    membership in A and in B, and its multiplicity in UNION ALL, INTERSECT ALL, EXCEPT ALL (m_A + m_B,
+    min(m_A, m_B), max(m_A − m_B, 0)) changes by at most the changes of m_A and m_B. So the rows one row of t
+    changes are at most S_A + S_B, each branch by Ψ over its select list (the set forms, Theorem 3.110) or Φ
+    (the ALL forms). An upper bound: the two worst cases need not happen in one database."""
+    if isinstance(tree, exp.Subquery):
+        return query_sensitivity(tree.this, catalog, table, timeout=timeout, cap=cap)
+    if not isinstance(tree, exp.SetOperation):
+        return sensitivity(from_select(tree), catalog, table, timeout=timeout, cap=cap)
+    if tree.args.get("limit") is not None or tree.args.get("offset") is not None:
+        raise ValueError("LIMIT over a set operation keeps rows the data chooses: not a join–filter query")
+    t0 = time.perf_counter()
+    deadline = t0 + timeout
+    distinct = bool(tree.args.get("distinct"))
+    parts = []
+    for side in (tree.this, tree.expression):
+        left = max(0.0, deadline - time.perf_counter())
+        inner = side.this if isinstance(side, exp.Subquery) else side
+        if isinstance(inner, exp.Select) and (inner.args.get("group") or inner.find(exp.AggFunc) is not None):
+            # a group whose aggregate changes is one row out and another in: not the rows Ψ counts
+            raise ValueError("an aggregating branch of a set operation needs the workflow transformations")
+        if isinstance(inner, exp.Select) and distinct:
+            spj = from_select(inner)
+            spj = SPJ(spj.uses, spj.conditions, spj.projections if spj.semantics == "set" else _listed(inner), "set")
+            parts.append(sensitivity(spj, catalog, table, timeout=left, cap=cap))
+        elif isinstance(inner, exp.Select):
+            spj = from_select(inner)
+            if spj.semantics == "set":  # a DISTINCT or grouped branch under ALL: its distinct rows
+                parts.append(sensitivity(spj, catalog, table, timeout=left, cap=cap))
+            else:
+                parts.append(sensitivity(SPJ(spj.uses, spj.conditions), catalog, table, timeout=left, cap=cap))
+        else:
+            part = query_sensitivity(inner, catalog, table, timeout=left, cap=cap)
+            # a nested set operation's rows are distinct when it is a set form; its bound counts rows either way
+            parts.append(part)
+    value = parts[0].value + parts[1].value
+    approx = tuple(dict.fromkeys(a for p in parts for a in p.approximated))
+    exact = all(p.exact for p in parts) and min(p.value for p in parts) == 0
+    kind = type(tree).__name__.upper() + ("" if distinct else " ALL")
+    return GlobalSensitivity(
+        table.lower(),
+        value,
+        exact and not approx,
+        f"sum over {kind} (NR §3.3.13.9)",
+        time.perf_counter() - t0,
+        approx,
+        next((p.witness for p in parts if p.value > 0), None) if exact else None,
+        any(p.timed_out for p in parts),
+    )
+
+
+def _listed(select: exp.Select) -> tuple[exp.Expr, ...]:
+    derived = _derived(select)
+    return tuple(_substitute(e.this if isinstance(e, exp.Alias) else e, derived) for e in select.expressions)
+
+
 def for_form(form: Any, catalog: Catalog, tables: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
     """Per table: how many join rows one of its rows can change (what a COUNT over the join moves, Φ) and,
     with GROUP BY, how many groups (Ψ over the keys, Theorem 3.111). Data-independent: safe to show anyone."""
