@@ -38,10 +38,11 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, NamedTuple
 
 import z3
 from sqlglot import exp
@@ -82,7 +83,8 @@ class GlobalSensitivity:
     method: str  # "keys", "smt", "smt-fast" (§3.3.13.6), "duplicates" (Thm 3.109 cases 3–4), "cap"
     seconds: float
     approximated: tuple[str, ...] = ()  # filters replaced by free Booleans (the bound stays an upper bound)
-    witness: Witness | None = field(default=None, compare=False)
+    witness: Witness | None = field(default=None, compare=False)  # a database reaching ``value`` (when exact)
+    timed_out: bool = False  # the time limit ended the search: ``value`` is what was proven by then (∞ if nothing)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -92,13 +94,19 @@ class GlobalSensitivity:
             "method": self.method,
             "seconds": round(self.seconds, 4),
             "approximated": list(self.approximated),
+            "timed_out": self.timed_out,
         }
 
 
 @dataclass(frozen=True)
 class Witness:
     """A database from a satisfying model of Φ_{Q,N}: ``rows`` per table (dicts of the columns the formula
-    constrains; other columns are free), ``removed`` the row y whose removal changes ``n`` result rows."""
+    constrains; other columns are free), ``removed`` the row y whose removal changes ``n`` result rows.
+
+    Values: int, fractions.Fraction (NUMERIC: on the column's grid), datetime.date (an int, days since
+    2000-01-01, beyond Python's years 1–9999), bool, str. Strings are compared for equality only, so any
+    one-to-one renaming that keeps the query's literals is a witness too (solver strings may hold characters
+    PostgreSQL refuses, such as NUL)."""
 
     n: int
     rows: Mapping[str, tuple[Mapping[str, Any], ...]]
@@ -141,8 +149,11 @@ class _Formula:
         self.key_of = key_of
         # a context of its own: formulas left in a shared context slow the solver down run after run
         self.ctx = z3.Context()
-        self.solver = z3.Solver(ctx=self.ctx)
-        self.solver.set("random_seed", 0)  # the same answer and time for the same formula
+        # constraints by row: built once per search, each N's solver takes the first N rows (rebuilding the
+        # rows for every N cost more than solving them)
+        self.pending: list[z3.BoolRef] = []
+        self.base: list[z3.BoolRef] = []
+        self.rows: list[z3.BoolRef] = []
         self.vars: dict[tuple[Any, ...], z3.ExprRef] = {}
         self.approximated: list[str] = []
         self.fresh = 0
@@ -158,7 +169,8 @@ class _Formula:
         if key not in self.vars:
             table = self.table_of[alias] if row != "y" else self.catalog.table(alias)
             col = table.column(column)
-            self.vars[key] = z3.Const(f"x_{row}_{alias}_{column}", _sort(col.kind, self.ctx))
+            self.vars[key] = v = z3.Const(f"x_{row}_{alias}_{column}", _sort(col.kind, self.ctx))
+            self.pending.extend(_domain(col, v))
         return self.vars[key]
 
     def columns(self, table: Table) -> list[str]:
@@ -177,11 +189,17 @@ class _Formula:
             for c in e.find_all(exp.Column):
                 self.mentioned.setdefault(c.table, set()).add(c.name)
         self.last: list[z3.ExprRef] | None = None
+        self.fixed = (
+            _determined(q, self.key_of, self.table_of, q.uses[self.positions[0]].alias)
+            if len(self.positions) == 1
+            else set()
+        )
         y_table = self.catalog.table(self.target)
         for use in q.uses:
             if use.table == self.target:
                 self._dependencies(y_table, use.alias, "y", self.target)
                 break
+        self.base, self.pending = self.pending, []
 
     def add_row(self) -> None:
         """Row N + 1 of Φ_{Q,N+1} (NR §3.3.13.4): Φ_{N+1} is Φ_N and the new row's constraints, so one solver
@@ -192,10 +210,10 @@ class _Formula:
             for c in self.columns(self.table_of[u.alias]):
                 self.var(r, u.alias, c)
         for cond in q.conditions:
-            self.solver.add(self.boolean(cond, r))
+            self.pending.append(self.boolean(cond, r))
         # the row contains y at one of the table's uses (second constraint)
         y_table = self.catalog.table(self.target)
-        self.solver.add(
+        self.pending.append(
             z3.Or(
                 *(
                     z3.And(
@@ -213,15 +231,44 @@ class _Formula:
             self._dependencies(self.table_of[u.alias], u.alias, r, u.alias)
         # distinct rows, of the product (bag) or of the output (set): here in strictly increasing lexicographic
         # order, which is the distinctness of NR's g and leaves one of the N! orders of a model to search
-        # (symmetry breaking: 10× to 100× faster than g); numbers first, whose order the solver decides fastest
+        # (symmetry breaking: 10× to 100× faster than g); numbers first, whose order the solver decides fastest.
+        # Values that every derivative row shares (``self.fixed``, :func:`_determined`) cannot tell rows apart
+        # and are left out: the same formula up to equivalence, with less for the solver to order.
         if q.semantics == "bag":
-            values = [self.var(r, u.alias, c) for u in q.uses for c in self.columns(self.table_of[u.alias])]
+            values = [
+                self.var(r, u.alias, c)
+                for u in q.uses
+                for c in self.columns(self.table_of[u.alias])
+                if (u.alias, c) not in self.fixed
+            ]
         else:
-            values = [self.output(p, r) for p in q.projections]
+            values = [self.output(p, r) for p in q.projections if not self._fixed_output(p)]
         ordered = [_orderable(v) for v in sorted(values, key=z3.is_string)]
         if self.last is not None:
-            self.solver.add(_lex_less(self.last, ordered))
+            # no value left to differ in: one derivative row at most (Φ_{Q,2} is unsatisfiable)
+            self.pending.append(_lex_less(self.last, ordered) if ordered else z3.BoolVal(False, self.ctx))
         self.last = ordered
+        self.rows.append(z3.And(*self.pending))
+        self.pending = []
+
+    def solver(self, n: int) -> z3.Solver:
+        """A fresh solver for Φ_{Q,n} (n ≤ the rows built)."""
+        solver = z3.Solver(ctx=self.ctx)
+        solver.set("random_seed", 0)  # the same answer and time for the same formula
+        solver.add(*self.base, *self.rows[:n])
+        return solver
+
+    def _fixed_output(self, p: exp.Expr) -> bool:
+        """An output that is the same on every derivative row: a translatable term (pure arithmetic, no
+        volatile function) over columns every derivative row shares."""
+        columns = list(p.find_all(exp.Column))
+        if not columns or any((c.table, c.name) not in self.fixed for c in columns):
+            return False
+        try:
+            self.term(p, 0)
+        except _Untranslatable:
+            return False
+        return True
 
     def _dependencies(self, table: Table, alias: str, row: Any, var_alias: str) -> None:
         """x[·, ℓ] = f[T, K, ℓ](x[·, K]) for the columns the formula reads, for every key K of T."""
@@ -229,7 +276,7 @@ class _Formula:
         for key in self.key_of[table.name]:
             for col in sorted(deps - set(key)):
                 f = self._function(table, key, col)
-                self.solver.add(self.var(row, var_alias, col) == f(*(self.var(row, var_alias, k) for k in key)))
+                self.pending.append(self.var(row, var_alias, col) == f(*(self.var(row, var_alias, k) for k in key)))
 
     def _function(self, table: Table, key: tuple[str, ...], col: str) -> z3.FuncDeclRef:
         name = (table.name, key, col)
@@ -264,16 +311,19 @@ class _Formula:
         if isinstance(e, exp.Boolean):
             return z3.BoolVal(bool(e.this), self.ctx)
         if isinstance(e, exp.Between):
-            x = self.term(e.this, r)
+            pad = self._padded(e.this, e.args["low"], e.args["high"])
+            x = self.term(e.this, r, pad)
             return z3.And(
-                self._compare(exp.GTE, x, self.term(e.args["low"], r)),
-                self._compare(exp.LTE, x, self.term(e.args["high"], r)),
+                self._compare(exp.GTE, x, self.term(e.args["low"], r, pad)),
+                self._compare(exp.LTE, x, self.term(e.args["high"], r, pad)),
             )
         if isinstance(e, exp.In) and not e.args.get("query"):
-            x = self.term(e.this, r)
-            return z3.Or(*(self._compare(exp.EQ, x, self.term(v, r)) for v in e.expressions))
+            pad = self._padded(e.this, *e.expressions)
+            x = self.term(e.this, r, pad)
+            return z3.Or(*(self._compare(exp.EQ, x, self.term(v, r, pad)) for v in e.expressions))
         if isinstance(e, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)):
-            return self._compare(type(e), self.term(e.this, r), self.term(e.expression, r))
+            pad = self._padded(e.this, e.expression)
+            return self._compare(type(e), self.term(e.this, r, pad), self.term(e.expression, r, pad))
         if isinstance(e, exp.Column) and self._kind(e) == "boolean":
             return self.term(e, r)
         raise _Untranslatable(e.sql(dialect="postgres"))
@@ -314,9 +364,24 @@ class _Formula:
     def _kind(self, c: exp.Column) -> str:
         return self.table_of[c.table].column(c.name).kind
 
-    def term(self, e: exp.Expr, r: int) -> z3.ExprRef:
+    def _padded(self, *sides: exp.Expr) -> bool:
+        """Whether a comparison is between CHAR(n) values, which PostgreSQL compares without trailing blanks:
+        then a literal loses its trailing blanks (CHAR values are modelled without them, :func:`_domain`).
+        CHAR against VARCHAR or TEXT columns is not translated (which of the two rules applies depends on
+        PostgreSQL's choice of operator)."""
+        kinds = {
+            _bpchar(self.table_of[c.table].column(c.name).type_sql)
+            for side in sides
+            for c in [side.unnest()]
+            if isinstance(c, exp.Column) and self._kind(c) == "text"
+        }
+        if len(kinds) > 1:
+            raise _Untranslatable("a comparison of CHAR(n) with VARCHAR or TEXT")
+        return kinds == {True}
+
+    def term(self, e: exp.Expr, r: int, pad: bool = False) -> z3.ExprRef:
         if isinstance(e, exp.Paren):
-            return self.term(e.this, r)
+            return self.term(e.this, r, pad)
         if isinstance(e, exp.Column):
             column = self.table_of[e.table].column(e.name)
             if column.kind == "other" or (column.kind == "numeric" and not _exact_numeric(column.type_sql)):
@@ -325,7 +390,7 @@ class _Formula:
             return self.var(r, e.table, e.name)
         if isinstance(e, exp.Literal):
             if e.is_string:
-                return z3.StringVal(_strip_char(e.this), self.ctx)
+                return z3.StringVal(e.this.rstrip(" ") if pad else e.this, self.ctx)
             text = e.this
             return z3.IntVal(int(text), self.ctx) if text.lstrip("-").isdigit() else z3.RealVal(text, self.ctx)
         if isinstance(e, exp.Neg):
@@ -361,10 +426,41 @@ def _exact_numeric(type_sql: str) -> bool:
     return head.startswith(("DECIMAL", "NUMERIC"))
 
 
-def _strip_char(s: str) -> str:
-    # CHAR(n) compares without trailing blanks; a literal compared with VARCHAR keeps them, but equality of
-    # blank-padded forms only merges values, which admits more databases (an upper bound either way)
-    return s.rstrip(" ")
+def _bpchar(type_sql: str) -> bool:
+    """CHAR(n) (PostgreSQL's bpchar): blank-padded, compared without trailing blanks."""
+    return type_sql.upper().split("(")[0].strip() in ("CHAR", "CHARACTER", "BPCHAR", "NCHAR")
+
+
+_INT_BITS = {"SMALLINT": 16, "INT2": 16, "SMALLSERIAL": 16, "BIGINT": 64, "INT8": 64, "BIGSERIAL": 64}
+
+
+def _domain(column: Any, v: z3.ExprRef) -> list[z3.BoolRef]:
+    """The values PostgreSQL stores in ``column``: integers in their type's range, NUMERIC(p, s) on its grid of
+    10^−s below 10^(p−s), strings of at most n characters for (VAR)CHAR(n), CHAR values without trailing blanks
+    (PostgreSQL drops them), dates within PostgreSQL's range. Every database satisfies these, so adding them
+    keeps the bound an upper bound; without them a model could need values no table can hold (a 2^40 in an
+    INTEGER, 1/3 in a DECIMAL(15,2)), and "exact" and the witness would claim a database that does not exist."""
+    head = column.type_sql.upper().split("(")[0].strip()
+    args = [int(a) for a in re.findall(r"\d+", column.type_sql.partition("(")[2])]
+    if column.kind == "integer":
+        bits = _INT_BITS.get(head, 32)
+        return [v >= -(2 ** (bits - 1)), v < 2 ** (bits - 1)]
+    if column.kind == "date":
+        # PostgreSQL's dates: 4713-11-24 BC (Julian day 0) … 5874897-12-31, as days since 2000-01-01
+        return [v >= -2451545, v <= 2145031948]
+    if column.kind == "numeric" and _exact_numeric(column.type_sql) and args:
+        precision, scale = args[0], args[1] if len(args) > 1 else 0
+        grid = v * (10**scale)
+        # (NUMERIC also holds NaN, which is left out: NR models numbers only; see the module docstring)
+        return [z3.IsInt(grid), grid < 10**precision, grid > -(10**precision)]
+    if column.kind == "text":
+        out = []
+        if args and head in ("CHAR", "CHARACTER", "BPCHAR", "NCHAR", "VARCHAR", "CHARACTER VARYING", "NVARCHAR"):
+            out.append(z3.Length(v) <= args[0])
+        if _bpchar(column.type_sql):
+            out.append(z3.Not(z3.SuffixOf(z3.StringVal(" ", v.ctx), v)))
+        return out
+    return []
 
 
 def _coerce(a: z3.ExprRef, b: z3.ExprRef) -> tuple[z3.ExprRef, z3.ExprRef]:
@@ -414,14 +510,12 @@ def _date_constant(e: exp.Expr) -> int | None:
 # -- the search for N ---------------------------------------------------------------------------------
 
 
-def _formula(
-    query: SPJ, catalog: Catalog, positions: Sequence[int], key_of: dict[str, list[tuple[str, ...]]], n: int
-) -> _Formula:
-    f = _Formula(query, catalog, positions, key_of)
-    f.start()
-    for _ in range(n):
-        f.add_row()
-    return f
+class _Search(NamedTuple):
+    bound: float  # (the least N with Φ_{Q,N} proven unsatisfiable) − 1, or ∞
+    reached: bool  # Φ_{bound} was satisfiable: the theorems then give "the sensitivity is exactly bound"
+    approximated: list[str]
+    witness: Witness | None  # from the largest satisfiable N checked
+    timed_out: bool  # a check ran out of time: the bound is what was proven before (∞ if nothing was)
 
 
 def _search(
@@ -431,42 +525,45 @@ def _search(
     key_of: dict[str, list[tuple[str, ...]]],
     deadline: float,
     cap: int,
-) -> tuple[float, bool, list[str], Witness | None]:
-    """(bound, reached, approximated, witness): bound = (the least N with Φ_{Q,N} proven unsatisfiable) − 1,
-    ∞ when Φ_{cap+1} is satisfiable or the solver runs out of time (a check it cannot finish proves nothing);
-    reached: Φ_{bound} was satisfiable (the theorems then give "the sensitivity is exactly bound").
+) -> _Search:
+    """bound = (the least N with Φ_{Q,N} proven unsatisfiable) − 1, ∞ when Φ_{cap+1} is satisfiable or the
+    solver runs out of time before any N is proven unsatisfiable (a check it cannot finish proves nothing).
 
     Φ_{N+1} satisfiable implies Φ_N satisfiable (drop a row), so N doubles until a formula is unsatisfiable
-    and is then bisected. Each N gets a fresh formula and solver: z3's incremental mode (one solver, rows
-    added between checks) was 10–50× slower here."""
-    approximated: list[str] = []
-    found: tuple[_Formula, z3.ModelRef, int] | None = None
+    and is then bisected: O(log N) checks where NR's linear search needs N. The rows are translated once;
+    each N gets a fresh solver over the first N of them: z3's incremental mode (one solver, rows added
+    between checks, or push/pop) was 10–50× slower here, as it gives up the preprocessing of a fresh check."""
+    found: tuple[z3.ModelRef, int] | None = None
+    f = _Formula(query, catalog, positions, key_of)
+    f.start()
 
     def check(n: int) -> z3.CheckSatResult:
         nonlocal found
-        f = _formula(query, catalog, positions, key_of, n)
-        approximated.extend(a for a in f.approximated if a not in approximated)
+        while len(f.rows) < n:
+            f.add_row()
         left = deadline - time.perf_counter()
         if left <= 0:
             return z3.unknown
-        f.solver.set("timeout", max(1, int(left * 1000)))
-        result = f.solver.check()
-        if result == z3.sat and (found is None or n > found[2]):
-            found = (f, f.solver.model(), n)
+        solver = f.solver(n)
+        solver.set("timeout", max(1, int(left * 1000)))
+        result = solver.check()
+        if result == z3.sat and (found is None or n > found[1]):
+            found = (solver.model(), n)
         return result
 
-    def witness() -> Witness | None:
-        return _witness(found[0], query, positions, found[1], found[2]) if found is not None else None
+    def out(bound: float, reached: bool, timed_out: bool = False) -> _Search:
+        w = _witness(f, query, positions, found[0], found[1]) if found is not None else None
+        return _Search(bound, reached, list(f.approximated), w, timed_out)
 
     sat_at, n = 0, 1
     while True:
         if n > cap + 1:
-            return math.inf, False, approximated, witness()
+            return out(math.inf, False)
         result = check(n)
         if result == z3.unsat:
             break
         if result != z3.sat:
-            return math.inf, False, approximated, witness()
+            return out(math.inf, False, True)
         sat_at, n = n, (n * 2 if n < cap + 1 and n * 2 <= cap + 1 else cap + 1 if n < cap + 1 else cap + 2)
     lo, hi = sat_at, n  # Φ_lo satisfiable (or lo = 0), Φ_hi unsatisfiable
     while hi - lo > 1:
@@ -477,8 +574,8 @@ def _search(
         elif result == z3.sat:
             lo = mid
         else:
-            return float(hi - 1), False, approximated, witness()
-    return float(hi - 1), True, approximated, witness()
+            return out(float(hi - 1), False, True)
+    return out(float(hi - 1), True)
 
 
 def _witness(f: _Formula, query: SPJ, positions: Sequence[int], model: z3.ModelRef, n: int) -> Witness:
@@ -488,7 +585,10 @@ def _witness(f: _Formula, query: SPJ, positions: Sequence[int], model: z3.ModelR
     def value(v: z3.ExprRef, kind: str) -> Any:
         got = model.eval(v, model_completion=True)
         if kind == "date":
-            return _EPOCH + dt.timedelta(days=got.as_long())
+            try:
+                return _EPOCH + dt.timedelta(days=got.as_long())
+            except OverflowError:  # beyond Python's years 1–9999, inside PostgreSQL's: days since 2000-01-01
+                return got.as_long()
         if kind == "integer":
             return got.as_long()
         if kind == "numeric":
@@ -569,6 +669,66 @@ def _pumpable(query: SPJ, catalog: Catalog, target: str) -> bool:
     return any(isinstance(p, exp.Column) and (p.table, p.name) in eligible for p in query.projections)
 
 
+def _determined(
+    query: SPJ, key_of: Mapping[str, Sequence[tuple[str, ...]]], table_of: Mapping[str, Table], target: str
+) -> set[tuple[str, str]]:
+    """The columns (alias, column) that are equal on every row of the derivative w.r.t. the table at use
+    ``target`` (used once): every derivative row holds y there, so that use's columns are y's; a top-level
+    conjunct ``a = b`` (or ``a = literal``) of the same kind makes b (a) fixed when a (b) is; a use whose every
+    column of some key is fixed is one row of its table, so all its columns are. (The foreign-key chains of
+    TPC-H: w.r.t. lineitem, the order, customer and nation of the row are fixed.) When every value that
+    identifies a derivative row is fixed, there is at most one: the "direct combinatorial answer" of keys."""
+    fixed = {(target, c) for c in table_of[target].columns}
+    links: list[tuple[tuple[str, str], tuple[str, str] | None]] = []
+    for cond in query.conditions:
+        for part in _split(cond):
+            if not isinstance(part, exp.EQ):
+                continue
+            a, b = part.this.unnest(), part.expression.unnest()
+            if isinstance(b, exp.Column) and not isinstance(a, exp.Column):
+                a, b = b, a
+            if not isinstance(a, exp.Column) or a.table not in table_of:
+                continue
+            ka = table_of[a.table].column(a.name)
+            if isinstance(b, exp.Literal) and _same_kind_literal(ka, b):
+                links.append(((a.table, a.name), None))
+            elif isinstance(b, exp.Column) and b.table in table_of:
+                kb = table_of[b.table].column(b.name)
+                if _same_kind(ka, kb):
+                    links.append(((a.table, a.name), (b.table, b.name)))
+    changed = True
+    while changed:
+        before = len(fixed)
+        for a, b in links:
+            if b is None:
+                fixed.add(a)
+            elif a in fixed or b in fixed:
+                fixed |= {a, b}
+        for use in query.uses:
+            table = table_of[use.alias]
+            if any(all((use.alias, c) in fixed for c in key) for key in key_of[table.name]):
+                fixed |= {(use.alias, c) for c in table.columns}
+        changed = len(fixed) != before
+    return fixed
+
+
+def _same_kind(a: Any, b: Any) -> bool:
+    """Two columns whose equality the translation makes a z3 equality of their values."""
+    if a.kind != b.kind or a.kind == "other":
+        return False
+    if a.kind == "numeric":
+        return _exact_numeric(a.type_sql) and _exact_numeric(b.type_sql)
+    return a.kind != "text" or _bpchar(a.type_sql) == _bpchar(b.type_sql)
+
+
+def _same_kind_literal(column: Any, literal: exp.Literal) -> bool:
+    if literal.is_string:
+        return bool(column.kind == "text")
+    if column.kind == "integer":
+        return literal.this.lstrip("-").isdigit()
+    return column.kind == "numeric" and _exact_numeric(column.type_sql)
+
+
 def _split(e: exp.Expr) -> list[exp.Expr]:
     e = e.unnest()
     return [*_split(e.this), *_split(e.expression)] if isinstance(e, exp.And) else [e]
@@ -590,41 +750,59 @@ def sensitivity(
     positions = [j for j, u in enumerate(query.uses) if u.table == table]
     if not positions:
         return GlobalSensitivity(table, 0.0, True, "keys", 0.0)
+    loose = _loose_outputs(query, catalog) if query.semantics == "set" else []
+    if loose:
+        # An output Ψ cannot translate is a function of the row's identity (:meth:`_Formula.output`), free to
+        # differ between any two rows; then N rows with distinct outputs exist iff N distinct rows do: Ψ_{Q,N}
+        # is Φ_{Q,N}, which the solver decides without ordering strings and functions (TPC-H Q7's GROUP BY
+        # EXTRACT(YEAR …) ran out of 30 s as Ψ; as Φ the keys answer at once). An upper bound, said so.
+        bag = sensitivity(SPJ(query.uses, query.conditions), catalog, table, method=method, timeout=timeout, cap=cap)
+        approx = (*bag.approximated, *(a for a in loose if a not in bag.approximated))
+        return replace(bag, exact=False, approximated=approx, witness=None, seconds=time.perf_counter() - t0)
     key_of = {u.table: _keys(catalog.table(u.table)) for u in query.uses}
     keyless_other = [u.table for u in query.uses if u.table != table and not key_of[u.table]]
     target_keyless = not key_of[table]
 
-    def done(
-        value: float, exact: bool, how: str, approx: Sequence[str] = (), witness: Witness | None = None
-    ) -> GlobalSensitivity:
+    def done(value: float, exact: bool, how: str, found: _Search | None = None) -> GlobalSensitivity:
+        approx = tuple(found.approximated) if found else ()
         return GlobalSensitivity(
-            table, value, exact and not approx, how, time.perf_counter() - t0, tuple(approx), witness
+            table,
+            value,
+            exact and not approx,
+            how,
+            time.perf_counter() - t0,
+            approx,
+            found.witness if found and exact and math.isfinite(value) else None,
+            bool(found and found.timed_out),
         )
 
     if keyless_other or (target_keyless and len(positions) > 1):
         # Theorem 3.109, cases 3 and 4: repeated rows multiply the derivative without bound, unless it is empty
         relaxed = {t: keys or [tuple(catalog.table(t).columns)] for t, keys in key_of.items()}
-        bound, _, approx, witness = _search(query, catalog, positions, relaxed, deadline, cap=0)
-        if bound == 0:
-            return done(0.0, True, "duplicates", approx)
+        found = _search(query, catalog, positions, relaxed, deadline, cap=0)
+        if found.bound == 0:
+            return done(0.0, True, "duplicates", found)
         why = f"table {keyless_other[0]!r} has no uniqueness constraint" if keyless_other else "repeated rows"
-        return done(math.inf, witness is not None, f"duplicates ({why})", approx)
+        return done(math.inf, found.witness is not None, f"duplicates ({why})", found)
     if target_keyless:  # case 2: t used once, compare whole rows
         key_of = {**key_of, table: []}
     if _pumpable(query, catalog, table):
-        bound, _, approx, witness = _search(query, catalog, positions, key_of, deadline, cap=0)
-        if bound == 0:
-            return done(0.0, True, "smt", approx)
-        return done(math.inf, witness is not None, "keys (rows of other tables renew without end)", approx)
+        found = _search(query, catalog, positions, key_of, deadline, cap=0)
+        if found.bound == 0:
+            return done(0.0, True, "smt", found)
+        return done(math.inf, found.witness is not None, "keys (rows of other tables renew without end)", found)
+    if len(positions) == 1 and _one_row(query, catalog, key_of, positions[0]):
+        found = _search(query, catalog, positions, key_of, deadline, cap=1)
+        return done(found.bound, found.reached, "keys (they fix the derivative's one row)", found)
 
     if len(positions) == 1 or method == "exact":
-        bound, reached, approx, witness = _search(query, catalog, positions, key_of, deadline, cap)
+        found = _search(query, catalog, positions, key_of, deadline, cap)
         # Theorem 3.110 (b): with set semantics the bound is exact only for a table used once
-        exact = reached and (query.semantics == "bag" or len(positions) == 1)
-        return done(bound, exact, "smt", approx, witness)
+        exact = found.reached and (query.semantics == "bag" or len(positions) == 1)
+        return done(found.bound, exact, "smt", found)
 
     # §3.3.13.6: each use as a table of its own, then the sum; then the exact formula within the time left
-    total, approx_all = 0.0, []
+    total, approx_all, timed_out = 0.0, [], False
     for j in positions:
         copy = f"{table}__use{j}"
         renamed = _as_copy(query, catalog, j, copy)
@@ -633,12 +811,42 @@ def sensitivity(
         )
         total += part.value
         approx_all += [a for a in part.approximated if a not in approx_all]
+        timed_out |= part.timed_out
+        if not math.isfinite(total):
+            break  # the sum is ∞ already: the other uses cannot change it
+    fast = _Search(total, False, approx_all, None, timed_out)
     if method == "fast" or not math.isfinite(total):
-        return done(total, False, "smt-fast", approx_all)
-    bound, reached, approx, witness = _search(query, catalog, positions, key_of, deadline, min(cap, int(total)))
-    if bound < total or (reached and query.semantics == "bag"):
-        return done(bound, reached and query.semantics == "bag", "smt", approx, witness)
-    return done(total, False, "smt-fast", approx_all)
+        return done(total, False, "smt-fast", fast)
+    found = _search(query, catalog, positions, key_of, deadline, min(cap, int(total)))
+    if found.bound < total or (found.reached and query.semantics == "bag"):
+        return done(found.bound, found.reached and query.semantics == "bag", "smt", found)
+    return done(total, False, "smt-fast", fast._replace(timed_out=fast.timed_out or found.timed_out))
+
+
+def _loose_outputs(query: SPJ, catalog: Catalog) -> list[str]:
+    """Why each output the translation does not cover is not covered (empty: all are translated)."""
+    probe = _Formula(query, catalog, [], {})
+    out = []
+    for p in query.projections:
+        try:
+            probe.term(p, 0)
+        except _Untranslatable as why:
+            out.append(str(why))
+    return out
+
+
+def _one_row(query: SPJ, catalog: Catalog, key_of: Mapping[str, Sequence[tuple[str, ...]]], position: int) -> bool:
+    """Whether the keys alone fix every value that tells derivative rows apart (:func:`_determined`): then at
+    most one row holds y, and only Φ_{Q,1} is left to decide (0 or 1)."""
+    table_of = {u.alias: catalog.table(u.table) for u in query.uses}
+    fixed = _determined(query, key_of, table_of, query.uses[position].alias)
+    if query.semantics == "bag":
+        return all(
+            (u.alias, c) in fixed
+            for u in query.uses
+            for c in (key_of[u.table][0] if key_of[u.table] else table_of[u.alias].columns)
+        )
+    return all(isinstance(p, exp.Column) and (p.table, p.name) in fixed for p in query.projections)
 
 
 def _as_copy(query: SPJ, catalog: Catalog, position: int, copy: str) -> tuple[SPJ, Catalog]:
@@ -664,25 +872,159 @@ def from_form(form: Any, *, grouped: bool | None = None) -> SPJ:
     return SPJ(uses, conditions)
 
 
-def from_select(tree: exp.Select) -> SPJ:
-    """A qualified single-block ``SELECT [DISTINCT] … FROM … [JOIN … ON …] WHERE …`` (no subqueries)."""
-    nested = (exp.Subquery, exp.Exists, exp.Union, exp.Intersect, exp.Except, exp.With)
-    if any(isinstance(n, nested) or (isinstance(n, exp.Select) and n is not tree) for n in tree.walk()):
-        raise ValueError("only single-block queries (subqueries need the workflow transformations of NR §4.3.6.1)")
-    uses = []
-    for t in tree.find_all(exp.Table):
-        uses.append(Use(t.alias_or_name, t.name.lower()))
-    conditions: list[exp.Expr] = []
-    for j in tree.args.get("joins") or ():
-        if j.args.get("on") is not None:
-            conditions.append(j.args["on"])
-    if tree.args.get("where") is not None:
-        conditions.append(tree.args["where"].this)
-    projections = tuple(e.this if isinstance(e, exp.Alias) else e for e in tree.expressions)
+def from_select(tree: exp.Expr) -> SPJ:
+    """A qualified ``SELECT [DISTINCT] … FROM … [JOIN … ON …] WHERE … [GROUP BY …]`` block.
+
+    A derived table in FROM that is itself a join–filter–project block (TPC-H Q7–Q9) is inlined:
+    ``FROM (SELECT e AS c … FROM A WHERE F) AS T, B WHERE G`` is the product A × B filtered by F ∧ G[T.c := e],
+    row for row (each combined row is one row of A and one of B), so the derivative w.r.t. every table is the
+    same bag. Other nesting (subqueries in WHERE, aggregated or DISTINCT derived tables, WITH, set operations)
+    and outer joins are refused: they need the workflow transformations of NR §4.3.6.1 / §3.3.13.9."""
+    if not isinstance(tree, exp.Select):
+        raise ValueError("only SELECT blocks (set operations need the workflow transformations of NR §3.3.13.9)")
+    if tree.args.get("with") is not None:
+        raise ValueError("WITH needs the workflow transformations of NR §4.3.6.1")
+    uses, conditions, _ = _block(tree, inner=False)
+    aliases = [u.alias for u in uses]
+    if len(set(aliases)) != len(aliases):
+        raise ValueError("a derived table reuses an alias of the query around it")
+    derived = _derived(tree)
+    projections = tuple(_substitute(e.this if isinstance(e, exp.Alias) else e, derived) for e in tree.expressions)
     semantics: Semantics = "set" if tree.args.get("distinct") is not None or tree.args.get("group") else "bag"
     if tree.args.get("group") is not None:
-        projections = tuple(tree.args["group"].expressions)
+        projections = tuple(_substitute(e, derived) for e in tree.args["group"].expressions)
     return SPJ(tuple(uses), tuple(conditions), projections, semantics)
+
+
+_NESTED = (exp.Select, exp.Subquery, exp.Exists, exp.Union, exp.Intersect, exp.Except, exp.With)
+
+
+def _sources(select: exp.Select) -> list[exp.Expr]:
+    from_ = select.args.get("from_") or select.args.get("from")
+    if from_ is None:
+        raise ValueError("a SELECT without FROM")
+    joins = select.args.get("joins") or []
+    for j in joins:
+        side, kind = (j.args.get("side") or "").upper(), (j.args.get("kind") or "").upper()
+        if side or kind in ("SEMI", "ANTI", "OUTER", "LATERAL") or j.args.get("using"):
+            # an outer join adds NULL-padded rows when y removes a row's last match: not a join–filter query
+            raise ValueError(f"{' '.join(p for p in (side, kind) if p) or 'USING'} JOIN is not a join–filter query")
+    return [from_.this, *(j.this for j in joins)]
+
+
+def _derived(select: exp.Select) -> dict[str, dict[str, exp.Expr]]:
+    """Per derived table of ``select``'s FROM: its output names → their expressions over its own tables."""
+    out = {}
+    for src in _sources(select):
+        if isinstance(src, exp.Subquery) and isinstance(src.this, exp.Select):
+            inner = _derived(src.this)
+            out[src.alias_or_name] = {
+                e.alias_or_name: _substitute(e.this if isinstance(e, exp.Alias) else e, inner)
+                for e in src.this.expressions
+            }
+    return out
+
+
+def _substitute(e: exp.Expr, derived: Mapping[str, Mapping[str, exp.Expr]]) -> exp.Expr:
+    def swap(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Column) and node.table in derived:
+            inner = derived[node.table][node.name].copy()
+            return inner if isinstance(inner, exp.Column) else exp.Paren(this=inner)
+        return node
+
+    return e.copy().transform(swap)
+
+
+def _block(select: exp.Select, *, inner: bool) -> tuple[list[Use], list[exp.Expr], None]:
+    """The uses and filter conjuncts of a block, derived tables inlined (their columns substituted)."""
+    if inner and (
+        any(select.args.get(a) for a in ("group", "having", "distinct", "limit", "offset", "qualify", "with"))
+        or select.find(exp.AggFunc, exp.Window) is not None
+    ):
+        raise ValueError("a derived table that aggregates or limits needs the workflow transformations (NR §4.3.6.1)")
+    uses: list[Use] = []
+    conditions: list[exp.Expr] = []
+    for src in _sources(select):
+        if isinstance(src, exp.Table) and not src.args.get("db"):
+            uses.append(Use(src.alias_or_name, src.name.lower()))
+        elif isinstance(src, exp.Subquery) and isinstance(src.this, exp.Select):
+            u, c, _ = _block(src.this, inner=True)
+            uses += u
+            conditions += c
+        else:
+            raise ValueError("only tables and join–filter derived tables in FROM")
+    own = [j.args["on"] for j in select.args.get("joins") or () if j.args.get("on") is not None]
+    if select.args.get("where") is not None:
+        own.append(select.args["where"].this)
+    rest = [*own, *select.expressions, *(select.args["group"].expressions if select.args.get("group") else ())]
+    if select.args.get("having") is not None:
+        rest.append(select.args["having"])
+    if any(isinstance(n, _NESTED) for e in rest for n in e.walk()):
+        raise ValueError("only single-block queries (subqueries need the workflow transformations of NR §4.3.6.1)")
+    derived = _derived(select)
+    conditions += [_substitute(c, derived) for c in own]
+    return uses, conditions, None
+
+
+def query_sensitivity(
+    tree: exp.Expr, catalog: Catalog, table: str, *, timeout: float = DEFAULT_TIMEOUT, cap: int = DEFAULT_CAP
+) -> GlobalSensitivity:
+    """The global sensitivity of a qualified query: a block (:func:`from_select`) or a set operation of blocks.
+
+    Set operations (NR §3.3.13.9): an output row's membership in A ∪ B, A ∩ B, A − B is a function of its
+    membership in A and in B, and its multiplicity in UNION ALL, INTERSECT ALL, EXCEPT ALL (m_A + m_B,
+    min(m_A, m_B), max(m_A − m_B, 0)) changes by at most the changes of m_A and m_B. So the rows one row of t
+    changes are at most S_A + S_B, each branch by Ψ over its select list (the set forms, Theorem 3.110) or Φ
+    (the ALL forms). An upper bound: the two worst cases need not happen in one database."""
+    if isinstance(tree, exp.Subquery):
+        return query_sensitivity(tree.this, catalog, table, timeout=timeout, cap=cap)
+    if not isinstance(tree, exp.SetOperation):
+        return sensitivity(from_select(tree), catalog, table, timeout=timeout, cap=cap)
+    if tree.args.get("limit") is not None or tree.args.get("offset") is not None:
+        raise ValueError("LIMIT over a set operation keeps rows the data chooses: not a join–filter query")
+    t0 = time.perf_counter()
+    deadline = t0 + timeout
+    distinct = bool(tree.args.get("distinct"))
+    parts = []
+    for side in (tree.this, tree.expression):
+        left = max(0.0, deadline - time.perf_counter())
+        inner = side.this if isinstance(side, exp.Subquery) else side
+        if isinstance(inner, exp.Select) and (inner.args.get("group") or inner.find(exp.AggFunc) is not None):
+            # a group whose aggregate changes is one row out and another in: not the rows Ψ counts
+            raise ValueError("an aggregating branch of a set operation needs the workflow transformations")
+        if isinstance(inner, exp.Select) and distinct:
+            spj = from_select(inner)
+            spj = SPJ(spj.uses, spj.conditions, spj.projections if spj.semantics == "set" else _listed(inner), "set")
+            parts.append(sensitivity(spj, catalog, table, timeout=left, cap=cap))
+        elif isinstance(inner, exp.Select):
+            spj = from_select(inner)
+            if spj.semantics == "set":  # a DISTINCT or grouped branch under ALL: its distinct rows
+                parts.append(sensitivity(spj, catalog, table, timeout=left, cap=cap))
+            else:
+                parts.append(sensitivity(SPJ(spj.uses, spj.conditions), catalog, table, timeout=left, cap=cap))
+        else:
+            part = query_sensitivity(inner, catalog, table, timeout=left, cap=cap)
+            # a nested set operation's rows are distinct when it is a set form; its bound counts rows either way
+            parts.append(part)
+    value = parts[0].value + parts[1].value
+    approx = tuple(dict.fromkeys(a for p in parts for a in p.approximated))
+    exact = all(p.exact for p in parts) and min(p.value for p in parts) == 0
+    kind = type(tree).__name__.upper() + ("" if distinct else " ALL")
+    return GlobalSensitivity(
+        table.lower(),
+        value,
+        exact and not approx,
+        f"sum over {kind} (NR §3.3.13.9)",
+        time.perf_counter() - t0,
+        approx,
+        next((p.witness for p in parts if p.value > 0), None) if exact else None,
+        any(p.timed_out for p in parts),
+    )
+
+
+def _listed(select: exp.Select) -> tuple[exp.Expr, ...]:
+    derived = _derived(select)
+    return tuple(_substitute(e.this if isinstance(e, exp.Alias) else e, derived) for e in select.expressions)
 
 
 def for_form(form: Any, catalog: Catalog, tables: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
