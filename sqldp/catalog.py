@@ -213,7 +213,10 @@ class Catalog:
         views of the current database); ``tables`` maps names to Spark's names when given (else every table
         Spark lists). Spark enforces no key, so primary, unique and foreign keys and NOT NULL come from
         ``keys`` (a DDL catalog), and like any claim nothing checks them against the data (not ``enforced``)."""
-        names = dict(tables) if tables is not None else {t.name.lower(): t.name for t in spark.catalog.listTables()}
+        if tables is not None:
+            names = dict(tables)
+        else:  # not the per-query snapshot views of a running Spark engine (sqldp.engine.spark)
+            names = {t.name.lower(): t.name for t in spark.catalog.listTables() if not t.name.startswith("__sqldp_")}
         if not names:
             raise InputError("the Spark session has no tables (register them, e.g. sqldp load tpch --engine spark)")
         out: dict[str, Table] = {}
