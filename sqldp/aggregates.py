@@ -31,13 +31,14 @@ Range = tuple[float, float]
 class Lift:
     """What a rule is given by the normaliser.
 
-    * ``measure(kind, arg)`` — the placeholder of the primitive aggregate ``kind(arg)`` (``arg`` None: COUNT(*)),
+    * ``measure(kind, arg, distinct=False)`` — the placeholder of the primitive aggregate ``kind(arg)`` (``arg``
+      None: COUNT(*); ``distinct``: COUNT(DISTINCT arg)),
       measured once per query however often the rules ask for it;
     * ``declared_range(arg)`` — the policy's range [lo, hi] when ``arg`` is a numeric column with one, else None;
     * ``note(text)`` — records a rewrite for ``explain`` and the result's notes;
     * ``refuse(why)`` — the error to raise, placed at the aggregate call."""
 
-    measure: Callable[[AggKind, exp.Expr | None], exp.Expr]
+    measure: Callable[..., exp.Expr]  # (kind, arg, distinct=False)
     declared_range: Callable[[exp.Expr], Range | None]
     note: Callable[[str], None]
     refuse: Callable[[str], RefusedError]
@@ -75,6 +76,11 @@ def _primitive(kind: AggKind) -> Rule:
 
 
 def _count(c: Lift, node: exp.Expr) -> exp.Expr:
+    if isinstance(node.this, exp.Distinct):
+        args = node.this.expressions
+        if len(args) != 1:
+            raise c.refuse("COUNT(DISTINCT …) of one expression is supported")
+        return c.measure("count", args[0], True)
     star = node.this is None or isinstance(node.this, exp.Star)
     return c.measure("count", None if star else node.this)
 

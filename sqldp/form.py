@@ -69,16 +69,18 @@ class Conjunct:
 
 @dataclass(frozen=True)
 class Aggregate:
-    """COUNT(*) (``arg`` is None), COUNT(e), SUM(e), MIN(e) or MAX(e) over the filtered product."""
+    """COUNT(*) (``arg`` is None), COUNT(e), COUNT(DISTINCT e), SUM(e), MIN(e) or MAX(e) over the filtered
+    product."""
 
     kind: AggKind
     arg: exp.Expr | None
     columns: frozenset[ColumnRef] = frozenset()
+    distinct: bool = False  # COUNT(DISTINCT e): answered only with a data-independent bound (sensitivity.plan)
 
     @cached_property
     def sql(self) -> str:
         inner = "*" if self.arg is None else self.arg.sql(dialect="postgres")
-        return f"{self.kind.upper()}({inner})"
+        return f"{self.kind.upper()}({'DISTINCT ' if self.distinct else ''}{inner})"
 
 
 @dataclass(frozen=True)

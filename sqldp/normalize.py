@@ -303,15 +303,16 @@ class Normalizer:
                 return node
             if isinstance(node.parent, exp.Window) or node.find_ancestor(exp.Window):
                 raise self.refuse("window functions are not supported", node)
-            if isinstance(node.this, exp.Distinct):
-                raise self.refuse(f"{node.key.upper()}(DISTINCT …) is not supported", node)
+            if isinstance(node.this, exp.Distinct) and not isinstance(node, exp.Count):
+                raise self.refuse(f"{node.key.upper()}(DISTINCT …) is not supported (COUNT(DISTINCT e) is)", node)
             rule = aggregates.lookup(node)
             if rule is None:
                 raise self.refuse(f"aggregate {node.key.upper()} is not supported ({aggregates.supported()} are)", node)
             return rule.lift(context(node), node)
 
-        def measure(kind: AggKind, arg: exp.Expr | None) -> exp.Expr:
-            return self._agg(Aggregate(kind, arg, columns_of(arg) if arg is not None else frozenset()), aggs, used)
+        def measure(kind: AggKind, arg: exp.Expr | None, distinct: bool = False) -> exp.Expr:
+            columns = columns_of(arg) if arg is not None else frozenset()
+            return self._agg(Aggregate(kind, arg, columns, distinct), aggs, used)
 
         def context(node: exp.Expr) -> aggregates.Lift:
             return aggregates.Lift(

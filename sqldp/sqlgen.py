@@ -44,6 +44,8 @@ def where(select: exp.Select, conjuncts: Iterable[Conjunct | exp.Expr]) -> exp.S
 
 def aggregate_expr(agg: Aggregate) -> exp.Expr:
     if agg.kind == "count":
+        if agg.distinct and agg.arg is not None:
+            return exp.Count(this=exp.Distinct(expressions=[agg.arg.copy()]))
         return exp.Count(this=exp.Star() if agg.arg is None else agg.arg.copy())
     if agg.kind == "sum" and agg.arg is not None:
         # summed in NUMERIC: a double precision SUM fails once the total passes 1.8e308 (two rows of 1e308), an

@@ -62,7 +62,10 @@ def plan(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | Non
 
     When the query reads a table that belongs to a privacy unit (``[units.NAME]``), the neighbours differ by a
     unit, not a row: R2T's plan (:mod:`sqldp.sensitivity.units`) answers it."""
+    distinct = any(agg.distinct for agg in form.aggregates)
     if policy.units and unit_tables(form, catalog, policy):
+        if distinct:  # R2T truncates per-unit contributions that add up; distinct values do not add up
+            raise RefusedError("COUNT(DISTINCT …) under a privacy unit is not supported")
         failures.check(form, domain(form, catalog, policy), bounded_sum=True)
         return plan_units(form, catalog, policy)
     reads = {ref for agg in form.aggregates for ref in agg.columns}
@@ -72,14 +75,27 @@ def plan(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | Non
     # a data-dependent error would answer without noise: refused first (failures.py)
     failures.check(form, domain(form, catalog, policy), bounded_sum=not values)
     if values:
+        if distinct:  # a distinct count jumps when a value crosses another: no derivative (NR §3.3.8)
+            raise RefusedError("COUNT(DISTINCT …) over value-sensitive columns is not a continuous function of them")
         _bounded_types(form, catalog, reads)
         return plan_columns(form, catalog, policy, beta)
     # a table with public rows and private values contributes nothing when none of its values is read
     rows = plan_rows(form, catalog, policy)
+    chosen: Plan = rows
     if not rows.data_independent:
         # the schema's keys may bound the join on every database (NR §3.3.13): then no smoothing is needed
-        return global_plan(rows, catalog) or rows
-    return rows
+        chosen = global_plan(rows, catalog) or rows
+    if distinct and not chosen.data_independent:
+        # A neighbouring change adds or removes product rows, each of which changes the distinct count by at most
+        # one: |ΔCOUNT(DISTINCT e)| ≤ |ΔCOUNT(*)|, so a global bound of COUNT(*) is one of COUNT(DISTINCT e)
+        # (Laplace at c/ε, Dwork et al. 2006; and Σ over disjoint or ℓ1 groups likewise). NR's smoothing is
+        # proved for the derivative of a function of the multiplicities (Thm 3.53), which a distinct count is
+        # not, so a data-dependent bound is not used for it.
+        raise RefusedError(
+            "COUNT(DISTINCT …) needs a bound that holds on every database: here a private table's rows join "
+            "another private table's and no schema key bounds the join"
+        )
+    return chosen
 
 
 def _bounded_types(form: AnalysisForm, catalog: Catalog, reads: set[ColumnRef]) -> None:
