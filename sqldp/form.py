@@ -118,6 +118,8 @@ class AnalysisForm:
     # DP partition selection (sqldp.groups.partition_selection): the index of the hidden COUNT(*) whose noisy
     # value decides which of the groups present in the data are released; None: the groups are declared
     select_by: int | None = None
+    # SELECT DISTINCT: the released rows are the groups present in the data, all chosen by partition selection
+    distinct_rows: bool = False
 
     def use(self, alias: str) -> TableUse:
         for u in self.uses:

@@ -59,7 +59,9 @@ def partition_selection(form: AnalysisForm, policy: Policy, delta: float | None)
     count is the query's own COUNT(*) when it has one, else one more measurement with its share of ε and δ
     (sequential composition); the conditions (a data-independent count bound, disjoint groups) are checked on
     its plan when it is made."""
-    if delta is None or not any(_undeclared_private(form, policy, key) for key in form.group_by):
+    if delta is None or not (
+        form.distinct_rows or any(_undeclared_private(form, policy, key) for key in form.group_by)
+    ):
         return form
     for i, agg in enumerate(form.aggregates):
         if agg.kind == "count" and agg.arg is None:
@@ -78,6 +80,15 @@ def _undeclared_private(form: AnalysisForm, policy: Policy, key: exp.Expr) -> bo
 
 
 def key_domains(form: AnalysisForm, policy: Policy) -> tuple[KeyDomain, ...]:
+    if form.distinct_rows:
+        # SELECT DISTINCT releases the rows present in the data, also over a declared or public key (which of
+        # them occur with the private rows is private): every group is chosen by partition selection
+        if form.select_by is None:
+            raise RefusedError(
+                "SELECT DISTINCT over private tables releases which values occur; allow δ > 0 "
+                "(--mechanism laplace --delta D) for DP partition selection"
+            )
+        return tuple(KeyDomain(None, None, private=True) for _ in form.group_by)
     out = []
     for key in form.group_by:
         years = _year_domain(form, policy, key)

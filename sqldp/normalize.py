@@ -213,6 +213,13 @@ class Normalizer:
         private = [t for t in tables if not self.policy.table(t).public]
         if not private:
             return PublicRelease(self.sql, tables, statement.sql(dialect="postgres"))
+        # SELECT DISTINCT e1, … is GROUP BY e1, … with no aggregate: which rows it has is decided by DP partition
+        # selection over the groups present in the data (sqldp.groups.partition_selection)
+        distinct_rows = isinstance(body, ra.Distinct) and isinstance(body.child, ra.Project)
+        if isinstance(body, ra.Distinct) and isinstance(body.child, ra.Project):
+            project = body.child
+            body = ra.Aggregate(tuple(e for _, e in project.items), project.items, None, project.child)
+            self.notes.append("SELECT DISTINCT → GROUP BY its columns, groups chosen by DP partition selection")
         if not isinstance(body, ra.Aggregate):
             released = [r.table for r in ra.relations(root) if r.table in private]
             if not released:  # the private tables are read only inside expression subqueries
@@ -256,6 +263,7 @@ class Normalizer:
             limit=limit,
             notes=tuple(self.notes),
             having=having,
+            distinct_rows=distinct_rows,
         )
 
     def _subqueries(self, statement: exp.Expr, private: list[str]) -> None:

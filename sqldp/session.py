@@ -220,14 +220,15 @@ def compile_form(
         selector = plans[form.select_by]
         if not selector.data_independent:
             raise RefusedError(
-                "GROUP BY a private column without a declared domain: partition selection needs a count whose "
-                "bound holds on every database (a query whose private rows join other private rows has none); "
-                "declare the key's domain in the policy"
+                "DP partition selection (GROUP BY a private column without a declared domain, or SELECT DISTINCT) "
+                "needs a count whose bound holds on every database, which this query has not (private rows join "
+                "other private rows, or a filter reads value-sensitive columns)"
             )
         if not all(p.disjoint_groups for p in plans):
             raise RefusedError(
-                "GROUP BY a private column without a declared domain: a row of a private table can change several "
-                "groups here, so the groups present in the data cannot be selected privately; declare the domain"
+                "DP partition selection (GROUP BY a private column without a declared domain, or SELECT DISTINCT): "
+                "a row of a private table can change several groups here, so the groups present in the data "
+                "cannot be selected privately"
             )
     # a value-level plan may move private conjuncts into its aggregate (NR §3.3.8.4, q_m); the aggregates
     # share one answer query, so they must agree on what stays in WHERE
