@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 ProgressFn = Callable[[str, int, int], None]
 """``progress(table, bytes_done, bytes_total)``, called while a table's CSV is copied in."""
+PhaseFn = Callable[[str], None]
+"""``phase(text)``, called as a loading phase that reports no progress of its own starts."""
 
 # Load order: every table after the tables it references (TPC-H spec §1.4.2.3).
 TPCH_TABLES: tuple[str, ...] = ("region", "nation", "part", "supplier", "partsupp", "customer", "orders", "lineitem")
@@ -252,9 +254,11 @@ def _load(
     progress: ProgressFn | None,
     replace: bool,
     what: str,
+    phase: PhaseFn | None = None,
 ) -> dict[str, int]:
     """Create the tables, COPY each table's CSV, then run the ALTER TABLEs and CREATE INDEXes (foreign
-    keys are validated and indexes built once, after the data is in) and ANALYZE — in one transaction."""
+    keys are validated and indexes built once, after the data is in) and ANALYZE — in one transaction.
+    ``phase(text)`` is called as each silent phase starts (tens of seconds at SF 1)."""
     import psycopg
     from psycopg import sql
 
@@ -278,9 +282,13 @@ def _load(
                 for table, path in csv_files.items():
                     counts[table] = _copy_csv(cur, table, path, progress)
                 table = None
+                if phase is not None:
+                    phase("adding foreign keys and indexes (validated over the loaded rows)")
                 for stmt in statements:
                     if stmt.kind in _AFTER_DATA:
                         _execute(cur, stmt, source)
+                if phase is not None:
+                    phase("ANALYZE (planner statistics)")
                 for name in created:
                     cur.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(name)))
         except psycopg.Error as exc:
@@ -370,6 +378,7 @@ def load_tpch(
     progress: ProgressFn | None = None,
     workdir: Path | None = None,
     replace: bool = False,
+    phase: PhaseFn | None = None,
 ) -> dict[str, int]:
     """Generate TPC-H at ``scale_factor`` with ``tpchgen-cli`` and load it; return rows per table.
 
@@ -382,8 +391,12 @@ def load_tpch(
     if workdir is not None:
         Path(workdir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="sqldp-tpch-", dir=workdir) as tmp:
+        if phase is not None:
+            phase(f"generating TPC-H SF {sf:g} with {TPCHGEN}")
         files = generate_tpch(sf, tmp)
-        return _load(dsn, dataset_path("tpch.sql"), files, progress=progress, replace=replace, what="TPC-H")
+        return _load(
+            dsn, dataset_path("tpch.sql"), files, progress=progress, replace=replace, what="TPC-H", phase=phase
+        )
 
 
 def _check_tpch_scale(scale_factor: float) -> float:

@@ -91,7 +91,11 @@ def load(dsn: str, dataset: str, scale: float, *, force: bool = False, strict_sc
     t0 = time.perf_counter()
     if dataset == "tpch":
         print(f"loading TPC-H at scale factor {scale:g} (tpchgen-cli, COPY)", file=sys.stderr)
-        counts = datasets.load_tpch(dsn, scale, progress=Progress(), replace=force)
+
+        def phase(text: str) -> None:
+            print(f"  {text} … ({time.perf_counter() - t0:.1f} s)", file=sys.stderr, flush=True)
+
+        counts = datasets.load_tpch(dsn, scale, progress=Progress(), replace=force, phase=phase)
         with connect(dsn) as conn:  # which scale is loaded, for the next `load` (a table comment)
             conn.execute(f"COMMENT ON TABLE public.lineitem IS 'sqldp tpch scale {scale:g}'")
     else:

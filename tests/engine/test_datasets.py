@@ -323,6 +323,10 @@ def test_load_of_another_scale_says_how_to_replace_it(pg_dsn: str, capsys: pytes
     from sqldp.commands.demo import load
 
     load(pg_dsn, "tpch", 0.008, strict_scale=True)
+    # the phases that report no progress of their own are announced (tens of seconds each at SF 1)
+    said = capsys.readouterr().err
+    for phase in ("generating TPC-H SF 0.008 with tpchgen-cli", "adding foreign keys and indexes", "ANALYZE"):
+        assert phase in said
     load(pg_dsn, "tpch", 0.008, strict_scale=True)  # the same scale: nothing to do
     assert "already loaded" in capsys.readouterr().err
     with pytest.raises(InputError, match=r"scale factor 0\.008 is loaded, not 0\.01; pass --reload") as err:
