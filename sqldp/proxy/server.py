@@ -26,6 +26,7 @@ import typing
 from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from psycopg import pq
@@ -41,6 +42,7 @@ from sqldp.proxy.scram import MECHANISM, AuthFailed, ScramServer
 if typing.TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
 
+    from sqldp.result import Result
     from sqldp.runner import Prepared
     from sqldp.session import Session
 
@@ -88,6 +90,7 @@ class Outcome:
     columns: list[str] | None = None
     types: list[int] | None = None
     rows: list[tuple[Any, ...]] = field(default_factory=list)
+    notice: bytes = b""  # a NoticeResponse sent with the answer (what a private answer cost, its error bars)
 
 
 def prepare_query(session: Session, sql: str, privacy: Mapping[str, Any]) -> Prepared:
@@ -612,7 +615,9 @@ class Connection:
         if isinstance(outcome, _CatalogQuery):
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(self.server.front, self.server.catalog_answer, outcome.sql)
-        return await self._cancellable(self._private(outcome))
+        answered = await self._cancellable(self._private(outcome))
+        self.writer.write(answered.notice)  # before its rows: psql prints it above the result
+        return answered
 
     async def _cancellable(self, work: Coroutine[Any, Any, Outcome]) -> Outcome:
         """``work``, or 57014 as soon as a CancelRequest for this connection arrives: a worker thread cannot be
@@ -745,9 +750,11 @@ class Connection:
     def _run_private(self, sql: str, fingerprint: str, analyst: Analyst) -> tuple[Outcome, tuple[float, float]]:
         """In a worker thread: analyse, charge (committed), run, and shape the answer.
 
-        Every refusal that does not depend on the data happens in ``prepare_query``, before the charge. Only the
-        noisy result set leaves (``Result.table``): no sensitivity, noise scale, error bar or β, in a NOTICE or
-        anywhere else — those are functions of the private data (README, "What each output field reveals")."""
+        Every refusal that does not depend on the data happens in ``prepare_query``, before the charge. The noisy
+        result set leaves (``Result.table``) with a NOTICE (:func:`_notice`) of what is data-independent: the
+        charge, the ledger's balance and the error bars of ``laplace-global`` values. No sensitivity, smooth
+        noise scale, its error bar or a chosen β: those are functions of the private data (README, "What each
+        output field reveals")."""
         try:
             prepared = prepare_query(self.server.session, sql, analyst.privacy)
         except InputError as err:
@@ -755,6 +762,7 @@ class Connection:
                 raise InputError(err.message, where=f"analysts.{analyst.name}.beta") from None
             raise
         eps = delta = 0.0
+        balance: ledger.Balance | None = None
         if not prepared.public:
             params = prepared.params
             if params is None:
@@ -764,14 +772,53 @@ class Connection:
                 raise _Cancelled()
             eps, delta = float(params.epsilon), float(params.delta or 0.0)
             with self.server.ledger_pool.connection() as conn:
-                ledger.charge(conn, analyst.name, eps, delta, fingerprint)
+                balance = ledger.charge(conn, analyst.name, eps, delta, fingerprint)
         try:
             result = prepared.run()
         except DatabaseError as err:
             raise _from_upstream(err, public=prepared.public) from err
         columns, rows = result.table()
         types = [v.infer_type([r[i] for r in rows]) for i in range(len(columns))]
-        return Outcome(f"SELECT {len(rows)}", list(columns), types, list(rows)), (eps, delta)
+        notice = _notice(result, balance) if balance is not None else b""
+        return Outcome(f"SELECT {len(rows)}", list(columns), types, list(rows), notice), (eps, delta)
+
+
+def _amount(x: Decimal) -> str:
+    """A ledger amount as written in the policy (``2.5``, ``1E-5``), without trailing zeros."""
+    text = format(x.normalize(), "f") if x == x.to_integral_value() or abs(x) >= Decimal("0.001") else str(x)
+    return text if x else "0"
+
+
+def _notice(result: Result, balance: ledger.Balance) -> bytes:
+    """What a private answer may carry besides its values (README, "What each output field reveals"): ε and δ
+    this statement spent and what the analyst has left (the ledger: a function of the queries asked, not of
+    the data), and the error bar of each value whose noise scale is data-independent (``laplace-global``:
+    ``sqldp.release.error_bar``; its interval arithmetic reads only the noisy values, post-processing, Dwork &
+    Roth Prop. 2.1). Values calibrated to a smooth sensitivity (NR §3.3.7–3.3.9) get no bar: it would
+    reveal that sensitivity."""
+    p = result.params
+    spent_e, spent_d = ledger.amount(p.epsilon if p else 0.0), ledger.amount(p.delta if p else 0.0)
+    left_d = max(Decimal(0), balance.delta_limit - balance.delta_spent)
+    text = (
+        f"sqldp: this statement spent ε = {_amount(spent_e)}, δ = {_amount(spent_d)}; {balance.analyst} has "
+        f"ε = {_amount(balance.epsilon_left)} of {_amount(balance.epsilon_limit)} left, "
+        f"δ = {_amount(left_d)} of {_amount(balance.delta_limit)}"
+    )
+    bars = [row.get("errors", {}) for row in result.rows]
+    confidence = p.confidence if p else None
+    if not any(bars) or confidence is None:
+        detail = "no error bars: the noise of these values is scaled to the private data, so its size is not shown"
+    else:
+        head = f"error bars (± half-width, {confidence:.4g} confidence): "
+
+        def one(row: dict[str, float]) -> str:
+            return ", ".join(f"{name} ± {bar:.6g}" for name, bar in row.items()) or "none"
+
+        if all(b == bars[0] for b in bars):
+            detail = head + one(bars[0]) + (" in every row" if len(bars) > 1 else "")
+        else:
+            detail = head + "; ".join(f"row {i}: {one(b)}" for i, b in enumerate(bars, 1))
+    return pr.notice_response(text, detail=detail)
 
 
 class _InFailedTransaction(SqldpError):

@@ -1,0 +1,90 @@
+"""What a proxy user sees besides the values: the cost and the error bars of each private answer (NOTICE),
+``SHOW sqldp.budget``, error positions (issue #23, "Proxy users"). Real clients: psycopg 3 and psql."""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+from proxy_support import client_dsn, make_tables, write_policy
+
+from sqldp.proxy import ThreadedProxy, build
+
+
+@pytest.fixture
+def upstream(pg_dsn: str) -> str:
+    make_tables(pg_dsn)
+    return pg_dsn
+
+
+@pytest.fixture
+def proxy(upstream: str, tmp_path: Path) -> Iterator[ThreadedProxy]:
+    policy = write_policy(tmp_path / "policy.toml", {"alice": {"epsilon_limit": 3.5}})
+    with ThreadedProxy(build(upstream, policy)) as p:
+        yield p
+
+
+@dataclass(frozen=True)
+class Notice:
+    severity: str | None
+    message: str
+    detail: str
+
+
+def _notices(conn: psycopg.Connection) -> list[Notice]:
+    """The notices the connection receives (a Diagnostic is valid only inside the handler: copied there)."""
+    got: list[Notice] = []
+
+    def keep(d: psycopg.errors.Diagnostic) -> None:
+        got.append(Notice(d.severity_nonlocalized, d.message_primary or "", d.message_detail or ""))
+
+    conn.add_notice_handler(keep)
+    return got
+
+
+def test_private_answer_comes_with_its_cost_and_error_bar(proxy: ThreadedProxy) -> None:
+    with psycopg.connect(client_dsn(proxy.port), autocommit=True) as conn:
+        notes = _notices(conn)
+        conn.execute("SELECT COUNT(*) FROM visits WHERE faculty = %s", ("math",)).fetchone()
+        conn.execute("SELECT COUNT(*) AS n FROM visits").fetchone()  # simple-protocol-free path, no parameters
+        conn.execute("SELECT n_name FROM nation").fetchall()  # public: costs nothing, no notice
+    assert [n.severity for n in notes] == ["NOTICE", "NOTICE"]
+    assert notes[0].message == (
+        "sqldp: this statement spent ε = 1, δ = 0; alice has ε = 2.5 of 3.5 left, δ = 0 of 0"
+    )
+    assert "alice has ε = 1.5 of 3.5 left" in notes[1].message
+    # the oracle: a count's global sensitivity is 1, so Laplace noise of scale 1/ε = 1; P(|X| > w) = e^(-w),
+    # so at confidence c the half-width is w = -ln(1 - c)
+    detail = notes[1].detail
+    m = re.fullmatch(r"error bars \(± half-width, ([0-9.]+) confidence\): n ± ([0-9.]+)", detail)
+    assert m is not None, detail
+    assert float(m.group(2)) == pytest.approx(-math.log(1 - float(m.group(1))), rel=1e-5)
+
+
+def test_no_error_bar_for_a_data_dependent_noise_scale(proxy: ThreadedProxy) -> None:
+    with psycopg.connect(client_dsn(proxy.port), autocommit=True) as conn:
+        notes = _notices(conn)
+        conn.execute("SELECT COUNT(*) FROM visits a, visits b WHERE a.faculty = b.faculty").fetchone()
+    assert len(notes) == 1
+    assert notes[0].detail.startswith("no error bars")
+    assert "±" not in notes[0].detail
+
+
+@pytest.mark.skipif(shutil.which("psql") is None, reason="psql (Debian's postgresql-client) is not installed")
+def test_psql_prints_the_notice(proxy: ThreadedProxy) -> None:
+    out = subprocess.run(
+        ["psql", client_dsn(proxy.port), "-X", "-A", "-t", "-c", "SELECT COUNT(*) FROM visits"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "NOTICE:  sqldp: this statement spent ε = 1, δ = 0; alice has ε = 2.5 of 3.5 left" in out.stderr
+    assert "DETAIL:  error bars" in out.stderr
