@@ -56,9 +56,7 @@ def test_private_answer_comes_with_its_cost_and_error_bar(proxy: ThreadedProxy) 
         conn.execute("SELECT COUNT(*) AS n FROM visits").fetchone()  # simple-protocol-free path, no parameters
         conn.execute("SELECT n_name FROM nation").fetchall()  # public: costs nothing, no notice
     assert [n.severity for n in notes] == ["NOTICE", "NOTICE"]
-    assert notes[0].message == (
-        "sqldp: this statement spent ε = 1, δ = 0; alice has ε = 2.5 of 3.5 left, δ = 0 of 0"
-    )
+    assert notes[0].message == "sqldp: this statement spent ε = 1, δ = 0; alice has ε = 2.5 of 3.5 left, δ = 0 of 0"
     assert "alice has ε = 1.5 of 3.5 left" in notes[1].message
     # the oracle: a count's global sensitivity is 1, so Laplace noise of scale 1/ε = 1; P(|X| > w) = e^(-w),
     # so at confidence c the half-width is w = -ln(1 - c)
