@@ -152,6 +152,14 @@ class ProxyServer:
             raise _Shadow(exc.sqlstate, str(exc)) from None
         return Outcome(f"SELECT {len(got.rows)}", got.columns, got.types, list(got.rows))
 
+    def budget_answer(self, analyst: str) -> Outcome:
+        """``SHOW sqldp.budget`` for ``analyst``, read from the ledger (in a worker thread)."""
+        with self.ledger_pool.connection() as conn:
+            b = ledger.balance(conn, analyst)
+        if b is None:
+            raise ForbiddenError(f"analyst {analyst!r} has no budget in the ledger")
+        return budget_outcome(b)
+
     def check(self, prepared: Prepared) -> None:
         """PostgreSQL's parse analysis of a private query's statements before the charge (reads no row): a
         type error found there is a free refusal with PostgreSQL's own SQLSTATE, not a charged failure. Once
@@ -569,6 +577,8 @@ class Connection:
             self.writer.write(pr.no_data())
         elif desc is not None:
             self.writer.write(pr.row_description(_fields(list(desc.names), list(desc.columns))))
+        elif names == list(BUDGET_COLUMNS):
+            self.writer.write(pr.row_description(_fields(names, list(BUDGET_TYPES))))
         else:
             self.writer.write(pr.row_description(_fields(names, [v.TEXT] * len(names))))
 
@@ -612,6 +622,10 @@ class Connection:
         self.writer.write(b"".join(notes))
         if outcome is None or isinstance(outcome, Outcome):
             return outcome
+        if isinstance(outcome, _BudgetQuery):
+            assert self.analyst is not None
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self.server.front, self.server.budget_answer, self.analyst.name)
         if isinstance(outcome, _CatalogQuery):
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(self.server.front, self.server.catalog_answer, outcome.sql)
@@ -641,7 +655,9 @@ class Connection:
         self.abandoned = task
         raise _Cancelled()
 
-    def _answer_now(self, sql: str, notes: list[bytes], simple: bool = False) -> Outcome | _CatalogQuery | str | None:
+    def _answer_now(
+        self, sql: str, notes: list[bytes], simple: bool = False
+    ) -> Outcome | _CatalogQuery | _BudgetQuery | str | None:
         """In a worker thread, while this connection's task waits for it (so its state is ours to change):
         the answer to a statement that reads no data, or the statement to hand to the runner. Messages to
         send go to ``notes`` (the writer belongs to the event loop). One hand-off per statement: the simple
@@ -666,6 +682,8 @@ class Connection:
             if stmt.kind == "rollback_to":
                 self.status = "T"
             return Outcome({"savepoint": "SAVEPOINT", "release": "RELEASE", "rollback_to": "ROLLBACK"}[stmt.kind])
+        if stmt.kind == "show" and stmt.words == BUDGET_SHOW:
+            return _BudgetQuery()
         if stmt.kind == "show":
             a = harmless.show(stmt.words, {**self.server.settings, **self.settings})
             return Outcome(a.tag, a.columns, a.types, a.rows)
@@ -854,6 +872,34 @@ class _TooComplex(SqldpError):
 
 
 @dataclass(frozen=True)
+class _BudgetQuery:
+    """``SHOW sqldp.budget``: the connected analyst's row of the ledger (answered in a worker thread: it is I/O)."""
+
+
+# SHOW sqldp.budget: the statement's words, and its one row's columns (amounts are numeric, exact as in the ledger)
+BUDGET_SHOW = ("show", "sqldp", "budget")
+BUDGET_COLUMNS = (
+    "analyst",
+    "epsilon_limit",
+    "epsilon_spent",
+    "epsilon_left",
+    "delta_limit",
+    "delta_spent",
+    "delta_left",
+    "queries",
+)
+BUDGET_TYPES = (v.TEXT, v.NUMERIC, v.NUMERIC, v.NUMERIC, v.NUMERIC, v.NUMERIC, v.NUMERIC, v.INT8)
+
+
+def budget_outcome(b: ledger.Balance) -> Outcome:
+    """The analyst's balance as the one row of ``SHOW sqldp.budget``. It depends on the queries the analyst
+    asked and the policy's limits, never on the data (README, "What each output field reveals")."""
+    delta_left = max(Decimal(0), b.delta_limit - b.delta_spent)
+    row = (b.analyst, b.epsilon_limit, b.epsilon_spent, b.epsilon_left, b.delta_limit, b.delta_spent, delta_left)
+    return Outcome("SHOW", list(BUDGET_COLUMNS), list(BUDGET_TYPES), [(*row, b.queries)])
+
+
+@dataclass(frozen=True)
 class _CatalogQuery:
     """A system-catalog query for the shadow database (answered in a worker thread: it is I/O)."""
 
@@ -992,6 +1038,8 @@ def _statement_shape(query: str) -> tuple[int, list[str] | None]:
     they are known without running it (None: no result set)."""
     n = statements.param_count(query)
     stmt = statements.classify(query)
+    if stmt.words == BUDGET_SHOW:
+        return n, list(BUDGET_COLUMNS)
     if stmt.kind == "show":
         return n, [" ".join(stmt.words[1:])]
     if stmt.kind != "select":

@@ -9,13 +9,14 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 
 import psycopg
 import pytest
 from proxy_support import client_dsn, make_tables, write_policy
 
-from sqldp.proxy import ThreadedProxy, build
+from sqldp.proxy import ThreadedProxy, build, ledger
 
 
 @pytest.fixture
@@ -86,3 +87,35 @@ def test_psql_prints_the_notice(proxy: ThreadedProxy) -> None:
     assert out.returncode == 0, out.stderr
     assert "NOTICE:  sqldp: this statement spent ε = 1, δ = 0; alice has ε = 2.5 of 3.5 left" in out.stderr
     assert "DETAIL:  error bars" in out.stderr
+
+
+def test_show_sqldp_budget(proxy: ThreadedProxy, upstream: str) -> None:
+    names = ["analyst", "epsilon_limit", "epsilon_spent", "epsilon_left", "delta_limit", "delta_spent", "delta_left"]
+    with psycopg.connect(client_dsn(proxy.port), autocommit=True) as conn:
+        cur = conn.execute("SHOW sqldp.budget")
+        assert [d.name for d in cur.description or []] == [*names, "queries"]
+        assert cur.fetchall() == [("alice", 3.5, 0, 3.5, 0, 0, 0, 0)]
+        conn.execute("SELECT COUNT(*) FROM visits").fetchone()
+        # the extended protocol, prepared (Describe of the statement announces the same columns and types)
+        cur = conn.execute("show SQLDP.BUDGET", prepare=True)
+        assert [d.type_code for d in cur.description or []] == [25, 1700, 1700, 1700, 1700, 1700, 1700, 20]
+        assert cur.fetchall() == [("alice", Decimal("3.5"), 1, Decimal("2.5"), 0, 0, 0, 1)]
+    # the oracle: the ledger itself, read by the data owner
+    with psycopg.connect(upstream) as conn:
+        b = ledger.balance(conn, "alice")
+        assert b is not None and (b.epsilon_spent, b.queries) == (1, 1)
+
+
+@pytest.mark.skipif(shutil.which("psql") is None, reason="psql (Debian's postgresql-client) is not installed")
+def test_psql_show_sqldp_budget(proxy: ThreadedProxy) -> None:
+    out = subprocess.run(
+        ["psql", client_dsn(proxy.port), "-X", "-A", "-c", "SHOW sqldp.budget"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[:2] == [
+        "analyst|epsilon_limit|epsilon_spent|epsilon_left|delta_limit|delta_spent|delta_left|queries",
+        "alice|3.5|0|3.5|0|0|0|0",
+    ]
