@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import secrets
 import ssl
 import struct
@@ -211,6 +212,7 @@ class Portal:
     sent: int = 0
     empty: bool = False  # no statement in it (only comments or blanks): EmptyQueryResponse
     types: tuple[int, ...] | None = None  # result column types as Describe of its statement announced them
+    spans: tuple[statements.Span, ...] = ()  # where its parameters were bound (error positions map back)
 
 
 @dataclass(frozen=True)
@@ -439,7 +441,8 @@ class Connection:
     def _error(self, err: SqldpError) -> None:
         if self.status == "T":
             self.status = "E"
-        self.writer.write(pr.error_response(err.sqlstate, str(err)))
+        position = err.position + 1 if err.position is not None else None  # P counts from 1 (§55.8)
+        self.writer.write(pr.error_response(err.sqlstate, str(err), position=position))
 
     async def _off(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in a worker thread: lexing, parsing and classifying take time in proportion to the text
@@ -503,9 +506,9 @@ class Connection:
                 query, types = self.statements[bind.statement]
             if bind.portal and bind.portal not in self.portals and len(self.portals) >= MAX_PORTALS:
                 raise _TooLarge(f"too many open portals on this connection (limit {MAX_PORTALS}); close some")
-            sql, empty = await self._off(_bind, query, types, bind)
+            sql, empty, spans = await self._off(_bind, query, types, bind)
             self.portals[bind.portal] = Portal(
-                sql, bind.result_formats, empty=empty, types=desc.columns if desc is not None else None
+                sql, bind.result_formats, empty=empty, types=desc.columns if desc is not None else None, spans=spans
             )
             self.writer.write(pr.bind_complete())
         elif kind == b"D":
@@ -560,7 +563,12 @@ class Connection:
 
     async def _outcome(self, portal: Portal) -> Outcome:
         if portal.outcome is None:
-            portal.outcome = Outcome("") if portal.empty else await self._answer(portal.sql)
+            try:
+                portal.outcome = Outcome("") if portal.empty else await self._answer(portal.sql)
+            except SqldpError as err:
+                if err.position is not None:  # into the statement as the client wrote it, with its $n
+                    err.position = statements.unbound(portal.spans, err.position)
+                raise
         return portal.outcome
 
     async def _describe_statement(self, name: str) -> None:
@@ -629,7 +637,11 @@ class Connection:
         if isinstance(outcome, _CatalogQuery):
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(self.server.front, self.server.catalog_answer, outcome.sql)
-        answered = await self._cancellable(self._private(outcome))
+        try:
+            answered = await self._cancellable(self._private(outcome))
+        except SqldpError as err:
+            _locate(err, sql, outcome)
+            raise
         self.writer.write(answered.notice)  # before its rows: psql prints it above the result
         return answered
 
@@ -945,8 +957,27 @@ class _Cancelled(SqldpError):
         super().__init__("canceling statement due to user request")
 
 
-def _bind(query: str, types: tuple[int, ...], bind: pr.Bind) -> tuple[str, bool]:
-    """The statement with the Bind message's parameters as validated literals, and whether it is empty."""
+_WHERE = re.compile(r"query:(\d+):(\d+)")
+
+
+def _locate(err: SqldpError, text: str, statement: str) -> None:
+    """Set ``err.position`` to the character index in ``text`` (what the client sent) of the ``query:LINE:COL``
+    the analysis gave for ``statement`` (the statement in ``text`` that the runner read), if it gave one."""
+    m = _WHERE.fullmatch(err.where or "")
+    if m is None or err.position is not None:
+        return
+    line, col = int(m.group(1)), int(m.group(2))
+    start = 0
+    for _ in range(line - 1):
+        start = statement.find("\n", start) + 1
+        if start == 0:
+            return
+    err.position = max(text.find(statement), 0) + start + col - 1
+
+
+def _bind(query: str, types: tuple[int, ...], bind: pr.Bind) -> tuple[str, bool, tuple[statements.Span, ...]]:
+    """The statement with the Bind message's parameters as validated literals, whether it is empty, and where
+    the literals stand (:func:`statements.unbound`)."""
     n = len(bind.params)
     wanted = statements.param_count(query)
     if n != wanted:
@@ -957,10 +988,13 @@ def _bind(query: str, types: tuple[int, ...], bind: pr.Bind) -> tuple[str, bool]
     def fmt(i: int) -> int:
         return bind.param_formats[0 if len(bind.param_formats) == 1 else i] if bind.param_formats else 0
 
+    spans: list[statements.Span] = []
     sql = statements.bind(
-        query, lambda k: v.literal(bind.params[k - 1], fmt(k - 1), types[k - 1] if k - 1 < len(types) else 0, k)
+        query,
+        lambda k: v.literal(bind.params[k - 1], fmt(k - 1), types[k - 1] if k - 1 < len(types) else 0, k),
+        spans,
     )
-    return sql, not statements.split(sql)
+    return sql, not statements.split(sql), tuple(spans)
 
 
 def describe(session: Session, query: str, types: tuple[int, ...], privacy: Mapping[str, Any]) -> Description | None:

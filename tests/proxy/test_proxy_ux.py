@@ -119,3 +119,43 @@ def test_psql_show_sqldp_budget(proxy: ThreadedProxy) -> None:
         "analyst|epsilon_limit|epsilon_spent|epsilon_left|delta_limit|delta_spent|delta_left|queries",
         "alice|3.5|0|3.5|0|0|0|0",
     ]
+
+
+# -- error positions: PostgreSQL itself is the oracle ----------------------------------------------
+
+POSITIONED = [
+    ("SELECT COUNT(* FROM visits WHERE minutes > 3", ()),  # a syntax error
+    ("SELECT COUNT(*) FROM visits WHERE nosuch = 1", ()),
+    ("SELECT COUNT(*)\n  FROM visits\n WHERE faculty = %s AND nosuch > 2", ("a rather long parameter value",)),
+    ("SELECT SUM(minutes) FROM visits WHERE minutes > %s AND faculty = %s OR nosuch", (3, "math")),
+]
+
+
+def _position(dsn: str, sql: str, params: tuple[object, ...]) -> tuple[str | None, int | None]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        with pytest.raises(psycopg.Error) as info:
+            conn.execute(sql, params or None)
+        diag = info.value.diag
+        return diag.sqlstate, int(diag.statement_position) if diag.statement_position else None
+
+
+@pytest.mark.parametrize(("sql", "params"), POSITIONED)
+def test_error_position_is_postgresql_s(
+    proxy: ThreadedProxy, upstream: str, sql: str, params: tuple[object, ...]
+) -> None:
+    expected = _position(upstream, sql, params)
+    assert expected[1] is not None
+    assert _position(client_dsn(proxy.port), sql, params) == expected
+
+
+@pytest.mark.skipif(shutil.which("psql") is None, reason="psql (Debian's postgresql-client) is not installed")
+def test_psql_draws_the_caret(proxy: ThreadedProxy, upstream: str) -> None:
+    script = "SELECT COUNT(*)\n  FROM visits\n WHERE faculty = 'x' AND nosuch > 2;\n"
+
+    def caret(dsn: str) -> list[str]:
+        out = subprocess.run(["psql", dsn, "-X"], input=script, capture_output=True, text=True, timeout=30)
+        return [line for line in out.stderr.splitlines() if line.startswith("LINE ") or line.strip() == "^"]
+
+    expected = caret(upstream)
+    assert len(expected) == 2
+    assert caret(client_dsn(proxy.port)) == expected
