@@ -32,6 +32,7 @@ from typing import Any
 
 from psycopg import pq
 
+from sqldp.engine.postgres import Running, watching
 from sqldp.errors import DatabaseError, ForbiddenError, InputError, RefusedError, SqldpError, SqlSyntaxError
 from sqldp.proxy import catalog as shadow_catalog
 from sqldp.proxy import harmless, ledger, statements
@@ -267,6 +268,7 @@ class Connection:
         self.abandoned: asyncio.Future[Outcome] | None = None  # a cancelled statement still running
         self.described: dict[str, Description | None] = {}  # statement name → what the upstream said of it
         self.cancel_requested = False
+        self.running: Running | None = None  # the upstream connections of the statement running now
 
     # -- start-up -----------------------------------------------------------------------------
 
@@ -318,6 +320,10 @@ class Connection:
         if target is not None:
             target.cancel_requested = True  # honoured before the charge
             target.cancelled.set()  # and the client is answered at once (_cancellable)
+            running = target.running
+            if running is not None:  # and after it, PostgreSQL is asked to stop the statement's queries
+                sent = asyncio.get_running_loop().run_in_executor(self.server.front, running.cancel)
+                sent.add_done_callback(_drop_result)
 
     async def _authenticate(self, params: dict[str, str]) -> bool:
         user = params.get("user", "")
@@ -746,13 +752,15 @@ class Connection:
 
     async def _private(self, sql: str) -> Outcome:
         self.cancel_requested = False
+        running = self.running = Running()
         loop = asyncio.get_running_loop()
         t0 = time.perf_counter()
         fp = statements.fingerprint(sql)
         analyst = self.analyst
         assert analyst is not None
         try:
-            outcome, charged = await loop.run_in_executor(self.server.executor, self._run_private, sql, fp, analyst)
+            work = self._run_private
+            outcome, charged = await loop.run_in_executor(self.server.executor, work, sql, fp, analyst, running)
         except _Withheld as err:  # charged, then failed: the log (the data owner's) says what PostgreSQL said
             ms = round((time.perf_counter() - t0) * 1000, 3)
             _log(analyst.name, fp, "error", sqlstate=err.sqlstate, upstream_sqlstate=err.upstream, ms=ms)
@@ -777,7 +785,9 @@ class Connection:
         )
         return outcome
 
-    def _run_private(self, sql: str, fingerprint: str, analyst: Analyst) -> tuple[Outcome, tuple[float, float]]:
+    def _run_private(
+        self, sql: str, fingerprint: str, analyst: Analyst, running: Running
+    ) -> tuple[Outcome, tuple[float, float]]:
         """In a worker thread: analyse, charge (committed), run, and shape the answer.
 
         Every refusal that does not depend on the data happens in ``prepare_query``, before the charge. The noisy
@@ -804,7 +814,8 @@ class Connection:
             with self.server.ledger_pool.connection() as conn:
                 balance = ledger.charge(conn, analyst.name, eps, delta, fingerprint)
         try:
-            result = prepared.run()
+            with watching(running):  # a CancelRequest from now on cancels the upstream queries (_cancel)
+                result = prepared.run()
         except DatabaseError as err:
             raise _from_upstream(err, public=prepared.public) from err
         columns, rows = result.table()

@@ -7,6 +7,8 @@ import math
 import re
 import shutil
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
@@ -159,3 +161,52 @@ def test_psql_draws_the_caret(proxy: ThreadedProxy, upstream: str) -> None:
     expected = caret(upstream)
     assert len(expected) == 2
     assert caret(client_dsn(proxy.port)) == expected
+
+
+# -- cancel (issue #26) ----------------------------------------------------------------------------
+
+SLOW = "SELECT COUNT(*) FROM visits a, visits b, visits c WHERE a.faculty = b.faculty AND b.faculty = c.faculty"
+
+
+def _upstream_running(dsn: str, text: str) -> int:
+    """How many of PostgreSQL's backends are running a statement containing ``text`` (the oracle)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT COUNT(*) FROM pg_stat_activity "
+            "WHERE state = 'active' AND query LIKE %s AND pid <> pg_backend_pid()",
+            (f"%{text}%",),
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+
+def test_cancel_stops_the_upstream_query_and_the_charge_stays(pg_dsn: str, tmp_path: Path) -> None:
+    make_tables(pg_dsn, rows=3000)  # the triple join counts 2 × 1500³ rows: minutes, unless cancelled
+    policy = write_policy(tmp_path / "policy.toml", {"alice": {"epsilon_limit": 3.5}})
+    with (
+        ThreadedProxy(build(pg_dsn, policy)) as proxy,
+        psycopg.connect(client_dsn(proxy.port), autocommit=True) as conn,
+    ):
+        worker = threading.Thread(target=lambda: _run_and_expect_cancel(conn), daemon=True)
+        worker.start()
+        deadline = time.monotonic() + 60
+        while _upstream_running(pg_dsn, "visits") == 0:  # charged, and running upstream
+            assert time.monotonic() < deadline and worker.is_alive()
+            time.sleep(0.1)
+        conn.cancel_safe(timeout=5)  # psycopg's CancelRequest to the proxy
+        worker.join(timeout=30)
+        assert not worker.is_alive()
+        deadline = time.monotonic() + 20
+        while _upstream_running(pg_dsn, "visits") > 0:  # PostgreSQL stopped it
+            assert time.monotonic() < deadline, "the upstream query still runs"
+            time.sleep(0.1)
+        t0 = time.monotonic()  # the connection's next private statement no longer waits for the cancelled one
+        conn.execute("SELECT COUNT(*) FROM visits").fetchone()
+        assert time.monotonic() - t0 < 10
+    with psycopg.connect(pg_dsn) as conn:  # charged before it ran, the cancelled one's charge stays (docs/proxy.md)
+        b = ledger.balance(conn, "alice")
+        assert b is not None and (b.epsilon_spent, b.queries) == (2, 2)
+
+
+def _run_and_expect_cancel(conn: psycopg.Connection) -> None:
+    with pytest.raises(psycopg.errors.QueryCanceled):
+        conn.execute(SLOW)
