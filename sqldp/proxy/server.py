@@ -653,10 +653,11 @@ class Connection:
 
     async def _cancellable(self, work: Coroutine[Any, Any, Outcome]) -> Outcome:
         """``work``, or 57014 as soon as a CancelRequest for this connection arrives: a worker thread cannot be
-        stopped, so the statement goes on (a charge already made stays; it is not charged after the cancel,
-        see ``cancel_requested``) but its answer is dropped. JDBC's setQueryTimeout waited for the whole run
-        and gave up with an I/O error. The next statement waits for the dropped one: it still has to see the
-        cancel flag (which the next statement resets) before its charge."""
+        stopped, but its upstream queries are cancelled (``_cancel``: PQcancel on each connection it runs on),
+        so it ends soon; a charge already made stays, none is made after the cancel (``cancel_requested``), and
+        its answer is dropped. JDBC's setQueryTimeout waited for the whole run and gave up with an I/O error.
+        The next statement waits for the dropped one: it still has to see the cancel flag (which the next
+        statement resets) before its charge."""
         if self.abandoned is not None:
             await asyncio.wait({self.abandoned})
             self.abandoned = None
