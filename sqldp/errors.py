@@ -22,6 +22,7 @@ class SqldpError(Exception):
     # 0-based character index of ``where`` in the text a client sent, when a front end worked it out (the proxy
     # sends it as the ErrorResponse's P field, so psql draws its caret); None: no position
     position: int | None = None
+    hint: str | None = None  # what the user can do about it (the proxy's H field; psql prints HINT:)
 
     def __init__(self, message: str, *, where: str | None = None) -> None:
         super().__init__(message)
@@ -76,6 +77,7 @@ class BudgetExhaustedError(SqldpError):
     """The analyst's privacy budget does not cover the query."""
 
     sqlstate = "53400"  # configuration_limit_exceeded: the closest standard class for a spent quota
+    hint = "SHOW sqldp.budget (through the proxy) or sqldp budget show says what is left"
 
 
 class DatabaseError(SqldpError):

@@ -448,7 +448,7 @@ class Connection:
         if self.status == "T":
             self.status = "E"
         position = err.position + 1 if err.position is not None else None  # P counts from 1 (§55.8)
-        self.writer.write(pr.error_response(err.sqlstate, str(err), position=position))
+        self.writer.write(pr.error_response(err.sqlstate, str(err), hint=err.hint, position=position))
 
     async def _off(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in a worker thread: lexing, parsing and classifying take time in proportion to the text

@@ -210,3 +210,13 @@ def test_cancel_stops_the_upstream_query_and_the_charge_stays(pg_dsn: str, tmp_p
 def _run_and_expect_cancel(conn: psycopg.Connection) -> None:
     with pytest.raises(psycopg.errors.QueryCanceled):
         conn.execute(SLOW)
+
+
+def test_budget_exhausted_error_has_a_hint(proxy: ThreadedProxy) -> None:
+    with psycopg.connect(client_dsn(proxy.port), autocommit=True) as conn:
+        for _ in range(3):
+            conn.execute("SELECT COUNT(*) FROM visits").fetchone()
+        with pytest.raises(psycopg.errors.ConfigurationLimitExceeded) as info:
+            conn.execute("SELECT COUNT(*) FROM visits")  # 0.5 left of 3.5, the query costs 1
+        assert "SHOW sqldp.budget" in (info.value.diag.message_hint or "")
+        assert conn.execute("SHOW sqldp.budget").fetchone()[3] == Decimal("0.5")  # type: ignore[index]
