@@ -19,6 +19,10 @@ class SqldpError(Exception):
 
     exit_code = 2
     sqlstate = "XX000"
+    # 0-based character index of ``where`` in the text a client sent, when a front end worked it out (the proxy
+    # sends it as the ErrorResponse's P field, so psql draws its caret); None: no position
+    position: int | None = None
+    hint: str | None = None  # what the user can do about it (the proxy's H field; psql prints HINT:)
 
     def __init__(self, message: str, *, where: str | None = None) -> None:
         super().__init__(message)
@@ -73,6 +77,7 @@ class BudgetExhaustedError(SqldpError):
     """The analyst's privacy budget does not cover the query."""
 
     sqlstate = "53400"  # configuration_limit_exceeded: the closest standard class for a spent quota
+    hint = "SHOW sqldp.budget (through the proxy) or sqldp budget show says what is left"
 
 
 class DatabaseError(SqldpError):
@@ -108,6 +113,10 @@ def syntax_error(exc: ParseError, what: str, where: str, *, line: int = 1, col: 
     if near:
         detail = f"{detail} near {near!r}"
     at_line, at_col = err.get("line"), err.get("col")
+    if isinstance(at_col, int) and isinstance(near, str) and near and "\n" not in near:
+        # sqlglot's column is the highlighted token's last character; PostgreSQL (and psql's caret) point at
+        # its first, as ``frontend.position`` does
+        at_col = max(1, at_col - len(near) + 1)
     line_s = str(line + at_line - 1) if isinstance(at_line, int) else "?"
     col_s = str(at_col + (col - 1 if at_line == 1 else 0)) if isinstance(at_col, int) else "?"
     return SqlSyntaxError(f"{what}: {detail}", where=f"{where}:{line_s}:{col_s}")

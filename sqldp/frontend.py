@@ -153,6 +153,16 @@ def _check_tables(sql: str, tree: exp.Expr, catalog: Catalog) -> None:
 _POS = re.compile(r"Line: (\d+), Col: (\d+)")
 
 
+def _token_start(sql: str, tree: exp.Expr, line: int, col: int) -> str:
+    """``query:LINE:COL`` of the first character of the token sqlglot's qualifier reports by its last (its
+    ``Line: …, Col: …`` is the token's end), as :func:`position` gives every other error and as PostgreSQL
+    points at an unknown column; sqlglot's own figures when no node of ``tree`` ends there."""
+    for node in tree.walk():
+        if node.meta.get("line") == line and node.meta.get("col") == col and node.meta.get("start") is not None:
+            return position(sql, node)
+    return f"{WHERE}:{line}:{col}"
+
+
 def _qualify(sql: str, tree: exp.Expr, catalog: Catalog) -> exp.Expr:
     try:
         return qualify(
@@ -168,7 +178,7 @@ def _qualify(sql: str, tree: exp.Expr, catalog: Catalog) -> exp.Expr:
     except OptimizeError as exc:
         message = str(exc)
         m = _POS.search(message)
-        where = f"{WHERE}:{m.group(1)}:{m.group(2)}" if m else WHERE
+        where = _token_start(sql, tree, int(m.group(1)), int(m.group(2))) if m else WHERE
         text = _POS.sub("", message).strip().rstrip(".")
         unresolved = re.match(r"Column '(.+)' could not be resolved", text)
         if unresolved:

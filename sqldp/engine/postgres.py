@@ -9,6 +9,7 @@ than running them when the plain query takes a millisecond.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -54,6 +55,68 @@ def end(conn: psycopg.Connection) -> None:
         conn.execute("COMMIT")
 
 
+class Running:
+    """The upstream connections one statement is running on, so that another thread can cancel it (the
+    proxy forwards a client's CancelRequest, PostgreSQL manual §55.2.8, to each of them with PQcancel). Set
+    for the statements a thread runs with :func:`watching`. A connection taken after :meth:`cancel` is
+    refused (57014) instead of starting a query nobody waits for."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._connections: list[psycopg.Connection] = []
+        self.cancelled = False
+
+    def add(self, conn: psycopg.Connection) -> None:
+        with self._lock:
+            if self.cancelled:
+                raise DatabaseError("canceling statement due to user request", sqlstate="57014")
+            self._connections.append(conn)
+
+    def remove(self, conn: psycopg.Connection) -> None:
+        with self._lock:
+            if conn in self._connections:
+                self._connections.remove(conn)
+
+    def cancel(self, timeout: float = 5.0) -> None:
+        """Ask PostgreSQL to cancel what each connection runs now (blocking: a round trip per connection)."""
+        with self._lock:
+            self.cancelled = True
+            connections = list(self._connections)
+        for conn in connections:
+            try:
+                conn.cancel_safe(timeout=timeout)
+            except psycopg.Error:  # the connection may be gone meanwhile: a cancel is best effort
+                continue
+
+
+_running: contextvars.ContextVar[Running | None] = contextvars.ContextVar("sqldp_running", default=None)
+
+
+@contextmanager
+def watching(running: Running) -> Iterator[Running]:
+    """Statements this thread runs meanwhile register their connections with ``running``."""
+    token = _running.set(running)
+    try:
+        yield running
+    finally:
+        _running.reset(token)
+
+
+@contextmanager
+def _watched(
+    inner: AbstractContextManager[psycopg.Connection], running: Running | None
+) -> Iterator[psycopg.Connection]:
+    with inner as conn:
+        if running is None:
+            yield conn
+            return
+        running.add(conn)
+        try:
+            yield conn
+        finally:
+            running.remove(conn)
+
+
 class PostgresEngine:
     """Runs statements as the analyst role on ``dsn``: on connections of ``pool`` (a psycopg_pool
     ConnectionPool of connections set up by :func:`configure`) when given, else on a few it keeps open
@@ -67,9 +130,13 @@ class PostgresEngine:
         self._idle: list[psycopg.Connection] = [first] if first is not None else []
         self._lock = threading.Lock()
 
+    def connection(self) -> AbstractContextManager[psycopg.Connection]:
+        """An autocommit, read-only connection: from the pool if there is one, else one this engine keeps;
+        registered with the thread's :class:`Running` while in use, if there is one."""
+        return _watched(self._connection(), _running.get())
+
     @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection]:
-        """An autocommit, read-only connection: from the pool if there is one, else one this engine keeps."""
+    def _connection(self) -> Iterator[psycopg.Connection]:
         if self.pool is not None:
             with self.pool.connection() as conn:
                 yield conn
@@ -96,8 +163,9 @@ class PostgresEngine:
     def _spare_connection(self) -> AbstractContextManager[psycopg.Connection] | None:
         """A second connection for the sensitivity queries, or None when the pool has none free right now (the
         caller then runs them on its own connection; waiting could deadlock a full pool)."""
+        running = _running.get()  # entered in another thread, where the context variable is not set
         if self.pool is None:
-            return self.connection()
+            return _watched(self._connection(), running)
         from psycopg_pool import PoolTimeout
 
         try:
@@ -113,7 +181,7 @@ class PostgresEngine:
             finally:
                 pool.putconn(conn)
 
-        return borrowed()
+        return _watched(borrowed(), running)
 
     def close(self) -> None:
         """Close the connections this engine keeps (a pool given by the caller stays the caller's)."""

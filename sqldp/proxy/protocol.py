@@ -307,9 +307,23 @@ def parameter_description(oids: Sequence[int]) -> bytes:
     return message(b"t", struct.pack("!h", len(oids)) + b"".join(struct.pack("!I", o) for o in oids))
 
 
-def error_response(sqlstate: str, text: str, *, severity: str = "ERROR", hint: str | None = None) -> bytes:
-    """§55.8: S/V severity, C code, M message (one line), optional H hint."""
+def error_response(
+    sqlstate: str, text: str, *, severity: str = "ERROR", hint: str | None = None, position: int | None = None
+) -> bytes:
+    """§55.8: S/V severity, C code, M message (one line), optional H hint and P position (the 1-based index, in
+    characters, into the query string the client sent: psql draws its caret there)."""
     fields = [b"S" + cstr(severity), b"V" + cstr(severity), b"C" + cstr(sqlstate), b"M" + cstr(" ".join(text.split()))]
     if hint:
         fields.append(b"H" + cstr(hint))
+    if position is not None:
+        fields.append(b"P" + cstr(str(position)))
     return message(b"E", b"".join(fields) + b"\0")
+
+
+def notice_response(text: str, *, detail: str | None = None) -> bytes:
+    """§55.7 NoticeResponse, severity NOTICE (SQLSTATE 00000, successful completion): M message, optional D
+    detail. Clients show it beside the result (psql prints ``NOTICE:  …``; psycopg's notice handlers)."""
+    fields = [b"S" + cstr("NOTICE"), b"V" + cstr("NOTICE"), b"C" + cstr("00000"), b"M" + cstr(" ".join(text.split()))]
+    if detail:
+        fields.append(b"D" + cstr(detail))
+    return message(b"N", b"".join(fields) + b"\0")

@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import secrets
 import ssl
 import struct
@@ -26,10 +27,12 @@ import typing
 from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from psycopg import pq
 
+from sqldp.engine.postgres import Running, watching
 from sqldp.errors import DatabaseError, ForbiddenError, InputError, RefusedError, SqldpError, SqlSyntaxError
 from sqldp.proxy import catalog as shadow_catalog
 from sqldp.proxy import harmless, ledger, statements
@@ -41,6 +44,7 @@ from sqldp.proxy.scram import MECHANISM, AuthFailed, ScramServer
 if typing.TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
 
+    from sqldp.result import Result
     from sqldp.runner import Prepared
     from sqldp.session import Session
 
@@ -88,6 +92,7 @@ class Outcome:
     columns: list[str] | None = None
     types: list[int] | None = None
     rows: list[tuple[Any, ...]] = field(default_factory=list)
+    notice: bytes = b""  # a NoticeResponse sent with the answer (what a private answer cost, its error bars)
 
 
 def prepare_query(session: Session, sql: str, privacy: Mapping[str, Any]) -> Prepared:
@@ -149,6 +154,14 @@ class ProxyServer:
             raise _Shadow(exc.sqlstate, str(exc)) from None
         return Outcome(f"SELECT {len(got.rows)}", got.columns, got.types, list(got.rows))
 
+    def budget_answer(self, analyst: str) -> Outcome:
+        """``SHOW sqldp.budget`` for ``analyst``, read from the ledger (in a worker thread)."""
+        with self.ledger_pool.connection() as conn:
+            b = ledger.balance(conn, analyst)
+        if b is None:
+            raise ForbiddenError(f"analyst {analyst!r} has no budget in the ledger")
+        return budget_outcome(b)
+
     def check(self, prepared: Prepared) -> None:
         """PostgreSQL's parse analysis of a private query's statements before the charge (reads no row): a
         type error found there is a free refusal with PostgreSQL's own SQLSTATE, not a charged failure. Once
@@ -200,6 +213,7 @@ class Portal:
     sent: int = 0
     empty: bool = False  # no statement in it (only comments or blanks): EmptyQueryResponse
     types: tuple[int, ...] | None = None  # result column types as Describe of its statement announced them
+    spans: tuple[statements.Span, ...] = ()  # where its parameters were bound (error positions map back)
 
 
 @dataclass(frozen=True)
@@ -254,6 +268,7 @@ class Connection:
         self.abandoned: asyncio.Future[Outcome] | None = None  # a cancelled statement still running
         self.described: dict[str, Description | None] = {}  # statement name → what the upstream said of it
         self.cancel_requested = False
+        self.running: Running | None = None  # the upstream connections of the statement running now
 
     # -- start-up -----------------------------------------------------------------------------
 
@@ -305,6 +320,10 @@ class Connection:
         if target is not None:
             target.cancel_requested = True  # honoured before the charge
             target.cancelled.set()  # and the client is answered at once (_cancellable)
+            running = target.running
+            if running is not None:  # and after it, PostgreSQL is asked to stop the statement's queries
+                sent = asyncio.get_running_loop().run_in_executor(self.server.front, running.cancel)
+                sent.add_done_callback(_drop_result)
 
     async def _authenticate(self, params: dict[str, str]) -> bool:
         user = params.get("user", "")
@@ -428,7 +447,8 @@ class Connection:
     def _error(self, err: SqldpError) -> None:
         if self.status == "T":
             self.status = "E"
-        self.writer.write(pr.error_response(err.sqlstate, str(err)))
+        position = err.position + 1 if err.position is not None else None  # P counts from 1 (§55.8)
+        self.writer.write(pr.error_response(err.sqlstate, str(err), hint=err.hint, position=position))
 
     async def _off(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in a worker thread: lexing, parsing and classifying take time in proportion to the text
@@ -492,9 +512,9 @@ class Connection:
                 query, types = self.statements[bind.statement]
             if bind.portal and bind.portal not in self.portals and len(self.portals) >= MAX_PORTALS:
                 raise _TooLarge(f"too many open portals on this connection (limit {MAX_PORTALS}); close some")
-            sql, empty = await self._off(_bind, query, types, bind)
+            sql, empty, spans = await self._off(_bind, query, types, bind)
             self.portals[bind.portal] = Portal(
-                sql, bind.result_formats, empty=empty, types=desc.columns if desc is not None else None
+                sql, bind.result_formats, empty=empty, types=desc.columns if desc is not None else None, spans=spans
             )
             self.writer.write(pr.bind_complete())
         elif kind == b"D":
@@ -549,7 +569,12 @@ class Connection:
 
     async def _outcome(self, portal: Portal) -> Outcome:
         if portal.outcome is None:
-            portal.outcome = Outcome("") if portal.empty else await self._answer(portal.sql)
+            try:
+                portal.outcome = Outcome("") if portal.empty else await self._answer(portal.sql)
+            except SqldpError as err:
+                if err.position is not None:  # into the statement as the client wrote it, with its $n
+                    err.position = statements.unbound(portal.spans, err.position)
+                raise
         return portal.outcome
 
     async def _describe_statement(self, name: str) -> None:
@@ -566,6 +591,8 @@ class Connection:
             self.writer.write(pr.no_data())
         elif desc is not None:
             self.writer.write(pr.row_description(_fields(list(desc.names), list(desc.columns))))
+        elif names == list(BUDGET_COLUMNS):
+            self.writer.write(pr.row_description(_fields(names, list(BUDGET_TYPES))))
         else:
             self.writer.write(pr.row_description(_fields(names, [v.TEXT] * len(names))))
 
@@ -609,17 +636,28 @@ class Connection:
         self.writer.write(b"".join(notes))
         if outcome is None or isinstance(outcome, Outcome):
             return outcome
+        if isinstance(outcome, _BudgetQuery):
+            assert self.analyst is not None
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self.server.front, self.server.budget_answer, self.analyst.name)
         if isinstance(outcome, _CatalogQuery):
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(self.server.front, self.server.catalog_answer, outcome.sql)
-        return await self._cancellable(self._private(outcome))
+        try:
+            answered = await self._cancellable(self._private(outcome))
+        except SqldpError as err:
+            _locate(err, sql, outcome)
+            raise
+        self.writer.write(answered.notice)  # before its rows: psql prints it above the result
+        return answered
 
     async def _cancellable(self, work: Coroutine[Any, Any, Outcome]) -> Outcome:
         """``work``, or 57014 as soon as a CancelRequest for this connection arrives: a worker thread cannot be
-        stopped, so the statement goes on (a charge already made stays; it is not charged after the cancel,
-        see ``cancel_requested``) but its answer is dropped. JDBC's setQueryTimeout waited for the whole run
-        and gave up with an I/O error. The next statement waits for the dropped one: it still has to see the
-        cancel flag (which the next statement resets) before its charge."""
+        stopped, but its upstream queries are cancelled (``_cancel``: PQcancel on each connection it runs on),
+        so it ends soon; a charge already made stays, none is made after the cancel (``cancel_requested``), and
+        its answer is dropped. JDBC's setQueryTimeout waited for the whole run and gave up with an I/O error.
+        The next statement waits for the dropped one: it still has to see the cancel flag (which the next
+        statement resets) before its charge."""
         if self.abandoned is not None:
             await asyncio.wait({self.abandoned})
             self.abandoned = None
@@ -636,7 +674,9 @@ class Connection:
         self.abandoned = task
         raise _Cancelled()
 
-    def _answer_now(self, sql: str, notes: list[bytes], simple: bool = False) -> Outcome | _CatalogQuery | str | None:
+    def _answer_now(
+        self, sql: str, notes: list[bytes], simple: bool = False
+    ) -> Outcome | _CatalogQuery | _BudgetQuery | str | None:
         """In a worker thread, while this connection's task waits for it (so its state is ours to change):
         the answer to a statement that reads no data, or the statement to hand to the runner. Messages to
         send go to ``notes`` (the writer belongs to the event loop). One hand-off per statement: the simple
@@ -661,6 +701,8 @@ class Connection:
             if stmt.kind == "rollback_to":
                 self.status = "T"
             return Outcome({"savepoint": "SAVEPOINT", "release": "RELEASE", "rollback_to": "ROLLBACK"}[stmt.kind])
+        if stmt.kind == "show" and stmt.words == BUDGET_SHOW:
+            return _BudgetQuery()
         if stmt.kind == "show":
             a = harmless.show(stmt.words, {**self.server.settings, **self.settings})
             return Outcome(a.tag, a.columns, a.types, a.rows)
@@ -711,13 +753,15 @@ class Connection:
 
     async def _private(self, sql: str) -> Outcome:
         self.cancel_requested = False
+        running = self.running = Running()
         loop = asyncio.get_running_loop()
         t0 = time.perf_counter()
         fp = statements.fingerprint(sql)
         analyst = self.analyst
         assert analyst is not None
         try:
-            outcome, charged = await loop.run_in_executor(self.server.executor, self._run_private, sql, fp, analyst)
+            work = self._run_private
+            outcome, charged = await loop.run_in_executor(self.server.executor, work, sql, fp, analyst, running)
         except _Withheld as err:  # charged, then failed: the log (the data owner's) says what PostgreSQL said
             ms = round((time.perf_counter() - t0) * 1000, 3)
             _log(analyst.name, fp, "error", sqlstate=err.sqlstate, upstream_sqlstate=err.upstream, ms=ms)
@@ -742,12 +786,16 @@ class Connection:
         )
         return outcome
 
-    def _run_private(self, sql: str, fingerprint: str, analyst: Analyst) -> tuple[Outcome, tuple[float, float]]:
+    def _run_private(
+        self, sql: str, fingerprint: str, analyst: Analyst, running: Running
+    ) -> tuple[Outcome, tuple[float, float]]:
         """In a worker thread: analyse, charge (committed), run, and shape the answer.
 
-        Every refusal that does not depend on the data happens in ``prepare_query``, before the charge. Only the
-        noisy result set leaves (``Result.table``): no sensitivity, noise scale, error bar or β, in a NOTICE or
-        anywhere else — those are functions of the private data (README, "What each output field reveals")."""
+        Every refusal that does not depend on the data happens in ``prepare_query``, before the charge. The noisy
+        result set leaves (``Result.table``) with a NOTICE (:func:`_notice`) of what is data-independent: the
+        charge, the ledger's balance and the error bars of ``laplace-global`` values. No sensitivity, smooth
+        noise scale, its error bar or a chosen β: those are functions of the private data (README, "What each
+        output field reveals")."""
         try:
             prepared = prepare_query(self.server.session, sql, analyst.privacy)
         except InputError as err:
@@ -755,6 +803,7 @@ class Connection:
                 raise InputError(err.message, where=f"analysts.{analyst.name}.beta") from None
             raise
         eps = delta = 0.0
+        balance: ledger.Balance | None = None
         if not prepared.public:
             params = prepared.params
             if params is None:
@@ -764,14 +813,54 @@ class Connection:
                 raise _Cancelled()
             eps, delta = float(params.epsilon), float(params.delta or 0.0)
             with self.server.ledger_pool.connection() as conn:
-                ledger.charge(conn, analyst.name, eps, delta, fingerprint)
+                balance = ledger.charge(conn, analyst.name, eps, delta, fingerprint)
         try:
-            result = prepared.run()
+            with watching(running):  # a CancelRequest from now on cancels the upstream queries (_cancel)
+                result = prepared.run()
         except DatabaseError as err:
             raise _from_upstream(err, public=prepared.public) from err
         columns, rows = result.table()
         types = [v.infer_type([r[i] for r in rows]) for i in range(len(columns))]
-        return Outcome(f"SELECT {len(rows)}", list(columns), types, list(rows)), (eps, delta)
+        notice = _notice(result, balance) if balance is not None else b""
+        return Outcome(f"SELECT {len(rows)}", list(columns), types, list(rows), notice), (eps, delta)
+
+
+def _amount(x: Decimal) -> str:
+    """A ledger amount as written in the policy (``2.5``, ``1E-5``), without trailing zeros."""
+    text = format(x.normalize(), "f") if x == x.to_integral_value() or abs(x) >= Decimal("0.001") else str(x)
+    return text if x else "0"
+
+
+def _notice(result: Result, balance: ledger.Balance) -> bytes:
+    """What a private answer may carry besides its values (README, "What each output field reveals"): ε and δ
+    this statement spent and what the analyst has left (the ledger: a function of the queries asked, not of
+    the data), and the error bar of each value whose noise scale is data-independent (``laplace-global``:
+    ``sqldp.release.error_bar``; its interval arithmetic reads only the noisy values, post-processing, Dwork &
+    Roth Prop. 2.1). Values calibrated to a smooth sensitivity (NR §3.3.7–3.3.9) get no bar: it would
+    reveal that sensitivity."""
+    p = result.params
+    spent_e, spent_d = ledger.amount(p.epsilon if p else 0.0), ledger.amount(p.delta if p else 0.0)
+    left_d = max(Decimal(0), balance.delta_limit - balance.delta_spent)
+    text = (
+        f"sqldp: this statement spent ε = {_amount(spent_e)}, δ = {_amount(spent_d)}; {balance.analyst} has "
+        f"ε = {_amount(balance.epsilon_left)} of {_amount(balance.epsilon_limit)} left, "
+        f"δ = {_amount(left_d)} of {_amount(balance.delta_limit)}"
+    )
+    bars = [row.get("errors", {}) for row in result.rows]
+    confidence = p.confidence if p else None
+    if not any(bars) or confidence is None:
+        detail = "no error bars: the noise of these values is scaled to the private data, so its size is not shown"
+    else:
+        head = f"error bars (± half-width, {confidence:.4g} confidence): "
+
+        def one(row: dict[str, float]) -> str:
+            return ", ".join(f"{name} ± {bar:.6g}" for name, bar in row.items()) or "none"
+
+        if all(b == bars[0] for b in bars):
+            detail = head + one(bars[0]) + (" in every row" if len(bars) > 1 else "")
+        else:
+            detail = head + "; ".join(f"row {i}: {one(b)}" for i, b in enumerate(bars, 1))
+    return pr.notice_response(text, detail=detail)
 
 
 class _InFailedTransaction(SqldpError):
@@ -804,6 +893,34 @@ class _TooComplex(SqldpError):
 
     def __init__(self) -> None:
         super().__init__("the statement is nested too deeply to be analysed")
+
+
+@dataclass(frozen=True)
+class _BudgetQuery:
+    """``SHOW sqldp.budget``: the connected analyst's row of the ledger (answered in a worker thread: it is I/O)."""
+
+
+# SHOW sqldp.budget: the statement's words, and its one row's columns (amounts are numeric, exact as in the ledger)
+BUDGET_SHOW = ("show", "sqldp", "budget")
+BUDGET_COLUMNS = (
+    "analyst",
+    "epsilon_limit",
+    "epsilon_spent",
+    "epsilon_left",
+    "delta_limit",
+    "delta_spent",
+    "delta_left",
+    "queries",
+)
+BUDGET_TYPES = (v.TEXT, v.NUMERIC, v.NUMERIC, v.NUMERIC, v.NUMERIC, v.NUMERIC, v.NUMERIC, v.INT8)
+
+
+def budget_outcome(b: ledger.Balance) -> Outcome:
+    """The analyst's balance as the one row of ``SHOW sqldp.budget``. It depends on the queries the analyst
+    asked and the policy's limits, never on the data (README, "What each output field reveals")."""
+    delta_left = max(Decimal(0), b.delta_limit - b.delta_spent)
+    row = (b.analyst, b.epsilon_limit, b.epsilon_spent, b.epsilon_left, b.delta_limit, b.delta_spent, delta_left)
+    return Outcome("SHOW", list(BUDGET_COLUMNS), list(BUDGET_TYPES), [(*row, b.queries)])
 
 
 @dataclass(frozen=True)
@@ -852,8 +969,27 @@ class _Cancelled(SqldpError):
         super().__init__("canceling statement due to user request")
 
 
-def _bind(query: str, types: tuple[int, ...], bind: pr.Bind) -> tuple[str, bool]:
-    """The statement with the Bind message's parameters as validated literals, and whether it is empty."""
+_WHERE = re.compile(r"query:(\d+):(\d+)")
+
+
+def _locate(err: SqldpError, text: str, statement: str) -> None:
+    """Set ``err.position`` to the character index in ``text`` (what the client sent) of the ``query:LINE:COL``
+    the analysis gave for ``statement`` (the statement in ``text`` that the runner read), if it gave one."""
+    m = _WHERE.fullmatch(err.where or "")
+    if m is None or err.position is not None:
+        return
+    line, col = int(m.group(1)), int(m.group(2))
+    start = 0
+    for _ in range(line - 1):
+        start = statement.find("\n", start) + 1
+        if start == 0:
+            return
+    err.position = max(text.find(statement), 0) + start + col - 1
+
+
+def _bind(query: str, types: tuple[int, ...], bind: pr.Bind) -> tuple[str, bool, tuple[statements.Span, ...]]:
+    """The statement with the Bind message's parameters as validated literals, whether it is empty, and where
+    the literals stand (:func:`statements.unbound`)."""
     n = len(bind.params)
     wanted = statements.param_count(query)
     if n != wanted:
@@ -864,10 +1000,13 @@ def _bind(query: str, types: tuple[int, ...], bind: pr.Bind) -> tuple[str, bool]
     def fmt(i: int) -> int:
         return bind.param_formats[0 if len(bind.param_formats) == 1 else i] if bind.param_formats else 0
 
+    spans: list[statements.Span] = []
     sql = statements.bind(
-        query, lambda k: v.literal(bind.params[k - 1], fmt(k - 1), types[k - 1] if k - 1 < len(types) else 0, k)
+        query,
+        lambda k: v.literal(bind.params[k - 1], fmt(k - 1), types[k - 1] if k - 1 < len(types) else 0, k),
+        spans,
     )
-    return sql, not statements.split(sql)
+    return sql, not statements.split(sql), tuple(spans)
 
 
 def describe(session: Session, query: str, types: tuple[int, ...], privacy: Mapping[str, Any]) -> Description | None:
@@ -945,6 +1084,8 @@ def _statement_shape(query: str) -> tuple[int, list[str] | None]:
     they are known without running it (None: no result set)."""
     n = statements.param_count(query)
     stmt = statements.classify(query)
+    if stmt.words == BUDGET_SHOW:
+        return n, list(BUDGET_COLUMNS)
     if stmt.kind == "show":
         return n, [" ".join(stmt.words[1:])]
     if stmt.kind != "select":

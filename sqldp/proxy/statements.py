@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from sqldp.errors import ForbiddenError, RefusedError, SqldpError, SqlSyntaxError
@@ -102,19 +102,42 @@ def _code(sql: str) -> str:
     return "".join(parts)
 
 
-def bind(sql: str, value_of: Callable[[int], str]) -> str:
-    """Replace each ``$n`` outside literals and comments by ``value_of(n)`` (a validated SQL literal)."""
-    parts, last = [], 0
+# Where a bound statement's literals stand: (start, end) in the statement as written, (start, end) in the bound one
+Span = tuple[int, int, int, int]
+
+
+def bind(sql: str, value_of: Callable[[int], str], spans: list[Span] | None = None) -> str:
+    """Replace each ``$n`` outside literals and comments by ``value_of(n)`` (a validated SQL literal). Each
+    replacement's place is appended to ``spans`` when given (:func:`unbound` maps positions back)."""
+    parts, last, size = [], 0, 0
     for kind, s, _e in _tokens(sql):
         if kind != "code" or sql[s] != "$":
             continue
         m = _PARAM.match(sql, s)
         if m and (s == 0 or not (sql[s - 1].isalnum() or sql[s - 1] == "_")):
             parts.append(sql[last:s])
-            parts.append(value_of(int(m.group(1))))
+            size += s - last
+            value = value_of(int(m.group(1)))
+            parts.append(value)
+            if spans is not None:
+                spans.append((s, m.end(), size, size + len(value)))
+            size += len(value)
             last = m.end()
     parts.append(sql[last:])
     return "".join(parts)
+
+
+def unbound(spans: Sequence[Span], pos: int) -> int:
+    """A character index into a bound statement as an index into the statement as written: inside a bound
+    literal, the ``$n`` it replaced; elsewhere shifted by the lengths the literals added before it."""
+    shift = 0
+    for start, end, bound_start, bound_end in spans:
+        if pos < bound_start:
+            break
+        if pos < bound_end:
+            return start
+        shift = bound_end - end
+    return pos - shift
 
 
 class NoParameter(SqldpError):
