@@ -22,7 +22,7 @@ FILES = sorted(
 )
 # names in PostgreSQL, not Python: the ledger's schema and custom settings the tests set
 SQL_NAMES = {"sqldp.budget_ledger", "sqldp.budget_charges", "sqldp.analyst_role", "sqldp.probe", "sqldp.fuzz",
-             "sqldp.note"}  # fmt: skip
+             "sqldp.note", "sqldp.budget"}  # fmt: skip  (sqldp.budget: the proxy's SHOW setting)
 PATH = re.compile(r"\b((?:sqldp|tests|benchmarks|docs)/[A-Za-z0-9_/.\-]*[A-Za-z0-9_])")
 DOTTED = re.compile(r"\bsqldp(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 UNSHIPPED = re.compile(r"DESIGN\.md|FORMULAS\.md|\bNR l\.\s?\d|\bissue \d+, item|\bseeds? 00\d|shared/seeds")
