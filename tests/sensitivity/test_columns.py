@@ -174,11 +174,14 @@ LIPSCHITZ = {"EXP(0.05 * t.x)": 0.05, "EXP(t.x * 0.02 - t.y * 0.01)": 0.02 / 1.0
 
 
 def _l3(x: float, y: float) -> tuple[float, dict[str, float]]:
-    """‖(x, y)‖_3 and its gradient sign(a)·|a|²/‖·‖² (0 at the origin, where every direction gives ≤ 1)."""
-    r = (abs(x) ** 3 + abs(y) ** 3) ** (1 / 3)
-    if r == 0:
+    """‖(x, y)‖_3 and its gradient sign(a)·(|a|/‖·‖)² (0 at the origin, where every direction gives ≤ 1),
+    computed on the values scaled by the larger one: cubes of values near 1e-107 are subnormal, and the
+    unscaled gradient came out as 1.0000027 where it is exactly 1 (x = 0)."""
+    scale = max(abs(x), abs(y))
+    if scale == 0:
         return 0.0, {"x": 0.0, "y": 0.0}
-    return r, {"x": math.copysign(x * x, x) / (r * r), "y": math.copysign(y * y, y) / (r * r)}
+    r = scale * ((abs(x) / scale) ** 3 + (abs(y) / scale) ** 3) ** (1 / 3)
+    return r, {"x": math.copysign((x / r) ** 2, x), "y": math.copysign((y / r) ** 2, y)}
 
 
 @settings(max_examples=300, deadline=None)
