@@ -24,9 +24,9 @@ from typing import Any
 from sqlglot import exp
 
 from sqldp.catalog import Catalog
-from sqldp.form import Aggregate, AnalysisForm, Conjunct
+from sqldp.form import Aggregate, AnalysisForm
 from sqldp.sensitivity import model_check
-from sqldp.sensitivity.plan import Bound
+from sqldp.sensitivity.plan import Bound, ExactUnfolded
 from sqldp.sensitivity.rows import RowPlan
 
 TIMEOUT = 1.0  # seconds of solver time per (query, table); beyond it the data-dependent plan is used
@@ -35,7 +35,7 @@ _cache: dict[tuple[Any, ...], float] = {}
 
 
 @dataclass(frozen=True)
-class GlobalPlan:
+class GlobalPlan(ExactUnfolded):
     """The plan contract (:mod:`sqldp.sensitivity`) for a bound that holds on every database: no queries."""
 
     form: AnalysisForm
@@ -46,14 +46,6 @@ class GlobalPlan:
 
     queries: tuple[exp.Select, ...] = ()
     data_independent: bool = True
-    grid: tuple[float, ...] = ()
-    inline: tuple[bool, ...] = ()
-    grouped_scan: tuple[bool, ...] = ()
-    scan_conjuncts: tuple[Conjunct, ...] = ()
-
-    @property
-    def conjuncts(self) -> tuple[Conjunct, ...]:
-        return self.form.conjuncts
 
     def bind(self, results: Sequence[Any]) -> Callable[[float], Bound]:
         return lambda beta: Bound(self.bound, self.terms)

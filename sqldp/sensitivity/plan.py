@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from sqlglot import exp
 
-from sqldp.form import Aggregate, Conjunct
+from sqldp.form import Aggregate, AnalysisForm, Conjunct
 
 Rows = Sequence[tuple[Any, ...]]  # one query's result rows
 
@@ -74,3 +74,18 @@ class Plan(Protocol):
     def scan_conjuncts(self) -> tuple[Conjunct, ...]: ...
 
     def bind(self, results: Sequence[Rows]) -> Callable[[float], Bound]: ...
+
+
+class ExactUnfolded:
+    """The contract's defaults for a plan whose bound is exact at every β (no grid) and whose queries the
+    rewriter runs as they are (none folded into the answer's scan), with the form's WHERE as the answer's."""
+
+    form: AnalysisForm
+    grid: tuple[float, ...] = ()
+    inline: tuple[bool, ...] = ()
+    grouped_scan: tuple[bool, ...] = ()
+    scan_conjuncts: tuple[Conjunct, ...] = ()
+
+    @property
+    def conjuncts(self) -> tuple[Conjunct, ...]:
+        return self.form.conjuncts

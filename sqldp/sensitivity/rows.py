@@ -39,7 +39,7 @@ from sqldp.form import Aggregate, AnalysisForm, ColumnRef, Conjunct, TableUse
 from sqldp.policy import Policy
 from sqldp.sensitivity.intervals import clamp_columns, domain, magnitude
 from sqldp.sensitivity.patterns import PatternMap, unify
-from sqldp.sensitivity.plan import Bound, Rows
+from sqldp.sensitivity.plan import Bound, ExactUnfolded, Rows
 from sqldp.sensitivity.smoothing import Growth, smooth_count
 from sqldp.sqlgen import from_uses, where
 
@@ -166,7 +166,7 @@ class _UsePlan:
 
 
 @dataclass(frozen=True)
-class RowPlan:
+class RowPlan(ExactUnfolded):
     """SQL for Postgres and how to turn its results into a β-smooth bound (the plan contract)."""
 
     form: AnalysisForm
@@ -179,15 +179,6 @@ class RowPlan:
     weights: dict[str, float]  # private table → G
     private: frozenset[str]
     disjoint_groups: bool
-    # the rest of the plan contract (sqldp.sensitivity.plan): exact at every β, nothing folded into the scan
-    grid: tuple[float, ...] = ()
-    inline: tuple[bool, ...] = ()
-    grouped_scan: tuple[bool, ...] = ()
-    scan_conjuncts: tuple[Conjunct, ...] = ()
-
-    @property
-    def conjuncts(self) -> tuple[Conjunct, ...]:
-        return self.form.conjuncts
 
     @property
     def queries(self) -> tuple[exp.Select, ...]:
