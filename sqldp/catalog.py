@@ -134,15 +134,10 @@ class Catalog:
     @classmethod
     def from_file(cls, path: str | Path) -> Catalog:
         """A DDL file, or a schema shipped with sqldp by name (``tpch``, ``cafeteria``)."""
-        from sqldp.datasets import shipped, shipped_names
+        from sqldp.datasets import read_shipped
 
-        p = shipped(path, ".sql")
-        try:
-            text = p.read_text(encoding="utf-8")
-        except OSError as exc:
-            known = f" (shipped: {', '.join(shipped_names('.sql'))})" if str(path).isidentifier() else ""
-            raise InputError(f"cannot read schema file: {exc.strerror}{known}", where=str(p)) from None
-        return cls.from_ddl(text, source=str(p))
+        text, source = read_shipped(path, ".sql", "schema")
+        return cls.from_ddl(text, source=source)
 
     @classmethod
     def from_database(cls, conn: psycopg.Connection[Any], schema: str = "public") -> Catalog:

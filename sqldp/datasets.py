@@ -74,6 +74,20 @@ def shipped(path: str | Path, suffix: str) -> Path:
     return dataset_path(name + suffix) if name in shipped_names(suffix) else p
 
 
+def read_shipped(
+    path: str | Path, suffix: str, what: str, error: type[InputError] = InputError
+) -> tuple[str, str]:
+    """The text of ``path`` or of the shipped file of that name (:func:`shipped`) and where it came from; a
+    file that cannot be read is ``error`` ("cannot read {what} file: …"), naming the shipped files when
+    ``path`` was a bare name."""
+    p = shipped(path, suffix)
+    try:
+        return p.read_text(encoding="utf-8"), str(p)
+    except OSError as exc:
+        known = f" (shipped: {', '.join(shipped_names(suffix))})" if str(path).isidentifier() else ""
+        raise error(f"cannot read {what} file: {exc.strerror}{known}", where=str(p)) from None
+
+
 def shipped_names(suffix: str) -> list[str]:
     """The names of the files with ``suffix`` shipped with sqldp (``["cafeteria", "tpch"]`` for ``.toml``)."""
     root = resources.files(_SCHEMAS_PACKAGE).joinpath(*_SCHEMAS_DIR)

@@ -135,15 +135,10 @@ class Policy:
     @classmethod
     def from_file(cls, path: str | Path) -> Policy:
         """A policy file, or a policy shipped with sqldp by name (``tpch``, ``cafeteria``)."""
-        from sqldp.datasets import shipped, shipped_names
+        from sqldp.datasets import read_shipped
 
-        p = shipped(path, ".toml")
-        try:
-            text = p.read_text(encoding="utf-8")
-        except OSError as exc:
-            known = f" (shipped: {', '.join(shipped_names('.toml'))})" if str(path).isidentifier() else ""
-            raise PolicyError(f"cannot read policy file: {exc.strerror}{known}", where=str(p)) from None
-        return cls.from_toml(text, source=str(p))
+        text, source = read_shipped(path, ".toml", "policy", PolicyError)
+        return cls.from_toml(text, source=source)
 
     @classmethod
     def from_toml(cls, text: str, *, source: str = "<policy>") -> Policy:
