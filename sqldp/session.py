@@ -108,10 +108,6 @@ class Session:
         """The SQL dialect of the session's engine (sqldp.rewrite.DIALECTS)."""
         return getattr(self.engine, "dialect", "postgres")
 
-    @property
-    def pool(self) -> Any:
-        return getattr(self.engine, "pool", None)
-
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
         """An autocommit, read-only connection as the analyst role (the PostgreSQL engine's)."""
