@@ -223,6 +223,10 @@ def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]
         noisy = []
         for m in measured:
             if m.true_value is None:
+                # only MIN/MAX (AggKind) of a group with no rows; a refusal is an answer, and this one depends on public
+                # facts only: MIN/MAX run over public rows (NR §3.3.9), keys over value-sensitive columns are
+                # refused, private filters keep every row in q_m (§3.3.8.4), and a value change keeps NULL-ness
+                # (tests/sensitivity/test_minmax.py checks every value neighbour)
                 raise RefusedError(f"{m.aggregate} has no value for a group with no rows; not released")
             if m.mechanism == R2T:
                 m.noisy_value = race(m, noise)

@@ -321,3 +321,31 @@ def test_private_filter_shift_is_tight(pg_dsn: str) -> None:
     assert out["tables"]["t"]["columns"]["a"]["filter_slope"] == pytest.approx(1.0)
     shifted = session.run("SELECT MAX(t.x) FROM t WHERE t.a >= 2", epsilon=100.0).measurements[0][0]
     assert shifted.true_value == pytest.approx(1.0 - DELTA_X)
+
+
+def test_empty_group_refusal_depends_on_public_facts_only(pg_dsn: str) -> None:
+    """MIN/MAX of a declared group with no rows is refused after the run; a refusal is an answer, so it may only
+    depend on public facts. It does: MIN/MAX is refused over tables with private rows (§3.3.9), group keys over
+    value-sensitive columns are refused, NULL-ness is not changed by a value change, and a private filter keeps
+    every row in q_m (e ± (1 − σ)·Δ, §3.3.8.4). Checked over every value neighbour that moves a or x of one row to
+    the ends of their declared ranges (which makes the private filter pass or fail for every row)."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+    session = sqldp.connect(pg_dsn, policy=Policy.from_toml(RANGED), seed=1)
+    query = "SELECT t.k, MIN(t.x) FROM t WHERE t.a >= 2 GROUP BY t.k"
+    base = [(1, 0, 2, 1.5), (2, 1, 4, 0.25), (3, 1, -1, -2.0)]  # no row with k = 2
+    neighbours = [base]
+    for i, (rid, k, _, x) in enumerate(base):
+        for a in (-3, 5):
+            neighbours.append([*base[:i], (rid, k, a, x), *base[i + 1 :]])
+        for x2 in (-4.0, 4.0):
+            neighbours.append([*base[:i], (rid, k, base[i][2], x2), *base[i + 1 :]])
+    for rows in neighbours:
+        _load(pg_dsn, rows, [])
+        with pytest.raises(RefusedError, match="no value for a group with no rows"):
+            session.run(query, epsilon=10.0, beta=BETA)
+    # the same data with a row in group 2 that the private filter rejects: answered on every neighbour
+    for a in (-3, 5):  # a = -3: t.a >= 2 rejects the row, a = 5 keeps it
+        _load(pg_dsn, [*base, (4, 2, a, 0.5)], [])
+        out = session.run(query, epsilon=10.0, beta=BETA)
+        assert [r["key"]["k"] for r in out.rows] == [0, 1, 2], out.rows
