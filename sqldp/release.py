@@ -39,24 +39,29 @@ def declared_groups(domains: Sequence[Any]) -> int | None:
 def shares(
     form: AnalysisForm, params: PrivacyParams, plans: Sequence[Plan], groups: int | None
 ) -> list[tuple[float, float | None] | None]:
-    """Each aggregate's (ε, δ) share (NR §3.3.10.4): the aggregates split ε and δ equally (sequential
-    composition); the groups of a GROUP BY get the full share when a neighbouring change touches one group
-    (parallel composition) or when the bound is global (below), else share/m for m groups (None while m is
-    unknown).
+    """Each aggregate's (ε, δ) share (NR §3.3.10.4): the aggregates split ε equally, and δ equally among those
+    that spend it (sequential composition); the groups of a GROUP BY get the full share when a neighbouring
+    change touches one group (parallel composition) or when the bound is global (below), else share/m for m
+    groups (None while m is unknown).
 
     A global bound c (``data_independent``) covers the whole histogram in ℓ1: the plan bounds the derivative
     of the ungrouped aggregate, i.e. Σ over the rows a neighbour adds or removes of |e(row)|, and each of those
     rows lands in one group, so Σ_g |Δ_g| ≤ c. Laplace noise at c/ε on every group is then ε-DP for the vector
     (the Laplace mechanism for ℓ1 sensitivity, Dwork et al. TCC 2006), with no split over the groups."""
+    # δ goes to the aggregates that spend it: a data-dependent bound's smoothed noise and the partition
+    # selection count; a global bound's Laplace is pure ε-DP and would waste its share (composition adds the δs
+    # actually spent, Dwork & Roth Thm 3.16)
+    spending = [i for i, plan in enumerate(plans) if not plan.data_independent or i == form.select_by]
     out: list[tuple[float, float | None] | None] = []
-    for plan in plans:
+    for i, plan in enumerate(plans):
         whole = not form.group_by or plan.disjoint_groups or plan.data_independent
         divisor = 1 if whole else groups
         if divisor is None:
             out.append(None)
             continue
         eps = params.epsilon / len(plans) / divisor
-        out.append((eps, params.delta / len(plans) / divisor if params.delta else None))
+        delta = params.delta / len(spending) / divisor if params.delta and i in spending else None
+        out.append((eps, delta))
     return out
 
 

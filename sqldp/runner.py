@@ -5,9 +5,10 @@ the privacy parameters, one sensitivity plan per aggregate and the SQL the rewri
 the SQL to the engine (one snapshot for the answer and its sensitivity), the rows to the release step
 (composition, calibration, noise, post-processing) and returns the :class:`~sqldp.result.Result`.
 
-Composition (NR §3.3.10.4): the k aggregates of a query are k measurements and share ε and δ equally
-(sequential composition). The groups of a GROUP BY are answered with the full share when every private
-table's row can touch at most one group (parallel composition, disjoint groups) and with share/m otherwise.
+Composition (NR §3.3.10.4): the k aggregates of a query are k measurements and share ε equally, and δ
+equally among those that spend it (sequential composition). The groups of a GROUP BY are answered with the
+full share when every private table's row can touch at most one group (parallel composition, disjoint
+groups) and with share/m otherwise.
 """
 
 from __future__ import annotations
