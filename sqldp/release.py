@@ -65,6 +65,28 @@ def shares(
     return out
 
 
+def dilated(form: AnalysisForm, params: PrivacyParams, plan: Plan, kind: str) -> bool:
+    """Whether the groups of a data-dependent COUNT/SUM bound share one generalized-Cauchy release of the whole
+    histogram instead of splitting the share over them.
+
+    The plan's bound c(x) is a sum over the product rows a change touches of a per-row bound (|e(r)|, or its
+    derivative under value privacy), so it bounds the ℓ1 norm over the groups of the histogram's change, each
+    touched row landing in one group. NR Theorem 3.53 then holds for the vector f(x) + (c(x)/b)·η with
+    η ∈ ℝ^m independent GenCauchy(γ): sliding costs (γ+1)·b·‖Δf‖₁/c ≤ (γ+1)·b·d as for one value, and the
+    dilation by c(x′)/c(x) ≤ e^(βd) costs (γ+1)·β·d per coordinate, m times. So ε = (γ+1)(b + m·β): b is m
+    times the b of the share split m ways at the same β, and so is the noise scale smaller. Not for MIN/MAX
+    (one row may move the extreme of every group), nor for the (ε, δ) Laplace of Theorem 3.56 (its δ grows
+    with the dilation), nor where parallel composition already gives every group the whole share."""
+    return (
+        bool(form.group_by)
+        and params.mechanism == "cauchy"
+        and kind in ("count", "sum")
+        and not plan.disjoint_groups
+        and not plan.data_independent
+        and not isinstance(plan, UnitPlan)
+    )
+
+
 def smoothed(
     shares: Sequence[tuple[float, float | None] | None], plans: Sequence[Plan]
 ) -> list[tuple[float, float | None]]:
@@ -118,6 +140,10 @@ def templates(
             out.append(race_template(agg.sql, plan, rows, eps))
             continue
         cal, bound = calibrate(plan, rows, eps, delta, params)
+        if groups > 1 and dilated(form, params, plan, agg.kind):
+            # calibrated at the split share ε/m and β: the vector's b = ε/(γ+1) − m·β is m times that b
+            eps *= groups
+            cal = dataclasses.replace(cal, epsilon=eps, b=cal.b * groups, scale=cal.scale / groups)
         out.append(
             Measurement(
                 aggregate=agg.sql,
@@ -324,13 +350,20 @@ def describe(
     split = shares(form, params, plans, declared_groups(domains))
     for agg, plan, share in zip(form.aggregates, plans, split, strict=True):
         parallel = not form.group_by or plan.disjoint_groups
-        whole = "full share" if parallel else "full share (ℓ1 over the groups, global bound)"
-        entry: dict[str, Any] = {
-            "aggregate": agg.sql,
-            "groups": whole if parallel or plan.data_independent else "share divided among the groups",
-            "epsilon": share[0] if share else None,
-            "delta": share[1] if share else None,
-        }
+        vector = dilated(form, params, plan, agg.kind)
+        if parallel:
+            how = "full share"
+        elif plan.data_independent:
+            how = "full share (ℓ1 over the groups, global bound)"
+        elif vector:
+            how = "full share (ℓ1 over the groups, one generalized-Cauchy release of the histogram)"
+        else:
+            how = "share divided among the groups"
+        eps = share[0] if share else None
+        if vector:  # the share before the split over the groups (shares() divides it)
+            eps = params.epsilon / len(plans)
+        delta = share[1] if share else None
+        entry: dict[str, Any] = {"aggregate": agg.sql, "groups": how, "epsilon": eps, "delta": delta}
         if isinstance(plan, UnitPlan):
             entry["unit"] = plan.describe()
         out.append(entry)

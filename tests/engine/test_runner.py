@@ -90,15 +90,22 @@ def test_group_by_answers_every_declared_group(db: tuple[str, Path]) -> None:
     assert cols == ["faculty", "n"] and len(rows) == 3
 
 
-def test_group_by_over_a_join_splits_epsilon(db: tuple[str, Path]) -> None:
+def test_group_by_over_a_join_is_one_histogram_release(db: tuple[str, Path]) -> None:
     dsn, policy = db
     js = (
         sqldp.connect(dsn, policy)
         .analyze("SELECT a.faculty, COUNT(*) FROM t a, t b WHERE a.faculty = b.faculty GROUP BY a.faculty")
         .to_json()
     )
-    # a self-join: one row moves one group, but its data-dependent bound is shared → sequential, ε/3
-    assert all(m["epsilon"] == pytest.approx(1 / 3) for group in js["measurements"] for m in group)
+    # a self-join: one row moves one group, but its data-dependent bound is shared by the 3 groups: one
+    # generalized-Cauchy release of the histogram (ℓ1, m-fold dilation, sqldp.release.dilated) at the full ε
+    assert all(m["epsilon"] == pytest.approx(1.0) for group in js["measurements"] for m in group)
+    planned = sqldp.connect(dsn, policy).analyze(
+        "SELECT a.faculty, COUNT(*) FROM t a, t b WHERE a.faculty = b.faculty GROUP BY a.faculty", audit=False
+    )
+    assert [p["groups"] for p in planned.to_json()["plan"]] == [
+        "full share (ℓ1 over the groups, one generalized-Cauchy release of the histogram)"
+    ]
     assert "answer" not in js and "rows" not in js  # analyze releases nothing
 
 
