@@ -285,3 +285,36 @@ def test_workers_option_is_checked(upstream: str, tmp_path: Path) -> None:
 
     for bad in ("0", str(workers.MAX_WORKERS + 1)):
         assert main(["proxy", "--upstream", upstream, "--policy", str(policy), "--workers", bad]) == 2
+
+
+def test_a_statement_is_analysed_once_per_policy_across_connections(
+    upstream: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connections of one worker share its session's prepared cache: the same statement from three
+    connections (and a prepared Describe) is parsed and analysed once; after a policy reload (a new Policy
+    object), once more."""
+    from sqldp.policy import Policy
+    from sqldp.proxy import ThreadedProxy, build
+
+    policy = write_policy(tmp_path / "p.toml", {"erin": {"epsilon_limit": 100.0}})
+    with ThreadedProxy(build(upstream, policy)) as proxy:
+        session = proxy.built.server.session
+        compiled: list[str] = []
+        real = session._prepare
+
+        def counting(sql: str, t0: float, **privacy: object) -> object:
+            compiled.append(sql)
+            return real(sql, t0, **privacy)
+
+        monkeypatch.setattr(session, "_prepare", counting)
+        query = "SELECT COUNT(*) FROM visits WHERE faculty = 'math'"
+        for _ in range(3):
+            with psycopg.connect(client_dsn(proxy.port, user="erin"), autocommit=True) as conn:
+                assert isinstance(conn.execute(query).fetchone()[0], float)  # type: ignore[index]
+                assert isinstance(conn.execute(query, prepare=True).fetchone()[0], float)  # type: ignore[index]
+        assert compiled == [query]
+        session.policy = Policy.from_file(policy)  # what a reload does: a new policy object
+        with psycopg.connect(client_dsn(proxy.port, user="erin"), autocommit=True) as conn:
+            conn.execute(query).fetchone()
+            conn.execute(query).fetchone()
+        assert compiled == [query, query]
