@@ -91,7 +91,9 @@ def build(
     # can neither read nor write the ledger's schema (sqldp.db.analyst_dsn). Analysts share the reading
     # connections, which are reset after every use (upstream.py)
     isolation = upstream.Isolation(configure)
-    ledger_pool = _pool(ledger_dsn or dsn, max(2, cfg.pool_size // 2))
+    # as many as the reading pool: every private answer holds one for a committed write, whose WAL flush is its
+    # slowest step under load, and commits from concurrent connections share a flush (group commit)
+    ledger_pool = _pool(ledger_dsn or dsn, max(2, cfg.pool_size))
     pools = [ledger_pool]
     try:
         analyst = shared.analyst_dsn if shared is not None else None
