@@ -1,11 +1,12 @@
 """Throughput and latency of the PostgreSQL proxy against PostgreSQL itself, on loopback.
 
-    python benchmarks/proxy_bench.py [--dsn DSN] [--clients 1,10,50] [--seconds 5] [--out benchmarks/results/proxy.md]
+    python benchmarks/proxy_bench.py [--dsn DSN] [--clients 1,10,50] [--seconds 5] [--workers 1,0] [--out FILE]
 
 For each workload (a public lookup answered exactly, a private COUNT answered with noise) and each number of
 concurrent clients, clients run the query in a loop for a fixed time against the proxy (a `sqldp proxy`
-subprocess) and directly against PostgreSQL, each client on its own connection. Reported: throughput, p50 and
-p99 latency, and the ratios measured in this run. To separate the proxy's own cost from the work it must do, the
+subprocess, one per number of worker processes compared) and directly against PostgreSQL, each client on its own
+connection. Reported: throughput, p50 and p99 latency, and the ratios measured in this run, and the CPU time
+each query costs in the proxy, PostgreSQL and the client. To separate the proxy's own cost from the work it must do, the
 same queries are also timed in-process, single client, through the runner (analysis, the answer and
 sensitivity queries, noise) and the ledger charge: overhead = proxy p50 − (runner p50 + charge p50).
 """
@@ -16,6 +17,7 @@ import argparse
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -31,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from sqldp.db import resolve_dsn  # noqa: E402
 from sqldp.proxy.scram import make_verifier  # noqa: E402
+from sqldp.proxy.workers import default_workers  # noqa: E402
 from tests.proxy_support import start_proxy  # noqa: E402
 
 PASSWORD = "bench-password"
@@ -67,11 +70,17 @@ def drop_database(server: str, dsn: str) -> None:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
-def write_policy(directory: Path, clients: int) -> Path:
+def write_policy(directory: Path, clients: int, processes: int = 1) -> Path:
+    """The benchmark's policy; threads and upstream connections per proxy process for its share of the clients,
+    at most 8 upstream connections per process (with a ledger pool of half that): a process whose work holds
+    the GIL gains nothing from more, and PostgreSQL's default max_connections (100) must also hold the direct
+    run's clients while the proxy's pools stay open."""
+    share = -(-clients // processes)
+    directory.mkdir(parents=True, exist_ok=True)
     path = directory / "bench-policy.toml"
     path.write_text(
         '[defaults]\nepsilon = 0.001\n[tables.nation]\nrows = "public"\n[tables.visits]\nrows = "private"\n'
-        f"[proxy]\nworkers = {min(64, clients + 4)}\npool_size = {min(32, clients + 2)}\n"
+        f"[proxy]\nworkers = {min(64, share + 4)}\npool_size = {min(8, share + 2)}\n"
         f'[analysts.bench]\nverifier = "{make_verifier(PASSWORD)}"\nepsilon_limit = 1e12\n',
         encoding="utf-8",
     )
@@ -149,60 +158,112 @@ def in_process(upstream: str, policy: Path, n: int = 300) -> dict[str, tuple[flo
     return out
 
 
+def _cpu_ticks(pid: int) -> int:
+    """User and system CPU ticks of ``pid`` and its live descendants (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total = int(fields[11]) + int(fields[12])
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            total += sum(_cpu_ticks(int(c)) for c in (task / "children").read_text().split())
+    except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+        return 0
+    return total
+
+
+def _backends(server: str, database: str) -> list[int]:
+    with psycopg.connect(server, autocommit=True) as conn:
+        rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s", (database,)).fetchall()
+    return [r[0] for r in rows]
+
+
+def cpu_per_query(
+    server: str, upstream: str, dsn: str, query: str, proxy: int | None, n: int = 1000
+) -> tuple[float, ...]:
+    """CPU milliseconds per query, one client: (proxy processes, PostgreSQL backends of the benchmark's database,
+    the client). CPU time does not grow when other programs load the machine, as latency does. Only for a
+    server on this machine (its backends' /proc entries); the backends counted are those alive at the end."""
+    database = psycopg.conninfo.conninfo_to_dict(upstream)["dbname"]
+    hz = os.sysconf("SC_CLK_TCK")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for _ in range(50):  # warm up the pools
+            conn.execute(query).fetchall()
+        backends = _backends(server, database)
+        p0, g0, c0 = _cpu_ticks(proxy) if proxy else 0, sum(map(_cpu_ticks, backends)), time.process_time()
+        for _ in range(n):
+            conn.execute(query).fetchall()
+        p1, g1, c1 = _cpu_ticks(proxy) if proxy else 0, sum(map(_cpu_ticks, backends)), time.process_time()
+    return (p1 - p0) / hz / n * 1000, (g1 - g0) / hz / n * 1000, (c1 - c0) / n * 1000
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dsn", help="PostgreSQL server (default: the embedded one)")
     ap.add_argument("--clients", default="1,10,50")
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--out", type=Path, help="write the markdown report here")
+    ap.add_argument(
+        "--workers", default="1,0", help="proxy worker processes to compare, in one run (0: the proxy's default)"
+    )
     args = ap.parse_args()
     clients = [int(c) for c in args.clients.split(",")]
+    counts = [int(w) or default_workers() for w in args.workers.split(",")]
     if any(not 1 <= c <= MAX_CLIENTS for c in clients) or not 0 < args.seconds <= MAX_SECONDS:
         raise SystemExit(f"clients must be in [1, {MAX_CLIENTS}] and seconds in (0, {MAX_SECONDS}]")
     server = resolve_dsn(args.dsn)
     upstream = make_database(server)
     tmp = Path(tempfile.mkdtemp(prefix="sqldp-proxy-bench-"))
-    policy = write_policy(tmp, max(clients))
     lines: list[str] = []
+    procs: dict[int, subprocess.Popen[str]] = {}
     try:
-        local = in_process(upstream, policy)
-        proc, port = start_proxy(upstream, policy)
-        proxy_dsn = psycopg.conninfo.make_conninfo(
-            host="127.0.0.1", port=str(port), user="bench", password=PASSWORD, dbname="bench"
-        )
-        try:
-            rows = []
-            for label, query in WORKLOADS.items():
-                for n in clients:
-                    qps_d, lat_d = run_clients(upstream, query, n, args.seconds)
-                    qps_p, lat_p = run_clients(proxy_dsn, query, n, args.seconds)
-                    rows.append((label, n, qps_d, lat_d, qps_p, lat_p))
-                    print(f"{label:14} clients={n:3} direct {qps_d:8.0f} q/s  proxy {qps_p:8.0f} q/s", file=sys.stderr)
-        finally:
-            proc.kill()
-            proc.wait(timeout=10)
+        local = in_process(upstream, write_policy(tmp, 1))
+        dsns = {}
+        for w in counts:
+            proc, port = start_proxy(upstream, write_policy(tmp / str(w), max(clients), w), workers=w)
+            procs[w] = proc
+            dsns[w] = psycopg.conninfo.make_conninfo(
+                host="127.0.0.1", port=str(port), user="bench", password=PASSWORD, dbname="bench"
+            )
+        rows = []
+        for label, query in WORKLOADS.items():
+            for n in clients:
+                qps_d, lat_d = run_clients(upstream, query, n, args.seconds)
+                for w in counts:
+                    qps_p, lat_p = run_clients(dsns[w], query, n, args.seconds)
+                    rows.append((label, n, w, qps_d, lat_d, qps_p, lat_p))
+                    print(
+                        f"{label:14} clients={n:3} direct {qps_d:8.0f} q/s  workers={w} {qps_p:8.0f} q/s",
+                        file=sys.stderr,
+                    )
+        cpu = {
+            (label, w): cpu_per_query(server, upstream, dsns[w] if w else upstream, query, procs[w].pid if w else None)
+            for label, query in WORKLOADS.items()
+            for w in (0, *counts)
+        }
         lines += [
             "# Proxy benchmark",
             "",
-            f"Command: `python benchmarks/proxy_bench.py --clients {args.clients} --seconds {args.seconds:g}`"
-            f"{' --dsn …' if args.dsn else ''} (embedded PostgreSQL unless `--dsn`).",
+            f"Command: `python benchmarks/proxy_bench.py --clients {args.clients} --seconds {args.seconds:g}"
+            f" --workers {args.workers}{' --dsn …' if args.dsn else ''}` (embedded PostgreSQL unless `--dsn`).",
             "",
             f"Machine: {os.cpu_count()} cores, {platform.processor() or platform.machine()}, "
             f"{platform.system()} {platform.release()}, Python {platform.python_version()}, "
             f"psycopg {psycopg.__version__}.",
-            "Clients are threads in the benchmark process, each with its own connection; the proxy is a `sqldp proxy`",
-            "subprocess; everything on 127.0.0.1 (PostgreSQL over its Unix socket for the direct runs and the proxy's",
-            "upstream). Tables: `nation` (25 rows, public), `visits` (10 000 rows, private); ε = 0.001 per query.",
+            "Clients are threads in the benchmark process, each with its own connection; each proxy is a `sqldp proxy`",
+            "subprocess with the number of worker processes in the `workers` column, all started before the first",
+            "measurement; everything on 127.0.0.1 (PostgreSQL over its Unix socket for the direct runs and the",
+            "proxy's upstream). Tables: `nation` (25 rows, public), `visits` (10 000 rows, private); ε = 0.001 per",
+            "query.",
+            "Each proxy row is measured right after the direct row above it: ratios are within one run.",
             "",
-            "| workload | clients | direct q/s | proxy q/s | throughput ratio | direct p50 ms | proxy p50 ms |"
-            " direct p99 ms | proxy p99 ms | p50 ratio |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| workload | clients | workers | direct q/s | proxy q/s | throughput ratio | direct p50 ms |"
+            " proxy p50 ms | direct p99 ms | proxy p99 ms | p99 ratio |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
-        for label, n, qps_d, lat_d, qps_p, lat_p in rows:
-            p50d, p50p = pct(lat_d, 0.5), pct(lat_p, 0.5)
+        for label, n, w, qps_d, lat_d, qps_p, lat_p in rows:
+            p50d, p50p, p99d, p99p = pct(lat_d, 0.5), pct(lat_p, 0.5), pct(lat_d, 0.99), pct(lat_p, 0.99)
             lines.append(
-                f"| {label} | {n} | {qps_d:.0f} | {qps_p:.0f} | {qps_p / qps_d:.3f} | {p50d:.3f} | {p50p:.3f} | "
-                f"{pct(lat_d, 0.99):.3f} | {pct(lat_p, 0.99):.3f} | {p50p / p50d:.1f} |"
+                f"| {label} | {n} | {w} | {qps_d:.0f} | {qps_p:.0f} | {qps_p / qps_d:.3f} | {p50d:.3f} | {p50p:.3f} | "
+                f"{p99d:.3f} | {p99p:.3f} | {p99p / p99d:.1f} |"
             )
         lines += [
             "",
@@ -212,17 +273,34 @@ def main() -> int:
             "the ledger charge are what the proxy must do for each answer; the rest is the proxy's own overhead",
             "(protocol, statement classification, thread hand-off, logging).",
             "",
-            "| workload | proxy p50 | runner p50 | ledger charge p50 | proxy's own overhead |",
-            "|---|---:|---:|---:|---:|",
+            "| workload | workers | proxy p50 | runner p50 | ledger charge p50 | proxy's own overhead |",
+            "|---|---:|---:|---:|---:|---:|",
         ]
-        for label, n, _qd, _ld, _qp, lat_p in rows:
+        for label, n, w, _qd, _ld, _qp, lat_p in rows:
             if n != 1:
                 continue
             runner, charge = local[label]
             charge = charge if label.startswith("private") else 0.0
             p50p = pct(lat_p, 0.5)
-            lines.append(f"| {label} | {p50p:.3f} | {runner:.3f} | {charge:.3f} | {p50p - runner - charge:.3f} |")
+            lines.append(f"| {label} | {w} | {p50p:.3f} | {runner:.3f} | {charge:.3f} | {p50p - runner - charge:.3f} |")
+        lines += [
+            "",
+            "## CPU per query, one client (ms of CPU time)",
+            "",
+            "What each query costs in CPU wherever it runs: the proxy's processes, the PostgreSQL backends of the",
+            "benchmark's database (the answer, the ledger charge and the pooled connections' resets), the client.",
+            "With every core busy, throughput is at most cores / total.",
+            "",
+            "| workload | path | proxy | PostgreSQL | client | total |",
+            "|---|---|---:|---:|---:|---:|",
+        ]
+        for (label, w), (p, g, c) in cpu.items():
+            path = "direct" if not w else f"proxy, {w} worker{'s' if w > 1 else ''}"
+            lines.append(f"| {label} | {path} | {p:.3f} | {g:.3f} | {c:.3f} | {p + g + c:.3f} |")
     finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait(timeout=10)
         drop_database(server, upstream)
     report = "\n".join(lines) + "\n"
     print(report)

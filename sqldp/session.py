@@ -100,8 +100,11 @@ class Session:
         self.spent, self.delta_spent = 0.0, 0.0
         self._lock = threading.Lock()
         # prepare() reads no data and depends only on the text, the privacy arguments, the catalog and the
-        # policy (fixed for a session), so a repeated query skips parsing and analysis
+        # policy, so a repeated query skips parsing and analysis; the proxy's connections share one session,
+        # hence one cache. It holds for the policy and catalog it was filled under (_cached_for): replacing
+        # either (a policy reload) empties it
         self._prepared: OrderedDict[tuple[str, tuple[tuple[str, Any], ...]], Prepared] = OrderedDict()
+        self._cached_for: tuple[Policy, Catalog] = (self.policy, self.catalog)
 
     @property
     def dialect(self) -> str:
@@ -125,16 +128,22 @@ class Session:
         t0 = time.perf_counter()
         key = (sql, tuple(sorted(privacy.items())))
         with self._lock:
+            if self._cached_for[0] is not self.policy or self._cached_for[1] is not self.catalog:
+                self._prepared.clear()
+                self._cached_for = (self.policy, self.catalog)
             cached = self._prepared.get(key)
             if cached is not None:
                 self._prepared.move_to_end(key)
         if cached is not None:
             return dataclasses.replace(cached, started=t0)
+        prepared_under = (self.policy, self.catalog)
         try:
             prepared = self._prepare(sql, t0, **privacy)
         except RecursionError:  # the parser bounds depth; this is the last line should an analysis still recurse
             raise too_deep() from None
         with self._lock:
+            if self._cached_for[0] is not prepared_under[0] or self._cached_for[1] is not prepared_under[1]:
+                return prepared  # the policy or catalog changed meanwhile: not kept under the new one
             self._prepared[key] = prepared
             while len(self._prepared) > PREPARED_CACHE:
                 self._prepared.popitem(last=False)

@@ -119,14 +119,19 @@ def raw_login(port: int, user: str = "alice", password: str = PASSWORD) -> socke
             return sock
 
 
-def start_proxy(upstream: str, policy: Path) -> tuple[subprocess.Popen[str], int]:
-    """``sqldp proxy`` as a subprocess on a free loopback port, returned once it says it is listening."""
+def start_proxy(
+    upstream: str, policy: Path, *, workers: int | None = None, log_level: str = "warning"
+) -> tuple[subprocess.Popen[str], int]:
+    """``sqldp proxy`` as a subprocess on a free loopback port, returned once it says it is listening; with
+    ``workers`` worker processes (default: the proxy's, one per CPU)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     argv = ["proxy", "--upstream", upstream, "--policy", str(policy), "--listen", f"127.0.0.1:{port}"]
+    if workers is not None:
+        argv += ["--workers", str(workers)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sqldp.cli", *argv, "--log-level", "warning"],
+        [sys.executable, "-m", "sqldp.cli", *argv, "--log-level", log_level],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

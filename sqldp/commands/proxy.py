@@ -26,6 +26,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--upstream", metavar="DSN", help="the database the analysts' queries run on (same as --dsn)")
     p.add_argument("--ledger-dsn", metavar="DSN", help="database of the budget ledger (default: the upstream)")
     p.add_argument("--log-level", choices=("info", "warning"), default="info", help="info: one JSON line per query")
+    p.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="server processes sharing the port (default: the number of CPUs on Linux, else 1; 1: one process)",
+    )
     p.set_defaults(func=run)
 
 
@@ -39,10 +45,25 @@ def run(args: argparse.Namespace) -> int:
     from sqldp.proxy.config import parse_listen  # the proxy package is imported when it serves, not for --help
 
     listen = parse_listen(args.listen, "--listen") if args.listen else None
-    from sqldp.proxy import build
+    from sqldp.proxy import build, workers
 
-    logging.basicConfig(stream=sys.stderr, level=getattr(logging, args.log_level.upper()), format="%(message)s")
+    count = workers.default_workers() if args.workers is None else args.workers
+    if not 1 <= count <= workers.MAX_WORKERS:
+        raise InputError(f"must be between 1 and {workers.MAX_WORKERS}, got {count}", where="--workers")
+    level = getattr(logging, args.log_level.upper())
+    logging.basicConfig(stream=sys.stderr, level=level, format="%(message)s")
     dsn = resolve_dsn(args.upstream or args.dsn, args.data_dir)
+    if count > 1:
+        return workers.serve(
+            dsn,
+            args.policy,
+            schema=args.schema,
+            ledger_dsn=args.ledger_dsn,
+            listen=listen,
+            workers=count,
+            log_level=level,
+            announce=lambda host, port: _announce(host, port, count),
+        )
     built = build(dsn, args.policy, schema=args.schema, ledger_dsn=args.ledger_dsn)
     host, port = listen or built.config.listen
     try:
@@ -66,6 +87,11 @@ async def _serve(built: object, host: str, port: int) -> None:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     where = server.sockets[0].getsockname()
-    print(f"sqldp proxy listening on {where[0]}:{where[1]}", file=sys.stderr, flush=True)
+    _announce(where[0], where[1], 1)
     async with server:
         await stop.wait()
+
+
+def _announce(host: str, port: int, workers: int) -> None:
+    processes = "one process" if workers == 1 else f"{workers} worker processes"
+    print(f"sqldp proxy listening on {host}:{port} ({processes})", file=sys.stderr, flush=True)

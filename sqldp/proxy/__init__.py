@@ -5,7 +5,8 @@ send, ``harmless`` answers connection-time chatter, ``values`` encodes results a
 ``ledger`` keeps the budget, ``catalog`` answers catalog discovery (``\\dt``, reflection) from a shadow
 database of sqldp's catalog, ``upstream`` resets the pooled upstream connections between uses, ``config``
 reads the policy's ``[proxy]`` and ``[analysts]`` sections and ``server`` ties them together. :func:`build`
-assembles a server; :class:`ThreadedProxy` runs one in a thread.
+assembles a server; :class:`ThreadedProxy` runs one in a thread; ``workers`` runs several server processes on
+one port.
 """
 
 from __future__ import annotations
@@ -21,6 +22,17 @@ from sqldp.policy import Policy
 from sqldp.proxy import catalog, harmless, ledger, upstream
 from sqldp.proxy import config as config_mod
 from sqldp.proxy.server import ProxyServer
+
+
+@dataclass(frozen=True)
+class Shared:
+    """What a proxy sets up once in the database, however many server processes then serve (sqldp.proxy.workers):
+    the analyst role's DSN (provisioned once: concurrent CREATE ROLE and GRANT collide) and the shadow
+    database's name (created once, dropped by the process that created it). The ledger's tables and limits are
+    written by that same set-up, before any process serves."""
+
+    analyst_dsn: str
+    shadow: str | None
 
 
 @dataclass
@@ -65,7 +77,11 @@ def build(
     schema: Any = None,
     ledger_dsn: str | None = None,
     seed: int | None = None,
+    shared: Shared | None = None,
 ) -> Built:
+    """A proxy server with its pools. Without ``shared`` it also does the one-time set-up (the analyst role, the
+    ledger's tables and limits, a shadow database it owns and drops on close); with it, a worker process of
+    a proxy whose parent did that set-up: it logs in as the role given and attaches to the shadow."""
     from sqldp.engine.postgres import PostgresEngine, configure
     from sqldp.session import Session
 
@@ -75,10 +91,13 @@ def build(
     # can neither read nor write the ledger's schema (sqldp.db.analyst_dsn). Analysts share the reading
     # connections, which are reset after every use (upstream.py)
     isolation = upstream.Isolation(configure)
-    ledger_pool = _pool(ledger_dsn or dsn, max(2, cfg.pool_size // 2))
+    # as many as the reading pool: every private answer holds one for a committed write, whose WAL flush is its
+    # slowest step under load, and commits from concurrent connections share a flush (group commit)
+    ledger_pool = _pool(ledger_dsn or dsn, max(2, cfg.pool_size))
     pools = [ledger_pool]
     try:
-        session = Session(dsn, pol, schema=schema, seed=seed)
+        analyst = shared.analyst_dsn if shared is not None else None
+        session = Session(dsn, pol, schema=schema, seed=seed, analyst_dsn=analyst)
         assert session.analyst_dsn is not None  # a PostgreSQL session (the proxy serves PostgreSQL only)
         # a few kept open, so that a connection is free while the one just returned is being reset (with one,
         # a client's next statement waited for its last one's reset: 0.07 → 0.49 ms p50 for a public lookup)
@@ -89,10 +108,14 @@ def build(
         session.close()  # its own connections: from now on it reads through the pool
         session.engine = PostgresEngine(session.analyst_dsn, pool=runner_pool)
         with ledger_pool.connection() as conn:
-            ledger.ensure(conn)
-            ledger.sync_limits(conn, [(a.name, a.epsilon_limit, a.delta_limit) for a in cfg.analysts.values()])
+            if shared is None:
+                ledger.ensure(conn)
+                ledger.sync_limits(conn, [(a.name, a.epsilon_limit, a.delta_limit) for a in cfg.analysts.values()])
             settings = harmless.server_settings(conn)
-        shadow = catalog.Shadow.create(dsn, session.catalog)
+        if shared is None:
+            shadow = catalog.Shadow.create(dsn, session.catalog)
+        else:
+            shadow = catalog.Shadow(dsn, shared.shadow, owned=False) if shared.shadow is not None else None
         return Built(ProxyServer(session, cfg, ledger_pool, settings, shadow), cfg, pools, isolation)
     except BaseException:
         for p in pools:

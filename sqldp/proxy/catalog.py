@@ -186,11 +186,13 @@ def ddl(catalog: Catalog, types: Callable[[str], dict[str, str]]) -> list[sql.Co
 
 
 class Shadow:
-    """The shadow database: created from the catalog at start-up, dropped by :meth:`close`."""
+    """The shadow database: created from the catalog at start-up, dropped by :meth:`close` of the process that
+    created it (``owned``); the worker processes of a proxy (sqldp.proxy.workers) attach to their parent's."""
 
-    def __init__(self, owner_dsn: str, name: str) -> None:
+    def __init__(self, owner_dsn: str, name: str, *, owned: bool = True) -> None:
         self.owner_dsn = owner_dsn
         self.name = name
+        self.owned = owned
         self.dsn = psycopg.conninfo.make_conninfo(owner_dsn, dbname=name)
         self._conn: psycopg.Connection[Any] | None = None
         self._lock = threading.Lock()
@@ -261,6 +263,8 @@ class Shadow:
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
+        if not self.owned:
+            return
         try:
             with psycopg.connect(self.owner_dsn, autocommit=True) as owner:
                 owner.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(self.name)))

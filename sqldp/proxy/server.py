@@ -130,6 +130,8 @@ class ProxyServer:
         if config.tls_cert and config.tls_key:
             self.tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             self.tls.load_cert_chain(str(config.tls_cert), str(config.tls_key))
+        self.worker, self.workers = 0, 1  # this process's index among the proxy's server processes, and their number
+        self.peers: tuple[str, ...] = ()  # each worker's socket for forwarded cancel requests (sqldp.proxy.workers)
         self._next_pid = 1000 + (os.getpid() % 1000) * 1000
         self._lock = threading.Lock()
         self._checked: set[str] = set()  # answer texts whose statements PostgreSQL parsed (check)
@@ -175,13 +177,54 @@ class ProxyServer:
                 self._checked.clear()
             self._checked.add(statements.answer)
 
+    def as_worker(self, index: int, peers: tuple[str, ...]) -> None:
+        """Serve as worker ``index`` of ``len(peers)`` processes sharing one port (sqldp.proxy.workers): the
+        process id in each connection's BackendKeyData is ≡ ``index`` modulo their number, so a CancelRequest,
+        which arrives on a new connection that the kernel may hand to any worker, is forwarded to the owner's
+        socket ``peers[owner]``."""
+        with self._lock:
+            self.worker, self.workers, self.peers = index, len(peers), peers
+            self._next_pid = (1000 + (os.getpid() % 1000) * 1000) * self.workers + index
+
     def new_pid(self) -> int:
         with self._lock:
-            self._next_pid += 1
+            self._next_pid += self.workers
             return self._next_pid
 
-    async def serve(self, host: str, port: int) -> asyncio.Server:
-        return await asyncio.start_server(self._client, host, port, limit=1 << 16)
+    def owner(self, pid: int) -> int:
+        """The worker whose connection ``pid`` is (:meth:`as_worker`)."""
+        return pid % self.workers
+
+    def forward_cancel(self, pid: int, body: bytes) -> bool:
+        """Send a CancelRequest for another worker's connection to that worker; whether it was another's. The
+        answer is none either way (§55.2.8: the server never answers a cancel request)."""
+        owner = self.owner(pid)
+        if owner == self.worker:
+            return False
+        task = asyncio.ensure_future(_send_cancel(self.peers[owner], body))
+        task.add_done_callback(_drop_result)
+        return True
+
+    async def serve(self, host: str, port: int, *, reuse_port: bool = False) -> asyncio.Server:
+        return await asyncio.start_server(self._client, host, port, limit=1 << 16, reuse_port=reuse_port)
+
+    async def serve_peers(self, path: str) -> asyncio.Server:
+        """This worker's socket for cancel requests forwarded by the others (:meth:`forward_cancel`)."""
+        return await asyncio.start_unix_server(self._peer, path)
+
+    async def _peer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            code, body = await asyncio.wait_for(pr.read_startup(reader), AUTH_TIMEOUT)
+            # only this worker's own connections: a request is never forwarded twice
+            ours = len(body) >= 8 and self.owner(struct.unpack("!i", body[:4])[0]) == self.worker
+            if code == pr.CANCEL_REQUEST and ours:
+                Connection(self, reader, writer)._cancel(body)
+        except (pr.ProtocolError, ConnectionError, EOFError, asyncio.IncompleteReadError, TimeoutError):
+            pass
+        finally:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                writer.close()
+                await writer.wait_closed()
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = Connection(self, reader, writer)
@@ -223,6 +266,16 @@ class Description:
     params: tuple[int, ...]
     names: tuple[str, ...]
     columns: tuple[int, ...]
+
+
+async def _send_cancel(path: str, body: bytes) -> None:
+    """A CancelRequest (§55.7) for the worker listening on ``path``; a worker that is gone cancels nothing."""
+    with contextlib.suppress(OSError):
+        _, writer = await asyncio.open_unix_connection(path)
+        writer.write(struct.pack("!ii", 16, pr.CANCEL_REQUEST) + body[:8])
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
 
 
 def _bind_size(bind: pr.Bind) -> int:
@@ -316,6 +369,8 @@ class Connection:
         if len(body) < 8:
             return
         pid, key = struct.unpack("!iI", body[:8])
+        if self.server.forward_cancel(pid, body):  # another worker process's connection
+            return
         target = self.server.connections.get((pid, key))
         if target is not None:
             target.cancel_requested = True  # honoured before the charge
