@@ -223,3 +223,62 @@ def test_plans_of_semijoins_are_row_level(catalog: Catalog, policy: Policy) -> N
     assert not plan.data_independent and not plan.disjoint_groups
     outer_only = dataclasses.replace(form, semijoins=())
     assert sensitivity.plan(outer_only, catalog, policy).data_independent
+
+
+# -- the schema's global bound (NR §3.3.13) ---------------------------------------------------------------
+
+KEYED = (
+    "CREATE TABLE IF NOT EXISTS o (k INT PRIMARY KEY, g INT NOT NULL);\n"
+    "CREATE TABLE IF NOT EXISTS l (k INT NOT NULL, n INT NOT NULL, PRIMARY KEY (k, n));\n"
+)
+KEYED_POLICY = "[tables.o]\nweight = 1.0\n[tables.l]\nweight = 1.0\n"
+KEYED_QUERIES = [
+    "SELECT COUNT(*) FROM o WHERE EXISTS (SELECT * FROM l WHERE l.k = o.k AND l.n > 0)",
+    "SELECT COUNT(*) FROM o WHERE NOT EXISTS (SELECT * FROM l WHERE l.k = o.k)",
+    "SELECT COUNT(*) FROM o WHERE o.k IN (SELECT l.k FROM l WHERE l.n <> 1)",
+    "SELECT COUNT(*) FROM o WHERE o.g NOT IN (SELECT l.n FROM l WHERE l.k = o.k)",
+    # o read inside and outside: 1 for its own row + 1 for the row of D it changes (NR §3.3.13.9)
+    "SELECT COUNT(*) FROM o WHERE NOT EXISTS (SELECT * FROM o o2 WHERE o2.g = o.k AND o2.k <> o.k)",
+]
+
+
+@pytest.mark.parametrize("sql", KEYED_QUERIES)
+def test_global_bound_brute_force(pg_dsn: str, sql: str) -> None:
+    """With keys PostgreSQL enforces, the bound holds on every database: |Δf| ≤ bound over every key-respecting
+    neighbour of random tiny databases, with one bound for all of them."""
+    from sqldp.sensitivity.global_bound import GlobalPlan
+
+    catalog = dataclasses.replace(Catalog.from_ddl(KEYED), enforced=True)
+    policy = Policy.from_toml(KEYED_POLICY)
+    form = normalize(parse(sql, catalog), catalog, policy)
+    plan = sensitivity.plan(form, catalog, policy)
+    assert isinstance(plan, GlobalPlan), sql
+    # o's key bounds every term by 1; the last query reads o inside and outside: 1 + 1
+    assert plan.bound == (2 if "o o2" in sql else 1), plan.terms
+    cols = {"o": ("k", "g"), "l": ("k", "n")}
+    rng = random.Random(sql)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(KEYED)
+        for _ in range(6):
+            db = {
+                "o": {(k, rng.choice(DOMAIN)) for k in DOMAIN if rng.random() < 0.6},
+                "l": {(k, n) for k in DOMAIN for n in DOMAIN if rng.random() < 0.4},
+            }
+            for table, rows in db.items():
+                conn.execute(f"DELETE FROM {table}")
+                for row in rows:
+                    conn.execute(f"INSERT INTO {table} ({', '.join(cols[table])}) VALUES (%s, %s)", row)
+            f0 = _values(conn, sql)
+            for table, rows in db.items():
+                keys = {r[0] for r in rows} if table == "o" else set(rows)
+                adds = [r for r in itertools.product(DOMAIN, DOMAIN) if (r[0] if table == "o" else r) not in keys]
+                for op, row in [*(("add", r) for r in adds), *(("remove", r) for r in sorted(rows))]:
+                    conn.execute("BEGIN")
+                    a, b = cols[table]
+                    if op == "add":
+                        conn.execute(f"INSERT INTO {table} ({a}, {b}) VALUES (%s, %s)", row)
+                    else:
+                        conn.execute(f"DELETE FROM {table} WHERE {a} = %s AND {b} = %s", row)
+                    change = _l1(f0, _values(conn, sql))
+                    conn.execute("ROLLBACK")
+                    assert change <= plan.bound + 1e-9, (sql, table, op, row, db, plan.terms)
