@@ -13,6 +13,8 @@ A query in analysis form is ``aggregate(expr) over σθ(U1 × … × Un)`` (NR �
   (``exp.Column`` named ``__agg<i>``) such as ``__agg0 / __agg1`` for an AVG.
 * ``group_by`` — the grouping keys (expressions over uses); one noisy answer per group.
 * ``order_by`` / ``limit`` — applied to the noisy answers, never to true values.
+* ``semijoins`` — ``[NOT] EXISTS`` and ``[NOT] IN (SELECT …)`` conjuncts of θ, each a semi-join (or anti-join)
+  to a deduplicated derived table of its correlation keys (:mod:`sqldp.subqueries`; NR §4.3.6.1 (iii)–(v)).
 
 All expressions are sqlglot trees; they are shared, never mutated (copy before transforming).
 """
@@ -104,6 +106,71 @@ class OrderKey:
 
 
 @dataclass(frozen=True)
+class SemiJoin:
+    """A ``[NOT] EXISTS`` or ``[NOT] IN (SELECT …)`` conjunct of θ as a semi-join (anti-join) to the derived table
+
+        D = SELECT DISTINCT use.c1, …, use.ck FROM table AS use WHERE inner
+
+    seen under the use's alias: an outer row passes when some (``anti``: no) row of D satisfies
+    ``correlation``, which reads D's columns and the outer uses' (:mod:`sqldp.subqueries` has the
+    transformation and its sensitivity argument)."""
+
+    use: TableUse  # the subquery's one table use; D takes its alias
+    columns: tuple[str, ...]  # D's columns: those of the use that ``correlation`` reads
+    inner: tuple[exp.Expr, ...]  # the subquery's own conditions (over the use only)
+    correlation: tuple[exp.Expr, ...]  # conditions over D's columns and the outer uses
+    anti: bool
+    source: str  # what the analyst wrote: "EXISTS", "NOT EXISTS", "IN", "NOT IN"
+    where: str = "query"  # its position in the statement (query:LINE:COL), for refusals after normalising
+
+    @cached_property
+    def sql(self) -> str:
+        return self.predicate().sql(dialect="postgres")
+
+    def derived(self, distinct: bool = True) -> exp.Subquery:
+        """D as a FROM item under the use's alias."""
+        items = [exp.alias_(exp.column(c, table=self.use.alias), c) for c in self.columns]
+        inner = exp.select(*items).from_(exp.alias_(exp.to_table(self.use.table), self.use.alias, table=True))
+        if self.inner:
+            inner = inner.where(exp.and_(*(e.copy() for e in self.inner)), copy=False)
+        if distinct:
+            inner = inner.distinct(copy=False)
+        return exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(self.use.alias)))
+
+    @property
+    def joinable(self) -> bool:
+        """Every column of D is equal to an expression of the outer uses alone in ``correlation``: then an outer
+        row matches at most one row of D (D is a set), and the semi-join is an inner join with D."""
+        if self.anti or not self.columns:
+            return False
+        bound = set()
+        for e in self.correlation:
+            e = e.unnest()
+            if not isinstance(e, exp.EQ):
+                continue
+            for side, other in ((e.this, e.expression), (e.expression, e.this)):
+                outer = {c.table for c in other.find_all(exp.Column)}
+                if isinstance(side, exp.Column) and side.table == self.use.alias and self.use.alias not in outer:
+                    bound.add(side.name)
+        return bound == set(self.columns)
+
+    def predicate(self) -> exp.Expr:
+        """``[NOT] EXISTS (SELECT 1 FROM D WHERE correlation)``: the conjunct the answer's WHERE holds."""
+        if self.columns:
+            body = exp.select(exp.Literal.number(1)).from_(self.derived())
+        else:  # uncorrelated: D has no column; EXISTS asks whether the subquery has a row
+            body = exp.select(exp.Literal.number(1)).from_(
+                exp.alias_(exp.to_table(self.use.table), self.use.alias, table=True)
+            )
+            if self.inner:
+                body = body.where(exp.and_(*(e.copy() for e in self.inner)), copy=False)
+        if self.correlation:
+            body = body.where(exp.and_(*(e.copy() for e in self.correlation)), copy=False)
+        found: exp.Expr = exp.Exists(this=body)
+        return exp.Not(this=found) if self.anti else found
+
+
+@dataclass(frozen=True)
 class AnalysisForm:
     uses: tuple[TableUse, ...]
     conjuncts: tuple[Conjunct, ...]
@@ -120,9 +187,12 @@ class AnalysisForm:
     select_by: int | None = None
     # SELECT DISTINCT: the released rows are the groups present in the data, all chosen by partition selection
     distinct_rows: bool = False
+    semijoins: tuple[SemiJoin, ...] = ()
 
     def use(self, alias: str) -> TableUse:
-        for u in self.uses:
+        """The table use an alias names: one of the product's, or a semi-join's (its columns are read by the
+        semi-join's conditions, which the checks of the columns' kinds and ranges cover too)."""
+        for u in (*self.uses, *(s.use for s in self.semijoins)):
             if u.alias == alias:
                 return u
         raise KeyError(alias)
@@ -153,6 +223,16 @@ def describe(form: AnalysisForm) -> dict[str, Any]:
         "order_by": [{"output": form.outputs[k.output].name, "desc": k.descending} for k in form.order_by],
         "limit": form.limit,
         "rewrites": list(dict.fromkeys(form.notes)),
+        **(
+            {
+                "semijoins": [
+                    {"source": s.source, "table": s.use.table, "alias": s.use.alias, "anti": s.anti, "sql": s.sql}
+                    for s in form.semijoins
+                ]
+            }
+            if form.semijoins
+            else {}
+        ),
     }
 
 

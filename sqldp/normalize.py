@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from sqldp import aggregates, allowlist, release
+from sqldp import aggregates, allowlist, release, subqueries
 from sqldp import algebra as ra
 from sqldp.catalog import Catalog
 from sqldp.errors import ForbiddenError, RefusedError
@@ -27,6 +27,7 @@ from sqldp.form import (
     Conjunct,
     OrderKey,
     Output,
+    SemiJoin,
     TableUse,
     placeholder,
 )
@@ -109,6 +110,7 @@ class _SPJ:
     uses: list[TableUse] = field(default_factory=list)
     conditions: list[exp.Expr] = field(default_factory=list)
     exports: Exports = field(default_factory=dict)
+    semijoins: list[SemiJoin] = field(default_factory=list)
 
 
 def columns_of(e: exp.Expr) -> frozenset[ColumnRef]:
@@ -131,6 +133,10 @@ class Normalizer:
         self.policy = policy
         self.aliases: set[str] = set()
         self.notes: list[str] = []
+        self.tables: dict[str, str] = {}  # fresh alias → catalog table
+        self.ctes = set(ctes_of(parsed.tree))
+        # the subqueries (EXISTS, IN) made semi-joins: not refused by the check of the whole statement
+        self.handled: list[exp.Expr] = []
 
     # -- errors ---------------------------------------------------------------------------------
 
@@ -166,13 +172,21 @@ class Normalizer:
     def spj(self, node: ra.Node) -> _SPJ:
         if isinstance(node, ra.Relation):
             alias = self._fresh(node.alias)
+            self.tables[alias] = node.table
             table = self.catalog.table(node.table)
             out = _SPJ([TableUse(alias, node.table)])
             out.exports[node.alias] = {c: exp.column(c, table=alias) for c in table.columns}
             return out
         if isinstance(node, ra.Select):
             inner = self.spj(node.child)
-            inner.conditions.append(self._substitute(node.condition, inner.exports))
+            for cond in split_and(node.condition):
+                # [NOT] EXISTS / [NOT] IN (SELECT …) conjuncts become semi-joins (sqldp.subqueries)
+                semi = subqueries.semijoin(self, cond, inner.exports)
+                if semi is None:
+                    inner.conditions.append(self._substitute(cond, inner.exports))
+                else:
+                    inner.semijoins.append(semi)
+                    self.handled.append(cond)
             return inner
         if isinstance(node, ra.Product):
             out = _SPJ()
@@ -180,6 +194,7 @@ class Normalizer:
                 part = self.spj(child)
                 out.uses += part.uses
                 out.conditions += part.conditions
+                out.semijoins += part.semijoins
                 for alias, cols in part.exports.items():
                     if alias in out.exports:
                         raise self.refuse(f"the alias {alias!r} is used twice in one FROM clause")
@@ -192,7 +207,7 @@ class Normalizer:
             inner = self.spj(child.child)
             cols = {name: self._substitute(e, inner.exports) for name, e in child.items}
             self.notes.append(f"inlined derived table {node.alias}")
-            return _SPJ(inner.uses, inner.conditions, {node.alias: cols})
+            return _SPJ(inner.uses, inner.conditions, {node.alias: cols}, inner.semijoins)
         if isinstance(node, ra.OuterJoin):
             raise self.refuse(
                 f"{node.kind} JOIN is not supported: only inner joins have a sensitivity analysis (NR §3.3.7.2)",
@@ -228,8 +243,8 @@ class Normalizer:
                 f"the query releases rows of private table {(released or private)[0]!r}; only aggregates "
                 f"({aggregates.supported()}) over private tables can be answered"
             )
-        self._subqueries(statement, private)
         block = self.spj(body.child)
+        self._subqueries(statement, private)
         conjuncts = []
         for cond in block.conditions:
             for part in split_and(cond):
@@ -264,13 +279,25 @@ class Normalizer:
             notes=tuple(self.notes),
             having=having,
             distinct_rows=distinct_rows,
+            semijoins=tuple(block.semijoins),
         )
 
     def _subqueries(self, statement: exp.Expr, private: list[str]) -> None:
-        """Refuse subqueries in expressions: the analyses model none (NR §3.3.7.2 has no operator for them),
-        and one over a private table run as written would release its exact answer."""
+        """Refuse subqueries in expressions other than the semi-joins made of WHERE conjuncts (``handled``): the
+        analyses model no other (NR §3.3.7.2 has no operator for them), and one over a private table run as
+        written would release its exact answer. The semi-joins were found on the qualified tree, the check
+        runs on the statement as parsed: the qualifier keeps the subqueries and their order, so a handled one
+        is skipped by its index, and none is when the two trees do not list as many (fail closed)."""
         ctes = ctes_of(statement)
-        for sub in expression_subqueries(statement):
+        found = expression_subqueries(statement)
+        if self.handled:
+            qualified = expression_subqueries(self.parsed.tree)
+            ids = {id(h) for part in self.handled for h in part.walk()}
+            skip = [i for i, q in enumerate(qualified) if id(q) in ids]
+            if len(qualified) != len(found):  # the qualifier changed the subqueries: refuse them all
+                skip = []
+            found = [q for i, q in enumerate(found) if i not in skip]
+        for sub in found:
             inner = [t for t in relations_read(sub, self.catalog, ctes) if t in private]
             reads = f" (it reads private table {inner[0]!r})" if inner else ""
             raise self.refuse(

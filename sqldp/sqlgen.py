@@ -60,7 +60,16 @@ def answer_query(form: AnalysisForm) -> exp.Select:
     items: list[exp.Expr] = [exp.alias_(g.copy(), f"__key{i}") for i, g in enumerate(form.group_by)]
     items += [exp.alias_(aggregate_expr(a), f"__agg{i}") for i, a in enumerate(form.aggregates)]
     select = from_uses(exp.select(*items), form.uses)
-    select = where(select, form.conjuncts)
+    conditions: list[Conjunct | exp.Expr] = list(form.conjuncts)
+    for semi in form.semijoins:
+        # a semi-join whose derived table's columns are all tied to outer columns is an inner join with it (a
+        # set: one row per outer row at most); the others run as [NOT] EXISTS over it (sqldp.subqueries)
+        if semi.joinable:
+            select = select.join(semi.derived(), join_type="cross", copy=False)
+            conditions += semi.correlation
+        else:
+            conditions.append(semi.predicate())
+    select = where(select, conditions)
     if form.group_by:
         select = select.group_by(*(g.copy() for g in form.group_by), copy=False)
     return select

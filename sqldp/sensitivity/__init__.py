@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from sqldp import subqueries
 from sqldp.catalog import Catalog
 from sqldp.errors import RefusedError
 from sqldp.form import AnalysisForm, ColumnRef
@@ -63,18 +64,27 @@ def plan(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | Non
     When the query reads a table that belongs to a privacy unit (``[units.NAME]``), the neighbours differ by a
     unit, not a row: R2T's plan (:mod:`sqldp.sensitivity.units`) answers it."""
     distinct = any(agg.distinct for agg in form.aggregates)
-    if policy.units and unit_tables(form, catalog, policy):
+    # the semi-joins' uses and conditions count as read and evaluated (sqldp.subqueries): for the value-level
+    # and unit decisions and the failure checks, the form with them in its product
+    checked = subqueries.flat(form, policy.is_sensitive)
+    if policy.units and unit_tables(checked, catalog, policy):
+        subqueries.refuse_outside_rows(form, "R2T under a privacy unit does not model the derived table")
         if distinct:  # R2T truncates per-unit contributions that add up; distinct values do not add up
             raise RefusedError("COUNT(DISTINCT …) under a privacy unit is not supported")
         failures.check(form, domain(form, catalog, policy), bounded_sum=True)
         return plan_units(form, catalog, policy)
     reads = {ref for agg in form.aggregates for ref in agg.columns}
-    reads |= {ref for c in form.conjuncts for ref in c.columns}
+    reads |= {ref for c in checked.conjuncts for ref in c.columns}
     reads |= {ColumnRef(k.table, k.name) for g in form.group_by for k in g.find_all(exp.Column) if k.table}
     values = any(ref.column in policy.table(form.use(ref.alias).table).sensitive_columns for ref in reads)
     # a data-dependent error would answer without noise: refused first (failures.py)
-    failures.check(form, domain(form, catalog, policy), bounded_sum=not values)
+    failures.check(checked, domain(checked, catalog, policy), bounded_sum=not values)
     if values:
+        subqueries.refuse_outside_rows(
+            form,
+            "the query reads value-sensitive columns, and a changed value moves a key in or out of the derived "
+            "table by a step, which the value-level analysis (NR §3.3.8) has no derivative for",
+        )
         if distinct:  # a distinct count jumps when a value crosses another: no derivative (NR §3.3.8)
             raise RefusedError("COUNT(DISTINCT …) over value-sensitive columns is not a continuous function of them")
         _bounded_types(form, catalog, reads)

@@ -9,6 +9,11 @@ at most 1 row per lineitem row and 7 per orders row, since (l_orderkey, l_linenu
 l_linenumber lies in [1, 7] … or whatever the solver proves), that number N_t times the aggregate's largest
 |e| is a global bound for the table: Laplace at c/ε is then ε-DP with no smoothing (Dwork et al. 2006).
 
+A semi-join or anti-join to a derived table D (``[NOT] EXISTS``, ``[NOT] IN``, :mod:`sqldp.subqueries`) adds,
+for the subquery's table T, the number of outer join rows one row of D can flip: the model check of the outer
+query joined with D by ψ, D being a table whose row is unique (SELECT DISTINCT: its key is all its columns)
+and c_D = 1 (NR §3.3.13.9, c′ + c_D·c′_D; §3.3.13.7 for the set semantics of D).
+
 Used only when the constraints are the database's own (a catalog read from PostgreSQL, which enforces them;
 a schema file states them but nothing checks the data against it), and only when every private table's N_t
 is finite within the time limit. Nothing here reads data.
@@ -16,6 +21,7 @@ is finite within the time limit. Nothing here reads data.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,8 +29,8 @@ from typing import Any
 
 from sqlglot import exp
 
-from sqldp.catalog import Catalog
-from sqldp.form import Aggregate, AnalysisForm
+from sqldp.catalog import Catalog, Table
+from sqldp.form import Aggregate, AnalysisForm, SemiJoin
 from sqldp.sensitivity import model_check
 from sqldp.sensitivity.plan import Bound, ExactUnfolded
 from sqldp.sensitivity.rows import RowPlan
@@ -63,6 +69,25 @@ def _schema(catalog: Catalog, tables: set[str]) -> tuple[Any, ...]:
     return tuple(out)
 
 
+def _semi_join_rows(form: AnalysisForm, semi: SemiJoin, catalog: Catalog, timeout: float) -> float:
+    """How many outer join rows one row of the derived table D can flip: D as a table of its own whose key is
+    all its columns (a set), joined to the outer product by ψ (sqldp.subqueries, argument 2)."""
+    if not semi.columns:  # uncorrelated: one row of D flips every outer row, however many there are
+        return math.inf
+    original = catalog.table(semi.use.table)
+    name = f"{semi.use.table}__distinct"
+    derived = Table(name, {c: original.column(c) for c in semi.columns}, tuple(semi.columns))
+    extended = dataclasses.replace(catalog, tables={**catalog.tables, name: derived})
+    outer = model_check.from_form(form, grouped=False)
+    spj = model_check.SPJ((*outer.uses, model_check.Use(semi.use.alias, name)), (*outer.conditions, *semi.correlation))
+    key = (_schema(extended, {u.table for u in spj.uses}), spj.uses, tuple(c.sql() for c in spj.conditions), name)
+    if key not in _cache:
+        if len(_cache) > 4096:
+            _cache.clear()
+        _cache[key] = model_check.sensitivity(spj, extended, name, timeout=timeout).value
+    return _cache[key]
+
+
 def global_plan(rows: RowPlan, catalog: Catalog, *, timeout: float = TIMEOUT) -> GlobalPlan | None:
     """The schema's global bound for a row-level plan, or None (unbounded, out of time, or constraints that
     PostgreSQL does not enforce for this catalog)."""
@@ -79,6 +104,8 @@ def global_plan(rows: RowPlan, catalog: Catalog, *, timeout: float = TIMEOUT) ->
                 _cache.clear()
             _cache[key] = model_check.sensitivity(spj, catalog, table, timeout=timeout).value
         n = _cache[key]
+        # each derived table read from this table adds its rows' reach (NR §3.3.13.9 with c_D = 1)
+        n += sum(_semi_join_rows(form, s.semi, catalog, timeout) for s in rows.semis if s.semi.use.table == table)
         if not math.isfinite(n):
             return None
         weight = rows.weights[table]

@@ -17,6 +17,12 @@ distance; :mod:`sqldp.sensitivity.smoothing` turns each count into its β-smooth
 Units: one row of T is at distance G_T (policy ``weight``), so the sensitivity w.r.t. the metric is the
 multiplicity derivative divided by G_T; the query's bound is the maximum over its private tables.
 
+Semi-joins and anti-joins (``[NOT] EXISTS``, ``[NOT] IN (SELECT …)``, :mod:`sqldp.subqueries`): the outer
+uses' derivatives are computed with the subquery's conjunct dropped (its indicator is at most 1), and a
+private table T read by a subquery gets one more term, the derivative w.r.t. a row of the derived table D:
+the count of outer rows that ψ ties to one row of D, by D's pattern, as for a use of T in the product. The
+terms of a table add (NR §3.3.13.9, c′ + c_D·c′_D with c_D = 1).
+
 The plan runs one scalar query (all local counts and maxima, as scalar subqueries: one round trip) plus one
 grouped query per use of a self-joined private table.
 """
@@ -33,9 +39,10 @@ from typing import Any
 from scipy.cluster.hierarchy import DisjointSet
 from sqlglot import exp
 
+from sqldp import subqueries
 from sqldp.catalog import Catalog
 from sqldp.errors import RefusedError
-from sqldp.form import Aggregate, AnalysisForm, ColumnRef, Conjunct, TableUse
+from sqldp.form import Aggregate, AnalysisForm, ColumnRef, Conjunct, SemiJoin, TableUse
 from sqldp.policy import Policy
 from sqldp.sensitivity.intervals import clamp_columns, domain, magnitude
 from sqldp.sensitivity.patterns import PatternMap, unify
@@ -44,7 +51,6 @@ from sqldp.sensitivity.smoothing import Growth, smooth_count
 from sqldp.sqlgen import from_uses, where
 
 MAX_PRODUCT_PATTERNS = 200_000  # beyond this, a self-join's pattern map is bounded use by use (still sound)
-
 
 
 # -- equality closure -------------------------------------------------------------------------------
@@ -166,6 +172,25 @@ class _UsePlan:
 
 
 @dataclass(frozen=True)
+class _SemiPlan:
+    """The derivative w.r.t. a row of a semi-join's derived table D: its largest count is the product of
+    ``factors`` (indices of scalar queries), over the outer uses ``term.others``."""
+
+    semi: SemiJoin
+    term: UseTerm
+    factors: tuple[int, ...]
+
+
+def semi_term(form: AnalysisForm, semi: SemiJoin) -> UseTerm:
+    """The use term of D's row: the outer query joined with D by ψ (sqldp.subqueries, argument 2). D's columns
+    that ψ's equalities tie to outer columns are its pattern; ψ's other conjuncts that read D are dropped."""
+    conds = tuple(Conjunct(e, frozenset(ColumnRef(c.table, c.name) for c in e.find_all(exp.Column)), False)
+                  for e in semi.correlation)  # fmt: skip
+    joined = dataclasses.replace(form, uses=(*form.uses, semi.use), conjuncts=(*form.conjuncts, *conds), semijoins=())
+    return use_term(joined, semi.use, equality_classes(joined.conjuncts))
+
+
+@dataclass(frozen=True)
 class RowPlan(ExactUnfolded):
     """SQL for Postgres and how to turn its results into a β-smooth bound (the plan contract)."""
 
@@ -179,6 +204,7 @@ class RowPlan(ExactUnfolded):
     weights: dict[str, float]  # private table → G
     private: frozenset[str]
     disjoint_groups: bool
+    semis: tuple[_SemiPlan, ...] = ()  # one per semi-join reading a private table
 
     @property
     def queries(self) -> tuple[exp.Select, ...]:
@@ -193,7 +219,8 @@ class RowPlan(ExactUnfolded):
         public rows only (or is 1), no growth term exists (``Growth.static``), and the bound is the same on
         every database that differs in private rows — a global sensitivity, which needs no smoothing
         (NR §3.3.7.3 with A(k) constant). Decided from the query's shape and the policy, never the data."""
-        return all(o.table not in self.private for p in self.uses for o in p.term.others)
+        terms = [p.term for p in self.uses] + [s.term for s in self.semis]
+        return all(o.table not in self.private for t in terms for o in t.others)
 
     def bind(self, results: Sequence[Rows]) -> Callable[[float], Bound]:
         """Read the query results once — the counts, the unified pattern maps of self-joined tables, the
@@ -204,23 +231,33 @@ class RowPlan(ExactUnfolded):
         per_table = []
         for table in sorted(self.private):
             plans = [p for p in self.uses if p.term.use.table == table]
-            per_table.append((table, plans, *self._vectors(plans, scal, grouped)))
+            vectors, growths = self._vectors(plans, scal, grouped) if plans else ([()], [])
+            semis = [
+                (math.prod(scal[i] for i in s.factors), self._growth(s.term, scal))
+                for s in self.semis
+                if s.semi.use.table == table
+            ]
+            per_table.append((table, plans, vectors, growths, semis))
 
         def at(beta: float) -> Bound:
             terms: dict[str, dict[str, Any]] = {}
             best = 0.0
-            for table, plans, vectors, growths in per_table:
+            for table, plans, vectors, growths, semis in per_table:
                 smoothed = 0.0
                 witness: tuple[float, ...] = ()
                 for vec in vectors:
                     total = sum(smooth_count(c, g, beta)[0] for c, g in zip(vec, growths, strict=True))
                     if total >= smoothed:
                         smoothed, witness = total, vec
+                # the derived tables' terms add to the product's (sqldp.subqueries, arguments 2 and 3)
+                smoothed += sum(smooth_count(c, g, beta)[0] for c, g in semis)
+                witness += tuple(c for c, _ in semis)
                 g_t = self.weights[table]
                 sens = self.multiplier * smoothed / g_t
                 best = max(best, sens)
+                derived = [s.semi.use.alias for s in self.semis if s.semi.use.table == table]
                 terms[table] = {
-                    "uses": [p.term.use.alias for p in plans],
+                    "uses": [p.term.use.alias for p in plans] + derived,
                     "weight": g_t,
                     "derivative": self.multiplier * sum(witness),  # the unsmoothed count derivative at D
                     "smooth_derivative": self.multiplier * smoothed,
@@ -305,6 +342,8 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
         raise ValueError("plan_rows takes a form with one aggregate")
     agg = form.aggregates[0]
     private = frozenset(u.table for u in form.uses if policy.table(u.table).rows_private)
+    private |= subqueries.private_tables(form, policy)
+    semijoins = [s for s in form.semijoins if s.use.table in private]
 
     dom = domain(form, catalog, policy)
     if agg.kind == "count":
@@ -324,6 +363,8 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
     grouped: list[exp.Select] = []
     local: dict[str, int] = {}
     needed = {o.alias for u in form.uses if u.table in private for o in form.uses if o.alias != u.alias}
+    if semijoins:  # D's term counts outer rows: every outer use may grow
+        needed |= {u.alias for u in form.uses}
     for u in form.uses:
         if u.alias in needed:  # n_j: the rows of use j that can join, for the growth of the others (A(k))
             local[u.alias] = len(scalars)
@@ -350,6 +391,15 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
                 factors.append((len(scalars),))
                 scalars.append(_max_count(q) if keys else q)
         plans.append(_UsePlan(term, tuple(factors), tuple(pattern_queries), tuple(pattern_columns)))
+    semis = []
+    for s in semijoins:
+        term = semi_term(form, s)
+        indices = []
+        for comp_uses, conds, keys in _components(term):
+            q = _count_query(comp_uses, conds, [term.reps[k] for k in keys])
+            indices.append(len(scalars))
+            scalars.append(_max_count(q) if keys else q)
+        semis.append(_SemiPlan(s, term, tuple(indices)))
     return RowPlan(
         form=form,
         aggregate=released,
@@ -360,7 +410,9 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
         local=local,
         weights={t: policy.table(t).weight for t in private},
         private=private,
-        disjoint_groups=_disjoint(form, private, classes),
+        # a row of a derived table flips outer rows of any group: one ℓ1 bound over the groups
+        disjoint_groups=_disjoint(form, private, classes) and not semijoins,
+        semis=tuple(semis),
     )
 
 

@@ -121,10 +121,17 @@ def test_subqueries_over_public_tables_stay_exact(neighbours) -> None:
     assert out.table() == (["u", "y"], [("A", None), ("B", 2020), ("C", 2020)])
 
 
-def test_a_private_aggregate_with_a_public_subquery_is_refused_with_its_position(neighbours) -> None:
+def test_a_private_aggregate_with_a_public_subquery_is_a_semi_join(neighbours) -> None:
+    """IN (SELECT …) over a public table is a semi-join (sqldp.subqueries): answered with noise, never exactly."""
     d, _ = neighbours
-    with pytest.raises(RefusedError, match=r"^query:1:47: subqueries inside expressions"):
-        d.run("SELECT COUNT(*) FROM priv WHERE id IN (SELECT k FROM pub)")
+    out = d.run("SELECT COUNT(*) FROM priv WHERE id IN (SELECT k FROM pub)")
+    assert not out.public and out.measurements
+
+
+def test_a_private_aggregate_with_a_subquery_under_or_is_refused_with_its_position(neighbours) -> None:
+    d, _ = neighbours
+    with pytest.raises(RefusedError, match=r"^query:1:43: subqueries inside expressions"):
+        d.run("SELECT COUNT(*) FROM priv WHERE id = 1 OR id IN (SELECT k FROM pub)")
 
 
 # -- functions and casts off the allow-list ---------------------------------------------------------------

@@ -1,0 +1,196 @@
+"""Subqueries inside WHERE: ``[NOT] EXISTS (SELECT …)`` and ``x [NOT] IN (SELECT k …)`` as semi-joins and
+anti-joins to a deduplicated derived table (NR §4.3.6.1, transformations (iii), (iv) and (v)).
+
+The transformation (a workflow step, NR §3.2.1.1: the subquery's result is an intermediate table the main
+query reads). For a conjunct of θ
+
+    EXISTS (SELECT … FROM T AS u WHERE φ(u) AND ψ(u, outer))          (ψ: the conditions reading outer uses)
+    x IN (SELECT u.k FROM T AS u WHERE φ(u) AND ψ(u, outer))           ≡ EXISTS (… AND u.k = x)
+
+let D = SELECT DISTINCT u.c1, …, u.ck FROM T AS u WHERE φ(u), where c1 … ck are the columns of u that ψ reads.
+Then an outer row passes the conjunct iff some row d of D satisfies ψ(d, outer): EXISTS only asks whether a
+row exists, and the columns ψ does not read do not change the answer, so D's set semantics keep it. (IN is
+EXISTS with ψ ∧ u.k = x in WHERE: IN yields NULL rather than false when no k equals x and a NULL is present,
+and WHERE treats both alike.) NOT EXISTS passes iff no row of D does (an anti-join). ``x NOT IN (SELECT k …)``
+is NOT EXISTS (… AND k = x) only when neither x nor k can be NULL (a NULL k makes NOT IN false for every row, a
+NULL x false whenever the subquery has a row): answered when the catalog declares both NOT NULL, refused
+otherwise (NR's (v) asks for a foreign key; NOT NULL is what the equivalence needs).
+
+The SQL that runs says exactly this (:meth:`sqldp.form.SemiJoin.predicate`): ``EXISTS (SELECT 1 FROM (SELECT
+DISTINCT …) AS u WHERE ψ)``, or, when ψ ties every column of D to the outer uses by equalities (Q4, IN), an
+inner join with D — a set, so each outer row meets at most one of its rows and the join multiplies nothing.
+
+The sensitivity argument (row-level privacy, NR §3.3.7; the workflow rule c′ + Σ cᵢ·c′ᵢ of NR §3.3.13.9).
+Write the query's value as f = Σ_{outer rows o} w(o)·[∃ d ∈ D: ψ(d, o)] (for NOT EXISTS, [∄ …]) with w(o) the
+aggregate's term (1 for COUNT, |e| ≤ M for SUM).
+
+1. Rows of an outer table t. The indicator lies in [0, 1] whatever D holds, so adding or removing one row of t
+   moves f by at most what it moves the same query without the conjunct: the outer derivative (NR §3.3.7.3)
+   computed with the conjunct dropped bounds it, for EXISTS and NOT EXISTS alike. (Keeping D's rows as a
+   factor would be no better: the indicator is at most 1 already.)
+2. Rows of T, the subquery's table (c_D = 1: one row of T adds or removes at most one row of D, since D is
+   π_{c1…ck}(σ_φ(T)) made a set). Changing one row of D to or from d flips the indicator only of the outer rows
+   o with ψ(d, o), whether it is a semi-join or an anti-join: the change is at most M·#{o : ψ(d, o)} — the
+   derivative of the same outer query joined with D w.r.t. a row of D, which the row analysis counts by D's
+   *pattern* (the columns of d that ψ's equalities tie to outer columns; the others are existential). For an
+   anti-join, *removing* a row of T can *add* outer rows; the bound counts both directions.
+3. A table read both outside and inside (Q21's lineitem l1 and l2): the two terms add (NR §3.3.13.9's
+   c′ + c_D·c′_D with c_D = 1). Each term is smoothed as the row analysis smooths it (the outer private uses
+   grow with the distance; D's term does not depend on D itself), and a sum of smooth bounds is smooth.
+4. Along one step the terms are evaluated at the smaller database: the new outer rows pass at most once
+   (term 1) and the old ones flip at most once (term 2), so |Δf| ≤ max(d(D), d(D′)) as for joins.
+
+Groups are not disjoint once a subquery reads a private table (a row of D flips outer rows of any group), so
+the bound is one ℓ1 bound over the groups. The schema's global bound (NR §3.3.13) for term 2 is the model
+check of the outer query joined with D as a table whose row is unique (D is a set; its key is all of its
+columns) (:mod:`sqldp.sensitivity.global_bound`).
+
+Shapes outside this are refused with the reason and position: a subquery over several tables (one changed row
+could change many keys of D), with GROUP BY, HAVING, aggregates, LIMIT or set operations, nested subqueries,
+subqueries under OR or NOT other than the one directly before EXISTS or IN, and any subquery when the query
+reads value-sensitive columns or privacy units (those analyses do not model D).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from sqlglot import exp
+
+from sqldp.errors import RefusedError
+from sqldp.form import AnalysisForm, ColumnRef, Conjunct, SemiJoin, TableUse
+from sqldp.frontend import position
+from sqldp.policy import Policy
+
+if TYPE_CHECKING:
+    from sqldp.normalize import Exports, Normalizer
+
+
+def recognise(cond: exp.Expr) -> tuple[exp.Expr, exp.Expr | None, bool, str] | None:
+    """``(subquery, x, anti, source)`` for a conjunct ``[NOT] EXISTS (q)`` or ``x [NOT] IN (q)``, else None."""
+    e = cond.unnest()
+    anti = isinstance(e, exp.Not)
+    if anti:
+        e = e.this.unnest()
+    if isinstance(e, exp.Exists):
+        return e.this, None, anti, "NOT EXISTS" if anti else "EXISTS"
+    if isinstance(e, exp.In) and e.args.get("query") is not None:
+        return e.args["query"], e.this, anti, "NOT IN" if anti else "IN"
+    return None
+
+
+def semijoin(n: Normalizer, cond: exp.Expr, exports: Exports) -> SemiJoin | None:
+    """The semi-join for one conjunct of a WHERE (columns as written, resolved through ``exports``), None
+    when the conjunct is not a subquery predicate; a refusal with the position for one sqldp cannot analyse."""
+    found = recognise(cond)
+    if found is None:
+        return None
+    query, x, anti, source = found
+    while isinstance(query, exp.Subquery):
+        query = query.this
+    what = f"{source} (SELECT …)"
+    if not isinstance(query, exp.Select):
+        shape = query.key.upper()
+        raise n.refuse(f"{what}: only a plain SELECT … FROM one table WHERE … is analysed, not {shape}", query)
+    for arg, name in (("group", "GROUP BY"), ("having", "HAVING"), ("limit", "LIMIT"), ("offset", "OFFSET")):
+        if query.args.get(arg) is not None:
+            raise n.refuse(f"{what} with {name} is not analysed (NR §4.3.6.1 (iii)–(v) cover SELECT … WHERE)", query)
+    if query.args.get("with_") or query.args.get("with") or query.args.get("joins"):
+        raise n.refuse(
+            f"{what} over several tables is not analysed: one changed row could change many of its keys", query
+        )
+    if any(node.find(exp.AggFunc) for node in query.expressions):
+        raise n.refuse(f"{what} with an aggregate in its SELECT list is not analysed", query)
+    from_ = query.args.get("from_") or query.args.get("from")
+    table = from_.this if from_ is not None else None
+    if not isinstance(table, exp.Table) or table.args.get("db") or table.name.lower() not in n.catalog.tables:
+        raise n.refuse(f"{what}: only a subquery reading one table of the catalog is analysed", query)
+    if table.name.lower() in n.ctes:
+        raise n.refuse(f"{what}: {table.name!r} names both a WITH query and a table; rename the WITH query", table)
+    name = table.name.lower()
+    written = table.alias_or_name.lower()
+    alias = n._fresh(written)
+    n.tables[alias] = name
+    use = TableUse(alias, name)
+    mine: dict[str, exp.Expr] = {c: exp.column(c, table=alias) for c in n.catalog.table(name).columns}
+    scope: Exports = {**exports, written: mine}  # the subquery's alias hides an outer one of the same name
+    where = query.args.get("where")
+    parts = [n._substitute(p, scope) for p in _split(where.this)] if where is not None else []
+    if x is not None:
+        if len(query.expressions) != 1:
+            raise n.refuse(f"{what}: the subquery must return one column", query)
+        item = query.expressions[0]
+        k = n._substitute(item.unalias() if isinstance(item, exp.Alias) else item, scope)
+        if not (isinstance(k, exp.Column) and k.table == alias):
+            raise n.refuse(f"{what}: the subquery must return a column of its table", item)
+        left = n._substitute(x, exports)
+        if anti:
+            _not_null(n, left, k, cond)
+        parts.append(exp.EQ(this=k, expression=left))
+    inner: list[exp.Expr] = []
+    correlation: list[exp.Expr] = []
+    for p in parts:
+        tables = {c.table for c in p.find_all(exp.Column)}
+        (inner if tables <= {alias} else correlation).append(p)
+    columns = sorted({c.name for p in correlation for c in p.find_all(exp.Column) if c.table == alias})
+    n.notes.append(f"{source} (SELECT … FROM {name}) → {'anti' if anti else 'semi'}-join with SELECT DISTINCT keys")
+    where_ = position(n.sql, cond)
+    return SemiJoin(use, tuple(columns), tuple(inner), tuple(correlation), anti, source, where_)
+
+
+def _not_null(n: Normalizer, left: exp.Expr, k: exp.Column, at: exp.Expr) -> None:
+    """x NOT IN (SELECT k …) is NOT EXISTS (… AND k = x) only when neither side can be NULL (module docstring)."""
+    for side in (left, k):
+        column = None
+        if isinstance(side, exp.Column) and side.table:
+            table = n.tables.get(side.table)
+            column = n.catalog.table(table).columns.get(side.name) if table is not None else None
+        if column is None or column.nullable:
+            shown = side.sql(dialect="postgres")
+            raise n.refuse(
+                f"NOT IN (SELECT …): {shown} may be NULL, and then NOT IN is not NOT EXISTS (a NULL in the "
+                "subquery makes NOT IN false for every row); write NOT EXISTS (…) or declare the column NOT NULL",
+                at,
+            )
+
+
+def _split(e: exp.Expr) -> list[exp.Expr]:
+    e = e.unnest()
+    return [*_split(e.this), *_split(e.expression)] if isinstance(e, exp.And) else [e]
+
+
+def flat(form: AnalysisForm, sensitive: Callable[[str, str], bool]) -> AnalysisForm:
+    """The form with each semi-join's use and conditions put into the product: what the checks that look at
+    every column and expression the statement evaluates (value-sensitive reads, PostgreSQL failures) need.
+    Not a query with the same value — only for those checks."""
+    if not form.semijoins:
+        return form
+    extra = []
+    for s in form.semijoins:
+        for e in (*s.inner, *s.correlation):
+            cols = frozenset(ColumnRef(c.table, c.name) for c in e.find_all(exp.Column) if c.table)
+            private = any(sensitive(form.use(r.alias).table, r.column) for r in cols)
+            extra.append(Conjunct(e, cols, private))
+    return dataclasses.replace(
+        form,
+        uses=(*form.uses, *(s.use for s in form.semijoins)),
+        conjuncts=(*form.conjuncts, *extra),
+        semijoins=(),
+    )
+
+
+def refuse_outside_rows(form: AnalysisForm, why: str) -> None:
+    """Only the row-level analyses (rows, global bound) model the semi-joins: refuse the others."""
+    if form.semijoins:
+        s = form.semijoins[0]
+        raise RefusedError(
+            f"{s.source} (SELECT … FROM {s.use.table}) is analysed under row-level privacy only (NR §3.3.7): {why}",
+            where=s.where,
+        )
+
+
+def private_tables(form: AnalysisForm, policy: Policy) -> frozenset[str]:
+    """The tables with private rows the semi-joins read."""
+    return frozenset(s.use.table for s in form.semijoins if policy.table(s.use.table).rows_private)
