@@ -884,6 +884,7 @@ class Connection:
             raise
         except SqldpError as err:
             decision = "budget_exhausted" if err.sqlstate == "53400" else "refused"
+            decision = "timeout" if isinstance(err, _TimedOut) else decision
             _log(analyst.name, fp, decision, sqlstate=err.sqlstate, ms=round((time.perf_counter() - t0) * 1000, 3))
             raise
         except Exception as exc:  # a bug or a broken upstream: fail closed, keep the connection
@@ -930,10 +931,13 @@ class Connection:
             eps, delta = float(params.epsilon), float(params.delta or 0.0)
             with self.server.ledger_pool.connection() as conn:
                 balance = ledger.charge(conn, analyst.name, eps, delta, fingerprint)
+        deadline = _Deadline(running, analyst.statement_timeout)
         try:
-            with watching(running):  # a CancelRequest from now on cancels the upstream queries (_cancel)
+            with watching(running), deadline:  # a CancelRequest from now on cancels the upstream queries (_cancel)
                 result = prepared.run()
         except DatabaseError as err:
+            if deadline.fired:
+                raise _TimedOut(deadline.seconds, charged=not prepared.public) from None
             raise _from_upstream(err, public=prepared.public) from err
         columns, rows = result.table()
         types = [v.infer_type([r[i] for r in rows]) for i in range(len(columns))]
@@ -1009,6 +1013,46 @@ class _TooComplex(SqldpError):
 
     def __init__(self) -> None:
         super().__init__("the statement is nested too deeply to be analysed")
+
+
+class _Deadline:
+    """The analyst's statement timeout over one statement's run (after its charge): when it passes, the
+    statement's upstream queries are cancelled as a client's CancelRequest cancels them (PQcancel on each
+    connection it holds; ``Running`` refuses any it would take next). None: no timeout."""
+
+    def __init__(self, running: Running, seconds: float | None) -> None:
+        self.running = running
+        self.seconds = seconds
+        self.fired = False
+        self._timer: threading.Timer | None = None
+
+    def _fire(self) -> None:
+        self.fired = True
+        self.running.cancel()
+
+    def __enter__(self) -> _Deadline:
+        if self.seconds is not None:
+            self._timer = threading.Timer(self.seconds, self._fire)
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+class _TimedOut(SqldpError):
+    """A statement that ran past the analyst's statement timeout: one fixed message whatever the statement
+    was doing (its upstream error is that of the cancel), and for a private one the charge stands: it was made
+    before the run, like the charge of an answer (docs/proxy.md, "Statement timeout")."""
+
+    sqlstate = "57014"  # query_canceled, as PostgreSQL's own statement_timeout reports it
+
+    def __init__(self, seconds: float | None, *, charged: bool) -> None:
+        cost = "; its charge stands" if charged else ""
+        super().__init__(f"canceling statement due to statement timeout ({seconds:g} s, set by the data owner){cost}")
+        self.hint = "SHOW sqldp.budget shows what is left" if charged else None
 
 
 class _ScanForward(SqldpError):

@@ -384,6 +384,8 @@ def test_policy_sections_are_checked_strictly(tmp_path: Path) -> None:
         '[analysts.a]\nverifier = "md5abc"\nepsilon_limit = 1\n': "analysts.a.verifier",
         '[proxy]\nlisten = "nowhere"\n': "proxy.listen",
         "[proxy]\nport = 1\n": "proxy: unknown key 'port'",
+        "[proxy]\nstatement_timeout = 0\n": "proxy.statement_timeout",
+        f'[analysts.a]\nverifier = "{v}"\nepsilon_limit = 1\nstatement_timeout = "1s"\n': "a.statement_timeout",
     }
     for text, key in bad.items():
         path = tmp_path / "p.toml"
