@@ -38,9 +38,10 @@ from sqldp.errors import DatabaseError, ForbiddenError, InputError, RefusedError
 from sqldp.proxy import catalog as shadow_catalog
 from sqldp.proxy import harmless, ledger, statements
 from sqldp.proxy import protocol as pr
+from sqldp.proxy import scram as scram_auth
 from sqldp.proxy import values as v
 from sqldp.proxy.config import Analyst, ProxyConfig
-from sqldp.proxy.scram import MECHANISM, AuthFailed, ScramServer
+from sqldp.proxy.scram import AuthFailed, ScramServer
 
 if typing.TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
@@ -128,9 +129,11 @@ class ProxyServer:
         self.connections: dict[tuple[int, int], Connection] = {}
         self.mock_secret = secrets.token_bytes(32)
         self.tls: ssl.SSLContext | None = None
+        self.cert_pem: str | None = None  # the certificate TLS presents: SCRAM-SHA-256-PLUS binds to it
         if config.tls_cert and config.tls_key:
             self.tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             self.tls.load_cert_chain(str(config.tls_cert), str(config.tls_key))
+            self.cert_pem = config.tls_cert.read_text(encoding="ascii")
         self._next_pid = 1000 + (os.getpid() % 1000) * 1000
         self._lock = threading.Lock()
         self._checked: set[str] = set()  # answer texts whose statements PostgreSQL parsed (check)
@@ -282,6 +285,7 @@ class Connection:
         self.described: dict[str, Description | None] = {}  # statement name → what the upstream said of it
         self.cancel_requested = False
         self.running: Running | None = None  # the upstream connections of the statement running now
+        self.encrypted = False  # TLS was negotiated (SSLRequest): SCRAM-SHA-256-PLUS is offered
 
     # -- start-up -----------------------------------------------------------------------------
 
@@ -302,6 +306,7 @@ class Connection:
                     self.writer.write(b"S")
                     await self.writer.drain()
                     await self.writer.start_tls(self.server.tls)
+                    self.encrypted = True
                 else:
                     self.writer.write(b"N")  # §55.2.10: continue unencrypted (the client may then give up)
                     await self.writer.drain()
@@ -347,8 +352,8 @@ class Connection:
         self.database = params.get("database", user)
         self.settings = {"application_name": params.get("application_name", "")}
         analyst = self.server.config.analysts.get(user)
-        scram = ScramServer(analyst.verifier if analyst else None, user, self.server.mock_secret)
-        self.writer.write(pr.auth_sasl([MECHANISM]))
+        binding = scram_auth.channel_binding(self.server.cert_pem) if self.encrypted else None
+        self.writer.write(pr.auth_sasl(scram_auth.mechanisms(binding is not None)))
         await self.writer.drain()
         try:
             kind, body = await pr.read_message(self.reader, 8192)
@@ -359,8 +364,8 @@ class Connection:
             n = buf.int32()
             first = buf.bytes_(n) if n >= 0 else b""
             buf.end()
-            if mech != MECHANISM:
-                raise AuthFailed(f"unsupported SASL mechanism {mech!r}")
+            verifier = analyst.verifier if analyst else None
+            scram = ScramServer(verifier, user, self.server.mock_secret, mechanism=mech, binding=binding)
             self.writer.write(pr.auth_sasl_continue(scram.first(first)))
             await self.writer.drain()
             kind, body = await pr.read_message(self.reader, 8192)
