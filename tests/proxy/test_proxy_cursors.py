@@ -183,3 +183,30 @@ def test_fetch_and_move_position_as_postgresql_does(proxy: ThreadedProxy, upstre
                     break
             for conn in (ours, theirs):
                 conn.execute("ROLLBACK")
+
+
+def test_execute_on_a_cursor_portal_pages_from_its_position(proxy: ThreadedProxy) -> None:
+    """A declared cursor is a portal (PostgreSQL manual §55.2.3): Execute with a row limit fetches forward from
+    where FETCH left it and suspends while rows remain."""
+    from proxy_support import _msg, raw_login, recv_message
+
+    def until_ready() -> list[tuple[bytes, bytes]]:
+        out = []
+        while True:
+            kind, body = recv_message(sock)
+            out.append((kind, body))
+            if kind == b"Z":
+                return out
+
+    sock = raw_login(proxy.port)
+    sock.sendall(_msg(b"Q", b"BEGIN; \0"))
+    until_ready()
+    sock.sendall(_msg(b"Q", b"DECLARE c CURSOR FOR SELECT k FROM numbers ORDER BY k\0"))
+    assert [k for k, _ in until_ready()] == [b"C", b"Z"]
+    sock.sendall(_msg(b"Q", b"FETCH 2 FROM c\0"))
+    assert [k for k, _ in until_ready()] == [b"T", b"D", b"D", b"C", b"Z"]
+    sock.sendall(_msg(b"E", b"c\0" + (3).to_bytes(4, "big")) + _msg(b"E", b"c\0\0\0\0\0") + _msg(b"S", b""))
+    got = until_ready()
+    rows = [body[6:].decode() for kind, body in got if kind == b"D"]
+    assert rows == ["3", "4", "5", "6", "7"] and [k for k, _ in got if k != b"D"] == [b"s", b"C", b"Z"], got
+    sock.close()
