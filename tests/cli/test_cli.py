@@ -167,7 +167,7 @@ def test_an_option_given_twice_is_an_error_not_the_last_one() -> None:
 def test_completion_scripts_complete_subcommands_and_policy_names(tmp_path: Path) -> None:
     """`sqldp completion bash` (shtab, static): bash registers it for `sqldp` and completes the subcommands,
     flags, and --policy/--schema with the shipped names and the .toml/.sql files at hand."""
-    script = tmp_path / "sqldp.bash"
+    script = tmp_path / "completion.bash"
     done = sqldp("completion", "bash")
     assert done.returncode == 0, done.stderr
     script.write_text(done.stdout, encoding="utf-8")
