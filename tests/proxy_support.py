@@ -45,7 +45,7 @@ def write_policy(path: Path, analysts: dict[str, dict[str, object]], *, epsilon:
     ]
     for name, spec in analysts.items():
         lines.append(f"[analysts.{name}]")
-        spec = {"verifier": str(make_verifier(PASSWORD, iterations=256)), **spec}
+        spec = {"verifier": str(make_verifier(PASSWORD)), **spec}
         for k, val in spec.items():
             lines.append(f"{k} = {val!r}" if not isinstance(val, str) else f'{k} = "{val}"')
     path.write_text("\n".join(lines) + "\n" + extra, encoding="utf-8")

@@ -9,12 +9,14 @@ credentials = "analysts.credentials.toml" # NAME = "SCRAM-SHA-256$…" lines, ke
 max_message_bytes = 1048576
 workers = 16                              # threads running analyses and queries
 pool_size = 8                             # upstream connections kept open
+statement_timeout = 60                    # seconds a statement may run upstream (default: no limit)
 
 [analysts.alice]
 verifier = "SCRAM-SHA-256$4096:…"         # from `sqldp budget passwd alice`; or in the credentials file
 epsilon_limit = 10.0                      # total ε this analyst may spend (required)
 delta_limit = 1e-5                        # total δ (default 0: (ε, δ) queries are refused)
 epsilon = 0.5                             # per-query privacy parameters, overriding [defaults]
+statement_timeout = 30                    # this analyst's, overriding [proxy]'s
 ```
 
 Relative paths are read relative to the policy file. Every unknown key is an error naming the file and key.
@@ -35,8 +37,17 @@ from sqldp.policy.document import PRIVACY_KEYS, Policy, parse_privacy
 from sqldp.policy.keys import check_keys
 from sqldp.policy.values import positive
 
-PROXY_KEYS = {"listen", "tls_cert", "tls_key", "credentials", "max_message_bytes", "workers", "pool_size"}
-ANALYST_KEYS = {"verifier", "epsilon_limit", "delta_limit", *PRIVACY_KEYS}
+PROXY_KEYS = {
+    "listen",
+    "tls_cert",
+    "tls_key",
+    "credentials",
+    "max_message_bytes",
+    "workers",
+    "pool_size",
+    "statement_timeout",
+}
+ANALYST_KEYS = {"verifier", "epsilon_limit", "delta_limit", "statement_timeout", *PRIVACY_KEYS}
 MAX_MESSAGE_BYTES = (1024, 1 << 26)  # the range max_message_bytes may take
 
 
@@ -47,6 +58,7 @@ class AnalystPolicy:
     epsilon_limit: float
     delta_limit: float
     privacy: Mapping[str, Any] = field(default_factory=dict)  # keyword arguments for the runner
+    statement_timeout: float | None = None  # seconds; None: [proxy]'s
 
 
 @dataclass(frozen=True)
@@ -58,6 +70,7 @@ class ProxyPolicy:
     workers: int = 16
     pool_size: int = 8
     analysts: Mapping[str, AnalystPolicy] = field(default_factory=dict)
+    statement_timeout: float | None = None  # seconds; None: no limit
 
 
 def parse_listen(text: Any, where: str) -> tuple[str, int]:
@@ -130,7 +143,15 @@ def parse_proxy(policy: Policy) -> ProxyPolicy:
         workers=_int(proxy.get("workers", 16), f"{w}.workers", 1, 256),
         pool_size=_int(proxy.get("pool_size", 8), f"{w}.pool_size", 1, 256),
         analysts=analysts,
+        statement_timeout=_timeout(proxy, w),
     )
+
+
+def _timeout(spec: Mapping[str, Any], where: str) -> float | None:
+    """``statement_timeout``: seconds, > 0 and under a day (threading.Timer takes it as is)."""
+    if "statement_timeout" not in spec:
+        return None
+    return positive(spec["statement_timeout"], f"{where}.statement_timeout", upper=86400)
 
 
 def _analyst(name: str, spec: Any, creds: Mapping[str, str], where: str) -> AnalystPolicy:
@@ -148,4 +169,5 @@ def _analyst(name: str, spec: Any, creds: Mapping[str, str], where: str) -> Anal
         positive(spec["epsilon_limit"], f"{where}.epsilon_limit", allow_zero=True),
         positive(spec.get("delta_limit", 0.0), f"{where}.delta_limit", allow_zero=True),
         parse_privacy(spec, where),
+        _timeout(spec, where),
     )

@@ -26,6 +26,9 @@ class Analyst:
     epsilon_limit: float
     delta_limit: float
     privacy: Mapping[str, Any] = field(default_factory=dict)  # keyword arguments for the runner
+    # seconds a statement of this analyst may run upstream, then it is cancelled (None: no limit); the
+    # analyst's own setting, else [proxy]'s (docs/proxy.md, "Statement timeout")
+    statement_timeout: float | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ def load(policy: Policy) -> ProxyConfig:
             a.epsilon_limit,
             a.delta_limit,
             a.privacy,
+            a.statement_timeout if a.statement_timeout is not None else spec.statement_timeout,
         )
         for name, a in spec.analysts.items()
     }

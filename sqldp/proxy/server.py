@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -37,9 +38,10 @@ from sqldp.errors import DatabaseError, ForbiddenError, InputError, RefusedError
 from sqldp.proxy import catalog as shadow_catalog
 from sqldp.proxy import harmless, ledger, statements
 from sqldp.proxy import protocol as pr
+from sqldp.proxy import scram as scram_auth
 from sqldp.proxy import values as v
 from sqldp.proxy.config import Analyst, ProxyConfig
-from sqldp.proxy.scram import MECHANISM, AuthFailed, ScramServer
+from sqldp.proxy.scram import AuthFailed, ScramServer
 
 if typing.TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
@@ -127,9 +129,11 @@ class ProxyServer:
         self.connections: dict[tuple[int, int], Connection] = {}
         self.mock_secret = secrets.token_bytes(32)
         self.tls: ssl.SSLContext | None = None
+        self.cert_pem: str | None = None  # the certificate TLS presents: SCRAM-SHA-256-PLUS binds to it
         if config.tls_cert and config.tls_key:
             self.tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             self.tls.load_cert_chain(str(config.tls_cert), str(config.tls_key))
+            self.cert_pem = config.tls_cert.read_text(encoding="ascii")
         self.worker, self.workers = 0, 1  # this process's index among the proxy's server processes, and their number
         self.peers: tuple[str, ...] = ()  # each worker's socket for forwarded cancel requests (sqldp.proxy.workers)
         self._next_pid = 1000 + (os.getpid() % 1000) * 1000
@@ -249,6 +253,17 @@ class ProxyServer:
 
 
 @dataclass
+class Cursor:
+    """A named cursor (DECLARE): its portal's outcome holds every row, released in full when it was declared;
+    FETCH and MOVE page through them (:func:`statements.run_fetch`)."""
+
+    hold: bool  # WITH HOLD: outlives COMMIT
+    scroll: bool | None  # NO SCROLL (False) refuses backward moves, as PostgreSQL does
+    position: int = 0  # 0: before the first row, k: on row k, len(rows) + 1: after the last
+    in_transaction: bool = False  # declared in the open transaction block: ROLLBACK closes it, even WITH HOLD
+
+
+@dataclass
 class Portal:
     sql: str
     result_formats: tuple[int, ...]
@@ -257,6 +272,7 @@ class Portal:
     empty: bool = False  # no statement in it (only comments or blanks): EmptyQueryResponse
     types: tuple[int, ...] | None = None  # result column types as Describe of its statement announced them
     spans: tuple[statements.Span, ...] = ()  # where its parameters were bound (error positions map back)
+    cursor: Cursor | None = None  # a portal made by DECLARE
 
 
 @dataclass(frozen=True)
@@ -322,6 +338,7 @@ class Connection:
         self.described: dict[str, Description | None] = {}  # statement name → what the upstream said of it
         self.cancel_requested = False
         self.running: Running | None = None  # the upstream connections of the statement running now
+        self.encrypted = False  # TLS was negotiated (SSLRequest): SCRAM-SHA-256-PLUS is offered
 
     # -- start-up -----------------------------------------------------------------------------
 
@@ -342,6 +359,7 @@ class Connection:
                     self.writer.write(b"S")
                     await self.writer.drain()
                     await self.writer.start_tls(self.server.tls)
+                    self.encrypted = True
                 else:
                     self.writer.write(b"N")  # §55.2.10: continue unencrypted (the client may then give up)
                     await self.writer.drain()
@@ -389,8 +407,8 @@ class Connection:
         self.database = params.get("database", user)
         self.settings = {"application_name": params.get("application_name", "")}
         analyst = self.server.config.analysts.get(user)
-        scram = ScramServer(analyst.verifier if analyst else None, user, self.server.mock_secret)
-        self.writer.write(pr.auth_sasl([MECHANISM]))
+        binding = scram_auth.channel_binding(self.server.cert_pem) if self.encrypted else None
+        self.writer.write(pr.auth_sasl(scram_auth.mechanisms(binding is not None)))
         await self.writer.drain()
         try:
             kind, body = await pr.read_message(self.reader, 8192)
@@ -401,8 +419,8 @@ class Connection:
             n = buf.int32()
             first = buf.bytes_(n) if n >= 0 else b""
             buf.end()
-            if mech != MECHANISM:
-                raise AuthFailed(f"unsupported SASL mechanism {mech!r}")
+            verifier = analyst.verifier if analyst else None
+            scram = ScramServer(verifier, user, self.server.mock_secret, mechanism=mech, binding=binding)
             self.writer.write(pr.auth_sasl_continue(scram.first(first)))
             await self.writer.drain()
             kind, body = await pr.read_message(self.reader, 8192)
@@ -587,6 +605,16 @@ class Connection:
         elif kind == b"E":
             name, max_rows = pr.parse_execute(body)
             portal = self._portal(name)
+            if portal.cursor is not None:  # a declared cursor's portal: Execute fetches forward from its position
+                count = max_rows if max_rows > 0 else statements.ALL
+                got = self._fetch(statements.Fetch(name, "forward", count, move=False))
+                oids = got.types or []
+                self.writer.write(
+                    b"".join(pr.data_row(v.encode_text(x, oids[i]) for i, x in enumerate(r)) for r in got.rows)
+                )
+                more = 0 < max_rows == len(got.rows)
+                self.writer.write(pr.portal_suspended() if more else pr.command_complete(f"SELECT {len(got.rows)}"))
+                return
             outcome = await self._outcome(portal)
             if portal.empty:
                 self.writer.write(pr.empty_query())
@@ -642,7 +670,10 @@ class Connection:
         types = self.statements[name][1]
         oids = [(types[i] if i < len(types) and types[i] else v.TEXT) for i in range(n)]
         self.writer.write(pr.parameter_description(oids))
-        if names is None:
+        fetched = self._cursor_shape(self.statements[name][0]) if names is None else None
+        if fetched is not None and fetched.columns is not None:
+            self.writer.write(pr.row_description(_fields(fetched.columns, fetched.types or [])))
+        elif names is None:
             self.writer.write(pr.no_data())
         elif desc is not None:
             self.writer.write(pr.row_description(_fields(list(desc.names), list(desc.columns))))
@@ -691,6 +722,8 @@ class Connection:
         self.writer.write(b"".join(notes))
         if outcome is None or isinstance(outcome, Outcome):
             return outcome
+        if isinstance(outcome, _Declare):
+            return await self._declare(outcome.declare)
         if isinstance(outcome, _BudgetQuery):
             assert self.analyst is not None
             loop = asyncio.get_running_loop()
@@ -731,7 +764,7 @@ class Connection:
 
     def _answer_now(
         self, sql: str, notes: list[bytes], simple: bool = False
-    ) -> Outcome | _CatalogQuery | _BudgetQuery | str | None:
+    ) -> Outcome | _CatalogQuery | _BudgetQuery | _Declare | str | None:
         """In a worker thread, while this connection's task waits for it (so its state is ours to change):
         the answer to a statement that reads no data, or the statement to hand to the runner. Messages to
         send go to ``notes`` (the writer belongs to the event loop). One hand-off per statement: the simple
@@ -748,6 +781,7 @@ class Connection:
             return Outcome("BEGIN")
         if stmt.kind in ("commit", "rollback"):
             tag = "ROLLBACK" if stmt.kind == "rollback" or self.status == "E" else "COMMIT"
+            self._close_cursors(committed=tag == "COMMIT")
             self.status = "I"
             return Outcome(tag)
         if stmt.kind in ("savepoint", "release", "rollback_to"):
@@ -773,7 +807,27 @@ class Connection:
                     notes.append(pr.parameter_status(name, value))
             return Outcome(stmt.kind.upper())
         if stmt.kind == "discard":
+            self._close_cursors(everything=True)  # DISCARD ALL closes every cursor, as CLOSE ALL does
             return Outcome("DISCARD ALL")
+        if stmt.kind == "declare":
+            d = statements.declare(stmt.sql)
+            if not d.hold and self.status != "T":
+                raise _NoTransaction("DECLARE CURSOR")
+            if d.name in self.portals:
+                raise statements.CursorError(f'cursor "{d.name}" already exists', "42P03")
+            if len(self.portals) >= MAX_PORTALS:
+                raise _TooLarge(f"too many open portals on this connection (limit {MAX_PORTALS}); close some")
+            return _Declare(d)
+        if stmt.kind == "fetch":
+            return self._fetch(statements.fetch(stmt.sql))
+        if stmt.kind == "close":
+            target = statements.close(stmt.sql)
+            if target is None:
+                self._close_cursors(everything=True)
+                return Outcome("CLOSE CURSOR ALL")
+            self._cursor(target)
+            del self.portals[target]
+            return Outcome("CLOSE CURSOR")
         if stmt.kind == "deallocate":
             target = stmt.words[-1] if len(stmt.words) > 1 else ""
             if target == "all":
@@ -806,6 +860,73 @@ class Connection:
                 return Outcome(probe.tag, probe.columns, probe.types, probe.rows)
         return stmt.sql
 
+    # -- named cursors ------------------------------------------------------------------------
+
+    async def _declare(self, d: statements.Declare) -> Outcome:
+        """DECLARE: the cursor's query answered now, like any other statement (a private one is charged here,
+        once, and its noisy rows released in full with the NOTICE of its cost); FETCH then pages through the
+        released rows, which is post-processing and costs nothing (Dwork & Roth, "The Algorithmic Foundations
+        of Differential Privacy", Prop. 2.1)."""
+        try:
+            answered = await self._answer(d.query)
+        except SqldpError as err:
+            if err.position is not None:  # into the DECLARE statement
+                err.position += d.offset
+            raise
+        if answered.columns is None:  # cannot happen: statements.declare admits only a SELECT
+            raise ForbiddenError("a cursor can only be declared for a SELECT")
+        # the column types a client decodes FETCH by, as Describe gives them for a prepared SELECT (int4 stays
+        # int4; noisy values are float8); a query the runner does not answer (a catalog one) keeps its values'
+        assert self.analyst is not None
+        loop = asyncio.get_running_loop()
+        desc = await loop.run_in_executor(
+            self.server.executor, describe, self.server.session, d.query, (), self.analyst.privacy
+        )
+        if desc is not None and len(desc.columns) == len(answered.columns):
+            answered = dataclasses.replace(answered, types=list(desc.columns))
+        cursor = Cursor(d.hold, d.scroll, in_transaction=self.status == "T")
+        self.portals[d.name] = Portal(d.query, (), outcome=answered, cursor=cursor)
+        return Outcome("DECLARE CURSOR")
+
+    def _cursor(self, name: str) -> tuple[Cursor, Outcome]:
+        portal = self.portals.get(name)
+        if portal is None or portal.cursor is None or portal.outcome is None:
+            raise statements.CursorError(f'cursor "{name}" does not exist')
+        return portal.cursor, portal.outcome
+
+    def _fetch(self, f: statements.Fetch) -> Outcome:
+        """FETCH or MOVE on a declared cursor, from its released rows (no statement runs)."""
+        cursor, outcome = self._cursor(f.name)
+        n = len(outcome.rows)
+        if cursor.scroll is False and statements.scrolls_back(cursor.position, n, f):
+            raise _ScanForward()
+        rows, cursor.position = statements.run_fetch(cursor.position, n, f)
+        if f.move:
+            return Outcome(f"MOVE {len(rows)}")
+        return Outcome(f"FETCH {len(rows)}", outcome.columns, outcome.types, [outcome.rows[i] for i in rows])
+
+    def _close_cursors(self, *, committed: bool = False, everything: bool = False) -> None:
+        """At the end of a transaction block: cursors WITHOUT HOLD close; so do those WITH HOLD declared in a
+        block that rolls back (PostgreSQL manual, DECLARE). ``everything``: CLOSE ALL, DISCARD ALL."""
+        for name, portal in list(self.portals.items()):
+            c = portal.cursor
+            if c is None:
+                continue
+            if everything or not c.hold or (c.in_transaction and not committed):
+                del self.portals[name]
+            else:
+                c.in_transaction = False
+
+    def _cursor_shape(self, query: str) -> Outcome | None:
+        """For Describe of a prepared FETCH: the cursor's columns (None if it is no FETCH of a cursor)."""
+        try:
+            if statements.classify(query).kind != "fetch":
+                return None
+            f = statements.fetch(query)
+            return None if f.move else self._cursor(f.name)[1]
+        except SqldpError:
+            return None
+
     async def _private(self, sql: str) -> Outcome:
         self.cancel_requested = False
         running = self.running = Running()
@@ -823,6 +944,7 @@ class Connection:
             raise
         except SqldpError as err:
             decision = "budget_exhausted" if err.sqlstate == "53400" else "refused"
+            decision = "timeout" if isinstance(err, _TimedOut) else decision
             _log(analyst.name, fp, decision, sqlstate=err.sqlstate, ms=round((time.perf_counter() - t0) * 1000, 3))
             raise
         except Exception as exc:  # a bug or a broken upstream: fail closed, keep the connection
@@ -869,10 +991,13 @@ class Connection:
             eps, delta = float(params.epsilon), float(params.delta or 0.0)
             with self.server.ledger_pool.connection() as conn:
                 balance = ledger.charge(conn, analyst.name, eps, delta, fingerprint)
+        deadline = _Deadline(running, analyst.statement_timeout)
         try:
-            with watching(running):  # a CancelRequest from now on cancels the upstream queries (_cancel)
+            with watching(running), deadline:  # a CancelRequest from now on cancels the upstream queries (_cancel)
                 result = prepared.run()
         except DatabaseError as err:
+            if deadline.fired:
+                raise _TimedOut(deadline.seconds, charged=not prepared.public) from None
             raise _from_upstream(err, public=prepared.public) from err
         columns, rows = result.table()
         types = [v.infer_type([r[i] for r in rows]) for i in range(len(columns))]
@@ -948,6 +1073,61 @@ class _TooComplex(SqldpError):
 
     def __init__(self) -> None:
         super().__init__("the statement is nested too deeply to be analysed")
+
+
+class _Deadline:
+    """The analyst's statement timeout over one statement's run (after its charge): when it passes, the
+    statement's upstream queries are cancelled as a client's CancelRequest cancels them (PQcancel on each
+    connection it holds; ``Running`` refuses any it would take next). None: no timeout."""
+
+    def __init__(self, running: Running, seconds: float | None) -> None:
+        self.running = running
+        self.seconds = seconds
+        self.fired = False
+        self._timer: threading.Timer | None = None
+
+    def _fire(self) -> None:
+        self.fired = True
+        self.running.cancel()
+
+    def __enter__(self) -> _Deadline:
+        if self.seconds is not None:
+            self._timer = threading.Timer(self.seconds, self._fire)
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+class _TimedOut(SqldpError):
+    """A statement that ran past the analyst's statement timeout: one fixed message whatever the statement
+    was doing (its upstream error is that of the cancel), and for a private one the charge stands: it was made
+    before the run, like the charge of an answer (docs/proxy.md, "Statement timeout")."""
+
+    sqlstate = "57014"  # query_canceled, as PostgreSQL's own statement_timeout reports it
+
+    def __init__(self, seconds: float | None, *, charged: bool) -> None:
+        cost = "; its charge stands" if charged else ""
+        super().__init__(f"canceling statement due to statement timeout ({seconds:g} s, set by the data owner){cost}")
+        self.hint = "SHOW sqldp.budget shows what is left" if charged else None
+
+
+class _ScanForward(SqldpError):
+    sqlstate = "55000"  # object_not_in_prerequisite_state, as PostgreSQL says it
+    hint = "Declare it with SCROLL option to enable backward scan."
+
+    def __init__(self) -> None:
+        super().__init__("cursor can only scan forward")
+
+
+@dataclass(frozen=True)
+class _Declare:
+    """A DECLARE whose query the connection answers next (:meth:`Connection._declare`)."""
+
+    declare: statements.Declare
 
 
 @dataclass(frozen=True)
@@ -1073,7 +1253,11 @@ def describe(session: Session, query: str, types: tuple[int, ...], privacy: Mapp
     statement (Parse and Describe read no rows) only after the analysis accepted it. Public columns and
     group keys keep the upstream's types; every noisy value is float8."""
     try:
-        if statements.classify(query).kind != "select":
+        kind = statements.classify(query).kind
+        if kind == "declare":  # its parameters are its query's; DECLARE itself returns no rows
+            inner = describe(session, statements.declare(query).query, types, privacy)
+            return None if inner is None else Description(inner.params, (), ())
+        if kind != "select":
             return None
         n = statements.param_count(query)
         bound = statements.bind(query, lambda k: v.null_literal(types[k - 1] if k - 1 < len(types) else 0))

@@ -179,7 +179,7 @@ def fingerprint(sql: str) -> str:
 
 @dataclass(frozen=True)
 class Statement:
-    kind: str  # empty, select, show, set, reset, begin, commit, rollback, discard, deallocate
+    kind: str  # empty, select, show, set, reset, begin, commit, rollback, discard, deallocate, declare, fetch, close
     sql: str
     words: tuple[str, ...]
 
@@ -222,10 +222,6 @@ _REFUSE = {
     "unlisten",
     "prepare",
     "execute",
-    "declare",
-    "fetch",
-    "move",
-    "close",
     "checkpoint",
     "explain",
     "reassign",
@@ -265,8 +261,237 @@ def classify(sql: str) -> Statement:
         return Statement("discard", stmts[0], words)
     if first == "deallocate":
         return Statement("deallocate", stmts[0], words)
+    if first in ("declare", "fetch", "move", "close"):
+        # named cursors: psycopg's server-side cursors (:func:`declare` checks that the query is a SELECT)
+        return Statement("fetch" if first == "move" else first, stmts[0], words)
     if first in _REFUSE:
         raise ForbiddenError(f"{first.upper()} is not allowed through sqldp: only SELECT queries are answered")
     if not _WORD.match(first or ""):
         raise SqlSyntaxError(f"syntax error at or near {first!r}", where="position 1")
     raise SqlSyntaxError(f"syntax error at or near {first!r}: only SELECT queries are answered", where="position 1")
+
+
+# -- named cursors (DECLARE, FETCH, MOVE, CLOSE; PostgreSQL manual, SQL commands) ---------------------------
+
+_CURSOR_TOKEN = re.compile(r"[A-Za-z_][A-Za-z_0-9$]*|[+-]?\d+|\S")
+ALL = 2**63 - 1  # FETCH's count for ALL: PostgreSQL's FETCH_ALL (LONG_MAX), so FETCH 9223372036854775807 is ALL
+
+
+class CursorError(SqldpError):
+    sqlstate = "34000"  # invalid_cursor_name
+
+    def __init__(self, message: str, sqlstate: str | None = None) -> None:
+        super().__init__(message)
+        if sqlstate:
+            self.sqlstate = sqlstate
+
+
+def _cursor_tokens(sql: str) -> list[tuple[str, int]]:
+    """(token, start): words lowered, signed numbers and punctuation; a quoted identifier unquoted, with a
+    leading '"' to tell it apart; a string constant as the one token "'"."""
+    masked = list(sql)  # the code alone, each literal and comment blanked in place (a '-' and its digits join)
+    out = []
+    for kind, s, e in _tokens(sql):
+        if kind in ("literal", "comment"):
+            masked[s:e] = " " * (e - s)
+        if kind == "literal":
+            text = sql[s:e]
+            out.append(('"' + text[1:-1].replace('""', '"') if text[0] == '"' else "'", s))
+    for m in _CURSOR_TOKEN.finditer("".join(masked)):
+        text = m.group()
+        out.append((text.lower() if text[0].isalpha() or text[0] == "_" else text, m.start()))
+    return sorted(out, key=lambda t: t[1])
+
+
+def _cursor_name(token: str | None, what: str) -> str:
+    if token is None or not (token[0] == '"' or _WORD.fullmatch(token)):
+        raise SqlSyntaxError(f"syntax error in {what}: a cursor name is expected")
+    if token[0] == '"':
+        if len(token) == 1:
+            raise CursorError('invalid cursor name ""')
+        return token[1:]
+    return token
+
+
+@dataclass(frozen=True)
+class Declare:
+    """``DECLARE name [BINARY] [ASENSITIVE | INSENSITIVE] [[NO] SCROLL] CURSOR [{WITH | WITHOUT} HOLD] FOR
+    query``: the query as written and where it starts in the statement (for error positions)."""
+
+    name: str
+    query: str
+    offset: int
+    hold: bool
+    scroll: bool | None  # None: not said (PostgreSQL then scrolls where the plan allows; a materialised one can)
+
+
+def declare(sql: str) -> Declare:
+    toks = _cursor_tokens(sql)
+    words = [t for t, _ in toks]
+    name = _cursor_name(words[1] if len(words) > 1 else None, "DECLARE")
+    i, scroll = 2, None
+    while i < len(words) and words[i] in ("binary", "asensitive", "insensitive", "no", "scroll"):
+        if words[i] == "binary":
+            raise RefusedError("binary cursors are not available through sqldp; fetch in binary format instead")
+        if words[i] == "no":
+            if words[i + 1 : i + 2] != ["scroll"]:
+                break
+            scroll, i = False, i + 1
+        elif words[i] == "scroll":
+            scroll = True
+        i += 1
+    if words[i : i + 1] != ["cursor"]:
+        raise SqlSyntaxError("syntax error in DECLARE: CURSOR is expected after the name and options")
+    i += 1
+    hold = False
+    if words[i : i + 2] in (["with", "hold"], ["without", "hold"]):
+        hold, i = words[i] == "with", i + 2
+    if words[i : i + 1] != ["for"] or i + 1 >= len(toks):
+        raise SqlSyntaxError("syntax error in DECLARE: FOR and a SELECT are expected")
+    offset = toks[i + 1][1]
+    query = sql[offset:]
+    if classify(query).kind != "select":
+        raise ForbiddenError("a cursor can only be declared for a SELECT")
+    return Declare(name, query, offset, hold, scroll)
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """``FETCH``/``MOVE [direction] [FROM | IN] name``, the direction in PostgreSQL's own terms (forward,
+    backward, absolute, relative) with a count (:data:`ALL` for ALL)."""
+
+    name: str
+    direction: str
+    count: int
+    move: bool
+
+
+_DIRECTIONS = {
+    "next": ("forward", 1),
+    "prior": ("backward", 1),
+    "first": ("absolute", 1),
+    "last": ("absolute", -1),
+    "all": ("forward", ALL),
+}
+
+
+def _count(token: str | None) -> int | None:
+    if token is not None and token.lstrip("+-").isdigit():
+        n = int(token)
+        if abs(n) > ALL:
+            raise SqlSyntaxError(f"FETCH count {token} is out of range")
+        return n
+    return None
+
+
+def fetch(sql: str) -> Fetch:
+    words = [t for t, _ in _cursor_tokens(sql)]
+    what = words[0].upper()
+    rest = words[1:]
+    direction, count = "forward", 1
+    if len(rest) > 1:
+        head = rest[0]
+        if head in _DIRECTIONS:
+            direction, count = _DIRECTIONS[head]
+            rest = rest[1:]
+        elif head in ("absolute", "relative"):
+            n = _count(rest[1])
+            if n is None:
+                raise SqlSyntaxError(f"syntax error in {what}: {head.upper()} needs a count")
+            direction, count, rest = head, n, rest[2:]
+        elif head in ("forward", "backward"):
+            direction = head
+            n = _count(rest[1])
+            if n is not None:
+                count, rest = n, rest[2:]
+            elif rest[1] == "all":
+                count, rest = ALL, rest[2:]
+            else:
+                rest = rest[1:]
+        elif (n := _count(head)) is not None:
+            count, rest = n, rest[1:]
+    if rest[:1] in (["from"], ["in"]):
+        rest = rest[1:]
+    if len(rest) != 1:
+        raise SqlSyntaxError(f"syntax error in {what}: {what} [direction] [FROM | IN] cursor_name expected")
+    return Fetch(_cursor_name(rest[0], what), direction, count, what == "MOVE")
+
+
+def close(sql: str) -> str | None:
+    """The cursor ``CLOSE name`` closes; None for ``CLOSE ALL``."""
+    words = [t for t, _ in _cursor_tokens(sql)]
+    if words[1:] == ["all"]:
+        return None
+    if len(words) != 2:
+        raise SqlSyntaxError("syntax error in CLOSE: CLOSE cursor_name or CLOSE ALL expected")
+    return _cursor_name(words[1], "CLOSE")
+
+
+def run_fetch(position: int, n: int, f: Fetch) -> tuple[list[int], int]:
+    """The 0-based indices of the rows ``f`` returns (MOVE: passes over) from a cursor over ``n`` rows at
+    ``position`` (0: before the first row, k: on row k, n + 1: after the last), and its new position.
+
+    PostgreSQL's own FETCH (its executor function DoPortalRunFetch) step by step, each step an executor run
+    forward or backward over the materialised rows: ABSOLUTE k > 0 rewinds, steps k - 1 rows, returns the
+    next; ABSOLUTE k < 0 runs to the end, steps back -k - 1 rows, returns the one before; RELATIVE k steps
+    k - 1 rows and returns the next; a count of 0 returns the current row again (MOVE 0 counts it)."""
+    pos = position
+
+    def step(forward: bool, k: int) -> list[int]:
+        nonlocal pos
+        if k == 0 or (pos > n if forward else pos == 0):
+            return []
+        if forward:
+            rows = list(range(pos, min(n, pos + k)))
+            pos = pos + len(rows) if len(rows) == k else n + 1
+        else:
+            rows = list(range(pos - 2, max(-1, pos - 2 - k), -1))
+            pos = pos - len(rows) if len(rows) == k else 0
+        return rows
+
+    direction, count = f.direction, f.count
+    if direction == "absolute":
+        if count > 0:
+            pos = 0
+            step(True, count - 1)
+            return step(True, 1), pos
+        if count < 0:
+            step(True, ALL)
+            step(False, -count - 1)
+            return step(False, 1), pos
+        return [], 0
+    if direction == "relative":
+        if count > 0:
+            step(True, count - 1)
+            return step(True, 1), pos
+        if count < 0:
+            step(False, -count - 1)
+            return step(False, 1), pos
+        direction = "forward"
+    forward = direction == "forward"
+    if count < 0:
+        forward, count = not forward, -count
+    if count == 0:
+        return ([pos - 1] if 1 <= pos <= n else []), pos
+    return step(forward, count), pos
+
+
+def scrolls_back(position: int, n: int, f: Fetch) -> bool:
+    """Whether ``f`` would run a cursor backward or rewind it, which PostgreSQL refuses for a NO SCROLL cursor
+    ("cursor can only scan forward"): the same branches of DoPortalRunFetch as :func:`run_fetch`, where
+    PostgreSQL's portalPos counts the rows passed (``n`` at the end) and a rewind at the start is no move."""
+    portal_pos = min(position, n)
+    count = f.count
+    if f.direction == "absolute":
+        if count > 0:
+            rewinds = count - 1 <= portal_pos // 2 and position != 0
+            return rewinds or count <= portal_pos + (position > n)
+        return count < 0 or position != 0
+    if f.direction == "relative" and count != 0:
+        return count < 0
+    backward = f.direction == "backward"
+    if count < 0:
+        backward, count = not backward, -count
+    if count == 0:
+        return not f.move and (backward or 1 <= position <= n)  # FETCH 0 steps back one row to return it
+    return backward

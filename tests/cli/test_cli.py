@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -119,10 +121,12 @@ def test_python_dash_m_sqldp_and_absurd_epsilon(schema: Path) -> None:
 
 def test_help_imports_no_analysis_library() -> None:
     """`sqldp --help` builds every command's parser; it must not import the analyses' libraries (scipy, z3,
-    gmpy2, numpy, sqlglot: about 0.9 s before commands imported them lazily)."""
+    gmpy2, numpy, sqlglot: about 0.9 s before commands imported them lazily), nor shtab (only `sqldp
+    completion` needs it)."""
+    heavy = "{'scipy', 'z3', 'gmpy2', 'numpy', 'sqlglot', 'shtab'}"
     code = (
         "import sys\nfrom sqldp.cli import build_parser\nbuild_parser()\n"
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'scipy', 'z3', 'gmpy2', 'numpy', 'sqlglot'}))"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {heavy}))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]"
@@ -158,3 +162,37 @@ def test_an_option_given_twice_is_an_error_not_the_last_one() -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert repeated.returncode == 0, repeated.stderr
+
+
+def test_completion_scripts_complete_subcommands_and_policy_names(tmp_path: Path) -> None:
+    """`sqldp completion bash` (shtab, static): bash registers it for `sqldp` and completes the subcommands,
+    flags, and --policy/--schema with the shipped names and the .toml/.sql files at hand."""
+    script = tmp_path / "completion.bash"
+    done = sqldp("completion", "bash")
+    assert done.returncode == 0, done.stderr
+    script.write_text(done.stdout, encoding="utf-8")
+    (tmp_path / "mine.toml").touch()
+    (tmp_path / "mine.sql").touch()
+    probe = f"""
+source {shlex.quote(str(script))}
+complete -p sqldp
+c() {{ COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); COMP_LINE="$*"; COMP_POINT=${{#COMP_LINE}}; COMPREPLY=()
+  _shtab_sqldp; echo "${{COMPREPLY[*]}}"; }}
+c sqldp ""
+c sqldp ep
+c sqldp run --po
+c sqldp run --policy ""
+c sqldp proxy --policy t
+c sqldp explain --schema ""
+"""
+    out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=60, cwd=tmp_path, check=True)
+    lines = out.stdout.splitlines()
+    assert lines[0] == "complete -o bashdefault -F _shtab_sqldp sqldp", out.stdout + out.stderr
+    assert set(lines[1].split()) >= {"run", "explain", "proxy", "budget", "epsilon", "demo", "load", "completion"}
+    assert lines[2:] == ["epsilon", "--policy", "cafeteria tpch mine.toml", "tpch", "cafeteria tpch mine.sql"]
+    zsh = sqldp("completion", "zsh")
+    assert zsh.returncode == 0 and zsh.stdout.startswith("#compdef sqldp")
+    assert "compadd -- cafeteria tpch" in zsh.stdout
+    if shutil.which("zsh"):
+        subprocess.run(["zsh", "-n"], input=zsh.stdout, text=True, check=True, timeout=60)
+    assert sqldp("completion", "fish").returncode == 2

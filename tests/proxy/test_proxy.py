@@ -375,7 +375,7 @@ def test_kill_9_mid_run_leaves_a_consistent_ledger(upstream: str, tmp_path: Path
 
 
 def test_policy_sections_are_checked_strictly(tmp_path: Path) -> None:
-    v = make_verifier("pw", iterations=256)
+    v = make_verifier("pw")
     bad = {
         f'[analysts.a]\nverifier = "{v}"\nepsilon_limit = 1\nepsilon_limt = 2\n': (
             "analysts.a: unknown key 'epsilon_limt'"
@@ -384,6 +384,8 @@ def test_policy_sections_are_checked_strictly(tmp_path: Path) -> None:
         '[analysts.a]\nverifier = "md5abc"\nepsilon_limit = 1\n': "analysts.a.verifier",
         '[proxy]\nlisten = "nowhere"\n': "proxy.listen",
         "[proxy]\nport = 1\n": "proxy: unknown key 'port'",
+        "[proxy]\nstatement_timeout = 0\n": "proxy.statement_timeout",
+        f'[analysts.a]\nverifier = "{v}"\nepsilon_limit = 1\nstatement_timeout = "1s"\n': "a.statement_timeout",
     }
     for text, key in bad.items():
         path = tmp_path / "p.toml"
@@ -394,13 +396,13 @@ def test_policy_sections_are_checked_strictly(tmp_path: Path) -> None:
 
 
 def test_credentials_file(tmp_path: Path) -> None:
-    (tmp_path / "creds.toml").write_text(f'alice = "{make_verifier("pw", iterations=256)}"\n')
+    (tmp_path / "creds.toml").write_text(f'alice = "{make_verifier("pw")}"\n')
     path = tmp_path / "p.toml"
     path.write_text('[proxy]\ncredentials = "creds.toml"\n[analysts.alice]\nepsilon_limit = 2\n')
     cfg = load(Policy.from_file(path))
     assert cfg.analysts["alice"].epsilon_limit == 2.0
     (tmp_path / "creds.toml").write_text(
-        f'alice = "{make_verifier("pw", iterations=256)}"\neve = "{make_verifier("pw", iterations=256)}"\n'
+        f'alice = "{make_verifier("pw")}"\neve = "{make_verifier("pw")}"\n'
     )
     with pytest.raises(PolicyError, match="eve"):
         load(Policy.from_file(path))

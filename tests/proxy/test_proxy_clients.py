@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from proxy_support import PASSWORD, client_dsn, make_tables, write_policy
 
-from sqldp.proxy import ThreadedProxy, build
+from sqldp.proxy import ThreadedProxy, build, ledger
 from sqldp.proxy.scram import make_verifier
 
 asyncpg = pytest.importorskip("asyncpg")
@@ -132,7 +132,7 @@ def _pgjdbc() -> Path | None:
 
 
 @pytest.mark.skipif(_pgjdbc() is None, reason="java or the pgjdbc jar (in ~/.m2) is not available")
-def test_jdbc(proxy: ThreadedProxy, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_jdbc(proxy: ThreadedProxy, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     session = proxy.built.server.session
     real = session.prepare
 
@@ -150,19 +150,25 @@ def test_jdbc(proxy: ThreadedProxy, monkeypatch: pytest.MonkeyPatch) -> None:
         timeout=120,
     )
     lines = {line.split(" ")[1]: line for line in out.stdout.splitlines() if line.startswith(("OK ", "FAIL "))}
-    steps = {"readonly", "isolation", "public", "prepared", "private", "tables", "columns", "keys", "timeout"}
+    steps = {"readonly", "isolation", "public", "prepared", "private", "fetchsize", "cursor", "tables", "columns"}
+    steps |= {"keys", "timeout"}
     assert set(lines) == steps, out.stdout + out.stderr
     assert all(line.startswith("OK ") for line in lines.values()), list(lines.values())
     assert lines["public"] == "OK public ALGERIA:1,ARGENTINA:2,BRAZIL:3,"
     assert lines["prepared"].endswith(" ARGENTINA")  # key 1 + 7 % 3 = 2, past the prepare threshold
     kind, value = lines["private"].split(" ")[2:]
     assert kind == "float8" and float(value) != 200.0
+    assert lines["fetchsize"] == "OK fetchsize cs:float8,math:float8,", lines["fetchsize"]
+    assert lines["cursor"] == "OK cursor ALGERIA,ARGENTINA,ALGERIA,BRAZIL,", lines["cursor"]
     # catalog discovery, from the shadow database (sqldp's catalog: names, types, NOT NULL, keys)
     assert lines["tables"] == "OK tables nation,rates,visits,", lines["tables"]
     assert lines["columns"] == "OK columns id:int4:0,faculty:text:0,minutes:int4:0,", lines["columns"]
     assert lines["keys"] == "OK keys id,", lines["keys"]
     state, ms = lines["timeout"].split(" ")[2:]
     assert state == "57014" and int(ms) < 3000, lines["timeout"]  # cancelled after 1 s, not after the 5 s run
+    with psycopg.connect(pg_dsn) as conn:  # "private" and "fetchsize" charged once each; "timeout" before its charge
+        balance = ledger.balance(conn, "alice")
+        assert balance is not None and balance.queries == 2
 
 
 # -- catalog discovery (issue 26): answered from sqldp's catalog in a shadow database, never upstream --------

@@ -41,7 +41,7 @@ def tpch_proxy(
     """The proxy over TPC-H (SF 0.01) with its shipped policy; the ledger in a database of its own, since the
     TPC-H database is shared by read-only tests."""
     policy = tmp_path / "tpch.toml"
-    verifier = make_verifier(PASSWORD, iterations=256)
+    verifier = make_verifier(PASSWORD)
     alice = f'\n[analysts.alice]\nverifier = "{verifier}"\nepsilon_limit = 50.0\n'
     policy.write_text(TPCH_POLICY.read_text(encoding="utf-8") + alice, encoding="utf-8")
     with ThreadedProxy(build(tpch_dsn[0], policy, ledger_dsn=pg_dsn)) as p:

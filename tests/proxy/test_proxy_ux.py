@@ -220,3 +220,32 @@ def test_budget_exhausted_error_has_a_hint(proxy: ThreadedProxy) -> None:
             conn.execute("SELECT COUNT(*) FROM visits")  # 0.5 left of 3.5, the query costs 1
         assert "SHOW sqldp.budget" in (info.value.diag.message_hint or "")
         assert conn.execute("SHOW sqldp.budget").fetchone()[3] == Decimal("0.5")  # type: ignore[index]
+
+
+def test_statement_timeout_cancels_a_private_cross_join_and_the_charge_stays(pg_dsn: str, tmp_path: Path) -> None:
+    """The data owner's statement timeout (opt-in): alice's 1 s (her own) cancels the triple join upstream
+    after its charge, with one fixed message, and the charge stays; bob gets [proxy]'s 60 s."""
+    make_tables(pg_dsn, rows=3000)
+    analysts = {"alice": {"epsilon_limit": 3.5, "statement_timeout": 1.0}, "bob": {"epsilon_limit": 3.5}}
+    policy = write_policy(tmp_path / "policy.toml", analysts, extra="[proxy]\nstatement_timeout = 60\n")
+    with ThreadedProxy(build(pg_dsn, policy)) as proxy:
+        with psycopg.connect(client_dsn(proxy.port), autocommit=True) as conn:
+            t0 = time.monotonic()
+            with pytest.raises(psycopg.errors.QueryCanceled) as info:
+                conn.execute(SLOW)
+            took = time.monotonic() - t0
+            assert str(info.value).startswith(
+                "canceling statement due to statement timeout (1 s, set by the data owner); its charge stands"
+            )
+            assert info.value.diag.message_hint == "SHOW sqldp.budget shows what is left"
+            assert 1.0 <= took < 20, took
+            deadline = time.monotonic() + 20
+            while _upstream_running(pg_dsn, "visits") > 0:  # PostgreSQL stopped it (the oracle)
+                assert time.monotonic() - deadline < 0, "the upstream query still runs"
+                time.sleep(0.1)
+            assert isinstance(conn.execute("SELECT COUNT(*) FROM visits").fetchone()[0], float)  # type: ignore[index]
+        with psycopg.connect(client_dsn(proxy.port, user="bob"), autocommit=True) as conn:
+            assert isinstance(conn.execute("SELECT COUNT(*) FROM visits").fetchone()[0], float)  # type: ignore[index]
+    with psycopg.connect(pg_dsn) as conn:  # charged before it ran: the timed-out statement's charge stays
+        b = ledger.balance(conn, "alice")
+        assert b is not None and (b.epsilon_spent, b.queries) == (2, 2)

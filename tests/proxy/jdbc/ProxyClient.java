@@ -43,6 +43,35 @@ public class ProxyClient {
                     return r.getMetaData().getColumnTypeName(1) + " " + r.getDouble(1);
                 }
             });
+            step("fetchsize", () -> {  // autocommit off and a fetch size: a named portal, rows in batches of one
+                c.setAutoCommit(false);
+                try (Statement s = c.createStatement()) {
+                    s.setFetchSize(1);
+                    try (ResultSet r = s.executeQuery("SELECT faculty, COUNT(*) FROM visits GROUP BY faculty ORDER BY 1")) {
+                        StringBuilder b = new StringBuilder();
+                        while (r.next()) b.append(r.getString(1)).append(':').append(r.getMetaData().getColumnTypeName(2)).append(',');
+                        return b.toString();
+                    }
+                } finally {
+                    c.commit();
+                    c.setAutoCommit(true);
+                }
+            });
+            step("cursor", () -> {  // DECLARE, FETCH, MOVE, CLOSE as plain statements in a transaction
+                c.setAutoCommit(false);
+                try (Statement s = c.createStatement()) {
+                    s.execute("DECLARE nations SCROLL CURSOR FOR SELECT n_name FROM nation ORDER BY n_nationkey");
+                    StringBuilder b = new StringBuilder();
+                    for (String f : new String[] {"FETCH 2 FROM nations", "FETCH PRIOR FROM nations", "FETCH LAST FROM nations"}) {
+                        try (ResultSet r = s.executeQuery(f)) { while (r.next()) b.append(r.getString(1)).append(','); }
+                    }
+                    s.execute("CLOSE nations");
+                    return b.toString();
+                } finally {
+                    c.commit();
+                    c.setAutoCommit(true);
+                }
+            });
             step("tables", () -> {  // DatabaseMetaData: what a BI tool lists first
                 try (ResultSet r = c.getMetaData().getTables(null, "public", "%", new String[] {"TABLE"})) {
                     StringBuilder b = new StringBuilder();
