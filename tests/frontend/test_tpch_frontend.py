@@ -98,3 +98,22 @@ def test_self_join_nation_pair_in_cli() -> None:
     assert r.returncode == 0, r.stderr
     uses = json.loads(r.stdout)["analysis"]["uses"]
     assert [u["alias"] for u in uses] == ["n1", "n2", "supplier"]
+
+
+# The second shipped TPC-H policy: customer, orders and lineitem private, the catalogue public.
+CATALOG_PUBLIC = {"q02", "q11", "q16"}  # read only part, partsupp, supplier, nation, region: answered exactly
+CATALOG_ANALYSED = {"q01", "q05", "q06", "q07", "q08", "q09", "q12", "q14", "q19"}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_tpch_query_under_the_catalog_policy(name: str, catalog: Catalog) -> None:
+    policy = Policy.from_file("tpch_catalog")
+    policy.validate(catalog)
+    assert {t for t, tp in policy.tables.items() if tp.public} == {"part", "partsupp", "supplier", "nation", "region"}
+    out = explain((QUERIES / f"{name}.sql").read_text(), catalog, policy)
+    if name in CATALOG_PUBLIC:
+        assert out["refused"] is None and out.get("public"), out
+    elif name in CATALOG_ANALYSED:
+        assert out["refused"] is None and out["analysis"]["aggregates"], out["refused"]
+    else:  # subqueries in expressions, nested aggregation, private group keys (δ > 0), Q15's supplier rows
+        assert out["refused"] is not None
