@@ -128,16 +128,25 @@ def key_domains(form: AnalysisForm, policy: Policy) -> tuple[KeyDomain, ...]:
     return tuple(out)
 
 
+def date_key(key: exp.Expr) -> exp.Column | None:
+    """The column d when a group key is ``EXTRACT(YEAR FROM d)``, else None: a step function of d, constant on
+    a calendar year and jumping at its first day, so a group is the rows whose d lies in one interval of days
+    (NR §3.3.11: the key is a column derived from d). ``DATE_TRUNC`` of a column is refused as a key
+    (sqldp.sensitivity.failures: a date after the year 294276 is no timestamp, so PostgreSQL may fail on it)."""
+    year = isinstance(key, exp.Extract) and key.this.name.upper() in ("YEAR", "YEARS")
+    if year and isinstance(key.expression, exp.Column) and key.expression.table:
+        return key.expression
+    return None
+
+
 def _year_domain(form: AnalysisForm, policy: Policy, key: exp.Expr) -> tuple[object, ...] | None:
     """``EXTRACT(YEAR FROM d)`` of a DATE column with a declared range: the years the range spans (NR §3.3.11:
     a derived column's domain follows from the constraints on the column it is computed from). Rows whose
     date lies outside the declared range fall in years outside the domain and are never released; the set of
     released groups depends on the policy only."""
-    if not (isinstance(key, exp.Extract) and isinstance(key.expression, exp.Column) and key.expression.table):
+    column = date_key(key)
+    if column is None:
         return None
-    if key.this.name.upper() not in ("YEAR", "YEARS"):
-        return None
-    column = key.expression
     declared = policy.table(form.use(column.table).table).column(column.name).range
     if declared is None:
         return None

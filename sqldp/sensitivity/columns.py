@@ -71,6 +71,7 @@ from sqlglot import exp
 from sqldp.catalog import Catalog
 from sqldp.errors import RefusedError
 from sqldp.form import Aggregate, AnalysisForm, ColumnRef, Conjunct, TableUse
+from sqldp.groups import date_key
 from sqldp.policy import EPOCH, Norm, Policy
 from sqldp.sensitivity import failures, operators
 from sqldp.sensitivity.expressions import RangeOps, SqlOps, bound, column_weights, dual, norm_separates
@@ -312,12 +313,11 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
     _check_aggregate(form, catalog, agg)
     scope = _Scope.of(form, catalog, policy)
     shift = _extremum_shift(scope, agg)
-    _check_groups(scope)
     private = [c for c in form.conjuncts if c.private]
     _check_steps(scope, agg, private)
     public = [c for c in form.conjuncts if not c.private] + _envelopes(scope, private)
     filters = [(c, approximate(c.expr, scope.info)) for c in private]
-    slopes: dict[ColumnRef, float] = {}
+    slopes: dict[ColumnRef, float] = _group_slopes(scope)
     for _, f in filters:
         for k, v in f.slopes.items():
             slopes[k] = max(slopes.get(k, 0.0), v)
@@ -467,11 +467,36 @@ def _extremum_shift(scope: _Scope, agg: Aggregate) -> float:
     return shift
 
 
-def _check_groups(scope: _Scope) -> None:
+def _group_slopes(scope: _Scope) -> dict[ColumnRef, float]:
+    """The slopes the group keys add, per value-sensitive column they read (NR §3.3.8.4, §3.3.8.5).
+
+    A key that reads a value-sensitive column is allowed when it is ``EXTRACT(YEAR FROM d)`` of a DATE column
+    d (:func:`sqldp.groups.date_key`): group g is then the rows whose d lies in one year [a_g, b_g), and its
+    answer is the aggregate with the filter ``d >= a_g AND d < b_g`` added, an exact step filter on the
+    one-day grid of dates (min of two ramps of slope 1 per day, equal to the indicator on every date, NR
+    §3.3.8.5 "integer" steps). Its slope does not depend on g, so one plan bounds every group: per row, the
+    derivative of e·min(s, s_g) w.r.t. d is at most d_d(e) + ub(e)·max(slope_d(s), 1 day⁻¹) — the rule of a
+    private AND (min), which is what adding this slope to the others' maxima computes. A changed d moves a
+    row between two groups, so the groups are not disjoint (each released group gets its share of ε over the
+    groups, NR §3.3.10.4); the key domain comes from d's declared range (:mod:`sqldp.groups`). Other keys over
+    value-sensitive columns are refused."""
+    out: dict[ColumnRef, float] = {}
     for g in scope.form.group_by:
-        for c in g.find_all(exp.Column):
-            if c.table and scope.weight(ColumnRef(c.table, c.name)) is not None:
-                raise RefusedError(f"GROUP BY {c.sql()} reads a value-sensitive column; groups would leak it")
+        year_of = date_key(g)
+        refs = [ColumnRef(c.table, c.name) for c in g.find_all(exp.Column) if c.table]
+        for ref in refs:
+            if scope.weight(ref) is None:
+                continue
+            kind, _, days_per_unit, _ = scope.info(ref)
+            if year_of is None or kind != "date":
+                raise RefusedError(
+                    f"GROUP BY {g.sql(dialect='postgres')} reads value-sensitive column {ref}; groups would leak "
+                    "it (only EXTRACT(YEAR FROM d) of a DATE column d with a declared range is analysed, as an exact "
+                    "step filter on d per year)"
+                )
+            # one day of change costs 1/days_per_unit in the norm: the step's slope per unit is days_per_unit
+            out[ref] = max(out.get(ref, 0.0), days_per_unit)
+    return out
 
 
 def _check_steps(scope: _Scope, agg: Aggregate, private: Sequence[Conjunct]) -> None:

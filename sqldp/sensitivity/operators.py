@@ -417,11 +417,22 @@ def clamped(e: exp.Expr) -> tuple[exp.Expr, float, float] | None:
     if not (isinstance(below.this, exp.LT) and isinstance(above.this, exp.GT)) or x is None:
         return None
     lo, hi = below.args["true"], above.args["true"]
-    if not all(isinstance(v, exp.Literal) and not v.is_string for v in (lo, hi)):
+    lo_value, hi_value = _signed_number(lo), _signed_number(hi)
+    if lo_value is None or hi_value is None:
         return None
     if below.this.this != x or above.this.this != x or below.this.expression != lo or above.this.expression != hi:
         return None
-    return x, float(lo.this), float(hi.this)
+    return x, lo_value, hi_value
+
+
+def _signed_number(e: exp.Expr) -> float | None:
+    """A number literal, or a negated one (sqlglot writes −2 as ``Neg(2)``: the clamp of a range below 0)."""
+    if isinstance(e, exp.Neg):
+        inner = _signed_number(e.this)
+        return None if inner is None else -inner
+    if isinstance(e, exp.Literal) and not e.is_string:
+        return float(e.this)
+    return None
 
 
 def _clamp_derivative(c: DerivativeContext, e: exp.Expr) -> Bounds | None:
@@ -432,6 +443,37 @@ def _clamp_derivative(c: DerivativeContext, e: exp.Expr) -> Bounds | None:
     x, lo, hi = clamp
     u, d = c.of(x)
     return c.ops.least([c.ops.greatest([u, c.ops.const(lo)]), c.ops.const(max(abs(lo), abs(hi)))]), d
+
+
+def _case_derivative(c: DerivativeContext, e: exp.Expr) -> Bounds | None:
+    """A searched CASE: the clamps sqldp writes (:func:`_clamp_derivative`), else a choice among branches by
+    conditions that read no value-sensitive column (TPC-H Q12's order priorities, Q14's part types, Q8's
+    nation). Under the data owner's norm only value-sensitive columns move (NR §3.3.8.2), so such conditions
+    pick the same branch for a row on both sides of a change: the CASE is that branch there, and
+    (max ub, max d) over the branches bounds it (a missing ELSE is NULL, which the aggregates skip: 0), as
+    for GREATEST (NR §3.3.8.3 "Min / max": a maximum of β-smooth bounds is β-smooth). A condition that reads a
+    value-sensitive column makes the CASE a step of it, which jumps where the condition flips by as much as
+    the branches differ: no derivative bound exists at the jump (NR §3.3.8), so it is refused with that
+    reason (a filter in WHERE is approximated continuously instead, NR §3.3.8.4)."""
+    if not isinstance(e, exp.Case) or e.this is not None:
+        return None
+    if clamped(e) is not None:
+        return _clamp_derivative(c, e)
+    for branch in e.args.get("ifs", []):
+        if c.reads_sensitive(branch.this):
+            raise c.refuse(
+                e,
+                f"its condition {branch.this.sql(dialect='postgres')} reads a value-sensitive column, so the CASE "
+                "jumps where the condition flips (a step, with no derivative bound at the jump, NR §3.3.8); "
+                "move the condition into WHERE, where it is approximated continuously (NR §3.3.8.4)",
+            )
+    parts = [c.of(v) for v in case_values(e)]
+    if e.args.get("default") is None:
+        parts.append((c.ops.const(0.0), {}))
+    keys = {k for _, d in parts for k in d}
+    return c.ops.greatest([u for u, _ in parts]), {
+        k: c.ops.greatest([d[k] for _, d in parts if k in d]) for k in sorted(keys, key=str)
+    }
 
 
 def _greatest_derivative(c: DerivativeContext, e: exp.Expr) -> Bounds:
@@ -844,10 +886,11 @@ OPERATORS: dict[type[exp.Expr], Operator] = {
     ),
     exp.Case: Operator(
         "CASE",
-        "NR §3.3.11 (ranges: the hull of the branches); §3.3.8.3 (Min / max: the clamps sqldp writes)",
+        "NR §3.3.11 (ranges: the hull of the branches); §3.3.8.3 (Min / max: the clamps sqldp writes, and a "
+        "choice by conditions on non-sensitive columns)",
         value=lambda v, e, fail: v.choice(e, fail),
         interval=Rule(_case_interval, "CASE over such branches"),
-        derivative=Rule(_clamp_derivative, ""),
+        derivative=Rule(_case_derivative, "CASE WHEN over conditions on non-sensitive columns"),
     ),
     exp.Cast: Operator(
         "casts",

@@ -1,0 +1,192 @@
+"""Group keys derived from a value-sensitive date, and CASE over non-sensitive conditions, under value-level
+privacy (NR §3.3.8), against brute force over neighbouring databases on PostgreSQL.
+
+* ``GROUP BY EXTRACT(YEAR FROM d)`` with d in the norm: a change of d
+  moves a row between two groups. Each group's answer is the aggregate with an exact step filter on d added
+  (sqldp.sensitivity.columns._group_slopes), so one bound c(x) must cover every group: for every neighbour x′
+  (one value of one row changed by a step of its grid, or a row added or removed when rows are private) and
+  every group g, |f_g(x′) − f_g(x)| ≤ e^(β‖x′−x‖)·c(x)·‖x′ − x‖ (NR Lemma 3.78; with rows, ≤ c(x) per row,
+  NR §3.3.9). f_g is PostgreSQL's own answer to the plain query, not sqldp's, so the oracle is independent of
+  the analysis; the dates sit around a year's first day, where rows cross between groups.
+* ``CASE WHEN <non-sensitive condition> THEN e1 ELSE e2 END`` inside SUM: the same oracle.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import random
+import zlib
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import pytest
+
+import sqldp
+from sqldp.errors import RefusedError
+from sqldp.policy import Policy
+
+DDL = """
+CREATE TABLE t (id INT PRIMARY KEY, k INT, a INT, x NUMERIC(6,2), d DATE);
+CREATE TABLE u (id INT PRIMARY KEY, k INT, b INT);
+"""
+
+
+def _policy(rows: str) -> Policy:
+    return Policy.from_toml(
+        f"""
+[tables.t]
+rows = "{rows}"
+norm = "l1(a, 0.5*x, linf(d))"
+[tables.t.columns.d]
+range = ["2019-06-01", "2021-06-30"]
+[tables.t.columns.x]
+range = [0, 4]
+[tables.t.columns.k]
+domain = [0, 1, 2]
+[tables.t.columns.a]
+range = [-2, 6]
+domain = [-2, -1, 0, 1, 2, 3, 4, 5, 6]
+[tables.u]
+rows = "public"
+norm = "l2(b)"
+[tables.u.columns.b]
+range = [-2, 5]
+"""
+    )
+
+
+BETA = 0.1
+BASE = dt.date(2019, 12, 29)  # + a few days: rows cross 2020-01-01
+GROUPED = [
+    "SELECT EXTRACT(YEAR FROM t.d) AS y, COUNT(*) AS n FROM t GROUP BY EXTRACT(YEAR FROM t.d)",
+    "SELECT EXTRACT(YEAR FROM t.d) AS y, SUM(t.x) AS s FROM t WHERE t.a >= 2 GROUP BY EXTRACT(YEAR FROM t.d)",
+    "SELECT t.k, EXTRACT(YEAR FROM t.d) AS y, SUM(t.x * t.a) AS s FROM t WHERE t.k IN (0, 1) "
+    "GROUP BY t.k, EXTRACT(YEAR FROM t.d)",
+    "SELECT EXTRACT(YEAR FROM t.d) AS y, SUM(t.x * u.b) AS s FROM t, u WHERE t.k = u.k GROUP BY EXTRACT(YEAR FROM t.d)",
+    "SELECT EXTRACT(YEAR FROM t.d) AS y, COUNT(*) AS n FROM t WHERE t.d < DATE '2020-01-02' "
+    "GROUP BY EXTRACT(YEAR FROM t.d)",
+]
+CASES = [
+    "SELECT SUM(CASE WHEN t.k = 1 THEN t.x ELSE t.a END) AS s FROM t",
+    "SELECT SUM(CASE WHEN t.k > 0 THEN t.x * u.b END) AS s FROM t, u WHERE t.k = u.k",
+    "SELECT EXTRACT(YEAR FROM t.d) AS y, SUM(CASE WHEN t.k = 0 THEN 1 WHEN t.k = 1 THEN t.x ELSE 0 END) AS s "
+    "FROM t GROUP BY EXTRACT(YEAR FROM t.d)",
+]
+T = tuple[int, int, int, Decimal, dt.date]
+U = tuple[int, int, int]
+
+
+def _load(dsn: str, t_rows: list[T], u_rows: list[U]) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("TRUNCATE t, u")
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO t VALUES (%s, %s, %s, %s, %s)", t_rows)
+            cur.executemany("INSERT INTO u VALUES (%s, %s, %s)", u_rows)
+
+
+def _plain(dsn: str, query: str) -> dict[Any, float]:
+    """PostgreSQL's answer per group (the key, or () without GROUP BY); a group with no row is 0 (COUNT, and
+    SUM as a function: NR §3.3.8)."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(query).fetchall()
+    if "GROUP BY" not in query:
+        return {(): float(rows[0][0] or 0)}
+    return {tuple(r[:-1]): float(r[-1] or 0) for r in rows}
+
+
+def _neighbours(t0: list[T], u0: list[U], rows_private: bool) -> list[tuple[list[T], list[U], float]]:
+    """Every database one step away: one value of one row moved by a step of its grid (a ±1, x ±0.01 and
+    ±0.5, d ±1 and ±3 days, b ±1), and with private rows every row of t removed and one row added; with the
+    distance of the policy's metric (a removed or added row: 1, its weight G)."""
+    out: list[tuple[list[T], list[U], float]] = []
+    for i, r in enumerate(t0):
+        moves: list[tuple[int, Any, float]] = [(2, 1, 1.0), (2, -1, 1.0)]
+        moves += [(3, Decimal(s), 0.5 * abs(float(s))) for s in ("0.01", "-0.01", "0.5", "-0.5")]
+        moves += [(4, dt.timedelta(days=n), float(abs(n))) for n in (1, -1, 3, -3)]
+        for col, step, dist in moves:
+            changed = list(r)
+            changed[col] = changed[col] + step
+            out.append(([*t0[:i], tuple(changed), *t0[i + 1 :]], u0, dist))  # type: ignore[list-item]
+        if rows_private:
+            out.append(([*t0[:i], *t0[i + 1 :]], u0, 1.0))
+    if rows_private:
+        out.append(([*t0, (99, 1, 2, Decimal("1.50"), BASE + dt.timedelta(days=3))], u0, 1.0))
+    for i, r in enumerate(u0):
+        for step in (1, -1):
+            out.append((t0, [*u0[:i], (r[0], r[1], r[2] + step), *u0[i + 1 :]], 1.0))
+    return out
+
+
+def _random_database(rng: random.Random) -> tuple[list[T], list[U]]:
+    t = [
+        (
+            i,
+            rng.randint(0, 2),
+            rng.randint(-1, 5),
+            Decimal(rng.randint(0, 300)) / 100,
+            BASE + dt.timedelta(days=rng.randint(0, 6)),
+        )
+        for i in range(5)
+    ]
+    u = [(i, rng.randint(0, 2), rng.randint(-1, 4)) for i in range(3)]
+    return t, u
+
+
+@pytest.mark.parametrize("rows", ["public", "private"])
+@pytest.mark.parametrize("query", GROUPED + CASES)
+def test_every_group_moves_within_the_bound_on_every_neighbour(pg_dsn: str, query: str, rows: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+    session = sqldp.connect(pg_dsn, policy=_policy(rows))
+    rng = random.Random(zlib.crc32(f"{query}/{rows}".encode()))  # the same databases in every run
+    crossed = 0
+    for _ in range(2):
+        t0, u0 = _random_database(rng)
+        _load(pg_dsn, t0, u0)
+        c = float(session.analyze(query, epsilon=100.0, beta=BETA).to_json()["sensitivity"])  # ε: noise only
+        assert math.isfinite(c)
+        f0 = _plain(pg_dsn, query)
+        for t1, u1, dist in _neighbours(t0, u0, rows == "private"):
+            _load(pg_dsn, t1, u1)
+            f1 = _plain(pg_dsn, query)
+            for g in f0.keys() | f1.keys():
+                change = abs(f1.get(g, 0.0) - f0.get(g, 0.0))
+                assert change <= math.exp(BETA * dist) * c * dist + 1e-9, (query, g, t0, t1, u0, u1, c)
+            crossed += f0.keys() != f1.keys() or any(f0[g] != f1.get(g) for g in f0)
+    assert crossed  # the neighbours did move the answer (rows crossed between groups)
+
+
+def test_group_key_domains_come_from_the_declared_range(pg_dsn: str) -> None:
+    """The groups are the years of d's declared range (NR §3.3.11), narrowed by constant bounds in WHERE,
+    whatever the data holds; each gets ε over the groups (a changed d moves a row between two)."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+    rng = random.Random(7)
+    _load(pg_dsn, *_random_database(rng))
+    session = sqldp.connect(pg_dsn, policy=_policy("public"))
+    years = session.analyze(GROUPED[0], epsilon=1.0)
+    assert len(years.measurements) == 3  # 2019, 2020, 2021
+    assert [m.epsilon for g in years.measurements for m in g] == pytest.approx([1 / 3] * 3)
+    assert [r["key"]["y"] for r in session.run(GROUPED[0], epsilon=1.0).rows] == [2019, 2020, 2021]
+    narrowed = session.run(GROUPED[4], epsilon=1.0)
+    assert [r["key"]["y"] for r in narrowed.rows] == [2019, 2020]
+
+
+@pytest.mark.parametrize(
+    ("query", "why"),
+    [
+        ("SELECT SUM(CASE WHEN t.a > 1 THEN t.x ELSE 0 END) FROM t", "reads a value-sensitive column"),
+        ("SELECT t.a, COUNT(*) FROM t GROUP BY t.a", "reads value-sensitive column t.a"),
+        ("SELECT EXTRACT(MONTH FROM t.d), COUNT(*) FROM t GROUP BY EXTRACT(MONTH FROM t.d)", "only plain columns"),
+        ("SELECT DATE_TRUNC('year', t.d), COUNT(*) FROM t GROUP BY DATE_TRUNC('year', t.d)", "only plain columns"),
+    ],
+)
+def test_steps_of_sensitive_values_are_refused_with_the_reason(pg_dsn: str, query: str, why: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+    session = sqldp.connect(pg_dsn, policy=_policy("public"))
+    with pytest.raises(RefusedError, match=None) as refusal:
+        session.analyze(query, epsilon=1.0)
+    assert why in str(refusal.value) and "\n" not in str(refusal.value)

@@ -1,0 +1,80 @@
+"""The un-noised answer of every TPC-H query sqldp analyses equals PostgreSQL's answer to the raw query text,
+on TPC-H SF 0.01, under both shipped TPC-H policies: the analyses' rewrites (year groups as step filters,
+CASE branches, clamps, centred averages, date folding) change what the noise is calibrated to, never the
+answer it is added to.
+
+The oracle is PostgreSQL itself running the unmodified query file. sqldp's un-noised answer is each released
+group's output expressions evaluated on the measurements' true values (the function the noise is added to);
+a declared group the raw query does not return (no rows) must have COUNT and SUM 0 there.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import sqldp
+from sqldp.form import AnalysisForm
+from sqldp.groups import all_groups
+from sqldp.release import evaluate
+
+QUERIES = Path(__file__).resolve().parents[2] / "benchmarks" / "tpch" / "queries"
+# Q6 and Q19 are answered too, but their private filters on l_discount and l_quantity (a grid of 0.01, or
+# weighted 50 in the norm) are sigmoids, not exact steps (NR §3.3.8.4–§3.3.8.5, sqldp.sensitivity.filters):
+# the function released is the smoothed one, by design, and differs from the raw query's answer.
+ANSWERED = {
+    "tpch": ["q01", "q05", "q07", "q08", "q09", "q12", "q14"],
+    "tpch_catalog": ["q01", "q05", "q07", "q08", "q09", "q12", "q14"],
+}
+CASES = [(policy, q) for policy, names in ANSWERED.items() for q in names]
+
+
+def _plain_value(v: Any) -> Any:
+    if isinstance(v, str):
+        return v.rstrip()  # CHAR(n) pads; the declared domain values do not
+    if isinstance(v, Decimal):
+        return float(v)
+    return v
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        return a is not None and b is not None and math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-9)
+    return bool(a == b)
+
+
+@pytest.mark.parametrize(("policy", "name"), CASES, ids=[f"{p}-{q}" for p, q in CASES])
+def test_unnoised_answer_is_the_raw_querys(tpch_dsn: tuple[str, Any, Any], policy: str, name: str) -> None:
+    dsn = tpch_dsn[0]
+    sql = (QUERIES / f"{name}.sql").read_text(encoding="utf-8")
+    with psycopg.connect(dsn) as conn:
+        plain = [tuple(_plain_value(v) for v in row) for row in conn.execute(sql).fetchall()]
+    prepared = sqldp.connect(dsn, policy=policy).prepare(sql, epsilon=1.0)
+    form = prepared.form
+    assert not prepared.public
+    assert all(d.values is not None for d in prepared.domains)  # every key's groups are declared here
+    result = prepared.analyze()
+    assert isinstance(form, AnalysisForm)
+    groups = all_groups([tuple(d.values or ()) for d in prepared.domains]) if form.group_by else [()]
+    outputs = form.outputs
+    ours = []
+    for g, measured in zip(groups, result.measurements, strict=True):
+        values = [m.true_value for m in measured]
+        ours.append(tuple(g[o.group_key] if o.is_key else evaluate(o.expr, values) for o in outputs))
+    n_keys = sum(o.is_key for o in outputs)
+    key_of = [i for i, o in enumerate(outputs) if o.is_key]
+    by_key = {tuple(row[i] for i in key_of): row for row in ours}
+    assert len(plain) <= len(ours)
+    for row in plain:
+        key = tuple(row[i] for i in key_of)
+        assert key in by_key, (name, key)
+        assert all(_same(a, b) for a, b in zip(by_key[key], row, strict=True)), (name, by_key[key], row)
+    returned = {tuple(row[i] for i in key_of) for row in plain}
+    for key, row in by_key.items():
+        if key not in returned:  # no rows: COUNT and SUM are 0 (their outputs 0, or a 0/0 ratio None)
+            assert n_keys and all(v in (0.0, None) for i, v in enumerate(row) if i not in key_of), (name, row)
