@@ -65,16 +65,19 @@ def shares(
     return out
 
 
-def dilated(form: AnalysisForm, params: PrivacyParams, plan: Plan, kind: str) -> bool:
+def dilated(form: AnalysisForm, params: PrivacyParams, plan: Plan, kind: str, groups: int | None = None) -> bool:
     """Whether the groups of a data-dependent COUNT/SUM bound share one generalized-Cauchy release of the whole
-    histogram instead of splitting the share over them.
+    histogram instead of splitting the share over them (for ``groups`` m, when known: where it gives less noise).
 
     The plan's bound c(x) is a sum over the product rows a change touches of a per-row bound (|e(r)|, or its
     derivative under value privacy), so it bounds the ℓ1 norm over the groups of the histogram's change, each
     touched row landing in one group. NR Theorem 3.53 then holds for the vector f(x) + (c(x)/b)·η with
     η ∈ ℝ^m independent GenCauchy(γ): sliding costs (γ+1)·b·‖Δf‖₁/c ≤ (γ+1)·b·d as for one value, and the
     dilation by c(x′)/c(x) ≤ e^(βd) costs (γ+1)·β·d per coordinate, m times. So ε = (γ+1)(b + m·β): b is m
-    times the b of the share split m ways at the same β, and so is the noise scale smaller. Not for MIN/MAX
+    times the b of the share split m ways at the same β, and so is the noise scale smaller. When a changed
+    value moves a row between two groups (``plan.key_moves``: the row's derivative counts in both groups'
+    step filters) the ℓ1 change is up to 2·c(x), so the vector's scale is 2·c(x)/b: better than the split
+    for m > 2 groups. Not for MIN/MAX
     (one row may move the extreme of every group), nor for the (ε, δ) Laplace of Theorem 3.56 (its δ grows
     with the dilation), nor where parallel composition already gives every group the whole share."""
     return (
@@ -84,7 +87,13 @@ def dilated(form: AnalysisForm, params: PrivacyParams, plan: Plan, kind: str) ->
         and not plan.disjoint_groups
         and not plan.data_independent
         and not isinstance(plan, UnitPlan)
+        and (groups is None or groups > histogram_factor(plan))
     )
+
+
+def histogram_factor(plan: Plan) -> int:
+    """How many times the plan's bound covers the ℓ1 norm of its histogram's change (sqldp.release.dilated)."""
+    return 2 if plan.key_moves else 1
 
 
 def smoothed(
@@ -140,10 +149,18 @@ def templates(
             out.append(race_template(agg.sql, plan, rows, eps))
             continue
         cal, bound = calibrate(plan, rows, eps, delta, params)
-        if groups > 1 and dilated(form, params, plan, agg.kind):
-            # calibrated at the split share ε/m and β: the vector's b = ε/(γ+1) − m·β is m times that b
+        if dilated(form, params, plan, agg.kind, groups):
+            # calibrated at the split share ε/m and β: the vector's b = ε/(γ+1) − m·β is m times that b, and
+            # its sensitivity the bound times the histogram factor
+            factor = histogram_factor(plan)
             eps *= groups
-            cal = dataclasses.replace(cal, epsilon=eps, b=cal.b * groups, scale=cal.scale / groups)
+            cal = dataclasses.replace(
+                cal,
+                epsilon=eps,
+                b=cal.b * groups,
+                sensitivity=cal.sensitivity * factor,
+                scale=cal.scale * factor / groups,
+            )
         out.append(
             Measurement(
                 aggregate=agg.sql,
@@ -350,7 +367,7 @@ def describe(
     split = shares(form, params, plans, declared_groups(domains))
     for agg, plan, share in zip(form.aggregates, plans, split, strict=True):
         parallel = not form.group_by or plan.disjoint_groups
-        vector = dilated(form, params, plan, agg.kind)
+        vector = dilated(form, params, plan, agg.kind, declared_groups(domains))
         if parallel:
             how = "full share"
         elif plan.data_independent:

@@ -113,6 +113,7 @@ class ColumnPlan:
     grid: tuple[float, ...] = BETA_GRID  # the β values the queries evaluate
     reference_beta: float = REFERENCE_BETA  # the β of the per-column breakdown
     disjoint_groups: bool = False
+    key_moves: bool = False  # a group key reads a value-sensitive date (EXTRACT(YEAR FROM d), _group_slopes)
     # per value query: True when it is ``SELECT <aggregate expressions> FROM <the form's uses> WHERE
     # <scan_conjuncts>`` with one result row, so the rewriter may compute its items inside the answer query's
     # scan (the answer's WHERE adds conjuncts to these, which then become FILTER clauses)
@@ -318,6 +319,7 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
     public = [c for c in form.conjuncts if not c.private] + _envelopes(scope, private)
     filters = [(c, approximate(c.expr, scope.info)) for c in private]
     slopes: dict[ColumnRef, float] = _group_slopes(scope)
+    key_moves = bool(slopes)  # only the group keys' slopes so far
     for _, f in filters:
         for k, v in f.slopes.items():
             slopes[k] = max(slopes.get(k, 0.0), v)
@@ -418,6 +420,7 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
         inline=tuple(inline),
         grouped_scan=tuple(grouped),
         scan_conjuncts=tuple(public),
+        key_moves=key_moves,
     )
 
 

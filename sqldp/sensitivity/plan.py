@@ -43,6 +43,8 @@ class Plan(Protocol):
       bound covers every group of a GROUP BY.
     * ``disjoint_groups``: a neighbouring change moves the answer and the bound of one group at most
       (parallel composition over the groups, NR §3.3.10.4).
+    * ``key_moves``: a neighbouring change can move a row from one group to another (a group key reads a
+      value-sensitive column), so the histogram's change is up to twice the bound in ℓ1.
     * ``data_independent``: the bound is the same on every neighbouring database (a global sensitivity);
       it then needs no smoothing and gets Laplace noise at bound/ε.
     * ``grid``: β values where the bound is exact (the value plan rounds other β down to them); the β
@@ -60,6 +62,8 @@ class Plan(Protocol):
     def queries(self) -> tuple[exp.Select, ...]: ...
     @property
     def disjoint_groups(self) -> bool: ...
+    @property
+    def key_moves(self) -> bool: ...
     @property
     def data_independent(self) -> bool: ...
     @property
@@ -81,6 +85,7 @@ class ExactUnfolded:
     rewriter runs as they are (none folded into the answer's scan), with the form's WHERE as the answer's."""
 
     form: AnalysisForm
+    key_moves: bool = False  # row-level plans: a row's group is fixed by its own values
     grid: tuple[float, ...] = ()
     inline: tuple[bool, ...] = ()
     grouped_scan: tuple[bool, ...] = ()

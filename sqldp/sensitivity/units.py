@@ -81,6 +81,7 @@ class UnitPlan:
     scan_conjuncts: tuple[Conjunct, ...] = ()
     grouped_scan: tuple[bool, ...] = (False,)
     disjoint_groups: bool = False
+    key_moves: bool = False
     data_independent: bool = True
     grid: tuple[float, ...] = ()
     inline: tuple[bool, ...] = (False,)

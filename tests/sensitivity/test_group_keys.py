@@ -9,6 +9,9 @@ privacy (NR §3.3.8), against brute force over neighbouring databases on Postgre
   NR §3.3.9). f_g is PostgreSQL's own answer to the plain query, not sqldp's, so the oracle is independent of
   the analysis; the dates sit around a year's first day, where rows cross between groups.
 * ``CASE WHEN <non-sensitive condition> THEN e1 ELSE e2 END`` inside SUM: the same oracle.
+* The whole histogram: Σ_g |f_g(x′) − f_g(x)| ≤ h·e^(β‖x′−x‖)·c(x)·‖x′ − x‖ with h the plan's histogram factor
+  (2 when a changed d moves a row between two groups, else 1), which the one generalized-Cauchy release of
+  all groups relies on (sqldp.release.dilated).
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ import pytest
 
 import sqldp
 from sqldp.errors import RefusedError
+from sqldp.mechanisms import GAMMA
 from sqldp.policy import Policy
+from sqldp.release import histogram_factor
 
 DDL = """
 CREATE TABLE t (id INT PRIMARY KEY, k INT, a INT, x NUMERIC(6,2), d DATE);
@@ -147,13 +152,17 @@ def test_every_group_moves_within_the_bound_on_every_neighbour(pg_dsn: str, quer
         _load(pg_dsn, t0, u0)
         c = float(session.analyze(query, epsilon=100.0, beta=BETA).to_json()["sensitivity"])  # ε: noise only
         assert math.isfinite(c)
+        factor = histogram_factor(session.prepare(query, epsilon=100.0, beta=BETA).plans[0])
         f0 = _plain(pg_dsn, query)
         for t1, u1, dist in _neighbours(t0, u0, rows == "private"):
             _load(pg_dsn, t1, u1)
             f1 = _plain(pg_dsn, query)
+            l1 = 0.0
             for g in f0.keys() | f1.keys():
                 change = abs(f1.get(g, 0.0) - f0.get(g, 0.0))
                 assert change <= math.exp(BETA * dist) * c * dist + 1e-9, (query, g, t0, t1, u0, u1, c)
+                l1 += change
+            assert l1 <= factor * math.exp(BETA * dist) * c * dist + 1e-9, (query, t0, t1, u0, u1, c, factor)
             crossed += f0.keys() != f1.keys() or any(f0[g] != f1.get(g) for g in f0)
     assert crossed  # the neighbours did move the answer (rows crossed between groups)
 
@@ -166,9 +175,18 @@ def test_group_key_domains_come_from_the_declared_range(pg_dsn: str) -> None:
     rng = random.Random(7)
     _load(pg_dsn, *_random_database(rng))
     session = sqldp.connect(pg_dsn, policy=_policy("public"))
-    years = session.analyze(GROUPED[0], epsilon=1.0)
+    years = session.analyze(GROUPED[0], epsilon=1.0, beta=BETA / 10)
     assert len(years.measurements) == 3  # 2019, 2020, 2021
-    assert [m.epsilon for g in years.measurements for m in g] == pytest.approx([1 / 3] * 3)
+    # three groups: one release of the histogram at the full ε, its ℓ1 sensitivity twice the bound (a changed d
+    # moves a row between two years) and the smoothing paid per group: scale 2c/(ε/(γ+1) − 3β)
+    for (m,) in years.measurements:
+        assert m.epsilon == pytest.approx(1.0)
+        assert m.noise_scale == pytest.approx(m.sensitivity / (1.0 / (GAMMA + 1) - 3 * BETA / 10), rel=1e-12)
+    assert histogram_factor(session.prepare(GROUPED[0], epsilon=1.0).plans[0]) == 2
+    # two groups: the vector would cost 2c/(ε/(γ+1) − 2β) against c/(ε/(2(γ+1)) − β) split: the same at
+    # β = 0, so the share is split (ε/2 each) and the sensitivity not doubled
+    narrowed_plan = session.analyze(GROUPED[4], epsilon=1.0, beta=BETA / 10)
+    assert [m.epsilon for (m,) in narrowed_plan.measurements] == pytest.approx([0.5, 0.5])
     assert [r["key"]["y"] for r in session.run(GROUPED[0], epsilon=1.0).rows] == [2019, 2020, 2021]
     narrowed = session.run(GROUPED[4], epsilon=1.0)
     assert [r["key"]["y"] for r in narrowed.rows] == [2019, 2020]
