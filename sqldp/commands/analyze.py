@@ -213,9 +213,9 @@ def _describe_term(term: Any) -> list[str]:
         return _describe_values(term)
     if "truncated" in term:  # R2T under a privacy unit (sqldp.sensitivity.units)
         values = ", ".join(f"{v:.6g}" for v in term["truncated"])
-        return [
-            f"largest contribution of one unit {term['largest_contribution']:.6g}; Q(I, 2^j) for j = 1, 2, …: {values}"
-        ]
+        taus = ", ".join(f"{t:.6g}" for t in term.get("thresholds", []))
+        largest = term["largest_contribution"]
+        return [f"largest contribution of one unit {largest:.6g}; Q(I, τ) for τ = {taus}: {values}"]
     if "sensitivity" not in term:
         return [str(term)]
     line = f"sensitivity {term['sensitivity']:.6g}"

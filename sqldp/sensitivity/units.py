@@ -4,7 +4,7 @@ Under a privacy unit (:mod:`sqldp.policy.units`) neighbouring databases differ b
 references it. COUNT and SUM over a join then have no useful global sensitivity — one customer may own any
 number of line items — and R2T (Dong, Fang, Yi, Tao and Machanavajjhala, "R2T: Instance-optimal Truncation for
 Differentially Private Query Evaluation with Foreign Keys", SIGMOD 2022) answers them by a race of truncations:
-for τ_j = 2^j, j = 1 … J with 2^J ≥ GS_Q, the truncated answer
+for τ_j = b^j, j = 1 … J (b = 5.5, :func:`races`), the truncated answer
 
     Q(I, τ) = Σ_units min(contribution(unit), τ)
 
@@ -54,13 +54,47 @@ from sqldp.sensitivity.rows import equality_classes
 from sqldp.sqlgen import aggregate_expr, from_uses, number, where
 
 BETA = 0.1  # R2T's β: with probability ≥ 1 − β the error is within its bound (the paper's experiments use 0.1)
+# The race's base b: τ_j = b^j. The paper's Theorem 4.2 uses b = 2, giving its 4 = 2·2 (the released value is
+# within 2·C_{j*} of Q(I) for the first race j* with τ_{j*} ≥ DS, and τ_{j*} < b·DS). Any constant b > 1 keeps
+# the proof with 2·b in place of 4 and J = log_b GS races; the bound b·log_b(GS)·ln(J/β) is smallest near b = e,
+# and averaged over where DS falls between two races (log DS uniform) the expected τ_{j*}/DS is (b − 1)/ln b,
+# so the error ∝ (b − 1)/ln²b, smallest at b ≈ 4.9 and flat on [4, 6.5]. R2T's implementation races b = 5.5
+# ("2e for its better practical performance"), whose published TPC-H errors we compare with; so do we.
+BASE = 5.5
 UNIT_COLUMN, CONTRIBUTION = "unit", "contribution"
 
 
 def races(gs: float) -> tuple[float, ...]:
-    """R2T's thresholds τ_j = 2^j for j = 1 … J, J = ⌈log₂ GS_Q⌉ (at least one race)."""
-    top = max(1, math.ceil(math.log2(gs)))
-    return tuple(2.0**j for j in range(1, top + 1))
+    """R2T's thresholds τ_j = b^j for j = 1 … J, J = ⌊log_b GS_Q⌋ races (at least one), b = :data:`BASE`: the
+    largest race is the largest power of b not above GS_Q, as in R2T's implementation. Which thresholds race is
+    decided by the policy alone, so privacy never depends on it (each race is (ε/J)-DP whatever its τ); a unit
+    contributing more than τ_J is truncated there, which costs accuracy only (the error bound of Theorem 4.2
+    holds for every instance whose largest contribution DS is at most τ_J ≥ GS_Q/b). Powers of 5.5 = 11/2 are
+    exact in binary floating point and in SQL numerals up to 5.5^15."""
+    top = max(1, math.floor(math.log(gs) / math.log(BASE) + 1e-12))
+    return tuple(BASE**j for j in range(1, top + 1))
+
+
+def shift(races: int, beta: float) -> float:
+    """The correction's factor L: race j subtracts L·s_j from its noisy value, s_j = τ_j·J/ε its Laplace scale.
+
+    Theorem 4.2's event is that no race's noise exceeds its correction (so Q̃ ≤ Q(I)) and that the race j*
+    with τ_{j*} ≥ DS, whose truncated answer is Q(I), is not pushed down by more than its correction (so Q̃ ≥
+    Q(I) − 2·C_{j*}). The paper takes L = ln(J/β) from a union bound over the two tails of the J races
+    (P[|Lap(s)| > L·s] = e^{−L}). The noises are independent and only one race's lower tail matters, so the
+    event's probability is exactly (1 − e^{−L}/2)^{J−1}·(1 − e^{−L}) (P[Lap(s) > L·s] = e^{−L}/2); L here
+    solves that = 1 − β, the same guarantee with a smaller correction (J = 8, β = 0.1: 3.76 where ln(J/β)
+    is 4.38). The left side increases with L, so bisection finds it; it depends on J and β only."""
+    lo, hi = 0.0, math.log(2 * races / beta) + 1.0
+
+    def event(x: float) -> float:
+        return (1 - math.exp(-x) / 2) ** (races - 1) * (1 - math.exp(-x))
+
+    assert event(hi) >= 1 - beta
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if event(mid) < 1 - beta else (lo, mid)
+    return hi
 
 
 @dataclass(frozen=True)
@@ -91,6 +125,11 @@ class UnitPlan:
         return (self.query,)
 
     @property
+    def gs(self) -> float:
+        """GS_Q: the most one unit may add to the aggregate (the policy's ``max_contribution``)."""
+        return self.unit.max_contribution
+
+    @property
     def conjuncts(self) -> tuple[Conjunct, ...]:
         return self.form.conjuncts
 
@@ -104,8 +143,14 @@ class UnitPlan:
 
     def bind(self, results: Sequence[Rows]) -> Callable[[float], Bound]:
         values, largest = self.truncated(results)
-        terms = {self.unit.name: {"truncated": list(values), "largest_contribution": largest}}
-        return lambda beta: Bound(self.unit.max_contribution, terms)
+        terms = {
+            self.unit.name: {
+                "thresholds": list(self.thresholds) * len(self.signs),
+                "truncated": list(values),
+                "largest_contribution": largest,
+            }
+        }
+        return lambda beta: Bound(self.gs, terms)
 
     def describe(self) -> dict[str, Any]:
         """What an analyst may see: the unit, GS_Q and the races (all from the policy and the query)."""
@@ -113,7 +158,7 @@ class UnitPlan:
             "unit": self.unit.name,
             "table": self.unit.table,
             "key": self.unit.key,
-            "gs": self.unit.max_contribution,
+            "gs": self.gs,
             "races": len(self.thresholds),
             "signs": list(self.signs),
             "beta": self.beta,
