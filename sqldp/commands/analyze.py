@@ -200,7 +200,9 @@ def _plus_minus(value: float, width: float) -> str:
 
 def _unit(u: dict[str, Any]) -> str:
     """A privacy unit's data-independent figures (sqldp.sensitivity.units.UnitPlan.describe)."""
-    return f"unit {u['unit']} ({u['table']}.{u['key']}), GS {u['gs']:g}, {u['races']} races (R2T, β = {u['beta']:g})"
+    names = [f"{n} ({t}.{k})" for n, t, k in zip(*(u[x].split(", ") for x in ("unit", "table", "key")), strict=True)]
+    lp = ", linear program" if u.get("truncation") else ""
+    return f"unit {', '.join(names)}, GS {u['gs']:g}, {u['races']} races (R2T{lp}, β = {u['beta']:g})"
 
 
 def _describe_term(term: Any) -> list[str]:
