@@ -20,11 +20,13 @@ This module decides, from the query and the policy alone:
   columns are among the referenced ones (lineitem → orders gives the *orders* unit as l_orderkey), uses a
   table the query already joins on the foreign key (θ's equalities, NR §3.3.7.3's classes), and otherwise
   joins the referenced table (its referenced columns are unique, :func:`sqldp.policy.units.references`);
-* that every join row belongs to one unit: the units of all private uses are provably equal under θ's
-  equalities. Self-joins, two units in one query and tables reached by two different paths need R2T's linear
-  program and are refused here;
-* the SQL: per unit (GROUP BY the unit's key) its contribution, COUNT(…) or the SUM of the clamped
-  argument, and from those the J truncated sums in one row, plus the largest contribution (audit only).
+* whether every join row belongs to one unit: the unit keys of all private uses (every unit, every path)
+  are provably equal under θ's equalities. Then the SQL computes per unit (GROUP BY the unit's key) its
+  contribution, COUNT(…) or the SUM of the clamped argument, and from those the J truncated sums in one row,
+  plus the largest contribution (audit only). Otherwise — self-joins, two units in one query (R2T's Q5),
+  tables reached by paths to possibly different units — the SQL returns the join rows grouped by all the
+  distinct unit keys, and Q(I, τ) is R2T's linear program over them (:mod:`sqldp.sensitivity.unit_lp`, R2T §5);
+  GS_Q is then the largest ``max_contribution`` of the units involved.
   R2T needs ψ(q) ≥ 0: a SUM whose declared ranges allow negative values (the centred SUM of an AVG) is raced
   as its positive and its negative part, each with half of ε, and released as their difference.
 
