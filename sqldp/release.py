@@ -23,7 +23,7 @@ from sqldp.mechanisms import NoiseSource
 from sqldp.params import PrivacyParams, check_beta
 from sqldp.result import GLOBAL, R2T, Measurement, Result
 from sqldp.sensitivity.plan import Bound, Plan, Rows
-from sqldp.sensitivity.units import UnitPlan
+from sqldp.sensitivity.units import UnitPlan, shift
 
 Share = tuple[float, float | None]  # an aggregate's (ε, δ)
 T = TypeVar("T")
@@ -179,28 +179,43 @@ def templates(
 
 
 def race_scales(thresholds: Sequence[float], eps: float, beta: float) -> list[tuple[float, float]]:
-    """Per race j, R2T's Laplace scale τ_j·J/ε (ε split evenly over the J races, sequential composition) and the
-    correction log(J/β)·τ_j·J/ε subtracted from it (R2T §4: with probability ≥ 1 − β no race's noise exceeds
-    its correction, so the released top does not overshoot Q(I)). Both depend on the policy and ε only."""
+    """Per race j, R2T's Laplace scale s_j = τ_j·J/ε (ε split evenly over the J races, sequential composition)
+    and the correction L·s_j subtracted from it (R2T §4; L from :func:`sqldp.sensitivity.units.shift`: with
+    probability ≥ 1 − β no race's noise exceeds its correction, so the released top does not overshoot Q(I),
+    and the race at τ ≥ DS is not pushed below Q(I) by more than it). Both depend on the policy and ε only."""
     j = len(thresholds)
-    return [(t * j / eps, t * j / eps * math.log(j / beta)) for t in thresholds]
+    factor = shift(j, beta)
+    return [(t * j / eps, t * j / eps * factor) for t in thresholds]
+
+
+def race_bound(thresholds: Sequence[float], eps: float, beta: float, largest: float) -> float:
+    """R2T's error bound at probability 1 − β (Theorem 4.2 of the paper, for base b races): Q(I) − 2·C_{j*} ≤
+    Q̃ ≤ Q(I), where j* is the first race with τ_{j*} ≥ DS (the largest contribution of one unit) and C_{j*}
+    its correction; τ_{j*} ≤ max(τ_1, b·DS), so the bound is 2·max(τ_1, b·DS)·J·L/ε (b = 2, L = ln(J/β): the
+    paper's 4·J·ln(J/β)·DS/ε). Infinite when DS exceeds the top race (the truncation there is not bounded)."""
+    j = len(thresholds)
+    if largest > thresholds[-1]:
+        return math.inf
+    star = next(t for t in thresholds if t >= largest)
+    return 2 * star * j * shift(j, beta) / eps
 
 
 def race_template(aggregate: str, plan: UnitPlan, rows: Sequence[Rows], eps: float) -> Measurement:
     """The measurement of an R2T plan: the truncated answers it read and the race's data-independent parts.
-    ``half_width`` is R2T's error bound 4·J·log(J/β)·DS/ε at probability 1 − β (Theorem 4.2 of the paper;
+    ``half_width`` is R2T's error bound at probability 1 − β (:func:`race_bound`, summed over the raced parts;
     DS, the largest contribution of one unit, is read from the data: audit only)."""
     values, largest = plan.truncated(rows)
     j = len(plan.thresholds)
+    parts = len(plan.signs)
     bound = plan.bind(rows)(0.0)
     return Measurement(
         aggregate=aggregate,
         epsilon=eps,
         delta=None,
         beta=0.0,
-        sensitivity=plan.unit.max_contribution,
-        noise_scale=plan.thresholds[-1] * j * len(plan.signs) / eps,
-        half_width=4 * j * math.log(j / plan.beta) * largest * len(plan.signs) ** 2 / eps,
+        sensitivity=plan.gs,
+        noise_scale=plan.thresholds[-1] * j * parts / eps,
+        half_width=parts * race_bound(plan.thresholds, eps / parts, plan.beta, largest),
         terms=bound.tables,
         mechanism=R2T,
         unit=plan.describe(),
@@ -214,8 +229,10 @@ def race(m: Measurement, noise: NoiseSource) -> float:
     Q(I, τ_j) with Laplace noise at τ_j·J/ε — τ_j bounds how much one unit moves it, so each race is
     (ε/J)-DP and the J races together ε-DP — minus its correction, and the largest of them and Q(I, 0) = 0
     released. The corrections and the maximum are post-processing of the noisy values (Dwork & Roth,
-    Prop. 2.1). Each noisy value is sampled exactly (sqldp.mechanisms.release). A SUM raced in a positive and
-    a negative part gives each part half of ε and releases their difference (sequential composition)."""
+    Prop. 2.1), so neither the base of the races nor the correction's factor bears on privacy, only on the
+    error (:func:`race_bound`). Each noisy value is sampled exactly (sqldp.mechanisms.release). A SUM raced in a
+    positive and a negative part gives each part half of ε and releases their difference (sequential
+    composition)."""
     assert m.unit is not None
     signs = m.unit.get("signs", [1])
     j = len(m.thresholds)

@@ -200,7 +200,9 @@ def _plus_minus(value: float, width: float) -> str:
 
 def _unit(u: dict[str, Any]) -> str:
     """A privacy unit's data-independent figures (sqldp.sensitivity.units.UnitPlan.describe)."""
-    return f"unit {u['unit']} ({u['table']}.{u['key']}), GS {u['gs']:g}, {u['races']} races (R2T, β = {u['beta']:g})"
+    names = [f"{n} ({t}.{k})" for n, t, k in zip(*(u[x].split(", ") for x in ("unit", "table", "key")), strict=True)]
+    lp = ", linear program" if u.get("truncation") else ""
+    return f"unit {', '.join(names)}, GS {u['gs']:g}, {u['races']} races (R2T{lp}, β = {u['beta']:g})"
 
 
 def _describe_term(term: Any) -> list[str]:
@@ -213,9 +215,9 @@ def _describe_term(term: Any) -> list[str]:
         return _describe_values(term)
     if "truncated" in term:  # R2T under a privacy unit (sqldp.sensitivity.units)
         values = ", ".join(f"{v:.6g}" for v in term["truncated"])
-        return [
-            f"largest contribution of one unit {term['largest_contribution']:.6g}; Q(I, 2^j) for j = 1, 2, …: {values}"
-        ]
+        taus = ", ".join(f"{t:.6g}" for t in term.get("thresholds", []))
+        largest = term["largest_contribution"]
+        return [f"largest contribution of one unit {largest:.6g}; Q(I, τ) for τ = {taus}: {values}"]
     if "sensitivity" not in term:
         return [str(term)]
     line = f"sensitivity {term['sensitivity']:.6g}"

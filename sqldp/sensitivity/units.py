@@ -4,7 +4,7 @@ Under a privacy unit (:mod:`sqldp.policy.units`) neighbouring databases differ b
 references it. COUNT and SUM over a join then have no useful global sensitivity — one customer may own any
 number of line items — and R2T (Dong, Fang, Yi, Tao and Machanavajjhala, "R2T: Instance-optimal Truncation for
 Differentially Private Query Evaluation with Foreign Keys", SIGMOD 2022) answers them by a race of truncations:
-for τ_j = 2^j, j = 1 … J with 2^J ≥ GS_Q, the truncated answer
+for τ_j = b^j, j = 1 … J (b = 5.5, :func:`races`), the truncated answer
 
     Q(I, τ) = Σ_units min(contribution(unit), τ)
 
@@ -20,11 +20,13 @@ This module decides, from the query and the policy alone:
   columns are among the referenced ones (lineitem → orders gives the *orders* unit as l_orderkey), uses a
   table the query already joins on the foreign key (θ's equalities, NR §3.3.7.3's classes), and otherwise
   joins the referenced table (its referenced columns are unique, :func:`sqldp.policy.units.references`);
-* that every join row belongs to one unit: the units of all private uses are provably equal under θ's
-  equalities. Self-joins, two units in one query and tables reached by two different paths need R2T's linear
-  program and are refused here;
-* the SQL: per unit (GROUP BY the unit's key) its contribution, COUNT(…) or the SUM of the clamped
-  argument, and from those the J truncated sums in one row, plus the largest contribution (audit only).
+* whether every join row belongs to one unit: the unit keys of all private uses (every unit, every path)
+  are provably equal under θ's equalities. Then the SQL computes per unit (GROUP BY the unit's key) its
+  contribution, COUNT(…) or the SUM of the clamped argument, and from those the J truncated sums in one row,
+  plus the largest contribution (audit only). Otherwise — self-joins, two units in one query (R2T's Q5),
+  tables reached by paths to possibly different units — the SQL returns the join rows grouped by all the
+  distinct unit keys, and Q(I, τ) is R2T's linear program over them (:mod:`sqldp.sensitivity.unit_lp`, R2T §5);
+  GS_Q is then the largest ``max_contribution`` of the units involved.
   R2T needs ψ(q) ≥ 0: a SUM whose declared ranges allow negative values (the centred SUM of an AVG) is raced
   as its positive and its negative part, each with half of ε, and released as their difference.
 
@@ -51,16 +53,51 @@ from sqldp.policy.units import Path, Unit
 from sqldp.sensitivity.intervals import clamp_columns, domain, interval
 from sqldp.sensitivity.plan import Bound, Rows
 from sqldp.sensitivity.rows import equality_classes
+from sqldp.sensitivity.unit_lp import truncations
 from sqldp.sqlgen import aggregate_expr, from_uses, number, where
 
 BETA = 0.1  # R2T's β: with probability ≥ 1 − β the error is within its bound (the paper's experiments use 0.1)
+# The race's base b: τ_j = b^j. The paper's Theorem 4.2 uses b = 2, giving its 4 = 2·2 (the released value is
+# within 2·C_{j*} of Q(I) for the first race j* with τ_{j*} ≥ DS, and τ_{j*} < b·DS). Any constant b > 1 keeps
+# the proof with 2·b in place of 4 and J = log_b GS races; the bound b·log_b(GS)·ln(J/β) is smallest near b = e,
+# and averaged over where DS falls between two races (log DS uniform) the expected τ_{j*}/DS is (b − 1)/ln b,
+# so the error ∝ (b − 1)/ln²b, smallest at b ≈ 4.9 and flat on [4, 6.5]. R2T's implementation races b = 5.5
+# ("2e for its better practical performance"), whose published TPC-H errors we compare with; so do we.
+BASE = 5.5
 UNIT_COLUMN, CONTRIBUTION = "unit", "contribution"
 
 
 def races(gs: float) -> tuple[float, ...]:
-    """R2T's thresholds τ_j = 2^j for j = 1 … J, J = ⌈log₂ GS_Q⌉ (at least one race)."""
-    top = max(1, math.ceil(math.log2(gs)))
-    return tuple(2.0**j for j in range(1, top + 1))
+    """R2T's thresholds τ_j = b^j for j = 1 … J, J = ⌊log_b GS_Q⌋ races (at least one), b = :data:`BASE`: the
+    largest race is the largest power of b not above GS_Q, as in R2T's implementation. Which thresholds race is
+    decided by the policy alone, so privacy never depends on it (each race is (ε/J)-DP whatever its τ); a unit
+    contributing more than τ_J is truncated there, which costs accuracy only (the error bound of Theorem 4.2
+    holds for every instance whose largest contribution DS is at most τ_J ≥ GS_Q/b). Powers of 5.5 = 11/2 are
+    exact in binary floating point and in SQL numerals up to 5.5^15."""
+    top = max(1, math.floor(math.log(gs) / math.log(BASE) + 1e-12))
+    return tuple(BASE**j for j in range(1, top + 1))
+
+
+def shift(races: int, beta: float) -> float:
+    """The correction's factor L: race j subtracts L·s_j from its noisy value, s_j = τ_j·J/ε its Laplace scale.
+
+    Theorem 4.2's event is that no race's noise exceeds its correction (so Q̃ ≤ Q(I)) and that the race j*
+    with τ_{j*} ≥ DS, whose truncated answer is Q(I), is not pushed down by more than its correction (so Q̃ ≥
+    Q(I) − 2·C_{j*}). The paper takes L = ln(J/β) from a union bound over the two tails of the J races
+    (P[|Lap(s)| > L·s] = e^{−L}). The noises are independent and only one race's lower tail matters, so the
+    event's probability is exactly (1 − e^{−L}/2)^{J−1}·(1 − e^{−L}) (P[Lap(s) > L·s] = e^{−L}/2); L here
+    solves that = 1 − β, the same guarantee with a smaller correction (J = 8, β = 0.1: 3.76 where ln(J/β)
+    is 4.38). The left side increases with L, so bisection finds it; it depends on J and β only."""
+    lo, hi = 0.0, math.log(2 * races / beta) + 1.0
+
+    def event(x: float) -> float:
+        return (1 - math.exp(-x) / 2) ** (races - 1) * (1 - math.exp(-x))
+
+    assert event(hi) >= 1 - beta
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if event(mid) < 1 - beta else (lo, mid)
+    return hi
 
 
 @dataclass(frozen=True)
@@ -73,11 +110,13 @@ class UnitPlan:
 
     form: AnalysisForm
     aggregate: Aggregate
-    unit: Unit
+    units: tuple[Unit, ...]  # the units the query's tables belong to (sorted by name)
     thresholds: tuple[float, ...]
     signs: tuple[int, ...]  # per raced part: +1, or −1 for the negative part of a SUM (module docstring)
     query: exp.Select
     joined: tuple[str, ...]  # the foreign-key hops joined to find a use's unit (for explain)
+    # by linear program: the unit of each key column the query groups by (empty: one key, per-unit sums)
+    owners: tuple[str, ...] = ()
     scan_conjuncts: tuple[Conjunct, ...] = ()
     grouped_scan: tuple[bool, ...] = (False,)
     disjoint_groups: bool = False
@@ -92,34 +131,68 @@ class UnitPlan:
         return (self.query,)
 
     @property
+    def unit(self) -> Unit:
+        """The first unit (the only one unless the linear program is used)."""
+        return self.units[0]
+
+    @property
+    def gs(self) -> float:
+        """GS_Q: the most one unit may add to the aggregate (the largest ``max_contribution`` of its units)."""
+        return max(u.max_contribution for u in self.units)
+
+    @property
     def conjuncts(self) -> tuple[Conjunct, ...]:
         return self.form.conjuncts
 
     def truncated(self, results: Sequence[Rows]) -> tuple[tuple[float, ...], float]:
         """Q(I, τ_j) for every race of every part (part by part), and the largest contribution of one unit to
         any part (R2T's DS_Q(I), data-dependent)."""
+        if self.owners:
+            return self._by_lp(results[0])
         row = results[0][0]
         n = len(self.thresholds) * len(self.signs)
         values = tuple(float(v or 0) for v in row[:n])
         return values, max(float(v or 0) for v in row[n:])
 
+    def _by_lp(self, rows: Rows) -> tuple[tuple[float, ...], float]:
+        """Each part's Q(I, τ_j) by R2T's linear program over the grouped join rows: a row's owners are its key
+        columns' (unit, value) pairs; a NULL key is one more unit of its own, which only adds a constraint."""
+        m = len(self.owners)
+        owners = [tuple(zip(self.owners, row[:m], strict=True)) for row in rows]
+        values: list[float] = []
+        largest = 0.0
+        for i in range(len(self.signs)):
+            got, ds = truncations(owners, [float(row[m + i] or 0) for row in rows], self.thresholds)
+            values += got
+            largest = max(largest, ds)
+        return tuple(values), largest
+
     def bind(self, results: Sequence[Rows]) -> Callable[[float], Bound]:
         values, largest = self.truncated(results)
-        terms = {self.unit.name: {"truncated": list(values), "largest_contribution": largest}}
-        return lambda beta: Bound(self.unit.max_contribution, terms)
+        terms = {
+            ", ".join(u.name for u in self.units): {
+                "thresholds": list(self.thresholds) * len(self.signs),
+                "truncated": list(values),
+                "largest_contribution": largest,
+            }
+        }
+        return lambda beta: Bound(self.gs, terms)
 
     def describe(self) -> dict[str, Any]:
         """What an analyst may see: the unit, GS_Q and the races (all from the policy and the query)."""
-        return {
-            "unit": self.unit.name,
-            "table": self.unit.table,
-            "key": self.unit.key,
-            "gs": self.unit.max_contribution,
+        out: dict[str, Any] = {
+            "unit": ", ".join(u.name for u in self.units),
+            "table": ", ".join(u.table for u in self.units),
+            "key": ", ".join(u.key for u in self.units),
+            "gs": self.gs,
             "races": len(self.thresholds),
             "signs": list(self.signs),
             "beta": self.beta,
             "joined": list(self.joined),
         }
+        if self.owners:
+            out["truncation"] = "linear program"
+        return out
 
 
 def unit_tables(form: AnalysisForm, catalog: Catalog, policy: Policy) -> dict[str, list[str]]:
@@ -190,17 +263,12 @@ def plan_units(form: AnalysisForm, catalog: Catalog, policy: Policy) -> UnitPlan
     members = policy.members(catalog)
     of_table = unit_tables(form, catalog, policy)
     involved = sorted({u for us in of_table.values() for u in us})
-    if len(involved) > 1:
-        raise RefusedError(
-            f"the query reads tables of the units {', '.join(involved)}: a join row that belongs to several units "
-            "needs R2T's linear program (not implemented yet); ask under a policy with one of them"
-        )
-    unit = policy.units[involved[0]]
     for u in form.uses:
         if u.table not in of_table and not policy.table(u.table).public:
             raise RefusedError(
                 f"table {u.table} belongs to no privacy unit and is not public: a query may not mix unit-level "
-                f"privacy (unit {unit.name}) with row-level privacy; declare it public or make it reference the unit"
+                f"privacy (unit {', '.join(involved)}) with row-level privacy; declare it public or make it "
+                "reference the unit"
             )
     if form.group_by:
         raise RefusedError(
@@ -234,31 +302,44 @@ def plan_units(form: AnalysisForm, catalog: Catalog, policy: Policy) -> UnitPlan
         raise RefusedError(f"{agg.sql}: under a privacy unit only COUNT, SUM and AVG are answered (R2T)")
 
     resolver = _Resolver(form, catalog)
-    keys: list[ColumnRef] = []
+    found: list[tuple[str, ColumnRef]] = []  # per use, per unit it belongs to, per path: the unit's key
     for u in form.uses:
-        if u.table not in of_table:
-            continue
-        found = {resolver.unit_of(u, p, unit) for p in members[unit.name][u.table]}
-        first = sorted(found, key=str)[0]
-        if any(not resolver.equal(first, k) for k in found):
-            raise RefusedError(
-                f"{u.table} AS {u.alias} belongs to unit {unit.name} by several foreign-key paths that may lead to "
-                "different units: R2T's linear program is needed (not implemented yet)"
-            )
-        keys.append(first)
-    if any(not resolver.equal(keys[0], k) for k in keys):
-        raise RefusedError(
-            f"a join row of this query may belong to several {unit.name} units ({', '.join(map(str, keys))} are "
-            "not equal by the query's join conditions): self-joins and unlinked uses need R2T's linear program "
-            "(not implemented yet)"
-        )
-    thresholds = races(unit.max_contribution)
-    key = exp.column(keys[0].column, table=keys[0].alias)
+        for name in of_table.get(u.table, []):
+            found += [(name, resolver.unit_of(u, p, policy.units[name])) for p in members[name][u.table]]
+    keys: list[tuple[str, ColumnRef]] = []  # the distinct ones, by θ's equalities (after every join was added)
+    for name, ref in sorted(found, key=lambda nk: (nk[0], str(nk[1]))):
+        if not any(n == name and resolver.equal(ref, k) for n, k in keys):
+            keys.append((name, ref))
+    units = tuple(policy.units[n] for n in involved)
+    thresholds = races(max(x.max_contribution for x in units))
     contributions = [f"{CONTRIBUTION}{i}" for i in range(len(parts))]
+    joined = tuple(dict.fromkeys(resolver.joined))
+    uses = (*form.uses, *resolver.extra)
+    conds: tuple[Conjunct | exp.Expr, ...] = (*form.conjuncts, *resolver.extra_conds)
+    if len(keys) > 1:
+        # a join row may belong to several units (two units, a self-join, two paths to possibly different
+        # units): the join rows grouped by the units they own, for R2T's linear program (sqldp.sensitivity.unit_lp)
+        columns = [exp.column(k.column, table=k.alias) for _, k in keys]
+        query = exp.select(
+            *(exp.alias_(c, f"{UNIT_COLUMN}{i}") for i, c in enumerate(columns)),
+            *(exp.alias_(p, c) for p, c in zip(parts, contributions, strict=True)),
+        )
+        query = where(from_uses(query, uses), conds).group_by(*(c.copy() for c in columns), copy=False)
+        return UnitPlan(
+            form=form,
+            aggregate=released,
+            units=units,
+            thresholds=thresholds,
+            signs=signs,
+            query=query,
+            joined=joined,
+            owners=tuple(n for n, _ in keys),
+        )
+    key = exp.column(keys[0][1].column, table=keys[0][1].alias)
     inner = exp.select(
         exp.alias_(key, UNIT_COLUMN), *(exp.alias_(p, c) for p, c in zip(parts, contributions, strict=True))
     )
-    inner = where(from_uses(inner, (*form.uses, *resolver.extra)), (*form.conjuncts, *resolver.extra_conds))
+    inner = where(from_uses(inner, uses), conds)
     inner = inner.group_by(key.copy(), copy=False)
     items: list[exp.Expr] = [
         exp.alias_(exp.Sum(this=exp.Least(this=exp.column(c), expressions=[number(t)])), f"r{i}_{j}")
@@ -271,11 +352,11 @@ def plan_units(form: AnalysisForm, catalog: Catalog, policy: Policy) -> UnitPlan
     return UnitPlan(
         form=form,
         aggregate=released,
-        unit=unit,
+        units=units,
         thresholds=thresholds,
         signs=signs,
         query=query,
-        joined=tuple(dict.fromkeys(resolver.joined)),
+        joined=joined,
         scan_conjuncts=form.conjuncts if own_scan else (),
         grouped_scan=(own_scan,),
     )

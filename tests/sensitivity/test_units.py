@@ -8,13 +8,13 @@ The oracles are independent of the code under test:
   Python from the database's structure, and the exact privacy loss of the released races — each the grid
   cell distribution of its Laplace noise (``cell_probability``), summed over the races since they are
   independent; the corrections and the maximum are post-processing — stays within ε;
-* R2T's error bound (its Theorem 4.2): over many seeded runs the released value lies in
-  [Q(I) − 4·J·ln(J/β)·DS/ε, Q(I)] in at least a 1 − β fraction of runs.
+* R2T's error bound (its Theorem 4.2, for races τ_j = b^j): over many seeded runs the released value lies in
+  [Q(I) − 2·τ_{j*}·J·L/ε, Q(I)] in at least a 1 − β fraction of runs, τ_{j*} the first race ≥ DS and L the
+  correction's factor, computed here by scipy from the event's exact probability.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -22,6 +22,7 @@ from typing import Any
 import gmpy2
 import psycopg
 import pytest
+from scipy.optimize import brentq
 
 import sqldp
 from sqldp import mechanisms, release
@@ -34,7 +35,7 @@ from sqldp.normalize import normalize
 from sqldp.policy import Policy
 from sqldp.result import R2T, Measurement
 from sqldp.sensitivity import UnitPlan, plan
-from sqldp.sensitivity.units import races
+from sqldp.sensitivity.units import BASE, races, shift
 
 TPCH = Catalog.from_file("sqldp/data/schemas/tpch.sql")
 CUSTOMER = """
@@ -112,13 +113,13 @@ def test_a_foreign_key_join_is_one_unit_per_join_row() -> None:
     )
     p = _plan(q3)
     assert isinstance(p, UnitPlan) and p.data_independent and p.joined == ()
-    assert p.thresholds == races(1e6) and len(p.thresholds) == 20
+    assert p.thresholds == races(1e6) and len(p.thresholds) == 8
     assert p.describe() == {
         "unit": "customer",
         "table": "customer",
         "key": "c_custkey",
         "gs": 1e6,
-        "races": 20,
+        "races": 8,
         "signs": [1],
         "beta": 0.1,
         "joined": [],
@@ -136,21 +137,33 @@ def test_a_foreign_key_join_is_one_unit_per_join_row() -> None:
 @pytest.mark.parametrize(
     ("sql", "policy", "message"),
     [
-        ("SELECT COUNT(*) FROM orders o1, orders o2 WHERE o1.o_orderdate = o2.o_orderdate", CUSTOMER, "several"),
-        ("SELECT COUNT(*) FROM customer, orders WHERE c_acctbal > 0", CUSTOMER, "several"),
         ("SELECT COUNT(*) FROM orders, part", CUSTOMER, "belongs to no privacy unit"),
         ("SELECT o_orderstatus, COUNT(*) FROM orders GROUP BY o_orderstatus", CUSTOMER, "GROUP BY"),
         ("SELECT MAX(l_quantity) FROM lineitem", CUSTOMER, "only COUNT, SUM and AVG"),
-        (
-            "SELECT COUNT(*) FROM lineitem",
-            CUSTOMER + '[units.supplier]\nkey = "s_suppkey"\n',
-            "units customer, supplier",
-        ),
     ],
 )
 def test_refusals_say_what_is_missing(sql: str, policy: str, message: str) -> None:
     with pytest.raises(RefusedError, match=message):
         _plan(sql, policy)
+
+
+@pytest.mark.parametrize(
+    ("sql", "policy", "owners"),
+    [
+        # a self-join: the two orders may be of different customers
+        ("SELECT COUNT(*) FROM orders o1, orders o2 WHERE o1.o_orderdate = o2.o_orderdate", CUSTOMER, 2),
+        # unlinked uses: a customer row and an order of any customer
+        ("SELECT COUNT(*) FROM customer, orders WHERE c_acctbal > 0", CUSTOMER, 2),
+        # two units: a line item belongs to a customer and a supplier (the supplier by l_suppkey and by
+        # partsupp's key, equal under the foreign key's own columns: one key)
+        ("SELECT COUNT(*) FROM lineitem", CUSTOMER + '[units.supplier]\nkey = "s_suppkey"\n', 2),
+    ],
+)
+def test_rows_of_several_units_go_to_the_linear_program(sql: str, policy: str, owners: int) -> None:
+    p = _plan(sql, policy)
+    assert isinstance(p, UnitPlan) and len(p.owners) == owners
+    assert p.describe()["truncation"] == "linear program" and p.grouped_scan == (False,)
+    assert len(p.query.args["group"].expressions) == owners
 
 
 def test_a_policy_without_units_is_unchanged() -> None:
@@ -165,7 +178,7 @@ CREATE TABLE o (oid INT PRIMARY KEY, uid INT NOT NULL REFERENCES u (id), d INT N
 CREATE TABLE l (lid INT PRIMARY KEY, oid INT NOT NULL REFERENCES o (oid), q INT NOT NULL);
 """
 EPS = 1.0
-GS = 8  # races τ = 2, 4, 8: small enough that the truncations bite on these databases
+GS = 40  # races τ = 5.5, 30.25: small enough that the truncations bite on these databases
 POLICY = f"""
 [defaults]
 epsilon = {EPS}
@@ -182,6 +195,7 @@ DATABASES: list[Db] = [
     {1: [(1, [1] * 5), (1, [2] * 4)], 2: [(1, [3])], 3: []},  # unit 1 has 9 line items: above τ = 8
     {1: [(0, [3, 3, 3])], 2: [(1, [1, 2]), (1, [])], 3: [(1, [2] * 3), (1, [3] * 3)]},
     {1: [], 2: [(1, [])]},
+    {1: [(1, [3, 0, 3])] * 12, 2: [(0, [1])]},  # unit 1: 12 orders, 36 line items, above τ = 30.25
 ]
 # (query, the contribution of one unit's orders to each raced part, in Python: the independent oracle)
 QUERIES = [
@@ -290,8 +304,8 @@ def test_a_run_releases_the_top_of_the_race(tiny: tuple[sqldp.session.Session, p
         "unit": "u",
         "table": "u",
         "key": "id",
-        "gs": 8.0,
-        "races": 3,
+        "gs": 40.0,
+        "races": 2,
         "signs": [1],
         "beta": 0.1,
         "joined": [],
@@ -299,22 +313,31 @@ def test_a_run_releases_the_top_of_the_race(tiny: tuple[sqldp.session.Session, p
     assert set(m) == {"aggregate", "epsilon", "delta", "mechanism", "noisy_value", "unit"}
     assert out.answer is not None and out.answer >= 0
     audit = out.to_json(audit=True)["measurements"][0][0]
-    # contributions 3, 2 and 6 line items: Σ min(c, τ) for τ = 2, 4, 8
-    assert list(audit["truncated"]) == [6.0, 9.0, 11.0] and list(audit["thresholds"]) == [2.0, 4.0, 8.0]
+    # contributions 3, 2 and 6 line items: Σ min(c, τ) for τ = 5.5, 30.25
+    assert list(audit["truncated"]) == [10.5, 11.0] and list(audit["thresholds"]) == [5.5, 30.25]
     # the plan an analyst may see before anything is read names the unit too
-    assert s.analyze(sql, audit=False).to_json()["plan"][0]["unit"]["races"] == 3
-    assert "COUNT(*): unit u (u.id), GS 8, 3 races (R2T, β = 0.1)" in format_text(j)
-    assert "Q(I, 2^j) for j = 1, 2, …: 6, 9, 11" in format_text(out.to_json(audit=True))
+    assert s.analyze(sql, audit=False).to_json()["plan"][0]["unit"]["races"] == 2
+    assert "COUNT(*): unit u (u.id), GS 40, 2 races (R2T, β = 0.1)" in format_text(j)
+    assert "Q(I, τ) for τ = 5.5, 30.25: 10.5, 11" in format_text(out.to_json(audit=True))
 
 
 # -- R2T's error bound -----------------------------------------------------------------------------
 
 
+def _shift_oracle(j: int, beta: float) -> float:
+    """L with P[no race overshoots its correction and the race at τ ≥ DS is not pushed down by more than it]
+    = 1 − β, for J independent Laplace races: (1 − e^{−L}/2)^{J−1}·(1 − e^{−L}) = 1 − β, solved by scipy."""
+    return float(
+        brentq(lambda x: (1 - math.exp(-x) / 2) ** (j - 1) * (1 - math.exp(-x)) - (1 - beta), 1e-6, 100, xtol=1e-14)
+    )
+
+
 @pytest.mark.parametrize("gs", [2.0**10, 1e6])
 def test_the_error_is_within_r2ts_bound(gs: float) -> None:
-    """Theorem 4.2 of the paper: with probability ≥ 1 − β, Q(I) − 4·J·ln(J/β)·DS/ε ≤ Q̃(I) ≤ Q(I) (J races,
-    DS the largest contribution). 400 seeded runs on skewed contributions; the bound must fail in at most
-    a β fraction plus three standard deviations of the binomial."""
+    """Theorem 4.2 of the paper, for races τ_j = b^j: with probability ≥ 1 − β, Q(I) − 2·C_{j*} ≤ Q̃(I) ≤ Q(I),
+    C_{j*} = τ_{j*}·J·L/ε the correction of the first race with τ_{j*} ≥ DS (b = 2, L = ln(J/β) give the paper's
+    4·J·ln(J/β)·DS/ε). 400 seeded runs on skewed contributions; the bound must fail in at most a β fraction
+    plus three standard deviations of the binomial."""
     contributions = [1 + (i * 7919) % 37 for i in range(3000)] + [400, 250]  # DS = 400
     true = float(sum(contributions))
     thresholds = races(gs)
@@ -334,7 +357,10 @@ def test_the_error_is_within_r2ts_bound(gs: float) -> None:
         truncated=tuple(float(sum(min(c, t) for c in contributions)) for t in thresholds),
     )
     j = len(thresholds)
-    bound = 4 * j * math.log(j / beta) * max(contributions) / eps
+    star = min(t for t in thresholds if t >= max(contributions))
+    assert star < BASE * max(contributions)
+    bound = 2 * star * j * _shift_oracle(j, beta) / eps
+    assert release.race_bound(thresholds, eps, beta, max(contributions)) == pytest.approx(bound, rel=1e-9)
     noise = NoiseSource.seeded(7)
     errors = [true - release.race(m, noise) for _ in range(runs)]
     failures = sum(1 for e in errors if not 0 <= e <= bound)
@@ -343,6 +369,14 @@ def test_the_error_is_within_r2ts_bound(gs: float) -> None:
     assert 0 < errors[runs // 2] < bound  # the median error: positive (R2T underestimates) and within it
 
 
-def test_thresholds_reach_gs() -> None:
-    assert races(1) == (2.0,) and races(8) == (2.0, 4.0, 8.0) and races(9)[-1] == 16.0
-    assert list(itertools.accumulate(races(1e6), max))[-1] >= 1e6
+@pytest.mark.parametrize(("j", "beta"), [(1, 0.1), (8, 0.1), (20, 0.05), (8, 0.5)])
+def test_the_correction_is_exact_for_its_event(j: int, beta: float) -> None:
+    """The correction's factor makes Theorem 4.2's event exactly 1 − β likely (scipy's root as the oracle), and
+    is below the paper's union bound ln(J/β)."""
+    assert shift(j, beta) == pytest.approx(_shift_oracle(j, beta), abs=1e-9)
+    assert shift(j, beta) < math.log(j / beta) or j == 1
+
+
+def test_thresholds_are_powers_of_the_base_up_to_gs() -> None:
+    assert races(1) == (BASE,) and races(40) == (BASE, BASE**2) and races(BASE**3) == (BASE, BASE**2, BASE**3)
+    assert len(races(1e6)) == 8 and races(1e6)[-1] <= 1e6 < BASE * races(1e6)[-1]
