@@ -373,12 +373,27 @@ class RowPlan(ExactUnfolded):
     weights: dict[str, float]  # private table → G
     private: frozenset[str]
     disjoint_groups: bool
+    # scans two scalars share (_shared_scan): the grouped scan, and which scalar reads its total or its best
+    shared: tuple[tuple[exp.Select, dict[int, str]], ...] = ()
 
     @property
     def queries(self) -> tuple[exp.Select, ...]:
         head = []
         if self.scalars:
-            head = [exp.select(*(exp.alias_(exp.Subquery(this=q), f"v{i}") for i, q in enumerate(self.scalars)))]
+            source = {i: (f"g{j}", column) for j, (_, reads) in enumerate(self.shared) for i, column in reads.items()}
+            items = [
+                exp.alias_(
+                    exp.column(source[i][1], table=source[i][0]) if i in source else exp.Subquery(this=q), f"v{i}"
+                )
+                for i, q in enumerate(self.scalars)
+            ]
+            select = exp.select(*items)
+            for j, (scan, _) in enumerate(self.shared):
+                table = exp.Subquery(this=scan.copy(), alias=exp.TableAlias(this=exp.to_identifier(f"g{j}")))
+                select = (
+                    select.from_(table, copy=False) if j == 0 else select.join(table, join_type="cross", copy=False)
+                )
+            head = [select]
         return (*head, *self.grouped)
 
     @property
@@ -525,6 +540,8 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
             scalars.append(_count_query([u], _local_conjuncts(form, u.alias), []))
     counts_of_table = {t: len(form.uses_of(t)) for t in private}
     plans = []
+    shared: list[tuple[exp.Select, dict[int, str]]] = []
+    scanned: set[str] = set()
     for u in form.uses:
         if u.table not in private:
             continue
@@ -544,6 +561,13 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
             else:
                 factors.append((len(scalars),))
                 scalars.append(_max_count(comp_uses, conds, [term.reps[k] for k in keys], declared) if keys else q)
+                if keys and len(comp_uses) == 1 and comp_uses[0].alias in local and comp_uses[0].alias not in scanned:
+                    scan = _shared_scan(conds, [term.reps[k] for k in keys], _local_conjuncts(form, comp_uses[0].alias))
+                    if scan is not None:
+                        scanned.add(comp_uses[0].alias)
+                        shared.append(
+                            (scan(comp_uses[0]), {local[comp_uses[0].alias]: "total", len(scalars) - 1: "best"})
+                        )
         plans.append(_UsePlan(term, tuple(factors), tuple(pattern_queries), tuple(pattern_columns)))
     return RowPlan(
         form=form,
@@ -556,7 +580,52 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
         weights={t: policy.table(t).weight for t in private},
         private=private,
         disjoint_groups=_disjoint(form, private, classes),
+        shared=tuple(shared),
     )
+
+
+def _shared_scan(
+    conds: list[exp.Expr], keys: list[exp.Expr], own: list[exp.Expr]
+) -> Callable[[TableUse], exp.Select] | None:
+    """One scan for a use's local count n_j and a derivative that groups the same use alone (Q17's for part:
+    max over l_partkey of lineitem's rows). The derivative's conjuncts are the use's own plus ``k = k`` for
+    bound key columns (θ[r/Ti] where r's column equals k; true exactly when k is not NULL, NaN included):
+
+        SELECT COALESCE(SUM(n), 0) AS total, COALESCE(MAX(n) FILTER (WHERE p_i = p_i …), 0) AS best
+        FROM (SELECT keys AS p_i, COUNT(*) AS n FROM T WHERE own GROUP BY keys)
+
+    total is COUNT(*) over ``own`` (the groups partition those rows) and best the largest group whose keys
+    pass the ``k = k`` conjuncts: both the numbers the two statements give. None for any other shape."""
+    own_text = {c.sql(dialect="postgres") for c in own}
+    keyed = {k.sql(dialect="postgres"): i for i, k in enumerate(keys)}
+    selfeq: list[int] = []
+    for c in conds:
+        pair = _pair(c)
+        text = c.sql(dialect="postgres")
+        if text in own_text:
+            continue
+        if pair is None or pair[0] != pair[1]:
+            return None
+        column = _col(pair[0]).sql(dialect="postgres")
+        if column not in keyed:
+            return None
+        selfeq.append(keyed[column])
+    if own_text - {c.sql(dialect="postgres") for c in conds} or not all(isinstance(k, exp.Column) for k in keys):
+        return None
+
+    def scan(use: TableUse) -> exp.Select:
+        inner = _count_query([use], own, keys)
+        best: exp.Expr = exp.func("MAX", exp.column("n"))
+        if selfeq:
+            test = exp.and_(*(exp.EQ(this=exp.column(f"p{i}"), expression=exp.column(f"p{i}")) for i in selfeq))
+            best = exp.Filter(this=best, expression=exp.Where(this=test))
+        zero = exp.Literal.number(0)
+        return exp.select(
+            exp.alias_(exp.func("COALESCE", exp.func("SUM", exp.column("n")), zero), "total"),
+            exp.alias_(exp.func("COALESCE", best, zero.copy()), "best"),
+        ).from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("s"))))
+
+    return scan
 
 
 def _disjoint(form: AnalysisForm, private: frozenset[str], classes: DisjointSet) -> bool:

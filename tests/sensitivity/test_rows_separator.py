@@ -27,7 +27,6 @@ from sqldp.catalog import Catalog
 from sqldp.frontend import parse
 from sqldp.normalize import normalize
 from sqldp.policy import Policy
-from sqldp.sensitivity import rows
 from sqldp.sensitivity.rows import RowPlan
 
 # declared keys (what the catalog says) …
@@ -46,7 +45,7 @@ POLICY = (
     "".join(f"[tables.{t}]\nweight = 1.0\n" for t in PRIVATE)
     + '[tables.l.columns.sk]\nrange = [0, 2]\n[tables.n]\nrows = "public"\n'
 )
-DOMAIN = (0, 1, 2)
+DOMAIN = (0, 1, 2, None)  # NULL keys: a GROUP BY makes them a group, an equality never holds for them
 
 QUERIES = [
     # Q5's shape: the derivative for o groups by (c.ck, l.ok), which meet only at c.nk = s.nk = n.nk
@@ -115,7 +114,7 @@ def _neighbours(db: dict[str, list[tuple[int, int]]]) -> Iterator[tuple[str, str
     for table in PRIVATE:
         for row in itertools.product(DOMAIN, DOMAIN):
             yield table, "add", row
-        for row in sorted(set(db[table])):
+        for row in sorted(set(db[table]), key=str):
             yield table, "remove", row
 
 
@@ -145,41 +144,69 @@ def test_inequality_across_the_parts_keeps_the_group_by(catalog: Catalog, policy
     assert _factorised(_plan(sql, catalog, policy)) == {"l"}
 
 
+def _every_neighbour(conn: psycopg.Connection, seed: str, databases: int = 5) -> Iterator[str]:
+    """Loads random databases and yields inside a transaction at each one and at each of its neighbours."""
+    rng = random.Random(seed)
+    for _ in range(databases):
+        db = _random_db(rng)
+        _load(conn, db)
+        for table, op, row in [("", "", (0, 0)), *_neighbours(db)]:
+            conn.execute("BEGIN")
+            if op:
+                a, b = TABLES[table]
+                if op == "add":
+                    conn.execute(f"INSERT INTO {table} ({a}, {b}) VALUES (%s, %s)", row)
+                else:
+                    conn.execute(
+                        f"DELETE FROM {table} WHERE ctid = (SELECT ctid FROM {table} WHERE {a} IS NOT DISTINCT FROM "
+                        f"%s AND {b} IS NOT DISTINCT FROM %s LIMIT 1)",
+                        row,
+                    )
+            yield f"{db} {op} {table} {row}"
+            conn.execute("ROLLBACK")
+
+
 @pytest.mark.parametrize("sql", QUERIES)
 def test_separator_statement_equals_group_by_on_every_neighbour(
     pg_dsn: str, catalog: Catalog, policy: Policy, sql: str
 ) -> None:
     plan = _plan(sql, catalog, policy)
-    statements = [
-        (s.sql(dialect="postgres"), g.sql(dialect="postgres"), c.sql(dialect="postgres")) for s, g, c in _pairs(plan)
-    ]
+    statements = [tuple(q.sql(dialect="postgres") for q in triple) for triple in _pairs(plan)]
     assert statements
-    rng = random.Random(sql)
     branches: set[bool] = set()
     compared = 0
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(DDL)
-        for _ in range(6):
-            db = _random_db(rng)
-            _load(conn, db)
-            for table, op, row in [("", "", (0, 0)), *_neighbours(db)]:
-                conn.execute("BEGIN")
-                if op == "add":
-                    a, b = TABLES[table]
-                    conn.execute(f"INSERT INTO {table} ({a}, {b}) VALUES (%s, %s)", row)
-                elif op == "remove":
-                    a, b = TABLES[table]
-                    conn.execute(
-                        f"DELETE FROM {table} WHERE ctid = (SELECT ctid FROM {table} WHERE {a} = %s AND {b} = %s "
-                        "LIMIT 1)",
-                        row,
-                    )
-                for fast, grouped, check in statements:
-                    got = conn.execute(fast).fetchone()[0]
-                    want = conn.execute(grouped).fetchone()[0]
-                    assert got == want, (table, op, row, db, fast)
-                    branches.add(bool(conn.execute(check).fetchone()[0]))
-                    compared += 1
-                conn.execute("ROLLBACK")
+        for where in _every_neighbour(conn, sql):
+            for fast, grouped, check in statements:
+                assert conn.execute(fast).fetchone()[0] == conn.execute(grouped).fetchone()[0], (where, fast)
+                branches.add(bool(conn.execute(check).fetchone()[0]))
+                compared += 1
     assert branches == {True, False}, "both the product formula and the fallback must be exercised"
     assert compared > 100
+
+
+SHARED = [
+    # Q17's shape: the derivative for s groups l alone by l.sk, beside l's own count (one scan for both)
+    "SELECT COUNT(*) FROM l, s WHERE l.sk = s.sk AND l.ok < 2 AND s.nk > 0",
+    "SELECT COUNT(*) FROM c, o WHERE c.ck = o.ck AND c.nk = o.ok",  # two bound columns, two keys
+    QUERIES[0],  # no shared scan: separator statements beside plain scalar subqueries
+]
+
+
+@pytest.mark.parametrize("sql", SHARED)
+def test_head_statement_equals_each_scalar_on_every_neighbour(
+    pg_dsn: str, catalog: Catalog, policy: Policy, sql: str
+) -> None:
+    """The one-row statement the plan runs (shared scans, separator statements) gives, column by column, what
+    each scalar statement gives run alone: the plan reads the numbers it read before."""
+    plan = _plan(sql, catalog, policy)
+    assert bool(plan.shared) == (sql != QUERIES[0])
+    head = plan.queries[0].sql(dialect="postgres")
+    alone = [exp.select(exp.Subquery(this=q.copy())).sql(dialect="postgres") for q in plan.scalars]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+        for where in _every_neighbour(conn, sql, databases=3):
+            got = [float(v or 0) for v in conn.execute(head).fetchone()]
+            want = [float(conn.execute(q).fetchone()[0] or 0) for q in alone]
+            assert got == want, (where, head)
