@@ -18,7 +18,10 @@ Units: one row of T is at distance G_T (policy ``weight``), so the sensitivity w
 multiplicity derivative divided by G_T; the query's bound is the maximum over its private tables.
 
 The plan runs one scalar query (all local counts and maxima, as scalar subqueries: one round trip) plus one
-grouped query per use of a self-joined private table.
+grouped query per use of a self-joined private table. Two shapes are computed with less work and the same
+numbers: a use's local count and a maximum that groups the same use alone share one scan (``_shared_scan``),
+and a maximum whose pattern columns meet only at one equality class is computed per part of the join
+("splitting a component at a separator" below) instead of over the product of the parts.
 """
 
 from __future__ import annotations
