@@ -24,7 +24,10 @@ the count of outer rows that ψ ties to one row of D, by D's pattern, as for a u
 terms of a table add (NR §3.3.13.9, c′ + c_D·c′_D with c_D = 1).
 
 The plan runs one scalar query (all local counts and maxima, as scalar subqueries: one round trip) plus one
-grouped query per use of a self-joined private table.
+grouped query per use of a self-joined private table. Two shapes are computed with less work and the same
+numbers: a use's local count and a maximum that groups the same use alone share one scan (``_shared_scan``),
+and a maximum whose pattern columns meet only at one equality class is computed per part of the join
+("splitting a component at a separator" below) instead of over the product of the parts.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,14 +60,7 @@ MAX_PRODUCT_PATTERNS = 200_000  # beyond this, a self-join's pattern map is boun
 
 
 def _equality(conj: Conjunct) -> tuple[ColumnRef, ColumnRef] | None:
-    e = conj.expr
-    while isinstance(e, exp.Paren):
-        e = e.this
-    if isinstance(e, exp.EQ) and isinstance(e.this, exp.Column) and isinstance(e.expression, exp.Column):
-        a, b = e.this, e.expression
-        if a.table and b.table:
-            return ColumnRef(a.table, a.name), ColumnRef(b.table, b.name)
-    return None
+    return _pair(conj.expr)
 
 
 def equality_classes(conjuncts: Sequence[Conjunct]) -> DisjointSet:
@@ -83,6 +79,17 @@ def equality_classes(conjuncts: Sequence[Conjunct]) -> DisjointSet:
 def _equal_to(classes: DisjointSet, ref: ColumnRef) -> set[ColumnRef]:
     """The columns θ makes equal to ``ref``, ``ref`` included."""
     return set(classes.subset(ref)) if ref in classes else {ref}
+
+
+def _pair(e: exp.Expr) -> tuple[ColumnRef, ColumnRef] | None:
+    """The two columns of a ``column = column`` conjunct, or None."""
+    while isinstance(e, exp.Paren):
+        e = e.this
+    if isinstance(e, exp.EQ) and isinstance(e.this, exp.Column) and isinstance(e.expression, exp.Column):
+        a, b = e.this, e.expression
+        if a.table and b.table:
+            return ColumnRef(a.table, a.name), ColumnRef(b.table, b.name)
+    return None
 
 
 # -- the per-use derivative query --------------------------------------------------------------------
@@ -154,10 +161,201 @@ def _count_query(uses: list[TableUse], conds: list[exp.Expr], keys: list[exp.Exp
     return q
 
 
-def _max_count(q: exp.Select) -> exp.Select:
+def _max_of(q: exp.Select) -> exp.Select:
     return exp.select(exp.func("COALESCE", exp.func("MAX", exp.column("n")), exp.Literal.number(0))).from_(
         exp.Subquery(this=q, alias=exp.TableAlias(this=exp.to_identifier("s")))
     )
+
+
+Keys = Mapping[str, tuple[tuple[str, ...], ...]]  # table → its declared primary and unique keys
+
+
+def _max_count(uses: list[TableUse], conds: list[exp.Expr], keys: list[exp.Expr], declared: Keys) -> exp.Select:
+    """max over the key values of the component's count: ``MAX(n)`` over its ``GROUP BY keys`` — or, when a
+    separator splits the keys apart, the same number without forming the product of the parts (:func:`_split`)."""
+    grouped = _max_of(_count_query(uses, conds, keys))
+    split = _split(uses, conds, keys, declared)
+    return grouped if split is None else _factorised(split, grouped)
+
+
+# -- splitting a component at a separator ------------------------------------------------------------
+#
+# The derivative through use i is a maximum over patterns p of Count(σθ[p/Ti](∏_{j≠i} Tj)) (NR §3.3.7.3),
+# computed as MAX(COUNT(*)) over a GROUP BY of the pattern's columns (the keys). When the keys sit in uses
+# that θ links only through one equality class z (Q5's derivative for orders: customer and lineitem meet
+# only at c_nationkey = s_nationkey, many-to-many), that GROUP BY forms every (customer, lineitem) pair of a
+# nation. Removing z's equalities splits the component into parts P_1 … P_m; with A_q(k_q, v) the count of
+# P_q's rows whose keys are k_q and whose z-columns all equal v (θ restricted to P_q),
+#
+#     Count(k) = Σ_v ∏_q A_q(k_q, v)        (θ ⇔ θ_1 ∧ … ∧ θ_m ∧ all z-columns equal; distributivity)
+#
+# and F = max_v ∏_q max_{k_q} A_q(k_q, v) ≥ max_k Count(k) always. F is exact when some part q is
+# *functional*: each k_q meets at most one v in A_q (a keyless part: at most one v at all). Proof: then
+# Count(k) = ∏_q A_q(k_q, v(k_q)) ≤ F for every k; and at the v* attaining F, the k_q maximising each
+# A_q(·, v*) give Count = F, since the functional part's k_q meets no other v. Functionality is checked in
+# the same statement; where it fails the statement falls back to the GROUP BY above (PostgreSQL evaluates a
+# CASE branch's uncorrelated subquery only when the branch is taken), so the number is always today's.
+# Which separator to try is chosen from the declared keys (a part whose keys determine v through primary
+# keys and equalities is likely functional); the choice only decides the speed, the check decides the number.
+# Components with no such separator (a cycle through two classes, an inequality across the parts: Q17c's
+# 5·l1.l_quantity < l2.l_quantity) keep the GROUP BY.
+
+
+@dataclass(frozen=True)
+class _Part:
+    uses: tuple[TableUse, ...]
+    conds: tuple[exp.Expr, ...]  # θ restricted to the part, with its z-columns equated to ``rep``
+    rep: exp.Column  # the part's column of the separator class: v
+    keys: tuple[exp.Expr, ...]  # the keys (pattern columns) in the part
+    checked: bool = False  # likely functional by the declared keys: the statement checks it (the others are
+    # taken as not functional, which can only send the statement to the fallback: never a different number)
+
+
+def _split(uses: list[TableUse], conds: list[exp.Expr], keys: list[exp.Expr], declared: Keys) -> list[_Part] | None:
+    """The parts of the best separator class that puts keys into two parts or more, one of them likely
+    functional by the declared keys, or None."""
+    pairs = [_pair(c) for c in conds]
+    classes = DisjointSet()
+    for pair in pairs:
+        if pair:
+            classes.add(pair[0])
+            classes.add(pair[1])
+            classes.merge(*pair)
+    key_tables = [{c.table for c in k.find_all(exp.Column)} for k in keys]
+    if any(len(t) != 1 for t in key_tables):
+        return None
+    candidates: list[tuple[tuple[int, int, int], list[_Part]]] = []
+    for z in classes.subsets():
+        if len({r.alias for r in z}) < 2:
+            continue
+        linked = DisjointSet(u.alias for u in uses)
+        inside = [p is not None and p[0] in z and p[1] in z for p in pairs]
+        for c, is_z in zip(conds, inside, strict=True):
+            if not is_z:
+                for a, b in itertools.pairwise(sorted({col.table for col in c.find_all(exp.Column)})):
+                    linked.merge(a, b)
+        groups = [sorted(g) for g in linked.subsets()]
+        if len(groups) < 2:
+            continue
+        parts = []
+        for aliases in sorted(groups):
+            members = set(aliases)
+            zcols = sorted({r for r in z if r.alias in members}, key=str)
+            if not zcols:
+                break  # a part θ does not reach through z (cannot happen in one component): no split
+            rep = zcols[0]
+            own = [
+                c
+                for c, p, is_z in zip(conds, pairs, inside, strict=True)
+                if {col.table for col in c.find_all(exp.Column)} <= members
+                and (not is_z or (p is not None and p[0].alias in members and p[1].alias in members))
+            ]
+            # θ's z-equalities that cross parts are replaced by "every z-column of the part equals rep" (and
+            # rep = rep: not NULL, as any equality requires), the parts then meet on v
+            equate = [exp.EQ(this=_col(r), expression=_col(rep)) for r in zcols]
+            parts.append(
+                _Part(
+                    tuple(u for u in uses if u.alias in members),
+                    (*own, *equate),
+                    _col(rep),
+                    tuple(k for k, t in zip(keys, key_tables, strict=True) if t <= members),
+                )
+            )
+        else:
+            held = sum(1 for p in parts if p.keys)
+            parts = [dataclasses.replace(p, checked=_determines(p, declared)) for p in parts]
+            if held >= 2 and _covers(conds, parts) and any(p.checked for p in parts):
+                # most parts holding keys first, then the smallest largest part (the cheapest A_q)
+                rank = (-held, max(len(p.uses) for p in parts), -len(parts))
+                candidates.append((rank, parts))
+    if not candidates:
+        return None
+    return min(candidates, key=lambda c: c[0])[1]
+
+
+def _determines(part: _Part, declared: Keys) -> bool:
+    """Whether the part's keys determine v by the declared keys: the closure of the key columns under the
+    part's equalities and its tables' primary and unique keys holds ``rep`` (a guess about the data only)."""
+    known = {ColumnRef(k.table, k.name) for k in part.keys if isinstance(k, exp.Column)}
+    whole: set[str] = set()  # uses all of whose columns are determined
+    pairs = [p for p in map(_pair, part.conds) if p is not None]
+    changed = True
+    while changed:
+        changed = False
+        for a, b in pairs:
+            for x, y in ((a, b), (b, a)):
+                if (x in known or x.alias in whole) and y not in known:
+                    known.add(y)
+                    changed = True
+        for u in part.uses:
+            if u.alias not in whole and any(
+                ks and all(ColumnRef(u.alias, c) in known for c in ks) for ks in declared.get(u.table, ())
+            ):
+                whole.add(u.alias)
+                changed = True
+    rep = ColumnRef(part.rep.table, part.rep.name)
+    return rep in known or rep.alias in whole
+
+
+def _covers(conds: list[exp.Expr], parts: list[_Part]) -> bool:
+    """Every conjunct of θ is a z-equality or lies within one part (so θ ⇔ the parts' θ and z)."""
+    placed = {id(c) for p in parts for c in p.conds}
+    members = [{u.alias for u in p.uses} for p in parts]
+    for c in conds:
+        if id(c) in placed:
+            continue
+        pair = _pair(c)
+        if pair is None or any({pair[0].alias, pair[1].alias} <= m for m in members):
+            return False
+    return True
+
+
+def _col(ref: ColumnRef) -> exp.Column:
+    return exp.column(ref.column, table=ref.alias)
+
+
+def _factorised(parts: list[_Part], fallback: exp.Select) -> exp.Select:
+    """CASE WHEN some part is functional THEN F ELSE ``fallback`` END (the derivation above)."""
+    subs = []
+    for q, part in enumerate(parts):
+        items = [exp.alias_(k.copy(), f"k{i}") for i, k in enumerate(part.keys)]
+        items += [exp.alias_(part.rep.copy(), "v"), exp.alias_(exp.Count(this=exp.Star()), "n")]
+        a = where(from_uses(exp.select(*items), part.uses), part.conds)
+        a = a.group_by(*(k.copy() for k in part.keys), part.rep.copy(), copy=False)
+        source = exp.Subquery(this=a, alias=exp.TableAlias(this=exp.to_identifier("a")))
+        items = [exp.column("v"), exp.alias_(exp.func("MAX", exp.column("n")), "n")]
+        if part.checked:
+            # nv: how many values v the row's keys meet (COUNT over the keys' partition of the grouped rows)
+            over = exp.Window(
+                this=exp.Count(this=exp.Star()), partition_by=[exp.column(f"k{i}") for i in range(len(part.keys))]
+            )
+            if not part.keys:
+                over = exp.Window(this=exp.Count(this=exp.Star()), over="OVER")
+            per_row = exp.select(exp.column("v"), exp.column("n"), exp.alias_(over, "nv")).from_(source)
+            source = exp.Subquery(this=per_row, alias=exp.TableAlias(this=exp.to_identifier("r")))
+            items.append(exp.alias_(exp.func("MAX", exp.column("nv")), "nv"))
+        m = exp.select(*items).from_(source).group_by(exp.column("v"), copy=False)
+        subs.append(exp.Subquery(this=m, alias=exp.TableAlias(this=exp.to_identifier(f"m{q}"))))
+    product: exp.Expr = exp.cast(exp.column("n", table="m0"), "NUMERIC")  # a product of counts passes BIGINT
+    for q in range(1, len(parts)):
+        product = exp.Mul(this=product, expression=exp.column("n", table=f"m{q}"))
+    functional = exp.or_(
+        *(
+            exp.LTE(
+                this=exp.func("COALESCE", exp.func("MAX", exp.column("nv", table=f"m{q}")), exp.Literal.number(0)),
+                expression=exp.Literal.number(1),
+            )
+            for q, part in enumerate(parts)
+            if part.checked
+        )
+    )
+    best = exp.func("COALESCE", exp.func("MAX", product), exp.Literal.number(0))
+    choice = exp.Case(ifs=[exp.If(this=functional, true=best)], default=exp.Subquery(this=fallback))
+    out = exp.select(exp.alias_(choice, "n")).from_(subs[0])
+    for q in range(1, len(parts)):
+        on = exp.EQ(this=exp.column("v", table=f"m{q}"), expression=exp.column("v", table="m0"))
+        out = out.join(subs[q], on=on, join_type="inner", copy=False)
+    return out
 
 
 # -- the plan --------------------------------------------------------------------------------------
@@ -205,12 +403,27 @@ class RowPlan(ExactUnfolded):
     private: frozenset[str]
     disjoint_groups: bool
     semis: tuple[_SemiPlan, ...] = ()  # one per semi-join reading a private table
+    # scans two scalars share (_shared_scan): the grouped scan, and which scalar reads its total or its best
+    shared: tuple[tuple[exp.Select, dict[int, str]], ...] = ()
 
     @property
     def queries(self) -> tuple[exp.Select, ...]:
         head = []
         if self.scalars:
-            head = [exp.select(*(exp.alias_(exp.Subquery(this=q), f"v{i}") for i, q in enumerate(self.scalars)))]
+            source = {i: (f"g{j}", column) for j, (_, reads) in enumerate(self.shared) for i, column in reads.items()}
+            items = [
+                exp.alias_(
+                    exp.column(source[i][1], table=source[i][0]) if i in source else exp.Subquery(this=q), f"v{i}"
+                )
+                for i, q in enumerate(self.scalars)
+            ]
+            select = exp.select(*items)
+            for j, (scan, _) in enumerate(self.shared):
+                table = exp.Subquery(this=scan.copy(), alias=exp.TableAlias(this=exp.to_identifier(f"g{j}")))
+                select = (
+                    select.from_(table, copy=False) if j == 0 else select.join(table, join_type="cross", copy=False)
+                )
+            head = [select]
         return (*head, *self.grouped)
 
     @property
@@ -359,6 +572,7 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
         )
 
     classes = equality_classes(form.conjuncts)
+    declared = {u.table: (catalog.table(u.table).primary_key, *catalog.table(u.table).unique) for u in form.uses}
     scalars: list[exp.Expr] = []
     grouped: list[exp.Select] = []
     local: dict[str, int] = {}
@@ -371,6 +585,8 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
             scalars.append(_count_query([u], _local_conjuncts(form, u.alias), []))
     counts_of_table = {t: len(form.uses_of(t)) for t in private}
     plans = []
+    shared: list[tuple[exp.Select, dict[int, str]]] = []
+    scanned: set[str] = set()
     for u in form.uses:
         if u.table not in private:
             continue
@@ -389,7 +605,14 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
                 grouped.append(q)
             else:
                 factors.append((len(scalars),))
-                scalars.append(_max_count(q) if keys else q)
+                scalars.append(_max_count(comp_uses, conds, [term.reps[k] for k in keys], declared) if keys else q)
+                if keys and len(comp_uses) == 1 and comp_uses[0].alias in local and comp_uses[0].alias not in scanned:
+                    scan = _shared_scan(conds, [term.reps[k] for k in keys], _local_conjuncts(form, comp_uses[0].alias))
+                    if scan is not None:
+                        scanned.add(comp_uses[0].alias)
+                        shared.append(
+                            (scan(comp_uses[0]), {local[comp_uses[0].alias]: "total", len(scalars) - 1: "best"})
+                        )
         plans.append(_UsePlan(term, tuple(factors), tuple(pattern_queries), tuple(pattern_columns)))
     semis = []
     for s in semijoins:
@@ -398,7 +621,7 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
         for comp_uses, conds, keys in _components(term):
             q = _count_query(comp_uses, conds, [term.reps[k] for k in keys])
             indices.append(len(scalars))
-            scalars.append(_max_count(q) if keys else q)
+            scalars.append(_max_of(q) if keys else q)
         semis.append(_SemiPlan(s, term, tuple(indices)))
     return RowPlan(
         form=form,
@@ -413,7 +636,52 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
         # a row of a derived table flips outer rows of any group: one ℓ1 bound over the groups
         disjoint_groups=_disjoint(form, private, classes) and not semijoins,
         semis=tuple(semis),
+        shared=tuple(shared),
     )
+
+
+def _shared_scan(
+    conds: list[exp.Expr], keys: list[exp.Expr], own: list[exp.Expr]
+) -> Callable[[TableUse], exp.Select] | None:
+    """One scan for a use's local count n_j and a derivative that groups the same use alone (Q17's for part:
+    max over l_partkey of lineitem's rows). The derivative's conjuncts are the use's own plus ``k = k`` for
+    bound key columns (θ[r/Ti] where r's column equals k; true exactly when k is not NULL, NaN included):
+
+        SELECT COALESCE(SUM(n), 0) AS total, COALESCE(MAX(n) FILTER (WHERE p_i = p_i …), 0) AS best
+        FROM (SELECT keys AS p_i, COUNT(*) AS n FROM T WHERE own GROUP BY keys)
+
+    total is COUNT(*) over ``own`` (the groups partition those rows) and best the largest group whose keys
+    pass the ``k = k`` conjuncts: both the numbers the two statements give. None for any other shape."""
+    own_text = {c.sql(dialect="postgres") for c in own}
+    keyed = {k.sql(dialect="postgres"): i for i, k in enumerate(keys)}
+    selfeq: list[int] = []
+    for c in conds:
+        pair = _pair(c)
+        text = c.sql(dialect="postgres")
+        if text in own_text:
+            continue
+        if pair is None or pair[0] != pair[1]:
+            return None
+        column = _col(pair[0]).sql(dialect="postgres")
+        if column not in keyed:
+            return None
+        selfeq.append(keyed[column])
+    if own_text - {c.sql(dialect="postgres") for c in conds} or not all(isinstance(k, exp.Column) for k in keys):
+        return None
+
+    def scan(use: TableUse) -> exp.Select:
+        inner = _count_query([use], own, keys)
+        best: exp.Expr = exp.func("MAX", exp.column("n"))
+        if selfeq:
+            test = exp.and_(*(exp.EQ(this=exp.column(f"p{i}"), expression=exp.column(f"p{i}")) for i in selfeq))
+            best = exp.Filter(this=best, expression=exp.Where(this=test))
+        zero = exp.Literal.number(0)
+        return exp.select(
+            exp.alias_(exp.func("COALESCE", exp.func("SUM", exp.column("n")), zero), "total"),
+            exp.alias_(exp.func("COALESCE", best, zero.copy()), "best"),
+        ).from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("s"))))
+
+    return scan
 
 
 def _disjoint(form: AnalysisForm, private: frozenset[str], classes: DisjointSet) -> bool:
