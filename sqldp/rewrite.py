@@ -5,7 +5,10 @@ rules. None of them changes what a query computes:
 1. ``fold`` — the sensitivity queries that scan the answer's product are computed in the answer's scan;
 2. ``match_groups`` — each answer row is matched to its released group by PostgreSQL's ``=`` (sqldp.groups);
 3. ``widen_integers`` — INTEGER arithmetic runs in BIGINT, so no overflow error answers for the data (sqlgen);
-4. ``spark`` (the Spark engine only) — the Spark SQL that keeps PostgreSQL's meaning, or a refusal
+4. ``truncate`` — a table whose declared contribution bound (``max_rows_per``) the plans rely on is read
+   through a truncation to τ rows per key. This one does change what a query computes where the data breaks
+   the declaration: that is its purpose (docs/truncation.md), and the bound holds on the truncated data;
+5. ``spark`` (the Spark engine only) — the Spark SQL that keeps PostgreSQL's meaning, or a refusal
    (sqldp.spark_sql); the statements are then written in Spark's dialect instead of PostgreSQL's.
 
 ``sqldp explain`` prints the statements this module produces. Pure: no database.
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlglot import exp
 
@@ -23,6 +27,7 @@ from sqldp.errors import CatalogError
 from sqldp.form import AnalysisForm, ColumnRef
 from sqldp.groups import KeyDomain, match_groups
 from sqldp.policy import Policy
+from sqldp.sensitivity.global_bound import CUT, RANK, ROW, GlobalPlan, Truncation
 from sqldp.sensitivity.intervals import domain
 from sqldp.sensitivity.plan import Plan
 from sqldp.spark_sql import tables, to_spark
@@ -41,6 +46,8 @@ class Scope:
     kind: Callable[[ColumnRef], str]
     # plan query (its index over all plans' queries) → the answer row's columns that hold its one result row
     folded: dict[int, tuple[int, int]] = field(default_factory=dict)
+    catalog: Catalog | None = None
+    truncations: tuple[Truncation, ...] = ()  # the declared bounds the plans rely on (``truncate``)
 
 
 Rule = Callable[[exp.Select, Scope], exp.Select]
@@ -66,8 +73,55 @@ def spark(query: exp.Select, scope: Scope) -> exp.Select:
     return to_spark(query, scope.kind)  # type: ignore[return-value]
 
 
-ANSWER_RULES: tuple[Rule, ...] = (fold, groups, widen)
-QUERY_RULES: tuple[Rule, ...] = (widen,)
+def truncate(query: exp.Select, scope: Scope) -> exp.Select:
+    """Every read of a truncated table becomes ``(SELECT <its columns> FROM (SELECT <its columns>,
+    ROW_NUMBER() OVER (PARTITION BY k ORDER BY <its columns>, <the row as text>) AS rank FROM t) WHERE rank <=
+    τ) AS <the same alias>``: at most τ rows per value of k (NULL is one value of PARTITION BY), so the
+    declaration the plan relies on holds on whatever data the query reads.
+
+    The order is total and data-independent — the columns in the table's order (kinds with a btree order),
+    then the whole row's text in the "C" collation, bytewise, which tells apart the rows the columns'
+    equality does not (NUMERIC 1.0 and 1.00, −0 and 0): which rows are kept is a function of the multiset of
+    rows, never of their physical order. Then adding one row r to the table changes the truncated table by
+    r in and at most one row of r's key out (the τ-th, when r ranks before it), and removing one by at most
+    one out and one in — the stability the bounds of :mod:`sqldp.sensitivity.global_bound` are computed for.
+    Reading a column cannot fail and sorting cannot fail, so the truncation adds no data-dependent error."""
+    if not scope.truncations or scope.catalog is None:
+        return query
+    catalog = scope.catalog
+    cuts = {t.table: t for t in scope.truncations}
+
+    def replace(node: exp.Expr) -> exp.Expr:
+        if not isinstance(node, exp.Table) or node.name.lower() not in cuts or node.name.lower() in ctes:
+            return node
+        cut = cuts[node.name.lower()]
+        columns = list(catalog.table(cut.table).columns.values())
+        names = [exp.column(c.name, quoted=True) for c in columns]
+        order: list[exp.Expr] = [
+            exp.column(c.name, quoted=True) for c in columns if c.kind != "other" and c.name != cut.column
+        ]
+        order.append(exp.Collate(this=exp.cast(exp.column(ROW), "TEXT"), expression=exp.column("C", quoted=True)))
+        rank = exp.Window(
+            this=exp.RowNumber(),
+            partition_by=[exp.column(cut.column, quoted=True)],
+            order=exp.Order(expressions=[exp.Ordered(this=e) for e in order]),
+        )
+        table = exp.Table(this=exp.to_identifier(cut.table, quoted=True))
+        inner = exp.select(*names, exp.alias_(rank, RANK)).from_(exp.alias_(table, ROW, table=True))
+        outer = (
+            exp.select(*(n.copy() for n in names))
+            .from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(CUT))))
+            .where(exp.LTE(this=exp.column(RANK), expression=exp.Literal.number(cut.tau)))
+        )
+        alias = node.args["alias"].copy() if node.args.get("alias") else exp.TableAlias(this=node.this.copy())
+        return exp.Subquery(this=outer, alias=alias)
+
+    ctes = {c.alias_or_name.lower() for c in query.find_all(exp.CTE)}
+    return query.transform(replace)  # type: ignore[return-value]
+
+
+ANSWER_RULES: tuple[Rule, ...] = (fold, groups, widen, truncate)
+QUERY_RULES: tuple[Rule, ...] = (widen, truncate)
 DIALECT_RULES: dict[str, tuple[Rule, ...]] = {"postgres": (), "spark": (spark,)}
 
 
@@ -86,6 +140,11 @@ class Statements:
     order: tuple[int, ...] = ()
     dialect: str = "postgres"  # the SQL dialect of the texts (DIALECTS)
     tables: tuple[str, ...] = ()  # the catalog tables the statements read, sorted
+    truncations: tuple[Truncation, ...] = ()  # tables read truncated to their declared bound (``truncate``)
+    # why the plans do or do not rely on declared bounds (sqldp.release.BoundChoice.to_json), when the query
+    # reads a declared key; and the note a run shows when they do. Both data-independent.
+    choice: dict[str, Any] | None = None
+    notes: tuple[str, ...] = ()
 
     def all(self) -> list[str]:
         return [self.answer, *self.queries, *(d for d in self.domains if d is not None)]
@@ -102,6 +161,9 @@ def rewrite(
 ) -> Statements:
     if dialect not in DIALECTS:
         raise ValueError(f"unknown SQL dialect {dialect!r} (have: {', '.join(DIALECTS)})")
+    truncations = tuple(dict.fromkeys(t for p in plans if isinstance(p, GlobalPlan) for t in p.truncations))
+    if truncations and dialect != "postgres":
+        raise ValueError("truncation is written for PostgreSQL only (sqldp.session.compile_form offers it there)")
     kind_of = domain(form, catalog, policy).kind
 
     def kind(ref: ColumnRef) -> str:
@@ -110,7 +172,7 @@ def rewrite(
         except (KeyError, CatalogError):  # an alias or column of the plans' own subqueries
             return "other"
 
-    scope = Scope(form, plans, domains, kind)
+    scope = Scope(form, plans, domains, kind, catalog=catalog, truncations=truncations)
     read: set[str] = set()
 
     def apply(tree: exp.Select, rules: Sequence[Rule]) -> str:
@@ -129,7 +191,15 @@ def rewrite(
         query = d.ordered
         ordered.append(None if query is None or d.values is not None else apply(query, QUERY_RULES))
     return Statements(
-        answer_sql, queries, tuple(ordered), scope.folded, answer, order, dialect=dialect, tables=tuple(sorted(read))
+        answer_sql,
+        queries,
+        tuple(ordered),
+        scope.folded,
+        answer,
+        order,
+        dialect=dialect,
+        tables=tuple(sorted(read)),
+        truncations=truncations,
     )
 
 
