@@ -212,6 +212,7 @@ def compile_form(
     dialect: str = "postgres",
     *,
     params: PrivacyParams | None = None,
+    truncation: bool | None = None,
 ) -> tuple[tuple[KeyDomain, ...], tuple[Plan, ...], Statements]:
     """Everything decided before the data is read, refusing what cannot be analysed: the group domains, one
     sensitivity plan per aggregate (each aggregate is its own measurement) and the SQL that will run, in the
@@ -220,13 +221,16 @@ def compile_form(
     Declared contribution bounds (``max_rows_per``, docs/truncation.md): when the query reads a declared key,
     the plans with the tables truncated to it are built too, and used — for every aggregate, since they share
     one answer query — when they give less expected noise at ``params`` (the policy's defaults when None), as
-    :func:`sqldp.release.choose_truncation` decides from data-independent facts."""
+    :func:`sqldp.release.choose_truncation` decides from data-independent facts. ``truncation``: None to
+    choose so, False never to truncate, True to truncate whenever the declarations give a global bound (the
+    tests compare the truncated bound with its data)."""
     domains = tuple(key_domains(form, policy))
     plans = tuple(
         sensitivity.plan(single_aggregate(form, i), catalog, policy, beta) for i in range(len(form.aggregates))
     )
     choice = None
-    cuts = declared_truncations(form, catalog, policy) if dialect == "postgres" and form.select_by is None else ()
+    possible = dialect == "postgres" and form.select_by is None and truncation is not False
+    cuts = declared_truncations(form, catalog, policy) if possible else ()
     if cuts:
         each = (single_aggregate(form, i) for i in range(len(plans)))
         alternative = [sensitivity.truncated(f, catalog, policy, cuts) for f in each]
@@ -235,6 +239,8 @@ def compile_form(
             d = policy.defaults
             nominal = params or PrivacyParams(d.epsilon or 1.0, d.delta, beta, d.mechanism, d.confidence)
             choice = choose_truncation(form, plans, cut_plans, nominal, declared_groups(domains))
+            if truncation is not None:
+                choice = dataclasses.replace(choice, truncated=truncation)
             if choice.truncated:
                 plans = cut_plans
     if form.select_by is not None:
