@@ -295,3 +295,40 @@ def test_explain_shows_the_choice_and_trusts_only_declared_bounds_from_a_schema_
     assert out["mechanisms"] == {"COUNT(*)": GLOBAL}
     assert out["sql"][0].count("ROW_NUMBER() OVER (PARTITION BY") == 2
     assert "Declared contribution bounds: truncated global bound (lineitem ≤ 7 rows per l_orderkey" in _text(out)
+
+
+def test_the_choice_compares_median_noise_from_the_plans_alone() -> None:
+    """No data read: Laplace at the truncated bound against the smooth mechanism's floor where the declaration
+    is reached (generalized Cauchy: 5·median|η| ≈ 2.8 per unit; smoothed Laplace with a fixed β: ln 2). A
+    histogram doubles the truncated bound (one row in, one out, in two groups) while the smooth plan splits ε
+    over the 2 groups: with a fixed-β Laplace the two tie, and a tie keeps the query untruncated."""
+    from sqldp.catalog import Catalog
+    from sqldp.params import PrivacyParams
+
+    catalog = Catalog.from_ddl(
+        "CREATE TABLE orders (o_orderkey INT PRIMARY KEY, o_custkey INT);"
+        "CREATE TABLE lineitem (l_orderkey INT NOT NULL, l_shipmode TEXT);"
+    )
+    policy = Policy.from_toml(
+        "[defaults]\nepsilon = 1.0\n[tables.lineitem]\nmax_rows_per = { l_orderkey = 7 }\n"
+        "[tables.lineitem.columns.l_shipmode]\ndomain = ['MAIL', 'SHIP']\n"
+        "[tables.orders]\nmax_rows_per = { o_orderkey = 1 }\n"
+    )
+    join = "FROM lineitem, orders WHERE l_orderkey = o_orderkey"
+
+    def choice(sql: str, mechanism: str, beta: float | None) -> dict[str, Any]:
+        form = normalize(parse(sql, catalog), catalog, policy)
+        params = PrivacyParams(1.0, 1e-6 if mechanism == "laplace" else None, beta, mechanism, 0.78)
+        *_, statements = compile_form(form, catalog, policy, beta, params=params)
+        assert statements.choice is not None
+        return statements.choice
+
+    count = choice(f"SELECT COUNT(*) {join}", "cauchy", None)
+    assert count["chosen"] == "truncated global bound" and count["untruncated_is_floor"]
+    assert count["truncated_median_noise"] == pytest.approx(7 * 0.693147, rel=1e-5)  # orders: 7 lineitems
+    assert 2.8 * 7 < count["untruncated_median_noise"] < 2.9 * 7
+    grouped = f"SELECT l_shipmode, COUNT(*) {join} GROUP BY l_shipmode"
+    assert choice(grouped, "cauchy", None)["chosen"] == "truncated global bound"
+    tie = choice(grouped, "laplace", 0.01)
+    assert tie["truncated_median_noise"] == tie["untruncated_median_noise"]  # ln 2·14/ε against ln 2·7/(ε/2)
+    assert tie["chosen"] == "untruncated bound"
