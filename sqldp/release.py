@@ -165,7 +165,10 @@ def choose_truncation(
             u_noise += ln2 * plan.bound / share(plain_split, i)
         elif not plan.data_independent:
             reach = max((t["sensitivity"] / t.get("swap", 1.0) for t in alt.terms.values()), default=0.0)
-            u_noise += smooth_noise_floor(params.mechanism, params.beta) * reach / share(plain_split, i)
+            eps = share(plain_split, i)
+            if groups is not None and groups > 1 and dilated(form, params, plan, form.aggregates[i].kind):
+                eps *= groups  # one release of the whole histogram: b < (ε/k)/(γ + 1), not split over the groups
+            u_noise += smooth_noise_floor(params.mechanism, params.beta) * reach / eps
     floor = any(not isinstance(p, GlobalPlan) for p in plans)
     return BoundChoice(t_noise < u_noise, t_noise, u_noise, floor)
 

@@ -22,12 +22,13 @@ from typing import Any
 
 from sqlglot import exp
 
-from sqldp.catalog import Catalog
+from sqldp.catalog import Catalog, Table
 from sqldp.errors import CatalogError
 from sqldp.form import AnalysisForm, ColumnRef
 from sqldp.groups import KeyDomain, match_groups
 from sqldp.policy import Policy
-from sqldp.sensitivity.global_bound import CUT, RANK, ROW, GlobalPlan, Truncation
+from sqldp.sensitivity import model_check
+from sqldp.sensitivity.global_bound import CUT, RANK, GlobalPlan, Truncation
 from sqldp.sensitivity.intervals import domain
 from sqldp.sensitivity.plan import Plan
 from sqldp.spark_sql import tables, to_spark
@@ -75,17 +76,16 @@ def spark(query: exp.Select, scope: Scope) -> exp.Select:
 
 def truncate(query: exp.Select, scope: Scope) -> exp.Select:
     """Every read of a truncated table becomes ``(SELECT <its columns> FROM (SELECT <its columns>,
-    ROW_NUMBER() OVER (PARTITION BY k ORDER BY <its columns>, <the row as text>) AS rank FROM t) WHERE rank <=
-    τ) AS <the same alias>``: at most τ rows per value of k (NULL is one value of PARTITION BY), so the
-    declaration the plan relies on holds on whatever data the query reads.
+    ROW_NUMBER() OVER (PARTITION BY k ORDER BY <a total order>) AS rank FROM t) WHERE rank <= τ) AS <the same
+    alias>``: at most τ rows per value of k (NULL is one value of PARTITION BY), so the declaration the plan
+    relies on holds on whatever data the query reads.
 
-    The order is total and data-independent — the columns in the table's order (kinds with a btree order),
-    then the whole row's text in the "C" collation, bytewise, which tells apart the rows the columns'
-    equality does not (NUMERIC 1.0 and 1.00, −0 and 0): which rows are kept is a function of the multiset of
-    rows, never of their physical order. Then adding one row r to the table changes the truncated table by
-    r in and at most one row of r's key out (the τ-th, when r ranks before it), and removing one by at most
-    one out and one in — the stability the bounds of :mod:`sqldp.sensitivity.global_bound` are computed for.
-    Reading a column cannot fail and sorting cannot fail, so the truncation adds no data-dependent error."""
+    The order (:func:`total_order`) is total and data-independent: which rows are kept is a function of the
+    multiset of rows, never of their physical order. Then adding one row r to the table changes the truncated
+    table by r in and at most one row of r's key out (the τ-th, when r ranks before it), and removing one by
+    at most one out and one in — the stability the bounds of :mod:`sqldp.sensitivity.global_bound` are
+    computed for (docs/truncation.md). Reading, casting to text and sorting cannot fail, so the truncation adds
+    no data-dependent error."""
     if not scope.truncations or scope.catalog is None:
         return query
     catalog = scope.catalog
@@ -95,19 +95,15 @@ def truncate(query: exp.Select, scope: Scope) -> exp.Select:
         if not isinstance(node, exp.Table) or node.name.lower() not in cuts or node.name.lower() in ctes:
             return node
         cut = cuts[node.name.lower()]
-        columns = list(catalog.table(cut.table).columns.values())
-        names = [exp.column(c.name, quoted=True) for c in columns]
-        order: list[exp.Expr] = [
-            exp.column(c.name, quoted=True) for c in columns if c.kind != "other" and c.name != cut.column
-        ]
-        order.append(exp.Collate(this=exp.cast(exp.column(ROW), "TEXT"), expression=exp.column("C", quoted=True)))
+        table = catalog.table(cut.table)
+        names = [exp.column(c, quoted=True) for c in table.columns]
         rank = exp.Window(
             this=exp.RowNumber(),
             partition_by=[exp.column(cut.column, quoted=True)],
-            order=exp.Order(expressions=[exp.Ordered(this=e) for e in order]),
+            order=exp.Order(expressions=[exp.Ordered(this=e) for e in total_order(table, cut.column, catalog)]),
         )
-        table = exp.Table(this=exp.to_identifier(cut.table, quoted=True))
-        inner = exp.select(*names, exp.alias_(rank, RANK)).from_(exp.alias_(table, ROW, table=True))
+        read = exp.Table(this=exp.to_identifier(cut.table, quoted=True))
+        inner = exp.select(*names, exp.alias_(rank, RANK)).from_(read)
         outer = (
             exp.select(*(n.copy() for n in names))
             .from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(CUT))))
@@ -118,6 +114,43 @@ def truncate(query: exp.Select, scope: Scope) -> exp.Select:
 
     ctes = {c.alias_or_name.lower() for c in query.find_all(exp.CTE)}
     return query.transform(replace)  # type: ignore[return-value]
+
+
+def total_order(table: Table, partition: str, catalog: Catalog) -> list[exp.Expr]:
+    """ORDER BY items under which two rows of ``table`` with the same ``partition`` value tie only when they
+    are identical — equal under every operator a query may apply — so the rows a truncation keeps depend on
+    the multiset of rows alone.
+
+    * A key PostgreSQL enforces (PRIMARY KEY, UNIQUE NOT NULL; an ``enforced`` catalog): its columns. No two
+      rows are equal on it under its own btree equality, which is the ORDER BY's; and the truncation can read
+      the key's index (lineitem's (l_orderkey, l_linenumber) is already ordered as the window asks).
+    * Otherwise every column in the table's order: INTEGER, DATE, BOOLEAN and NUMERIC(p, s) compare equal only
+      when identical (the typmod fixes a NUMERIC's scale); text in the "C" collation (bytewise: a
+      nondeterministic collation's equal strings differ there); any other kind (DOUBLE PRECISION's −0 and 0,
+      an unconstrained NUMERIC's 1.0 and 1.00, types without a btree order) by its text in "C" — exact for
+      floats under PostgreSQL's default extra_float_digits = 1, which sqldp's connections keep."""
+    keys = model_check.keys_of(table) if catalog.enforced else []
+    if keys:
+        return [exp.column(c, quoted=True) for c in keys[0] if c != partition]
+    out: list[exp.Expr] = []
+    for c in table.columns.values():
+        if c.name == partition:
+            continue
+        col = exp.column(c.name, quoted=True)
+        if c.kind in ("integer", "date", "boolean") or (c.kind == "numeric" and _scaled(c.type_sql)):
+            out.append(col)
+        elif c.kind == "text":
+            out.append(exp.Collate(this=col, expression=exp.column("C", quoted=True)))
+        else:
+            text = exp.Collate(this=exp.cast(col.copy(), "TEXT"), expression=exp.column("C", quoted=True))
+            out.extend([col, text] if c.kind == "numeric" else [text])
+    return out
+
+
+def _scaled(type_sql: str) -> bool:
+    """NUMERIC(p, s) or DECIMAL(p, s): every value is stored at scale s."""
+    head, _, args = type_sql.upper().replace(" ", "").partition("(")
+    return head in ("NUMERIC", "DECIMAL") and bool(args)
 
 
 ANSWER_RULES: tuple[Rule, ...] = (fold, groups, widen, truncate)

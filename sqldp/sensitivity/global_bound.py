@@ -57,9 +57,9 @@ TIMEOUT = 1.0  # seconds of solver time per (query, table); beyond it the data-d
 TRUNCATED_TIMEOUT = 5.0
 
 # the model's column for a row's rank within its key under a declared bound, which the truncation's SQL
-# computes under the same name (sqldp.rewrite.truncate), with the names of that SQL's row and subquery: a table
-# with a column of one of these names is not truncated (the names would clash)
-RANK, ROW, CUT = "__sqldp_rank", "__sqldp_row", "__sqldp_cut"
+# computes under the same name (sqldp.rewrite.truncate), and the name of that SQL's subquery: a table with a
+# column of either name is not truncated (the names would clash)
+RANK, CUT = "__sqldp_rank", "__sqldp_cut"
 
 _cache: dict[tuple[Any, ...], float] = {}
 
@@ -159,7 +159,7 @@ def declared_truncations(form: AnalysisForm, catalog: Catalog, policy: Policy) -
         table = catalog.table(name)
         for declared, tau in policy.table(name).max_rows_per.items():
             column = resolve_name(declared, table.columns, f"tables.{name}.max_rows_per")
-            if column is None or (name, column) not in read or {RANK, ROW, CUT} & set(table.columns):
+            if column is None or (name, column) not in read or {RANK, CUT} & set(table.columns):
                 continue
             if catalog.enforced and (column,) in model_check.keys_of(table):
                 continue
