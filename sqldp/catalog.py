@@ -61,6 +61,9 @@ class Column:
     type_sql: str
     kind: ColumnKind
     nullable: bool = True
+    # whole numbers the column is known to lie in, beyond its type's range: only the model-checking analysis'
+    # row ranks under a declared contribution bound (1 … τ, sqldp.sensitivity.global_bound) carry one
+    bounds: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)

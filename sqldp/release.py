@@ -22,6 +22,7 @@ from sqldp.groups import all_groups
 from sqldp.mechanisms import NoiseSource
 from sqldp.params import PrivacyParams, check_beta
 from sqldp.result import GLOBAL, R2T, Measurement, Result
+from sqldp.sensitivity.global_bound import GlobalPlan
 from sqldp.sensitivity.plan import Bound, Plan, Rows
 from sqldp.sensitivity.units import UnitPlan, shift
 
@@ -101,6 +102,84 @@ def smoothed(
 ) -> list[tuple[float, float | None]]:
     """The (ε, δ) shares whose noise uses β (a data-independent plan's does not, so a fixed β is no constraint)."""
     return [s for s, plan in zip(shares, plans, strict=True) if s is not None and not plan.data_independent]
+
+
+@dataclass(frozen=True)
+class BoundChoice:
+    """Whether a query relies on its declared contribution bounds (truncation) or not, and why: the expected
+    |noise| each way, summed over the query's aggregates, at the query's ε (docs/truncation.md)."""
+
+    truncated: bool
+    truncated_noise: float  # Σ median |noise| with the truncated global bounds (Laplace at c/ε)
+    untruncated_noise: float  # Σ the same, or a floor of it where the bound is data-dependent (below)
+    floor: bool = False  # untruncated_noise is a floor (some untruncated bound is data-dependent)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "chosen": "truncated global bound" if self.truncated else "untruncated bound",
+            "truncated_median_noise": self.truncated_noise,
+            "untruncated_median_noise": self.untruncated_noise,
+            "untruncated_is_floor": self.floor,
+        }
+
+    def note(self, truncations: Sequence[Any]) -> str:
+        """What a run shows when the query relies on declared bounds: data-independent (τ, not the rows cut)."""
+        read = "; ".join(str(t) for t in truncations)
+        return (
+            f"declared contribution bound (max_rows_per) enforced by truncation — {read}; rows beyond it are not "
+            f"counted. Median |noise| {self.truncated_noise:.3g} with it, {'≥ ' if self.floor else ''}"
+            f"{self.untruncated_noise:.3g} without"
+        )
+
+
+def smooth_noise_floor(mechanism: str, beta: float | None) -> float:
+    """A floor of the median |noise| per unit of smooth sensitivity and of 1/ε for the data-dependent
+    mechanisms: generalized Cauchy scales by c/b with b = ε/(γ + 1) − β < ε/(γ + 1) (NR Theorem 3.53); the
+    smoothed Laplace by c/b with b = ε/2 when sqldp chooses β (:func:`sqldp.mechanisms.optimise_beta`), and
+    b < ε for a fixed β (NR Theorem 3.56)."""
+    if mechanism == "cauchy":
+        return mechanisms.gencauchy_abs_quantile(0.5) * (mechanisms.GAMMA + 1.0)
+    return math.log(2.0) * (2.0 if beta is None else 1.0)
+
+
+def choose_truncation(
+    form: AnalysisForm,
+    plans: Sequence[Plan],
+    truncated: Sequence[GlobalPlan],
+    params: PrivacyParams,
+    groups: int | None,
+) -> BoundChoice:
+    """Truncate when that gives less expected noise, decided from data-independent facts only (the choice, like
+    the mechanism, is released): the truncated plans' global bounds c give Laplace noise at c/ε_i, median
+    ln 2·c/ε_i. The untruncated plan's noise is known the same way when its bound is global too; when it is
+    data-dependent (smoothed), its floor on a database where the declaration is reached is used: there one row
+    changes N_t join rows (the model checker's bound is exact, and attained), so the smooth bound is at least
+    the local sensitivity M·N_t/G_t — the truncated bound before its factor for the evicted row — and the
+    mechanism's noise at least :func:`smooth_noise_floor` times it. A data-independent bound that reads public
+    rows (sqldp.sensitivity.rows) is unknown until they are read and counts 0 (never truncated for). Ties keep
+    the untruncated query, which answers for all rows."""
+    k = len(plans)
+
+    def share(split: Sequence[Share | None], i: int) -> float:
+        s = split[i]
+        return s[0] if s is not None else params.epsilon / k  # the groups' count unknown: the largest share
+
+    cut_split = shares(form, params, truncated, groups)
+    plain_split = shares(form, params, plans, groups)
+    ln2 = math.log(2.0)
+    t_noise = sum(ln2 * p.bound / share(cut_split, i) for i, p in enumerate(truncated))
+    u_noise = 0.0
+    for i, (plan, alt) in enumerate(zip(plans, truncated, strict=True)):
+        if isinstance(plan, GlobalPlan):
+            u_noise += ln2 * plan.bound / share(plain_split, i)
+        elif not plan.data_independent:
+            reach = max((t["sensitivity"] / t.get("swap", 1.0) for t in alt.terms.values()), default=0.0)
+            eps = share(plain_split, i)
+            if groups is not None and groups > 1 and dilated(form, params, plan, form.aggregates[i].kind):
+                eps *= groups  # one release of the whole histogram: b < (ε/k)/(γ + 1), not split over the groups
+            u_noise += smooth_noise_floor(params.mechanism, params.beta) * reach / eps
+    floor = any(not isinstance(p, GlobalPlan) for p in plans)
+    return BoundChoice(t_noise < u_noise, t_noise, u_noise, floor)
 
 
 def calibrate(

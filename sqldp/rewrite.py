@@ -5,7 +5,10 @@ rules. None of them changes what a query computes:
 1. ``fold`` — the sensitivity queries that scan the answer's product are computed in the answer's scan;
 2. ``match_groups`` — each answer row is matched to its released group by PostgreSQL's ``=`` (sqldp.groups);
 3. ``widen_integers`` — INTEGER arithmetic runs in BIGINT, so no overflow error answers for the data (sqlgen);
-4. ``spark`` (the Spark engine only) — the Spark SQL that keeps PostgreSQL's meaning, or a refusal
+4. ``truncate`` — a table whose declared contribution bound (``max_rows_per``) the plans rely on is read
+   through a truncation to τ rows per key. This one does change what a query computes where the data breaks
+   the declaration: that is its purpose (docs/truncation.md), and the bound holds on the truncated data;
+5. ``spark`` (the Spark engine only) — the Spark SQL that keeps PostgreSQL's meaning, or a refusal
    (sqldp.spark_sql); the statements are then written in Spark's dialect instead of PostgreSQL's.
 
 ``sqldp explain`` prints the statements this module produces. Pure: no database.
@@ -15,14 +18,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlglot import exp
 
-from sqldp.catalog import Catalog
+from sqldp.catalog import Catalog, Table
 from sqldp.errors import CatalogError
 from sqldp.form import AnalysisForm, ColumnRef
 from sqldp.groups import KeyDomain, match_groups
 from sqldp.policy import Policy
+from sqldp.sensitivity import model_check
+from sqldp.sensitivity.global_bound import CUT, RANK, GlobalPlan, Truncation
 from sqldp.sensitivity.intervals import domain
 from sqldp.sensitivity.plan import Plan
 from sqldp.spark_sql import tables, to_spark
@@ -41,6 +47,8 @@ class Scope:
     kind: Callable[[ColumnRef], str]
     # plan query (its index over all plans' queries) → the answer row's columns that hold its one result row
     folded: dict[int, tuple[int, int]] = field(default_factory=dict)
+    catalog: Catalog | None = None
+    truncations: tuple[Truncation, ...] = ()  # the declared bounds the plans rely on (``truncate``)
 
 
 Rule = Callable[[exp.Select, Scope], exp.Select]
@@ -66,8 +74,87 @@ def spark(query: exp.Select, scope: Scope) -> exp.Select:
     return to_spark(query, scope.kind)  # type: ignore[return-value]
 
 
-ANSWER_RULES: tuple[Rule, ...] = (fold, groups, widen)
-QUERY_RULES: tuple[Rule, ...] = (widen,)
+def truncate(query: exp.Select, scope: Scope) -> exp.Select:
+    """Every read of a truncated table becomes ``(SELECT <its columns> FROM (SELECT <its columns>,
+    ROW_NUMBER() OVER (PARTITION BY k ORDER BY <a total order>) AS rank FROM t) WHERE rank <= τ) AS <the same
+    alias>``: at most τ rows per value of k (NULL is one value of PARTITION BY), so the declaration the plan
+    relies on holds on whatever data the query reads.
+
+    The order (:func:`total_order`) is total and data-independent: which rows are kept is a function of the
+    multiset of rows, never of their physical order. Then adding one row r to the table changes the truncated
+    table by r in and at most one row of r's key out (the τ-th, when r ranks before it), and removing one by
+    at most one out and one in — the stability the bounds of :mod:`sqldp.sensitivity.global_bound` are
+    computed for (docs/truncation.md). Reading, casting to text and sorting cannot fail, so the truncation adds
+    no data-dependent error."""
+    if not scope.truncations or scope.catalog is None:
+        return query
+    catalog = scope.catalog
+    cuts = {t.table: t for t in scope.truncations}
+
+    def replace(node: exp.Expr) -> exp.Expr:
+        if not isinstance(node, exp.Table) or node.name.lower() not in cuts or node.name.lower() in ctes:
+            return node
+        cut = cuts[node.name.lower()]
+        table = catalog.table(cut.table)
+        names = [exp.column(c, quoted=True) for c in table.columns]
+        rank = exp.Window(
+            this=exp.RowNumber(),
+            partition_by=[exp.column(cut.column, quoted=True)],
+            order=exp.Order(expressions=[exp.Ordered(this=e) for e in total_order(table, cut.column, catalog)]),
+        )
+        read = exp.Table(this=exp.to_identifier(cut.table, quoted=True))
+        inner = exp.select(*names, exp.alias_(rank, RANK)).from_(read)
+        outer = (
+            exp.select(*(n.copy() for n in names))
+            .from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(CUT))))
+            .where(exp.LTE(this=exp.column(RANK), expression=exp.Literal.number(cut.tau)))
+        )
+        alias = node.args["alias"].copy() if node.args.get("alias") else exp.TableAlias(this=node.this.copy())
+        return exp.Subquery(this=outer, alias=alias)
+
+    ctes = {c.alias_or_name.lower() for c in query.find_all(exp.CTE)}
+    return query.transform(replace)  # type: ignore[return-value]
+
+
+def total_order(table: Table, partition: str, catalog: Catalog) -> list[exp.Expr]:
+    """ORDER BY items under which two rows of ``table`` with the same ``partition`` value tie only when they
+    are identical — equal under every operator a query may apply — so the rows a truncation keeps depend on
+    the multiset of rows alone.
+
+    * A key PostgreSQL enforces (PRIMARY KEY, UNIQUE NOT NULL; an ``enforced`` catalog): its columns. No two
+      rows are equal on it under its own btree equality, which is the ORDER BY's; and the truncation can read
+      the key's index (lineitem's (l_orderkey, l_linenumber) is already ordered as the window asks).
+    * Otherwise every column in the table's order: INTEGER, DATE, BOOLEAN and NUMERIC(p, s) compare equal only
+      when identical (the typmod fixes a NUMERIC's scale); text in the "C" collation (bytewise: a
+      nondeterministic collation's equal strings differ there); any other kind (DOUBLE PRECISION's −0 and 0,
+      an unconstrained NUMERIC's 1.0 and 1.00, types without a btree order) by its text in "C" — exact for
+      floats under PostgreSQL's default extra_float_digits = 1, which sqldp's connections keep."""
+    keys = model_check.keys_of(table) if catalog.enforced else []
+    if keys:
+        return [exp.column(c, quoted=True) for c in keys[0] if c != partition]
+    out: list[exp.Expr] = []
+    for c in table.columns.values():
+        if c.name == partition:
+            continue
+        col = exp.column(c.name, quoted=True)
+        if c.kind in ("integer", "date", "boolean") or (c.kind == "numeric" and _scaled(c.type_sql)):
+            out.append(col)
+        elif c.kind == "text":
+            out.append(exp.Collate(this=col, expression=exp.column("C", quoted=True)))
+        else:
+            text = exp.Collate(this=exp.cast(col.copy(), "TEXT"), expression=exp.column("C", quoted=True))
+            out.extend([col, text] if c.kind == "numeric" else [text])
+    return out
+
+
+def _scaled(type_sql: str) -> bool:
+    """NUMERIC(p, s) or DECIMAL(p, s): every value is stored at scale s."""
+    head, _, args = type_sql.upper().replace(" ", "").partition("(")
+    return head in ("NUMERIC", "DECIMAL") and bool(args)
+
+
+ANSWER_RULES: tuple[Rule, ...] = (fold, groups, widen, truncate)
+QUERY_RULES: tuple[Rule, ...] = (widen, truncate)
 DIALECT_RULES: dict[str, tuple[Rule, ...]] = {"postgres": (), "spark": (spark,)}
 
 
@@ -86,6 +173,11 @@ class Statements:
     order: tuple[int, ...] = ()
     dialect: str = "postgres"  # the SQL dialect of the texts (DIALECTS)
     tables: tuple[str, ...] = ()  # the catalog tables the statements read, sorted
+    truncations: tuple[Truncation, ...] = ()  # tables read truncated to their declared bound (``truncate``)
+    # why the plans do or do not rely on declared bounds (sqldp.release.BoundChoice.to_json), when the query
+    # reads a declared key; and the note a run shows when they do. Both data-independent.
+    choice: dict[str, Any] | None = None
+    notes: tuple[str, ...] = ()
 
     def all(self) -> list[str]:
         return [self.answer, *self.queries, *(d for d in self.domains if d is not None)]
@@ -102,6 +194,9 @@ def rewrite(
 ) -> Statements:
     if dialect not in DIALECTS:
         raise ValueError(f"unknown SQL dialect {dialect!r} (have: {', '.join(DIALECTS)})")
+    truncations = tuple(dict.fromkeys(t for p in plans if isinstance(p, GlobalPlan) for t in p.truncations))
+    if truncations and dialect != "postgres":
+        raise ValueError("truncation is written for PostgreSQL only (sqldp.session.compile_form offers it there)")
     kind_of = domain(form, catalog, policy).kind
 
     def kind(ref: ColumnRef) -> str:
@@ -110,7 +205,7 @@ def rewrite(
         except (KeyError, CatalogError):  # an alias or column of the plans' own subqueries
             return "other"
 
-    scope = Scope(form, plans, domains, kind)
+    scope = Scope(form, plans, domains, kind, catalog=catalog, truncations=truncations)
     read: set[str] = set()
 
     def apply(tree: exp.Select, rules: Sequence[Rule]) -> str:
@@ -129,7 +224,15 @@ def rewrite(
         query = d.ordered
         ordered.append(None if query is None or d.values is not None else apply(query, QUERY_RULES))
     return Statements(
-        answer_sql, queries, tuple(ordered), scope.folded, answer, order, dialect=dialect, tables=tuple(sorted(read))
+        answer_sql,
+        queries,
+        tuple(ordered),
+        scope.folded,
+        answer,
+        order,
+        dialect=dialect,
+        tables=tuple(sorted(read)),
+        truncations=truncations,
     )
 
 

@@ -31,12 +31,13 @@ from sqldp.frontend import parse, too_deep
 from sqldp.groups import KeyDomain, key_domains, partition_selection
 from sqldp.mechanisms import NoiseSource
 from sqldp.normalize import PublicRelease, normalize
-from sqldp.params import check_beta, resolve_params
+from sqldp.params import PrivacyParams, check_beta, resolve_params
 from sqldp.policy import Policy
-from sqldp.release import declared_groups, shares, smoothed
+from sqldp.release import choose_truncation, declared_groups, shares, smoothed
 from sqldp.result import Result
 from sqldp.rewrite import Statements, rewrite
 from sqldp.runner import Prepared
+from sqldp.sensitivity.global_bound import GlobalPlan, declared_truncations
 from sqldp.sensitivity.plan import Plan
 from sqldp.sqlgen import answer_query
 
@@ -156,7 +157,11 @@ class Session:
             return Prepared(self.engine, self.noise, sql, form, None, (), (), None, t0)
         params = resolve_params(self.policy, outputs=max(1, len(form.aggregates)), **privacy)
         form = partition_selection(form, self.policy, params.delta)
-        domains, plans, statements = compile_form(form, self.catalog, self.policy, params.beta, self.dialect)
+        domains, plans, statements = compile_form(
+            form, self.catalog, self.policy, params.beta, self.dialect, params=params
+        )
+        if statements.notes:  # what the SQL that runs does beyond the query (a truncation): data-independent
+            form = dataclasses.replace(form, notes=(*form.notes, *statements.notes))
         # every refusal that does not need the data happens here, before the proxy charges: a fixed β too
         # large for a measurement's ε share would otherwise fail at calibration, after the charge. A group
         # count read from a public table at run time is unknown here: those shares are checked again then.
@@ -209,15 +214,44 @@ class Session:
 
 
 def compile_form(
-    form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | None, dialect: str = "postgres"
+    form: AnalysisForm,
+    catalog: Catalog,
+    policy: Policy,
+    beta: float | None,
+    dialect: str = "postgres",
+    *,
+    params: PrivacyParams | None = None,
+    truncation: bool | None = None,
 ) -> tuple[tuple[KeyDomain, ...], tuple[Plan, ...], Statements]:
     """Everything decided before the data is read, refusing what cannot be analysed: the group domains, one
     sensitivity plan per aggregate (each aggregate is its own measurement) and the SQL that will run, in the
-    engine's ``dialect``."""
+    engine's ``dialect``.
+
+    Declared contribution bounds (``max_rows_per``, docs/truncation.md): when the query reads a declared key,
+    the plans with the tables truncated to it are built too, and used — for every aggregate, since they share
+    one answer query — when they give less expected noise at ``params`` (the policy's defaults when None), as
+    :func:`sqldp.release.choose_truncation` decides from data-independent facts. ``truncation``: None to
+    choose so, False never to truncate, True to truncate whenever the declarations give a global bound (the
+    tests compare the truncated bound with its data)."""
     domains = tuple(key_domains(form, policy))
     plans = tuple(
         sensitivity.plan(single_aggregate(form, i), catalog, policy, beta) for i in range(len(form.aggregates))
     )
+    choice = None
+    possible = dialect == "postgres" and form.select_by is None and truncation is not False
+    cuts = declared_truncations(form, catalog, policy) if possible else ()
+    if cuts:
+        each = (single_aggregate(form, i) for i in range(len(plans)))
+        alternative = [sensitivity.truncated(f, catalog, policy, cuts) for f in each]
+        cut_plans = tuple(p for p in alternative if isinstance(p, GlobalPlan))
+        if len(cut_plans) == len(plans):
+            d = policy.defaults
+            nominal = params or PrivacyParams(d.epsilon or 1.0, d.delta, beta, d.mechanism, d.confidence)
+            choice = choose_truncation(form, plans, cut_plans, nominal, declared_groups(domains))
+            if truncation is not None:
+                choice = dataclasses.replace(choice, truncated=truncation)
+            if choice.truncated:
+                plans = cut_plans
     if form.select_by is not None:
         # partition selection (sqldp.groups.partition_selection) needs a count bound that holds on every
         # database and groups a neighbouring change touches one of; the other aggregates too (parallel
@@ -241,4 +275,8 @@ def compile_form(
     if len({tuple(c.sql for c in w) for w in wheres}) > 1:
         raise RefusedError("the aggregates of this query need different continuous filters; ask them one by one")
     answer = answer_query(dataclasses.replace(form, aggregates=tuple(p.aggregate for p in plans), conjuncts=wheres[0]))
-    return domains, plans, rewrite(form, answer, plans, domains, catalog, policy, dialect)
+    statements = rewrite(form, answer, plans, domains, catalog, policy, dialect)
+    if choice is not None:
+        notes = (choice.note(statements.truncations),) if choice.truncated else ()
+        statements = dataclasses.replace(statements, choice=choice.to_json(), notes=notes)
+    return domains, plans, statements

@@ -53,6 +53,15 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
         # the statements `run` sends, after the rewriter's rules (sqldp.rewrite); they depend on the query and
         # the policy only
         out["sql"] = statements.all()
+        if statements.choice is not None:
+            # the query reads a key the policy declares a contribution bound for (max_rows_per): whether the
+            # plans rely on it, the tables then read truncated, and the expected noise each way
+            out["truncation"] = {
+                **statements.choice,
+                "truncated": [
+                    {"table": t.table, "column": t.column, "max_rows": t.tau} for t in statements.truncations
+                ],
+            }
         default = policy.defaults.mechanism or "cauchy"
         out["mechanisms"] = {
             agg.sql: R2T if isinstance(p, UnitPlan) else GLOBAL if p.data_independent else default
@@ -106,6 +115,14 @@ def _text(out: dict[str, Any]) -> str:
                 if "groups" in entry:
                     parts.append(f"groups {_global(entry['groups'])}")
                 lines.append(f"  {table}: " + ", ".join(parts))
+        if out.get("truncation"):
+            t = out["truncation"]
+            cut = ", ".join(f"{c['table']} ≤ {c['max_rows']} rows per {c['column']}" for c in t["truncated"])
+            floor = "≥ " if t["untruncated_is_floor"] else ""
+            lines.append(
+                f"Declared contribution bounds: {t['chosen']}{' (' + cut + ')' if cut else ''}; median |noise| "
+                f"{t['truncated_median_noise']:.3g} truncated vs {floor}{t['untruncated_median_noise']:.3g} not"
+            )
         if out.get("sql"):
             lines.append("SQL that runs (one snapshot):")
             lines.extend(f"  {q}" for q in out["sql"])

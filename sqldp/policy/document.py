@@ -108,7 +108,7 @@ class Policy:
             if name is None:
                 raise PolicyError(f"table {t.name!r} is not in the schema ({catalog.source})", where=where)
             known = catalog.tables[name].columns
-            for col in sorted(t.sensitive_columns | set(t.columns)):
+            for col in sorted(t.sensitive_columns | set(t.columns) | set(t.max_rows_per)):
                 if resolve_name(col, known, where) is None:
                     raise PolicyError(f"column {col!r} is not in table {t.name!r}", where=where)
             for c in t.columns.values():

@@ -1,9 +1,10 @@
 """``[tables.T]``: which tables' rows and which columns' values are private, and how much a change weighs.
 
 Per table: whether its rows are private (adding/removing one row is a neighbouring change, NR §3.3.7) and
-the weight G of such a change; the composite norm over its value-sensitive columns (§3.3.8, the norms of
-§4.3.3.3); per column, value bounds, a declared domain for GROUP BY, the unit a DATE counts in and the
-attacker's prior knowledge (Fig. 44, :mod:`sqldp.policy.priors`).
+the weight G of such a change; ``max_rows_per``, a declared bound τ on how many rows share a value of one
+column (the contribution bound a query enforces by truncation, docs/truncation.md); the composite norm over
+its value-sensitive columns (§3.3.8, the norms of §4.3.3.3); per column, value bounds, a declared domain for
+GROUP BY, the unit a DATE counts in and the attacker's prior knowledge (Fig. 44, :mod:`sqldp.policy.priors`).
 
 Fail closed: a table the policy does not mention is private (rows, weight 1).
 
@@ -41,7 +42,10 @@ MIN_WEIGHT, MAX_WEIGHT = 1e-6, 1e6
 MAX_NORM_CHARS, MAX_NORM_DEPTH = 10_000, 16
 MAX_P = 64.0  # lp(P, …) beyond this is linf for all practical purposes: use linf
 MAX_DOMAIN = 10_000  # declared groups per key column (each is released, with noise)
-TABLE_KEYS = {"rows", "weight", "norm", "columns"}
+# τ of ``max_rows_per``: the model-checking analysis proves bounds up to its cap (64 rows), so a larger τ never
+# gives a finite bound; a million is far beyond it and still refuses nonsense such as 1e300
+MAX_ROWS_PER = 1_000_000
+TABLE_KEYS = {"rows", "weight", "norm", "columns", "max_rows_per"}
 COLUMN_KEYS = {"range", "unit", "domain", "knowledge"}
 
 
@@ -222,6 +226,10 @@ class TablePolicy:
     weight: float = 1.0
     norm: Norm | None = None
     columns: Mapping[str, ColumnPolicy] = field(default_factory=dict)
+    # column → τ: at most τ rows of this table share one value of the column (NULL counts as one value). A
+    # declaration, not a fact: a query that relies on it reads the table truncated to τ rows per value
+    # (sqldp.rewrite.truncate), so the bound holds on every database. At most one column per table.
+    max_rows_per: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def sensitive_columns(self) -> frozenset[str]:
@@ -261,7 +269,22 @@ def _table(name: str, spec: Any, where: str) -> TablePolicy:
         raise PolicyError("must be a table of column tables", where=f"{where}.columns")
     check_folded(cols_raw, f"{where}.columns")
     columns = {c.lower(): _column(c.lower(), s, f"{where}.columns.{c}") for c, s in cols_raw.items()}
-    return TablePolicy(name, rows == "private", weight, norm, columns)
+    per = _max_rows_per(spec["max_rows_per"], f"{where}.max_rows_per") if "max_rows_per" in spec else {}
+    return TablePolicy(name, rows == "private", weight, norm, columns, per)
+
+
+def _max_rows_per(raw: Any, where: str) -> dict[str, int]:
+    """``{ column = τ }``: one column, τ a whole number in [1, MAX_ROWS_PER]. One column only: truncating by
+    two keys in turn is no longer a one-row-in, one-row-out change (docs/truncation.md)."""
+    if not isinstance(raw, dict):
+        raise PolicyError("must be a table { column = τ }, e.g. { l_orderkey = 7 }", where=where)
+    check_folded(raw, where)
+    if len(raw) != 1:
+        raise PolicyError(f"must name exactly one column, got {len(raw)}", where=where)
+    ((column, tau),) = raw.items()
+    if isinstance(tau, bool) or not isinstance(tau, int) or not 1 <= tau <= MAX_ROWS_PER:
+        raise PolicyError(f"{column}: τ must be a whole number in [1, {MAX_ROWS_PER}], got {tau!r}", where=where)
+    return {column.lower(): tau}
 
 
 def _column(name: str, spec: Any, where: str) -> ColumnPolicy:

@@ -9,7 +9,9 @@ Analyses:
 
 * :mod:`sqldp.sensitivity.rows` — adding/removing rows of private tables (NR §3.3.7).
 * :mod:`sqldp.sensitivity.global_bound` — the row-level bound from the schema's keys alone (NR §3.3.13's
-  model checking), used instead of the data-dependent one when it is finite and the keys are enforced.
+  model checking), used instead of the data-dependent one when it is finite and the keys are enforced; and
+  with the policy's declared contribution bounds (``max_rows_per``), which the query then enforces by
+  truncation (:func:`truncated`; the session chooses per query, docs/truncation.md).
 * :mod:`sqldp.sensitivity.units` — adding/removing one privacy unit with every row referencing it (R2T's
   truncated answers; the release step runs the race).
 * :mod:`sqldp.sensitivity.columns` — changing values of sensitive columns (NR §3.3.8), combined with the
@@ -32,7 +34,7 @@ from sqldp.form import AnalysisForm, ColumnRef
 from sqldp.policy import Policy
 from sqldp.sensitivity import failures
 from sqldp.sensitivity.columns import ColumnPlan, plan_columns
-from sqldp.sensitivity.global_bound import GlobalPlan, global_plan
+from sqldp.sensitivity.global_bound import GlobalPlan, Truncation, global_plan, truncated_plan
 from sqldp.sensitivity.intervals import domain
 from sqldp.sensitivity.plan import Bound, Plan
 from sqldp.sensitivity.rows import RowPlan, plan_rows
@@ -44,11 +46,13 @@ __all__ = [
     "GlobalPlan",
     "Plan",
     "RowPlan",
+    "Truncation",
     "UnitPlan",
     "plan",
     "plan_columns",
     "plan_rows",
     "plan_units",
+    "truncated",
 ]
 
 
@@ -73,10 +77,8 @@ def plan(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | Non
             raise RefusedError("COUNT(DISTINCT …) under a privacy unit is not supported")
         failures.check(form, domain(form, catalog, policy), bounded_sum=True)
         return plan_units(form, catalog, policy)
-    reads = {ref for agg in form.aggregates for ref in agg.columns}
-    reads |= {ref for c in checked.conjuncts for ref in c.columns}
-    reads |= {ColumnRef(k.table, k.name) for g in form.group_by for k in g.find_all(exp.Column) if k.table}
-    values = any(ref.column in policy.table(form.use(ref.alias).table).sensitive_columns for ref in reads)
+    reads = _reads(checked)
+    values = _reads_values(checked, policy, reads)
     # a data-dependent error would answer without noise: refused first (failures.py)
     failures.check(checked, domain(checked, catalog, policy), bounded_sum=not values)
     if values:
@@ -106,6 +108,31 @@ def plan(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | Non
             "another private table's and no schema key bounds the join"
         )
     return chosen
+
+
+def truncated(form: AnalysisForm, catalog: Catalog, policy: Policy, truncations: tuple[Truncation, ...]) -> Plan | None:
+    """The row-level plan's global bound when the query reads the ``truncations``' tables truncated to their
+    declared τ rows per key (:func:`sqldp.sensitivity.global_bound.truncated_plan`), or None where that does
+    not apply: value-sensitive columns, privacy units, COUNT(DISTINCT …), or a bound that stays unbounded.
+    The caller (:func:`sqldp.session.compile_form`) has already built the untruncated plan, which refused
+    what the analyses do not cover."""
+    if not truncations or (policy.units and unit_tables(form, catalog, policy)):
+        return None
+    if any(agg.distinct for agg in form.aggregates) or _reads_values(form, policy, _reads(form)):
+        return None
+    return truncated_plan(plan_rows(form, catalog, policy), catalog, policy, truncations)
+
+
+def _reads(form: AnalysisForm) -> set[ColumnRef]:
+    reads = {ref for agg in form.aggregates for ref in agg.columns}
+    reads |= {ref for c in form.conjuncts for ref in c.columns}
+    reads |= {ColumnRef(k.table, k.name) for g in form.group_by for k in g.find_all(exp.Column) if k.table}
+    return reads
+
+
+def _reads_values(form: AnalysisForm, policy: Policy, reads: set[ColumnRef]) -> bool:
+    """Whether the query reads a value-sensitive column (a column of its table's ``norm``)."""
+    return any(ref.column in policy.table(form.use(ref.alias).table).sensitive_columns for ref in reads)
 
 
 def _bounded_types(form: AnalysisForm, catalog: Catalog, reads: set[ColumnRef]) -> None:

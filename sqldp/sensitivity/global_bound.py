@@ -17,6 +17,23 @@ and c_D = 1 (NR §3.3.13.9, c′ + c_D·c′_D; §3.3.13.7 for the set semantics
 Used only when the constraints are the database's own (a catalog read from PostgreSQL, which enforces them;
 a schema file states them but nothing checks the data against it), and only when every private table's N_t
 is finite within the time limit. Nothing here reads data.
+
+Declared contribution bounds (:func:`truncated_plan`, docs/truncation.md): the policy's ``max_rows_per =
+{ k = τ }`` says at most τ rows of a table share a value of k. The query then reads the table through a
+truncation that keeps τ rows per value (:func:`sqldp.rewrite.truncate`), so the declaration holds on every
+database the query sees, and the model checker may use it as a constraint: a key (k, rank) with a rank in
+1 … τ (τ = 1: k is a key, as a PRIMARY KEY or UNIQUE NOT NULL would make it). The truncation is not a
+one-row change, though: adding a row r to a table truncated by k may evict the τ-th row of r's key (and
+removing one may bring the (τ+1)-th back), so one neighbouring change moves the truncated table by one row
+in and one row out of the same key. Since a join–filter query is monotone in its tables, the in-row adds a
+rows and the out-row removes b rows of the join, 0 ≤ a, b ≤ N_t (both intermediate databases satisfy the
+declaration). Hence, with values of the aggregand in [lo, hi] (|e| ≤ M):
+
+* COUNT: |Δ| = |a − b| ≤ N_t — as without truncation;
+* SUM: |Δ| ≤ N_t·(max(hi, 0) − min(lo, 0)) — N_t·M when e has one sign, at most 2·N_t·M;
+* GROUP BY (ℓ1 over the groups): a and b may land in different groups, ≤ 2·N_t·M.
+
+A table that is not truncated changes by one row: N_t·M, as :func:`global_plan`.
 """
 
 from __future__ import annotations
@@ -29,15 +46,40 @@ from typing import Any
 
 from sqlglot import exp
 
-from sqldp.catalog import Catalog, Table
+from sqldp.catalog import Catalog, Column, Table
 from sqldp.form import Aggregate, AnalysisForm, SemiJoin
+from sqldp.policy import Policy
+from sqldp.policy.tables import resolve_name
 from sqldp.sensitivity import model_check
+from sqldp.sensitivity.intervals import domain, interval
 from sqldp.sensitivity.plan import Bound, ExactUnfolded
 from sqldp.sensitivity.rows import RowPlan
 
 TIMEOUT = 1.0  # seconds of solver time per (query, table); beyond it the data-dependent plan is used
+# the same under declared contribution bounds: a self-join on a declared key with τ = 28 (TPC-H orders per
+# customer) needs 1 s per use on an idle machine to prove 2τ, and the alternative is a smoothed bound several
+# times larger. The result is cached per (schema, query, table), so a session pays it once per query shape.
+TRUNCATED_TIMEOUT = 5.0
+
+# the model's column for a row's rank within its key under a declared bound, which the truncation's SQL
+# computes under the same name (sqldp.rewrite.truncate), and the name of that SQL's subquery: a table with a
+# column of either name is not truncated (the names would clash)
+RANK, CUT = "__sqldp_rank", "__sqldp_cut"
 
 _cache: dict[tuple[Any, ...], float] = {}
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """A declared contribution bound the query enforces: ``table`` is read with at most ``tau`` rows per value
+    of ``column`` (sqldp.rewrite.truncate)."""
+
+    table: str
+    column: str
+    tau: int
+
+    def __str__(self) -> str:
+        return f"{self.table}: at most {self.tau} row{'s' if self.tau > 1 else ''} per {self.column}"
 
 
 @dataclass(frozen=True)
@@ -49,6 +91,7 @@ class GlobalPlan(ExactUnfolded):
     bound: float
     terms: dict[str, Any] = field(default_factory=dict)
     disjoint_groups: bool = False
+    truncations: tuple[Truncation, ...] = ()  # the declared bounds the bound relies on (the rewrite enforces them)
 
     queries: tuple[exp.Select, ...] = ()
     data_independent: bool = True
@@ -93,23 +136,127 @@ def global_plan(rows: RowPlan, catalog: Catalog, *, timeout: float = TIMEOUT) ->
     PostgreSQL does not enforce for this catalog)."""
     if not catalog.enforced or not rows.private:
         return None
-    form = rows.form
-    spj = model_check.from_form(form, grouped=False)  # join rows: what a COUNT, and the histogram in ℓ1, move
+    joined = _join_rows(rows, catalog, timeout)
+    if joined is None:
+        return None
     terms: dict[str, Any] = {}
     bound = 0.0
-    for table in sorted(rows.private):
-        key = (_schema(catalog, {u.table for u in spj.uses}), spj.uses, tuple(c.sql() for c in spj.conditions), table)
-        if key not in _cache:
-            if len(_cache) > 4096:
-                _cache.clear()
-            _cache[key] = model_check.sensitivity(spj, catalog, table, timeout=timeout).value
-        n = _cache[key]
-        # each derived table read from this table adds its rows' reach (NR §3.3.13.9 with c_D = 1)
-        n += sum(_semi_join_rows(form, s.semi, catalog, timeout) for s in rows.semis if s.semi.use.table == table)
-        if not math.isfinite(n):
-            return None
+    for table, n in joined.items():
         weight = rows.weights[table]
         sens = rows.multiplier * n / weight
         bound = max(bound, sens)
         terms[table] = {"global_join_rows": n, "weight": weight, "sensitivity": sens, "method": "NR §3.3.13"}
-    return GlobalPlan(form, rows.aggregate, bound, terms, rows.disjoint_groups)
+    return GlobalPlan(rows.form, rows.aggregate, bound, terms, rows.disjoint_groups)
+
+
+def _join_rows(rows: RowPlan, catalog: Catalog, timeout: float) -> dict[str, float] | None:
+    """Per private table, N_t: how many join rows one of its rows can change on any database that satisfies
+    the catalog's keys (NR §3.3.13); None when one is unbounded or out of time."""
+    spj = model_check.from_form(rows.form, grouped=False)  # join rows: what a COUNT, and the histogram in ℓ1, move
+    out: dict[str, float] = {}
+    for table in sorted(rows.private):
+        key = (_schema(catalog, {u.table for u in spj.uses}), spj.uses, tuple(c.sql() for c in spj.conditions), table)
+        n = _cache.get(key)
+        if n is None:
+            found = model_check.sensitivity(spj, catalog, table, timeout=timeout)
+            n = found.value
+            if len(_cache) > 4096:
+                _cache.clear()
+            if not found.timed_out:  # a busy machine's timeout is not the query's answer: tried again next time
+                _cache[key] = n
+        # each derived table read from this table adds its rows' reach (NR §3.3.13.9 with c_D = 1)
+        n += sum(_semi_join_rows(rows.form, s.semi, catalog, timeout) for s in rows.semis if s.semi.use.table == table)
+        if not math.isfinite(n):
+            return None
+        out[table] = n
+    return out
+
+
+# -- declared contribution bounds ------------------------------------------------------------------------
+
+
+def declared_truncations(form: AnalysisForm, catalog: Catalog, policy: Policy) -> tuple[Truncation, ...]:
+    """The policy's ``max_rows_per`` bounds a query could rely on: on a table it reads, over a column one of
+    its conditions reads (a join or filter key: where a multiplicity bound limits how many rows one row
+    meets), and not already a key PostgreSQL enforces (then the data holds τ = 1 without a truncation)."""
+    if form.semijoins:  # the rewrite truncates the product's tables, not a subquery's: not modelled together
+        return ()
+    read = {(form.use(r.alias).table, r.column) for c in form.conjuncts for r in c.columns}
+    out = []
+    for name in sorted({u.table for u in form.uses}):
+        table = catalog.table(name)
+        for declared, tau in policy.table(name).max_rows_per.items():
+            column = resolve_name(declared, table.columns, f"tables.{name}.max_rows_per")
+            if column is None or (name, column) not in read or {RANK, CUT} & set(table.columns):
+                continue
+            if catalog.enforced and (column,) in model_check.keys_of(table):
+                continue
+            out.append(Truncation(name, column, tau))
+    return tuple(out)
+
+
+def _truncated_catalog(catalog: Catalog, truncations: tuple[Truncation, ...]) -> Catalog:
+    """The catalog the model checker reads under the truncations: each truncated table gets the key
+    (column, rank) with a rank in 1 … τ, first among its keys (the solver then orders rows by rank, so τ + 1
+    rows of one key contradict at once); (column) alone for τ = 1. Keys of a catalog PostgreSQL does not
+    enforce are claims and left out: only the truncations hold then.
+
+    The truncated column is NOT NULL in the model. Sound as the model's NULL handling is
+    (:mod:`sqldp.sensitivity.model_check`): the truncation keeps at most τ rows with a NULL key too, and
+    replacing each NULL by a fresh value keeps every key's rows at most τ and adds join rows only."""
+    tables: dict[str, Table] = {}
+    for name, t in catalog.tables.items():
+        keys = model_check.keys_of(t) if catalog.enforced else []
+        tables[name] = Table(t.name, t.columns, keys[0] if keys else (), t.foreign_keys, tuple(keys[1:]))
+    for cut in truncations:
+        t = tables[cut.table]
+        columns = dict(t.columns)
+        columns[cut.column] = dataclasses.replace(columns[cut.column], nullable=False)
+        key: tuple[str, ...] = (cut.column,)
+        if cut.tau > 1:
+            columns[RANK] = Column(RANK, "INTEGER", "integer", nullable=False, bounds=(1, cut.tau))
+            key = (cut.column, RANK)
+        others = tuple(k for k in ((t.primary_key,) if t.primary_key else ()) + t.unique if k != key)
+        tables[cut.table] = Table(t.name, columns, key, t.foreign_keys, others)
+    return Catalog(tables, catalog.source, enforced=True)
+
+
+def truncated_plan(
+    rows: RowPlan,
+    catalog: Catalog,
+    policy: Policy,
+    truncations: tuple[Truncation, ...],
+    *,
+    timeout: float = TRUNCATED_TIMEOUT,
+) -> GlobalPlan | None:
+    """The global bound of a row-level plan when the query reads the ``truncations``' tables truncated
+    (module docstring: N_t from the model checker under the declared bounds, times 2 for a truncated table
+    where the evicted row's join rows can add to the new row's), or None when a table's N_t stays unbounded."""
+    if not truncations or not rows.private:
+        return None
+    joined = _join_rows(rows, _truncated_catalog(catalog, truncations), timeout)
+    if joined is None:
+        return None
+    cut = {t.table: t for t in truncations}
+    m = rows.multiplier
+    if rows.form.group_by:
+        swap = 2.0  # the in-row's and the out-row's join rows may fall in two groups: ℓ1 adds them
+    elif rows.aggregate.kind == "count" or m == 0:
+        swap = 1.0
+    else:
+        assert rows.form.aggregates[0].arg is not None
+        lo, hi = interval(rows.form.aggregates[0].arg, domain(rows.form, catalog, policy))
+        swap = (max(hi, 0.0) - min(lo, 0.0)) / m  # in (1, 2] when e takes both signs, else 1
+    terms: dict[str, Any] = {}
+    bound = 0.0
+    for table, n in joined.items():
+        weight = rows.weights[table]
+        factor = swap if table in cut else 1.0
+        sens = m * n * factor / weight
+        bound = max(bound, sens)
+        terms[table] = {"global_join_rows": n, "weight": weight, "sensitivity": sens, "method": "NR §3.3.13"}
+        if table in cut:
+            terms[table].update(truncated=str(cut[table]), swap=factor)
+    # a truncated private table moves two rows, which may sit in two groups: no parallel composition
+    disjoint = rows.disjoint_groups and not (cut.keys() & rows.private)
+    return GlobalPlan(rows.form, rows.aggregate, bound, terms, disjoint, truncations)

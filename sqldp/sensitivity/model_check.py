@@ -117,7 +117,7 @@ class _Untranslatable(Exception):
     pass
 
 
-def _keys(table: Table) -> list[tuple[str, ...]]:
+def keys_of(table: Table) -> list[tuple[str, ...]]:
     """The table's uniqueness constraints that forbid repeated rows (NR §3.2.1.1, Dis_r)."""
     keys = []
     if table.primary_key:
@@ -444,7 +444,8 @@ def _domain(column: Any, v: z3.ExprRef) -> list[z3.BoolRef]:
     args = [int(a) for a in re.findall(r"\d+", column.type_sql.partition("(")[2])]
     if column.kind == "integer":
         bits = _INT_BITS.get(head, 32)
-        return [v >= -(2 ** (bits - 1)), v < 2 ** (bits - 1)]
+        known = [v >= column.bounds[0], v <= column.bounds[1]] if column.bounds is not None else []
+        return [v >= -(2 ** (bits - 1)), v < 2 ** (bits - 1), *known]
     if column.kind == "date":
         # PostgreSQL's dates: 4713-11-24 BC (Julian day 0) … 5874897-12-31, as days since 2000-01-01
         return [v >= -2451545, v <= 2145031948]
@@ -639,7 +640,7 @@ def _pumpable(query: SPJ, catalog: Catalog, target: str) -> bool:
         for u in query.uses
         if u.table != target and u.table in once
         for c, col in tables[u.alias].columns.items()
-        if col.kind in ("integer", "date", "text", "numeric")
+        if col.kind in ("integer", "date", "text", "numeric") and col.bounds is None  # fresh values: not in 1 … τ
     }
     conjuncts = [part for cond in query.conditions for part in _split(cond)]
     pairs: list[tuple[tuple[str, str], tuple[str, str]]] = []
@@ -658,7 +659,7 @@ def _pumpable(query: SPJ, catalog: Catalog, target: str) -> bool:
             if (a in eligible) != (b in eligible):
                 eligible -= {a, b}
         for alias, table in tables.items():
-            keys = _keys(table)
+            keys = keys_of(table)
             if not keys or any(not any((alias, c) in eligible for c in key) for key in keys):
                 eligible -= {(alias, c) for c in table.columns}
         changed = len(eligible) != before
@@ -759,7 +760,7 @@ def sensitivity(
         bag = sensitivity(SPJ(query.uses, query.conditions), catalog, table, method=method, timeout=timeout, cap=cap)
         approx = (*bag.approximated, *(a for a in loose if a not in bag.approximated))
         return replace(bag, exact=False, approximated=approx, witness=None, seconds=time.perf_counter() - t0)
-    key_of = {u.table: _keys(catalog.table(u.table)) for u in query.uses}
+    key_of = {u.table: keys_of(catalog.table(u.table)) for u in query.uses}
     keyless_other = [u.table for u in query.uses if u.table != table and not key_of[u.table]]
     target_keyless = not key_of[table]
 
