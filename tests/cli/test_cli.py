@@ -190,7 +190,13 @@ c sqldp explain --schema ""
     lines = out.stdout.splitlines()
     assert lines[0] == "complete -o bashdefault -F _shtab_sqldp sqldp", out.stdout + out.stderr
     assert set(lines[1].split()) >= {"run", "explain", "proxy", "budget", "epsilon", "demo", "load", "completion"}
-    assert lines[2:] == ["epsilon", "--policy", "cafeteria tpch mine.toml", "tpch", "cafeteria tpch mine.sql"]
+    assert lines[2:] == [
+        "epsilon",
+        "--policy",
+        "cafeteria tpch tpch_catalog mine.toml",
+        "tpch tpch_catalog",
+        "cafeteria tpch mine.sql",
+    ]
     zsh = sqldp("completion", "zsh")
     assert zsh.returncode == 0 and zsh.stdout.startswith("#compdef sqldp")
     assert "compadd -- cafeteria tpch" in zsh.stdout
