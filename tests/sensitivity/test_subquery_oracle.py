@@ -30,6 +30,7 @@ from sqldp.frontend import parse
 from sqldp.normalize import normalize
 from sqldp.policy import Policy
 from sqldp.session import compile_form
+from tests.sensitivity.test_rows_oracle import _load, _random_db  # the same tiny tables r, s, p over DOMAIN
 
 DDL = (
     "CREATE TABLE IF NOT EXISTS r (a INT NOT NULL, b INT NOT NULL);\n"
@@ -88,20 +89,6 @@ def catalog() -> Catalog:
 @pytest.fixture(scope="module")
 def policy() -> Policy:
     return Policy.from_toml(POLICY)
-
-
-def _random_db(rng: random.Random) -> dict[str, list[tuple[int, int]]]:
-    def rows() -> list[tuple[int, int]]:
-        return [(rng.choice(DOMAIN), rng.choice(DOMAIN)) for _ in range(rng.randint(0, 4))]
-
-    return {"r": rows(), "s": rows(), "p": rows()}
-
-
-def _load(conn: psycopg.Connection, db: dict[str, list[tuple[int, int]]]) -> None:
-    for table, rows in db.items():
-        conn.execute(f"DELETE FROM {table}")
-        for row in rows:
-            conn.execute(f"INSERT INTO {table} ({', '.join(COLS[table])}) VALUES (%s, %s)", row)
 
 
 def _neighbours(db: dict[str, list[tuple[int, int]]]) -> Iterator[tuple[str, str, tuple[int, int]]]:
