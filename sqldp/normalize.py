@@ -180,8 +180,11 @@ class Normalizer:
         if isinstance(node, ra.Select):
             inner = self.spj(node.child)
             for cond in split_and(node.condition):
-                # [NOT] EXISTS / [NOT] IN (SELECT …) conjuncts become semi-joins (sqldp.subqueries)
-                semi = subqueries.semijoin(self, cond, inner.exports)
+                # [NOT] EXISTS / [NOT] IN (SELECT …) conjuncts become semi-joins, comparisons with a correlated
+                # scalar subquery joins with a grouped derived table (sqldp.subqueries)
+                semi = subqueries.semijoin(self, cond, inner.exports) or subqueries.scalar_join(
+                    self, cond, inner.exports
+                )
                 if semi is None:
                     inner.conditions.append(self._substitute(cond, inner.exports))
                 else:

@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from sqldp.errors import RefusedError
-from sqldp.form import AnalysisForm, ColumnRef, Conjunct, SemiJoin, TableUse
+from sqldp.form import SCALAR_VALUE, AnalysisForm, ColumnRef, Conjunct, SemiJoin, TableUse
 from sqldp.frontend import position
 from sqldp.policy import Policy
 
@@ -140,6 +140,144 @@ def semijoin(n: Normalizer, cond: exp.Expr, exports: Exports) -> SemiJoin | None
     return SemiJoin(use, tuple(columns), tuple(inner), tuple(correlation), anti, source, where_)
 
 
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)
+# what a decorrelated subquery's value may be built of around its one aggregate: arithmetic with numbers
+_VALUE_NODES = (exp.Mul, exp.Add, exp.Sub, exp.Neg, exp.Paren, exp.Literal)
+
+
+def scalar_subquery(cond: exp.Expr) -> tuple[exp.Subquery, exp.Expr] | None:
+    """``(subquery, other side)`` for a conjunct ``e <op> (SELECT …)`` or ``(SELECT …) <op> e``, else None."""
+    e = cond.unnest()
+    if not isinstance(e, _COMPARISONS):
+        return None
+    for side, other in ((e.expression, e.this), (e.this, e.expression)):
+        while isinstance(side, exp.Paren):
+            side = side.this
+        if isinstance(side, exp.Subquery) and isinstance(side.unnest(), exp.Select):
+            return side, other
+    return None
+
+
+def scalar_join(n: Normalizer, cond: exp.Expr, exports: Exports) -> SemiJoin | None:
+    """A correlated scalar subquery compared with an outer expression, ``e < (SELECT 0.2 * AVG(u.x) FROM T u
+    WHERE φ(u) AND u.k = x(outer))`` (TPC-H Q17), decorrelated into an inner join with the grouped derived table
+    D = SELECT u.k, 0.2 * AVG(u.x) AS VALUE FROM T u WHERE φ GROUP BY u.k, and the conjunct e < D.VALUE (NR
+    §4.3.6.1 (ii); the argument is in docs/subqueries.md). None when ``cond`` is no such comparison; a refusal
+    with the position for one that cannot be decorrelated."""
+    found = scalar_subquery(cond)
+    if found is None:
+        return None
+    sub, other = found
+    query = sub.unnest()
+    assert isinstance(query, exp.Select)
+    what = "scalar subquery"
+    for arg, name in (("group", "GROUP BY"), ("having", "HAVING"), ("limit", "LIMIT"), ("offset", "OFFSET")):
+        if query.args.get(arg) is not None:
+            raise n.refuse(f"{what} with {name} is not decorrelated (NR §4.3.6.1 (ii) covers SELECT agg … WHERE)", query)
+    if query.args.get("with_") or query.args.get("with") or query.args.get("joins") or query.args.get("distinct"):
+        raise n.refuse(
+            f"{what} over several tables is not decorrelated: one changed row could change the value of many keys",
+            query,
+        )
+    from_ = query.args.get("from_") or query.args.get("from")
+    table = from_.this if from_ is not None else None
+    if not isinstance(table, exp.Table) or table.args.get("db") or table.name.lower() not in n.catalog.tables:
+        raise n.refuse(f"{what}: only a subquery reading one table of the catalog is decorrelated", query)
+    if table.name.lower() in n.ctes:
+        raise n.refuse(f"{what}: {table.name!r} names both a WITH query and a table; rename the WITH query", table)
+    if len(query.expressions) != 1:
+        raise n.refuse(f"{what}: the subquery must return one column", query)
+    name = table.name.lower()
+    written = table.alias_or_name.lower()
+    alias = n._fresh(written)
+    n.tables[alias] = name
+    use = TableUse(alias, name)
+    mine: dict[str, exp.Expr] = {c: exp.column(c, table=alias) for c in n.catalog.table(name).columns}
+    scope: Exports = {**exports, written: mine}
+    item = query.expressions[0]
+    value = _value(n, item.unalias() if isinstance(item, exp.Alias) else item, scope, alias, item)
+    where = query.args.get("where")
+    parts = [n._substitute(p, scope) for p in _split(where.this)] if where is not None else []
+    inner: list[exp.Expr] = []
+    correlation: list[exp.Expr] = []
+    columns: list[str] = []
+    for p in parts:
+        tables = {c.table for c in p.find_all(exp.Column)}
+        if tables <= {alias}:
+            inner.append(p)
+            continue
+        key = _key_equality(p, alias)
+        if key is None:
+            raise n.refuse(
+                f"{what}: only equalities between a column of the subquery's table and outer expressions are "
+                f"decorrelated, not {p.sql(dialect='postgres')}",
+                query,
+            )
+        correlation.append(p)
+        columns.append(key)
+    if not correlation:
+        raise n.refuse(
+            f"{what}: an uncorrelated scalar subquery is released as a constant of its own (a workflow step), "
+            "which this entry point does not do; run the statement through a session",
+            sub,
+        )
+    e = cond.unnest()
+    column = exp.column(SCALAR_VALUE, table=alias)
+    outer = n._substitute(other, exports)
+    sub_first = other is e.expression  # (SELECT …) < e keeps its order: < is not symmetric
+    compare = type(e)(this=column if sub_first else outer, expression=outer if sub_first else column)
+    n.notes.append(f"scalar subquery (SELECT … FROM {name} WHERE … = outer) → join with a table grouped by its keys")
+    return SemiJoin(
+        use,
+        tuple(dict.fromkeys(columns)),
+        tuple(inner),
+        tuple(correlation),
+        False,
+        what,
+        position(n.sql, cond),
+        value=value,
+        compare=compare,
+    )
+
+def _key_equality(p: exp.Expr, alias: str) -> str | None:
+    """The subquery's column in ``u.k = x(outer)`` (either order), x reading outer columns only; else None."""
+    e = p.unnest()
+    if not isinstance(e, exp.EQ):
+        return None
+    for side, other in ((e.this, e.expression), (e.expression, e.this)):
+        outer = {c.table for c in other.find_all(exp.Column)}
+        if isinstance(side, exp.Column) and side.table == alias and outer and alias not in outer:
+            return side.name
+    return None
+
+
+def _value(n: Normalizer, e: exp.Expr, scope: Exports, alias: str, at: exp.Expr) -> exp.Expr:
+    """The subquery's value: one AVG, SUM, MIN or MAX of a column of its table, in arithmetic with numbers
+    (Q17's 0.2 * AVG(l_quantity)). COUNT is refused: over no rows it is 0, not NULL, and the inner join would
+    drop the outer rows whose key has no row instead of comparing them with 0. SUM and AVG of floating point
+    columns are refused: PostgreSQL raises an overflow error the data decide (an answer without noise)."""
+    aggs = list(e.find_all(exp.AggFunc))
+    what = "scalar subquery"
+    if len(aggs) != 1 or not isinstance(aggs[0], (exp.Avg, exp.Sum, exp.Min, exp.Max)):
+        raise n.refuse(f"{what}: its value must be one AVG, SUM, MIN or MAX (COUNT is 0 over no rows)", at)
+    agg = aggs[0]
+    for node in e.walk():
+        if node is agg or node.find_ancestor(exp.AggFunc) is agg:
+            continue
+        if not isinstance(node, _VALUE_NODES) or (isinstance(node, exp.Literal) and node.is_string):
+            raise n.refuse(f"{what}: its value may combine the aggregate with numbers by + − ×, not {node.key}", at)
+    arg = n._substitute(agg.this, scope)
+    if not (isinstance(arg, exp.Column) and arg.table == alias):
+        raise n.refuse(f"{what}: its aggregate must read one column of its table", at)
+    column = n.catalog.table(n.tables[alias]).column(arg.name)
+    exact = column.kind == "integer" or column.type_sql.upper().startswith(("NUMERIC", "DECIMAL"))
+    if isinstance(agg, (exp.Avg, exp.Sum)) and not exact:
+        raise n.refuse(f"{what}: {agg.key.upper()} of {column.type_sql} may overflow (an error the data decide)", at)
+    out = e.copy()
+    next(out.find_all(exp.AggFunc)).set("this", arg)
+    return out
+
+
 def _not_null(n: Normalizer, left: exp.Expr, k: exp.Column, at: exp.Expr) -> None:
     """x NOT IN (SELECT k …) is NOT EXISTS (… AND k = x) only when neither side can be NULL (module docstring)."""
     for side in (left, k):
@@ -169,7 +307,7 @@ def flat(form: AnalysisForm, sensitive: Callable[[str, str], bool]) -> AnalysisF
         return form
     extra = []
     for s in form.semijoins:
-        for e in (*s.inner, *s.correlation):
+        for e in (*s.inner, *s.correlation, *_evaluated(s)):
             cols = frozenset(ColumnRef(c.table, c.name) for c in e.find_all(exp.Column) if c.table)
             private = any(sensitive(form.use(r.alias).table, r.column) for r in cols)
             extra.append(Conjunct(e, cols, private))
@@ -179,6 +317,22 @@ def flat(form: AnalysisForm, sensitive: Callable[[str, str], bool]) -> AnalysisF
         conjuncts=(*form.conjuncts, *extra),
         semijoins=(),
     )
+
+
+def _evaluated(s: SemiJoin) -> tuple[exp.Expr, ...]:
+    """A decorrelated scalar subquery's comparison as the checks see it: D's VALUE replaced by the value's
+    expression over one row (the aggregate by its argument), so the columns it reads and the arithmetic it
+    does are checked like any conjunct's (value-sensitive reads, PostgreSQL failures)."""
+    if s.value is None or s.compare is None:
+        return ()
+    per_row = s.value.copy().transform(lambda node: node.this.copy() if isinstance(node, exp.AggFunc) else node)
+
+    def swap(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Column) and node.table == s.use.alias and node.name == SCALAR_VALUE:
+            return exp.Paren(this=per_row.copy())
+        return node
+
+    return (s.compare.copy().transform(swap),)
 
 
 def refuse_outside_rows(form: AnalysisForm, why: str) -> None:
