@@ -74,9 +74,7 @@ def shipped(path: str | Path, suffix: str) -> Path:
     return dataset_path(name + suffix) if name in shipped_names(suffix) else p
 
 
-def read_shipped(
-    path: str | Path, suffix: str, what: str, error: type[InputError] = InputError
-) -> tuple[str, str]:
+def read_shipped(path: str | Path, suffix: str, what: str, error: type[InputError] = InputError) -> tuple[str, str]:
     """The text of ``path`` or of the shipped file of that name (:func:`shipped`) and where it came from; a
     file that cannot be read is ``error`` ("cannot read {what} file: …"), naming the shipped files when
     ``path`` was a bare name."""

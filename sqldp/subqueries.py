@@ -173,7 +173,7 @@ def scalar_join(n: Normalizer, cond: exp.Expr, exports: Exports) -> SemiJoin | N
     what = "scalar subquery"
     for arg, name in (("group", "GROUP BY"), ("having", "HAVING"), ("limit", "LIMIT"), ("offset", "OFFSET")):
         if query.args.get(arg) is not None:
-            raise n.refuse(f"{what} with {name} is not decorrelated (NR §4.3.6.1 (ii) covers SELECT agg … WHERE)", query)
+            raise n.refuse(f"{what} with {name} is not decorrelated (NR §4.3.6.1 (ii): SELECT agg … WHERE)", query)
     if query.args.get("with_") or query.args.get("with") or query.args.get("joins") or query.args.get("distinct"):
         raise n.refuse(
             f"{what} over several tables is not decorrelated: one changed row could change the value of many keys",
@@ -238,6 +238,7 @@ def scalar_join(n: Normalizer, cond: exp.Expr, exports: Exports) -> SemiJoin | N
         value=value,
         compare=compare,
     )
+
 
 def _key_equality(p: exp.Expr, alias: str) -> str | None:
     """The subquery's column in ``u.k = x(outer)`` (either order), x reading outer columns only; else None."""
