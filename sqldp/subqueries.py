@@ -197,11 +197,12 @@ def scalar_join(n: Normalizer, cond: exp.Expr, exports: Exports) -> SemiJoin | N
     item = query.expressions[0]
     value = _value(n, item.unalias() if isinstance(item, exp.Alias) else item, scope, alias, item)
     where = query.args.get("where")
-    parts = [n._substitute(p, scope) for p in _split(where.this)] if where is not None else []
+    written_parts = _split(where.this) if where is not None else []
     inner: list[exp.Expr] = []
     correlation: list[exp.Expr] = []
     columns: list[str] = []
-    for p in parts:
+    for part in written_parts:
+        p = n._substitute(part, scope)
         tables = {c.table for c in p.find_all(exp.Column)}
         if tables <= {alias}:
             inner.append(p)
@@ -211,7 +212,7 @@ def scalar_join(n: Normalizer, cond: exp.Expr, exports: Exports) -> SemiJoin | N
             raise n.refuse(
                 f"{what}: only equalities between a column of the subquery's table and outer expressions are "
                 f"decorrelated, not {p.sql(dialect='postgres')}",
-                query,
+                part,
             )
         correlation.append(p)
         columns.append(key)
