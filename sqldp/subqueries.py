@@ -54,14 +54,20 @@ reads value-sensitive columns or privacy units (those analyses do not model D).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import sqlglot
 from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType
 
+from sqldp.catalog import Catalog
 from sqldp.errors import RefusedError
 from sqldp.form import SCALAR_VALUE, AnalysisForm, ColumnRef, Conjunct, SemiJoin, TableUse
-from sqldp.frontend import position
+from sqldp.frontend import ParsedQuery, position
 from sqldp.policy import Policy
 
 if TYPE_CHECKING:
@@ -218,8 +224,8 @@ def scalar_join(n: Normalizer, cond: exp.Expr, exports: Exports) -> SemiJoin | N
         columns.append(key)
     if not correlation:
         raise n.refuse(
-            f"{what}: an uncorrelated scalar subquery is released as a constant of its own (a workflow step), "
-            "which this entry point does not do; run the statement through a session",
+            f"{what}: uncorrelated, so it is a workflow step released on its own before the statement (a "
+            "session's run, `sqldp run`, the proxy); this analysis takes one query at a time",
             sub,
         )
     e = cond.unnest()
@@ -350,3 +356,110 @@ def refuse_outside_rows(form: AnalysisForm, why: str) -> None:
 def private_tables(form: AnalysisForm, policy: Policy) -> frozenset[str]:
     """The tables with private rows the semi-joins read."""
     return frozenset(s.use.table for s in form.semijoins if policy.table(s.use.table).rows_private)
+
+
+# -- uncorrelated scalar subqueries: released constants (a workflow of steps, NR §3.2.1.1) ---------------------
+
+
+@dataclass(frozen=True)
+class ScalarStep:
+    """An uncorrelated scalar subquery of a statement, answered on its own before the statement: ``sql`` is its
+    text with everything before it blanked (newlines kept), so a refusal's ``query:LINE:COL`` is the position in
+    the statement; ``start``/``end`` delimit its parentheses there."""
+
+    start: int
+    end: int  # one past the closing parenthesis
+    sql: str
+    where: str
+
+    def splice(self, statement: str, value: float | None) -> str:
+        """``statement`` with this subquery replaced by ``value`` — a number, or NULL — padded with the newlines
+        and blanks the subquery held, so every later position in the statement stays where it was."""
+        text = "(NULL)" if value is None else f"({_number(value)})"
+        held = statement[self.start : self.end]
+        lines = held.count("\n")
+        tail = len(held) - (held.rfind("\n") + 1) if lines else len(held)
+        pad = "\n" * lines + " " * max(0, tail - (len(text) if not lines else 0))
+        if not lines and len(text) > len(held):
+            pad = ""
+        return statement[: self.start] + text + pad + statement[self.end :]
+
+
+def _number(value: float) -> str:
+    if not math.isfinite(value):
+        raise RefusedError(f"a released value {value!r} is not a number SQL can hold")
+    return repr(float(value))
+
+
+def scalar_steps(parsed: ParsedQuery, catalog: Catalog) -> tuple[ScalarStep, ...]:
+    """The uncorrelated scalar subqueries in the statement's expressions (outermost ones; not EXISTS, IN or ANY
+    operands, not those reading a WITH query of the statement), each with its text. One whose text cannot be
+    located exactly (re-parsed and compared with the tree) is left out: the analysis then refuses it."""
+    statement = parsed.statement
+    if statement is None:
+        return ()
+    from sqldp.normalize import ctes_of, expression_subqueries  # normalize imports this module
+
+    qualified = expression_subqueries(parsed.tree)
+    written = expression_subqueries(statement)
+    if len(qualified) != len(written):
+        return ()
+    ctes = set(ctes_of(statement))
+    spans = _select_parentheses(parsed.sql)
+    out = []
+    for q, w in zip(qualified, written, strict=True):
+        if not (isinstance(w, exp.Subquery) and isinstance(w.unnest(), exp.Select)):
+            continue
+        if isinstance(w.parent, (exp.Exists, exp.In, exp.Any, exp.All)) or _correlated(q):
+            continue
+        if any(t.name.lower() in ctes for t in w.find_all(exp.Table)):
+            continue
+        span = _span(parsed.sql, w, spans)
+        if span is None:
+            continue
+        start, end = span
+        blank = "".join(c if c == "\n" else " " for c in parsed.sql[: start + 1])
+        out.append(ScalarStep(start, end, blank + parsed.sql[start + 1 : end - 1], position(parsed.sql, w)))
+    return tuple(out)
+
+
+def _correlated(sub: exp.Expr) -> bool:
+    """Whether a qualified subquery reads a column of a table use it does not define itself."""
+    own = {t.alias_or_name for t in sub.find_all(exp.Table)}
+    own |= {s.alias for s in sub.find_all(exp.Subquery) if s.alias}
+    own |= {c.alias_or_name for c in sub.find_all(exp.CTE)}
+    return any(c.table and c.table not in own for c in sub.find_all(exp.Column))
+
+
+def _select_parentheses(sql: str) -> list[tuple[int, int]]:
+    """``(start, end)`` of every parenthesis that opens a SELECT or WITH, by the tokenizer (no recursion)."""
+    tokens = sqlglot.Dialect.get_or_raise("postgres").tokenize(sql)
+    opened: list[int] = []
+    out = []
+    for i, tok in enumerate(tokens):
+        if tok.token_type == TokenType.L_PAREN:
+            opened.append(i)
+        elif tok.token_type == TokenType.R_PAREN and opened:
+            j = opened.pop()
+            if j + 1 < len(tokens) and tokens[j + 1].token_type in (TokenType.SELECT, TokenType.WITH):
+                out.append((tokens[j].start, tok.end + 1))
+    return out
+
+
+def _span(sql: str, sub: exp.Expr, spans: list[tuple[int, int]]) -> tuple[int, int] | None:
+    """The innermost SELECT parenthesis holding every positioned token of ``sub``, if its text parses to
+    ``sub``'s query again; else None."""
+    starts = [n.meta["start"] for n in sub.walk() if n.meta.get("start") is not None]
+    ends = [n.meta["end"] for n in sub.walk() if n.meta.get("end") is not None]
+    if not starts or not ends:
+        return None
+    lo, hi = min(starts), max(ends)
+    holding = [(a, b) for a, b in spans if a < lo and hi < b]
+    if not holding:
+        return None
+    start, end = max(holding, key=lambda s: s[0])
+    try:
+        again = sqlglot.parse_one(sql[start + 1 : end - 1], read="postgres")
+    except (ParseError, TokenError):
+        return None
+    return (start, end) if again == sub.unnest() else None
