@@ -119,6 +119,15 @@ def test_q4_runs_end_to_end_with_noise(tpch_dsn: tuple[str, dict[str, int], obje
     assert len(out.table()[1]) == 5
 
 
+def test_q17_runs_end_to_end_with_noise(tpch_dsn: tuple[str, dict[str, int], object]) -> None:
+    """Q17 as written under a row-level policy: the decorrelated join runs with its sensitivity statements and
+    one noisy value is released (SUM / 7 after the noise)."""
+    session = sqldp.connect(tpch_dsn[0], policy=ROWS_POLICY, seed=7)
+    out = session.run((QUERIES / "q17.sql").read_text())
+    assert out.table()[0] == ["avg_yearly"] and isinstance(out.answer, float)
+    assert any("grouped by its keys" in n for n in out.notes)
+
+
 def test_semi_joins_in_the_form_and_explain(catalog: Catalog, policy: Policy) -> None:
     form = _form(Q21_NATIONS, catalog, policy)
     assert [(s.source, s.use.table, s.anti, s.columns) for s in form.semijoins] == [
