@@ -27,7 +27,7 @@ from sqldp.engine import Engine
 from sqldp.engine.postgres import PostgresEngine
 from sqldp.errors import BudgetExhaustedError, InputError, RefusedError
 from sqldp.form import AnalysisForm, single_aggregate
-from sqldp.frontend import ParsedQuery, parse, too_deep
+from sqldp.frontend import ParsedQuery, parse, parse_statement, too_deep
 from sqldp.groups import KeyDomain, key_domains, partition_selection
 from sqldp.mechanisms import NoiseSource
 from sqldp.normalize import PublicRelease, normalize, relations_read
@@ -153,10 +153,14 @@ class Session:
     def _prepare(self, sql: str, t0: float, **privacy: Any) -> Prepared | Workflow:
         parsed = parse(sql, self.catalog)
         steps = subqueries.scalar_steps(parsed, self.catalog)
-        if steps and parsed.statement is not None:
-            read = relations_read(parsed.statement, self.catalog)
-            if any(not self.policy.table(t).public for t in read):
-                return self._workflow(parsed, steps, t0, **privacy)
+        if steps:
+            # a workflow only where the statement itself reads a private table: one over public tables whose
+            # subquery reads a private one stays refused (its rows would be public rows picked by a released
+            # value — DP, but the public path answers exact statements only; tests/frontend/test_public_path.py)
+            placeholder = self._placeholder(sql, steps)
+            outer = relations_read(parse_statement(placeholder), self.catalog)
+            if any(not self.policy.table(t).public for t in outer):
+                return self._workflow(parsed, steps, placeholder, t0, **privacy)
         return self._analysed(parsed, t0, **privacy)
 
     def _analysed(self, parsed: ParsedQuery, t0: float, **privacy: Any) -> Prepared:
@@ -173,7 +177,16 @@ class Session:
         check_beta(params, smoothed(shares(form, params, plans, declared_groups(domains)), plans))
         return Prepared(self.engine, self.noise, sql, form, params, plans, domains, statements, t0)
 
-    def _workflow(self, parsed: ParsedQuery, steps: tuple[ScalarStep, ...], t0: float, **privacy: Any) -> Workflow:
+    @staticmethod
+    def _placeholder(sql: str, steps: tuple[ScalarStep, ...]) -> str:
+        """The statement with 1 in place of each step (from the last, so earlier spans stay put)."""
+        for step in sorted(steps, key=lambda s: -s.start):
+            sql = step.splice(sql, 1.0)
+        return sql
+
+    def _workflow(
+        self, parsed: ParsedQuery, steps: tuple[ScalarStep, ...], placeholder_sql: str, t0: float, **privacy: Any
+    ) -> Workflow:
         """A statement with uncorrelated scalar subqueries as a workflow (sqldp.runner.Workflow): each subquery
         analysed as a query of its own, the statement analysed with 1 in their places, everything before the
         data is read. The split rule (docs/subqueries.md): every measurement of the statement — each step's
@@ -182,9 +195,6 @@ class Session:
         sql = parsed.sql
         assert parsed.statement is not None
         allowlist.check(sql, parsed.statement)  # the whole statement, as the public path checks it
-        placeholder_sql = sql
-        for step in sorted(steps, key=lambda s: -s.start):
-            placeholder_sql = step.splice(placeholder_sql, 1.0)
 
         def analysed(text: str, share: Mapping[str, Any]) -> Prepared:
             return self._analysed(parse(text, self.catalog), time.perf_counter(), **share)
