@@ -152,7 +152,7 @@ def test_semi_joins_in_the_form_and_explain(catalog: Catalog, policy: Policy) ->
         ("SELECT COUNT(*) FROM orders WHERE o_orderkey = 1 OR EXISTS (SELECT * FROM lineitem)",
          "subqueries inside expressions", None),
         ("SELECT COUNT(*) FROM orders WHERE o_totalprice > (SELECT AVG(c_acctbal) FROM customer)",
-         "uncorrelated scalar subquery", None),
+         "workflow step", None),
         ("SELECT COUNT(*) FROM part WHERE p_size > (SELECT COUNT(*) FROM lineitem WHERE l_partkey = p_partkey)",
          "COUNT is 0 over no rows", "query:1:50"),
         ("SELECT COUNT(*) FROM part WHERE p_size > (SELECT MAX(l_quantity) FROM lineitem WHERE l_partkey < p_partkey)",
