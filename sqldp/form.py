@@ -105,6 +105,9 @@ class OrderKey:
     descending: bool = False
 
 
+SCALAR_VALUE = "__value"  # the column of a decorrelated scalar subquery's derived table holding its value
+
+
 @dataclass(frozen=True)
 class SemiJoin:
     """A ``[NOT] EXISTS`` or ``[NOT] IN (SELECT …)`` conjunct of θ as a semi-join (anti-join) to the derived table
@@ -120,8 +123,17 @@ class SemiJoin:
     inner: tuple[exp.Expr, ...]  # the subquery's own conditions (over the use only)
     correlation: tuple[exp.Expr, ...]  # conditions over D's columns and the outer uses
     anti: bool
-    source: str  # what the analyst wrote: "EXISTS", "NOT EXISTS", "IN", "NOT IN"
+    source: str  # what the analyst wrote: "EXISTS", "NOT EXISTS", "IN", "NOT IN", "scalar subquery"
     where: str = "query"  # its position in the statement (query:LINE:COL), for refusals after normalising
+    # a correlated scalar subquery decorrelated (sqldp.subqueries.scalar_join): D is then grouped by its
+    # columns with ``value`` (the subquery's aggregate expression over the use) as its column VALUE, and the
+    # outer row passes ``compare`` (the conjunct with the subquery replaced by the column VALUE of D)
+    value: exp.Expr | None = None
+    compare: exp.Expr | None = None
+
+    @property
+    def scalar(self) -> bool:
+        return self.value is not None
 
     @cached_property
     def sql(self) -> str:
@@ -130,10 +142,14 @@ class SemiJoin:
     def derived(self, distinct: bool = True) -> exp.Subquery:
         """D as a FROM item under the use's alias."""
         items = [exp.alias_(exp.column(c, table=self.use.alias), c) for c in self.columns]
+        if self.value is not None:
+            items.append(exp.alias_(self.value.copy(), SCALAR_VALUE))
         inner = exp.select(*items).from_(exp.alias_(exp.to_table(self.use.table), self.use.alias, table=True))
         if self.inner:
             inner = inner.where(exp.and_(*(e.copy() for e in self.inner)), copy=False)
-        if distinct:
+        if self.value is not None:  # one row per key: the subquery's value for the outer rows with that key
+            inner = inner.group_by(*(exp.column(c, table=self.use.alias) for c in self.columns), copy=False)
+        elif distinct:
             inner = inner.distinct(copy=False)
         return exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(self.use.alias)))
 
@@ -164,8 +180,9 @@ class SemiJoin:
             )
             if self.inner:
                 body = body.where(exp.and_(*(e.copy() for e in self.inner)), copy=False)
-        if self.correlation:
-            body = body.where(exp.and_(*(e.copy() for e in self.correlation)), copy=False)
+        conditions = [*self.correlation, *((self.compare,) if self.compare is not None else ())]
+        if conditions:
+            body = body.where(exp.and_(*(e.copy() for e in conditions)), copy=False)
         found: exp.Expr = exp.Exists(this=body)
         return exp.Not(this=found) if self.anti else found
 

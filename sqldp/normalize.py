@@ -33,6 +33,7 @@ from sqldp.form import (
 )
 from sqldp.frontend import ParsedQuery, position
 from sqldp.policy import Policy
+from sqldp.subqueries import ctes_of, expression_subqueries
 
 Exports = dict[str, dict[str, exp.Expr]]  # alias seen by the enclosing scope → column → expression
 
@@ -68,41 +69,6 @@ def relations_read(tree: exp.Expr, catalog: Catalog, ctes: dict[str, exp.Expr] |
                 seen.add(name)
                 pending.append(ctes[name])
     return tuple(found)
-
-
-def ctes_of(tree: exp.Expr) -> dict[str, exp.Expr]:
-    """Every CTE body in the statement by name (all scopes together: a superset of what a reference means)."""
-    out: dict[str, exp.Expr] = {}
-    for cte in tree.find_all(exp.CTE):
-        name = cte.alias_or_name.lower()
-        out[name] = exp.Tuple(expressions=[out[name].copy(), cte.this.copy()]) if name in out else cte.this
-    return out
-
-
-def expression_subqueries(tree: exp.Expr) -> list[exp.Expr]:
-    """The outermost subqueries in expression positions (SELECT list, WHERE, HAVING, GROUP BY, ORDER BY, IN,
-    EXISTS, ANY, function arguments), as opposed to FROM/JOIN items, CTE bodies and set-operation operands."""
-    found: list[exp.Expr] = []
-    for node in tree.walk(bfs=True):
-        if not isinstance(node, exp.Query) or node is tree or _inside(node, found):
-            continue
-        child: exp.Expr = node
-        parent = node.parent
-        while isinstance(parent, (exp.Subquery, exp.Paren)):
-            child, parent = parent, parent.parent
-        if parent is None or isinstance(parent, (exp.From, exp.Join, exp.CTE, exp.SetOperation)):
-            continue
-        found.append(child)
-    return found
-
-
-def _inside(node: exp.Expr, outer: list[exp.Expr]) -> bool:
-    parent = node.parent
-    while parent is not None:
-        if any(parent is o for o in outer):
-            return True
-        parent = parent.parent
-    return False
 
 
 @dataclass
@@ -180,8 +146,11 @@ class Normalizer:
         if isinstance(node, ra.Select):
             inner = self.spj(node.child)
             for cond in split_and(node.condition):
-                # [NOT] EXISTS / [NOT] IN (SELECT …) conjuncts become semi-joins (sqldp.subqueries)
-                semi = subqueries.semijoin(self, cond, inner.exports)
+                # [NOT] EXISTS / [NOT] IN (SELECT …) conjuncts become semi-joins, comparisons with a correlated
+                # scalar subquery joins with a grouped derived table (sqldp.subqueries)
+                semi = subqueries.semijoin(self, cond, inner.exports) or subqueries.scalar_join(
+                    self, cond, inner.exports
+                )
                 if semi is None:
                     inner.conditions.append(self._substitute(cond, inner.exports))
                 else:

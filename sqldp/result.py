@@ -95,6 +95,9 @@ class Result:
     # analyst may see is the serialisation (the CLI's output, JSON handed on, the proxy's result set).
     audit: bool = False
     plan: list[dict[str, Any]] = field(default_factory=list)  # analyze without audit: nothing read
+    # a workflow's steps (sqldp.runner.Workflow): each uncorrelated scalar subquery's own result, released
+    # before the statement ran with its value
+    steps: list[Result] = field(default_factory=list)
 
     @property
     def answer(self) -> Any:
@@ -164,6 +167,8 @@ class Result:
         }
         if self.plan:
             out["plan"] = self.plan
+        if self.steps:
+            out["steps"] = [s.to_json(audit=audit) for s in self.steps]
         if audit:
             main = self._main()
             out.update(

@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from sqldp import db, sensitivity
+from sqldp import allowlist, db, sensitivity, subqueries
 from sqldp.catalog import Catalog
 from sqldp.context import load_catalog, load_policy
 from sqldp.db import connect, resolve_dsn
@@ -27,19 +27,20 @@ from sqldp.engine import Engine
 from sqldp.engine.postgres import PostgresEngine
 from sqldp.errors import BudgetExhaustedError, InputError, RefusedError
 from sqldp.form import AnalysisForm, single_aggregate
-from sqldp.frontend import parse, too_deep
+from sqldp.frontend import ParsedQuery, parse, parse_statement, too_deep
 from sqldp.groups import KeyDomain, key_domains, partition_selection
 from sqldp.mechanisms import NoiseSource
-from sqldp.normalize import PublicRelease, normalize
+from sqldp.normalize import PublicRelease, normalize, relations_read
 from sqldp.params import PrivacyParams, check_beta, resolve_params
 from sqldp.policy import Policy
 from sqldp.release import choose_truncation, declared_groups, shares, smoothed
 from sqldp.result import Result
 from sqldp.rewrite import Statements, rewrite
-from sqldp.runner import Prepared
+from sqldp.runner import Prepared, Workflow
 from sqldp.sensitivity.global_bound import GlobalPlan, declared_truncations
 from sqldp.sensitivity.plan import Plan
 from sqldp.sqlgen import answer_query
+from sqldp.subqueries import ScalarStep
 
 PREPARED_CACHE = 256  # analysed queries kept per session
 
@@ -104,7 +105,7 @@ class Session:
         # policy, so a repeated query skips parsing and analysis; the proxy's connections share one session,
         # hence one cache. It holds for the policy and catalog it was filled under (_cached_for): replacing
         # either (a policy reload) empties it
-        self._prepared: OrderedDict[tuple[str, tuple[tuple[str, Any], ...]], Prepared] = OrderedDict()
+        self._prepared: OrderedDict[tuple[str, tuple[tuple[str, Any], ...]], Prepared | Workflow] = OrderedDict()
         self._cached_for: tuple[Policy, Catalog] = (self.policy, self.catalog)
 
     @property
@@ -123,7 +124,7 @@ class Session:
     def close(self) -> None:
         self.engine.close()
 
-    def prepare(self, sql: str, **privacy: Any) -> Prepared:
+    def prepare(self, sql: str, **privacy: Any) -> Prepared | Workflow:
         """Parse, normalise, plan and resolve the privacy parameters, refusing what cannot be analysed.
         Reads no data: the proxy charges the analyst's budget between this and :meth:`Prepared.run`."""
         t0 = time.perf_counter()
@@ -150,8 +151,21 @@ class Session:
                 self._prepared.popitem(last=False)
         return prepared
 
-    def _prepare(self, sql: str, t0: float, **privacy: Any) -> Prepared:
+    def _prepare(self, sql: str, t0: float, **privacy: Any) -> Prepared | Workflow:
         parsed = parse(sql, self.catalog)
+        steps = subqueries.scalar_steps(parsed, self.catalog)
+        if steps:
+            # a workflow only where the statement itself reads a private table: one over public tables whose
+            # subquery reads a private one stays refused (its rows would be public rows picked by a released
+            # value — DP, but the public path answers exact statements only; tests/frontend/test_public_path.py)
+            placeholder = self._placeholder(sql, steps)
+            outer = relations_read(parse_statement(placeholder), self.catalog)
+            if any(not self.policy.table(t).public for t in outer):
+                return self._workflow(parsed, steps, placeholder, t0, **privacy)
+        return self._analysed(parsed, t0, **privacy)
+
+    def _analysed(self, parsed: ParsedQuery, t0: float, **privacy: Any) -> Prepared:
+        sql = parsed.sql
         form = normalize(parsed, self.catalog, self.policy)
         if isinstance(form, PublicRelease):
             return Prepared(self.engine, self.noise, sql, form, None, (), (), None, t0)
@@ -167,6 +181,57 @@ class Session:
         # count read from a public table at run time is unknown here: those shares are checked again then.
         check_beta(params, smoothed(shares(form, params, plans, declared_groups(domains)), plans))
         return Prepared(self.engine, self.noise, sql, form, params, plans, domains, statements, t0)
+
+    @staticmethod
+    def _placeholder(sql: str, steps: tuple[ScalarStep, ...]) -> str:
+        """The statement with 1 in place of each step (from the last, so earlier spans stay put)."""
+        for step in sorted(steps, key=lambda s: -s.start):
+            sql = step.splice(sql, 1.0)
+        return sql
+
+    def _workflow(
+        self, parsed: ParsedQuery, steps: tuple[ScalarStep, ...], placeholder_sql: str, t0: float, **privacy: Any
+    ) -> Workflow:
+        """A statement with uncorrelated scalar subqueries as a workflow (sqldp.runner.Workflow): each subquery
+        analysed as a query of its own, the statement analysed with 1 in their places, everything before the
+        data is read. The split rule (docs/subqueries.md): every measurement of the statement — each step's
+        aggregates and the statement's own — gets an equal share of ε (and δ), as the aggregates of one query
+        do (sequential composition, NR §3.3.10.4); a step over public tables only is exact and costs nothing."""
+        sql = parsed.sql
+        assert parsed.statement is not None
+        allowlist.check(sql, parsed.statement)  # the whole statement, as the public path checks it
+
+        def analysed(text: str, share: Mapping[str, Any]) -> Prepared:
+            return self._analysed(parse(text, self.catalog), time.perf_counter(), **share)
+
+        def scalar(p: Prepared, step: ScalarStep) -> Prepared:
+            form = p.form
+            if isinstance(form, AnalysisForm) and (form.group_by or len(form.outputs) != 1 or form.distinct_rows):
+                raise RefusedError("a scalar subquery must return one value: one output, no GROUP BY", where=step.where)
+            return p
+
+        first = [scalar(analysed(step.sql, privacy), step) for step in steps]
+        whole = analysed(placeholder_sql, privacy)
+        counts = [0 if p.public else len(p.form.aggregates) for p in (*first, whole)]  # type: ignore[union-attr]
+        total = sum(counts)
+        if not total:
+            raise RefusedError("the statement reads private tables, but no step of it measures anything")
+        params = resolve_params(self.policy, outputs=total, **privacy)
+        shares = tuple(params.epsilon * c / total for c in counts)
+
+        def share(c: int) -> dict[str, Any]:
+            out = {k: v for k, v in privacy.items() if k != "advantage"}
+            out["epsilon"] = params.epsilon * c / total
+            out["delta"] = params.delta * c / total if params.delta else None
+            return out
+
+        prepared = tuple(
+            (step, p if p.public else analysed(step.sql, share(c)))
+            for step, p, c in zip(steps, first, counts, strict=False)
+        )
+        outer_share = share(counts[-1]) if counts[-1] else privacy
+        placeholder = analysed(placeholder_sql, outer_share)
+        return Workflow(sql, params, prepared, placeholder, lambda text: analysed(text, outer_share), shares, t0)
 
     def analyze(self, sql: str, *, audit: bool = True, **privacy: Any) -> Result:
         """The data owner's analysis: sensitivity and noise scale from the data, nothing released. With

@@ -67,6 +67,8 @@ def answer_query(form: AnalysisForm) -> exp.Select:
         if semi.joinable:
             select = select.join(semi.derived(), join_type="cross", copy=False)
             conditions += semi.correlation
+            if semi.compare is not None:  # a decorrelated scalar subquery: the comparison with D's value
+                conditions.append(semi.compare)
         else:
             conditions.append(semi.predicate())
     select = where(select, conditions)

@@ -54,14 +54,20 @@ reads value-sensitive columns or privacy units (those analyses do not model D).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import sqlglot
 from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType
 
+from sqldp.catalog import Catalog
 from sqldp.errors import RefusedError
-from sqldp.form import AnalysisForm, ColumnRef, Conjunct, SemiJoin, TableUse
-from sqldp.frontend import position
+from sqldp.form import SCALAR_VALUE, AnalysisForm, ColumnRef, Conjunct, SemiJoin, TableUse
+from sqldp.frontend import ParsedQuery, position
 from sqldp.policy import Policy
 
 if TYPE_CHECKING:
@@ -140,6 +146,146 @@ def semijoin(n: Normalizer, cond: exp.Expr, exports: Exports) -> SemiJoin | None
     return SemiJoin(use, tuple(columns), tuple(inner), tuple(correlation), anti, source, where_)
 
 
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)
+# what a decorrelated subquery's value may be built of around its one aggregate: arithmetic with numbers
+_VALUE_NODES = (exp.Mul, exp.Add, exp.Sub, exp.Neg, exp.Paren, exp.Literal)
+
+
+def scalar_subquery(cond: exp.Expr) -> tuple[exp.Subquery, exp.Expr] | None:
+    """``(subquery, other side)`` for a conjunct ``e <op> (SELECT …)`` or ``(SELECT …) <op> e``, else None."""
+    e = cond.unnest()
+    if not isinstance(e, _COMPARISONS):
+        return None
+    for side, other in ((e.expression, e.this), (e.this, e.expression)):
+        while isinstance(side, exp.Paren):
+            side = side.this
+        if isinstance(side, exp.Subquery) and isinstance(side.unnest(), exp.Select):
+            return side, other
+    return None
+
+
+def scalar_join(n: Normalizer, cond: exp.Expr, exports: Exports) -> SemiJoin | None:
+    """A correlated scalar subquery compared with an outer expression, ``e < (SELECT 0.2 * AVG(u.x) FROM T u
+    WHERE φ(u) AND u.k = x(outer))`` (TPC-H Q17), decorrelated into an inner join with the grouped derived table
+    D = SELECT u.k, 0.2 * AVG(u.x) AS VALUE FROM T u WHERE φ GROUP BY u.k, and the conjunct e < D.VALUE (NR
+    §4.3.6.1 (ii); the argument is in docs/subqueries.md). None when ``cond`` is no such comparison; a refusal
+    with the position for one that cannot be decorrelated."""
+    found = scalar_subquery(cond)
+    if found is None:
+        return None
+    sub, other = found
+    query = sub.unnest()
+    assert isinstance(query, exp.Select)
+    what = "scalar subquery"
+    for arg, name in (("group", "GROUP BY"), ("having", "HAVING"), ("limit", "LIMIT"), ("offset", "OFFSET")):
+        if query.args.get(arg) is not None:
+            raise n.refuse(f"{what} with {name} is not decorrelated (NR §4.3.6.1 (ii): SELECT agg … WHERE)", query)
+    if query.args.get("with_") or query.args.get("with") or query.args.get("joins") or query.args.get("distinct"):
+        raise n.refuse(
+            f"{what} over several tables is not decorrelated: one changed row could change the value of many keys",
+            query,
+        )
+    from_ = query.args.get("from_") or query.args.get("from")
+    table = from_.this if from_ is not None else None
+    if not isinstance(table, exp.Table) or table.args.get("db") or table.name.lower() not in n.catalog.tables:
+        raise n.refuse(f"{what}: only a subquery reading one table of the catalog is decorrelated", query)
+    if table.name.lower() in n.ctes:
+        raise n.refuse(f"{what}: {table.name!r} names both a WITH query and a table; rename the WITH query", table)
+    if len(query.expressions) != 1:
+        raise n.refuse(f"{what}: the subquery must return one column", query)
+    name = table.name.lower()
+    written = table.alias_or_name.lower()
+    alias = n._fresh(written)
+    n.tables[alias] = name
+    use = TableUse(alias, name)
+    mine: dict[str, exp.Expr] = {c: exp.column(c, table=alias) for c in n.catalog.table(name).columns}
+    scope: Exports = {**exports, written: mine}
+    item = query.expressions[0]
+    value = _value(n, item.unalias() if isinstance(item, exp.Alias) else item, scope, alias, item)
+    where = query.args.get("where")
+    written_parts = _split(where.this) if where is not None else []
+    inner: list[exp.Expr] = []
+    correlation: list[exp.Expr] = []
+    columns: list[str] = []
+    for part in written_parts:
+        p = n._substitute(part, scope)
+        tables = {c.table for c in p.find_all(exp.Column)}
+        if tables <= {alias}:
+            inner.append(p)
+            continue
+        key = _key_equality(p, alias)
+        if key is None:
+            raise n.refuse(
+                f"{what}: only equalities between a column of the subquery's table and outer expressions are "
+                f"decorrelated, not {p.sql(dialect='postgres')}",
+                part,
+            )
+        correlation.append(p)
+        columns.append(key)
+    if not correlation:
+        raise n.refuse(
+            f"{what}: uncorrelated, so it is a workflow step released on its own before the statement (a "
+            "session's run, `sqldp run`, the proxy); this analysis takes one query at a time",
+            sub,
+        )
+    e = cond.unnest()
+    column = exp.column(SCALAR_VALUE, table=alias)
+    outer = n._substitute(other, exports)
+    sub_first = other is e.expression  # (SELECT …) < e keeps its order: < is not symmetric
+    compare = type(e)(this=column if sub_first else outer, expression=outer if sub_first else column)
+    n.notes.append(f"scalar subquery (SELECT … FROM {name} WHERE … = outer) → join with a table grouped by its keys")
+    return SemiJoin(
+        use,
+        tuple(dict.fromkeys(columns)),
+        tuple(inner),
+        tuple(correlation),
+        False,
+        what,
+        position(n.sql, cond),
+        value=value,
+        compare=compare,
+    )
+
+
+def _key_equality(p: exp.Expr, alias: str) -> str | None:
+    """The subquery's column in ``u.k = x(outer)`` (either order), x reading outer columns only; else None."""
+    e = p.unnest()
+    if not isinstance(e, exp.EQ):
+        return None
+    for side, other in ((e.this, e.expression), (e.expression, e.this)):
+        outer = {c.table for c in other.find_all(exp.Column)}
+        if isinstance(side, exp.Column) and side.table == alias and outer and alias not in outer:
+            return side.name
+    return None
+
+
+def _value(n: Normalizer, e: exp.Expr, scope: Exports, alias: str, at: exp.Expr) -> exp.Expr:
+    """The subquery's value: one AVG, SUM, MIN or MAX of a column of its table, in arithmetic with numbers
+    (Q17's 0.2 * AVG(l_quantity)). COUNT is refused: over no rows it is 0, not NULL, and the inner join would
+    drop the outer rows whose key has no row instead of comparing them with 0. SUM and AVG of floating point
+    columns are refused: PostgreSQL raises an overflow error the data decide (an answer without noise)."""
+    aggs = list(e.find_all(exp.AggFunc))
+    what = "scalar subquery"
+    if len(aggs) != 1 or not isinstance(aggs[0], (exp.Avg, exp.Sum, exp.Min, exp.Max)):
+        raise n.refuse(f"{what}: its value must be one AVG, SUM, MIN or MAX (COUNT is 0 over no rows)", at)
+    agg = aggs[0]
+    for node in e.walk():
+        if node is agg or node.find_ancestor(exp.AggFunc) is agg:
+            continue
+        if not isinstance(node, _VALUE_NODES) or (isinstance(node, exp.Literal) and node.is_string):
+            raise n.refuse(f"{what}: its value may combine the aggregate with numbers by + − ×, not {node.key}", at)
+    arg = n._substitute(agg.this, scope)
+    if not (isinstance(arg, exp.Column) and arg.table == alias):
+        raise n.refuse(f"{what}: its aggregate must read one column of its table", at)
+    column = n.catalog.table(n.tables[alias]).column(arg.name)
+    exact = column.kind == "integer" or column.type_sql.upper().startswith(("NUMERIC", "DECIMAL"))
+    if isinstance(agg, (exp.Avg, exp.Sum)) and not exact:
+        raise n.refuse(f"{what}: {agg.key.upper()} of {column.type_sql} may overflow (an error the data decide)", at)
+    out = e.copy()
+    next(out.find_all(exp.AggFunc)).set("this", arg)
+    return out
+
+
 def _not_null(n: Normalizer, left: exp.Expr, k: exp.Column, at: exp.Expr) -> None:
     """x NOT IN (SELECT k …) is NOT EXISTS (… AND k = x) only when neither side can be NULL (module docstring)."""
     for side in (left, k):
@@ -169,7 +315,7 @@ def flat(form: AnalysisForm, sensitive: Callable[[str, str], bool]) -> AnalysisF
         return form
     extra = []
     for s in form.semijoins:
-        for e in (*s.inner, *s.correlation):
+        for e in (*s.inner, *s.correlation, *_evaluated(s)):
             cols = frozenset(ColumnRef(c.table, c.name) for c in e.find_all(exp.Column) if c.table)
             private = any(sensitive(form.use(r.alias).table, r.column) for r in cols)
             extra.append(Conjunct(e, cols, private))
@@ -179,6 +325,22 @@ def flat(form: AnalysisForm, sensitive: Callable[[str, str], bool]) -> AnalysisF
         conjuncts=(*form.conjuncts, *extra),
         semijoins=(),
     )
+
+
+def _evaluated(s: SemiJoin) -> tuple[exp.Expr, ...]:
+    """A decorrelated scalar subquery's comparison as the checks see it: D's VALUE replaced by the value's
+    expression over one row (the aggregate by its argument), so the columns it reads and the arithmetic it
+    does are checked like any conjunct's (value-sensitive reads, PostgreSQL failures)."""
+    if s.value is None or s.compare is None:
+        return ()
+    per_row = s.value.copy().transform(lambda node: node.this.copy() if isinstance(node, exp.AggFunc) else node)
+
+    def swap(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Column) and node.table == s.use.alias and node.name == SCALAR_VALUE:
+            return exp.Paren(this=per_row.copy())
+        return node
+
+    return (s.compare.copy().transform(swap),)
 
 
 def refuse_outside_rows(form: AnalysisForm, why: str) -> None:
@@ -194,3 +356,143 @@ def refuse_outside_rows(form: AnalysisForm, why: str) -> None:
 def private_tables(form: AnalysisForm, policy: Policy) -> frozenset[str]:
     """The tables with private rows the semi-joins read."""
     return frozenset(s.use.table for s in form.semijoins if policy.table(s.use.table).rows_private)
+
+
+def ctes_of(tree: exp.Expr) -> dict[str, exp.Expr]:
+    """Every CTE body in the statement by name (all scopes together: a superset of what a reference means)."""
+    out: dict[str, exp.Expr] = {}
+    for cte in tree.find_all(exp.CTE):
+        name = cte.alias_or_name.lower()
+        out[name] = exp.Tuple(expressions=[out[name].copy(), cte.this.copy()]) if name in out else cte.this
+    return out
+
+
+def expression_subqueries(tree: exp.Expr) -> list[exp.Expr]:
+    """The outermost subqueries in expression positions (SELECT list, WHERE, HAVING, GROUP BY, ORDER BY, IN,
+    EXISTS, ANY, function arguments), as opposed to FROM/JOIN items, CTE bodies and set-operation operands."""
+    found: list[exp.Expr] = []
+    for node in tree.walk(bfs=True):
+        if not isinstance(node, exp.Query) or node is tree or _inside(node, found):
+            continue
+        child: exp.Expr = node
+        parent = node.parent
+        while isinstance(parent, (exp.Subquery, exp.Paren)):
+            child, parent = parent, parent.parent
+        if parent is None or isinstance(parent, (exp.From, exp.Join, exp.CTE, exp.SetOperation)):
+            continue
+        found.append(child)
+    return found
+
+
+def _inside(node: exp.Expr, outer: list[exp.Expr]) -> bool:
+    parent = node.parent
+    while parent is not None:
+        if any(parent is o for o in outer):
+            return True
+        parent = parent.parent
+    return False
+
+
+# -- uncorrelated scalar subqueries: released constants (a workflow of steps, NR §3.2.1.1) ---------------------
+
+
+@dataclass(frozen=True)
+class ScalarStep:
+    """An uncorrelated scalar subquery of a statement, answered on its own before the statement: ``sql`` is its
+    text with everything before it blanked (newlines kept), so a refusal's ``query:LINE:COL`` is the position in
+    the statement; ``start``/``end`` delimit its parentheses there."""
+
+    start: int
+    end: int  # one past the closing parenthesis
+    sql: str
+    where: str
+
+    def splice(self, statement: str, value: float | None) -> str:
+        """``statement`` with this subquery replaced by ``value`` — a number, or NULL — padded with the newlines
+        and blanks the subquery held, so every later position in the statement stays where it was."""
+        text = "(NULL)" if value is None else f"({_number(value)})"
+        held = statement[self.start : self.end]
+        lines = held.count("\n")
+        tail = len(held) - (held.rfind("\n") + 1) if lines else len(held)
+        pad = "\n" * lines + " " * max(0, tail - (len(text) if not lines else 0))
+        if not lines and len(text) > len(held):
+            pad = ""
+        return statement[: self.start] + text + pad + statement[self.end :]
+
+
+def _number(value: float) -> str:
+    if not math.isfinite(value):
+        raise RefusedError(f"a released value {value!r} is not a number SQL can hold")
+    return repr(float(value))
+
+
+def scalar_steps(parsed: ParsedQuery, catalog: Catalog) -> tuple[ScalarStep, ...]:
+    """The uncorrelated scalar subqueries in the statement's expressions (outermost ones; not EXISTS, IN or ANY
+    operands, not those reading a WITH query of the statement), each with its text. One whose text cannot be
+    located exactly (re-parsed and compared with the tree) is left out: the analysis then refuses it."""
+    statement = parsed.statement
+    if statement is None:
+        return ()
+    qualified = expression_subqueries(parsed.tree)
+    written = expression_subqueries(statement)
+    if len(qualified) != len(written):
+        return ()
+    ctes = set(ctes_of(statement))
+    spans = _select_parentheses(parsed.sql)
+    out = []
+    for q, w in zip(qualified, written, strict=True):
+        if not (isinstance(w, exp.Subquery) and isinstance(w.unnest(), exp.Select)):
+            continue
+        if isinstance(w.parent, (exp.Exists, exp.In, exp.Any, exp.All)) or _correlated(q):
+            continue
+        if any(t.name.lower() in ctes for t in w.find_all(exp.Table)):
+            continue
+        span = _span(parsed.sql, w, spans)
+        if span is None:
+            continue
+        start, end = span
+        blank = "".join(c if c == "\n" else " " for c in parsed.sql[: start + 1])
+        out.append(ScalarStep(start, end, blank + parsed.sql[start + 1 : end - 1], position(parsed.sql, w)))
+    return tuple(out)
+
+
+def _correlated(sub: exp.Expr) -> bool:
+    """Whether a qualified subquery reads a column of a table use it does not define itself."""
+    own = {t.alias_or_name for t in sub.find_all(exp.Table)}
+    own |= {s.alias for s in sub.find_all(exp.Subquery) if s.alias}
+    own |= {c.alias_or_name for c in sub.find_all(exp.CTE)}
+    return any(c.table and c.table not in own for c in sub.find_all(exp.Column))
+
+
+def _select_parentheses(sql: str) -> list[tuple[int, int]]:
+    """``(start, end)`` of every parenthesis that opens a SELECT or WITH, by the tokenizer (no recursion)."""
+    tokens = sqlglot.Dialect.get_or_raise("postgres").tokenize(sql)
+    opened: list[int] = []
+    out = []
+    for i, tok in enumerate(tokens):
+        if tok.token_type == TokenType.L_PAREN:
+            opened.append(i)
+        elif tok.token_type == TokenType.R_PAREN and opened:
+            j = opened.pop()
+            if j + 1 < len(tokens) and tokens[j + 1].token_type in (TokenType.SELECT, TokenType.WITH):
+                out.append((tokens[j].start, tok.end + 1))
+    return out
+
+
+def _span(sql: str, sub: exp.Expr, spans: list[tuple[int, int]]) -> tuple[int, int] | None:
+    """The innermost SELECT parenthesis holding every positioned token of ``sub``, if its text parses to
+    ``sub``'s query again; else None."""
+    starts = [n.meta["start"] for n in sub.walk() if n.meta.get("start") is not None]
+    ends = [n.meta["end"] for n in sub.walk() if n.meta.get("end") is not None]
+    if not starts or not ends:
+        return None
+    lo, hi = min(starts), max(ends)
+    holding = [(a, b) for a, b in spans if a < lo and hi < b]
+    if not holding:
+        return None
+    start, end = max(holding, key=lambda s: s[0])
+    try:
+        again = sqlglot.parse_one(sql[start + 1 : end - 1], read="postgres")
+    except (ParseError, TokenError):
+        return None
+    return (start, end) if again == sub.unnest() else None

@@ -15,14 +15,28 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FILES = sorted(
     p
-    for pattern in ("sqldp/**/*.py", "sqldp/data/**/*.sql", "sqldp/data/**/*.toml", "tests/**/*.py",
-                    "benchmarks/**/*.py", "docs/*.md", "*.md")
+    for pattern in (
+        "sqldp/**/*.py",
+        "sqldp/data/**/*.sql",
+        "sqldp/data/**/*.toml",
+        "tests/**/*.py",
+        "benchmarks/**/*.py",
+        "docs/*.md",
+        "*.md",
+    )
     for p in ROOT.glob(pattern)
     if p.name != "test_references.py"
 )
 # names in PostgreSQL, not Python: the ledger's schema and custom settings the tests set
-SQL_NAMES = {"sqldp.budget_ledger", "sqldp.budget_charges", "sqldp.analyst_role", "sqldp.probe", "sqldp.fuzz",
-             "sqldp.note", "sqldp.budget"}  # fmt: skip  (sqldp.budget: the proxy's SHOW setting)
+SQL_NAMES = {
+    "sqldp.budget_ledger",
+    "sqldp.budget_charges",
+    "sqldp.analyst_role",
+    "sqldp.probe",
+    "sqldp.fuzz",
+    "sqldp.note",
+    "sqldp.budget",
+}  # fmt: skip  (sqldp.budget: the proxy's SHOW setting)
 PATH = re.compile(r"\b((?:sqldp|tests|benchmarks|docs)/[A-Za-z0-9_/.\-]*[A-Za-z0-9_])")
 DOTTED = re.compile(r"\bsqldp(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 UNSHIPPED = re.compile(r"DESIGN\.md|FORMULAS\.md|\bNR l\.\s?\d|\bissue \d+, item|\bseeds? 00\d|shared/seeds")

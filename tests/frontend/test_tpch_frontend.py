@@ -35,11 +35,11 @@ EXPECTED = {
     "q13": "nested aggregation",                   # derived table aggregates
     "q15": "releases rows of private table",       # the revenue view returns supplier rows
     "q16": "row-level privacy only",               # NOT IN (SELECT …): an anti-join; p_size is in the norm
-    "q17": "subqueries inside expressions",        # correlated scalar subquery
+    "q17": "row-level privacy only",               # correlated scalar subquery: a join; l_quantity in the norm
     "q18": "with GROUP BY is not analysed",        # IN (SELECT … GROUP BY … HAVING)
     "q20": "releases rows of private table",
     "q21": "which groups exist in private table",  # EXISTS / NOT EXISTS are semi-joins; GROUP BY s_name
-    "q22": "subqueries inside expressions",
+    "q22": "workflow step",                        # uncorrelated scalar subquery: released first (a session)
 }  # fmt: skip
 
 

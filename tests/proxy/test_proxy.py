@@ -83,6 +83,19 @@ def test_psycopg_private_count_is_noisy_and_charged(proxy: ThreadedProxy, upstre
     assert spent(upstream, "alice") == 1.0
 
 
+def test_scalar_subquery_workflow_is_charged_once_in_total(proxy: ThreadedProxy, upstream: str) -> None:
+    """An uncorrelated scalar subquery is a workflow step (sqldp.runner.Workflow) with its own share of ε: the
+    ledger is charged the statement's total ε, once, before anything is read, and the NOTICE says so."""
+    notices: list[str] = []
+    with psycopg.connect(client_dsn(proxy.port), autocommit=True) as conn:
+        conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+        sql = "SELECT COUNT(*) FROM visits WHERE minutes > (SELECT AVG(minutes) FROM visits)"
+        (value,) = conn.execute(sql).fetchone() or (None,)
+        assert isinstance(value, float)
+    assert spent(upstream, "alice") == 1.0
+    assert any("spent ε = 1," in n for n in notices), notices
+
+
 def test_session_chatter_is_answered_without_the_runner(proxy: ThreadedProxy, upstream: str) -> None:
     with psycopg.connect(client_dsn(proxy.port), autocommit=True) as conn:
         assert conn.execute("SELECT version()").fetchone()[0].startswith("PostgreSQL")  # type: ignore[index]

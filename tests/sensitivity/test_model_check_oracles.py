@@ -160,9 +160,7 @@ def replay(conn: psycopg.Connection, catalog: Catalog, query: str, table: str, g
             sql.SQL(" AND ").join(
                 sql.SQL("{} = {}").format(
                     sql.Identifier(k),
-                    _value(
-                        strings(removed[k]) if isinstance(removed[k], str) else removed[k], t.column(k).kind
-                    ),
+                    _value(strings(removed[k]) if isinstance(removed[k], str) else removed[k], t.column(k).kind),
                 )
                 for k in key
             ),
@@ -379,10 +377,7 @@ def _brute(conn: psycopg.Connection, shape: Shape, table: str) -> int:
     keys = [f"{a}.{KEY[t]} AS k_{a}" for a, t in shape.uses if t == table]
     outs = [f"{p} AS p{i}" for i, p in enumerate(shape.projections)]
     frm = ", ".join(f"{t}_w AS {a}" for a, t in shape.uses)
-    j = (
-        f"SELECT {', '.join(worlds + keys + outs)} FROM {frm} "
-        f"WHERE {' AND '.join([*links, f'({shape.where})'])}"
-    )
+    j = f"SELECT {', '.join(worlds + keys + outs)} FROM {frm} WHERE {' AND '.join([*links, f'({shape.where})'])}"
     w = f"w{table[0]}"
     on = " OR ".join(f"j.k_{a} = y.{KEY[table]}" for a, t in shape.uses if t == table)
     group = ", ".join([f"j.w{t[0]}" for t in first] + [f"y.{KEY[table]}"])
@@ -470,9 +465,7 @@ def _brute_set_op(conn: psycopg.Connection, branches: list[tuple[Shape, bool]], 
     selects = []
     for shape, distinct in branches:
         frm = ["anchor AS an", *(f"{'tv' if t == table else 'ov'} AS {a}" for a, t in shape.uses)]
-        links = [
-            f"{a}.w = an.w1 AND {a}.yr = an.yr" if t == table else f"{a}.w = an.w2" for a, t in shape.uses
-        ]
+        links = [f"{a}.w = an.w1 AND {a}.yr = an.yr" if t == table else f"{a}.w = an.w2" for a, t in shape.uses]
         selects.append(
             f"SELECT {'DISTINCT ' if distinct else ''}an.w1, an.yr, an.w2, {shape.projections[0]} AS v "
             f"FROM {', '.join(frm)} WHERE {' AND '.join([*links, f'({shape.where})'])}"

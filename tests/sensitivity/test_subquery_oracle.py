@@ -25,7 +25,7 @@ import pytest
 
 from sqldp import sensitivity, subqueries
 from sqldp.catalog import Catalog
-from sqldp.form import SemiJoin, single_aggregate
+from sqldp.form import AnalysisForm, SemiJoin, single_aggregate
 from sqldp.frontend import parse
 from sqldp.normalize import normalize
 from sqldp.policy import Policy
@@ -81,6 +81,20 @@ QUERIES = [
 ]
 
 
+# correlated scalar subqueries (TPC-H Q17, Q20's inner SUM): a join with D grouped by the correlation keys, whose
+# per-key value can flip the comparison of every outer row with that key (sqldp.subqueries.scalar_join)
+SCALAR_QUERIES = [
+    "SELECT COUNT(*) FROM r WHERE r.a < (SELECT AVG(s.c) FROM s WHERE s.b = r.b)",
+    "SELECT SUM(r.a) FROM r WHERE (SELECT 0.5 * MAX(s.c) FROM s WHERE s.b = r.b AND s.c > 0) >= r.a",
+    "SELECT COUNT(*) FROM r, p WHERE r.b = p.b AND p.d > (SELECT SUM(s.c) - 1 FROM s WHERE s.b = p.d)",
+    # Q17: the subquery's table is also the outer's; the two terms add
+    "SELECT SUM(r1.a) FROM r r1 WHERE r1.a < (SELECT 0.8 * AVG(r2.a) FROM r r2 WHERE r2.b = r1.b)",
+    "SELECT COUNT(*) FROM r r1 WHERE r1.a < (SELECT AVG(r2.a) FROM r r2 WHERE r2.b = r1.b)",
+    "SELECT COUNT(*) FROM r r1 WHERE r1.a <> (SELECT MIN(r2.a) FROM r r2 WHERE r2.b = r1.a)",
+    "SELECT r.a, COUNT(*) FROM r WHERE r.a = (SELECT MAX(s.c) FROM s WHERE s.b = r.b) GROUP BY r.a",
+]
+
+
 @pytest.fixture(scope="module")
 def catalog() -> Catalog:
     return Catalog.from_ddl(DDL)
@@ -112,8 +126,16 @@ def _l1(x: dict[object, float], y: dict[object, float]) -> float:
     return sum(abs(x.get(k, 0.0) - y.get(k, 0.0)) for k in set(x) | set(y))
 
 
-def _violations(sql: str, catalog: Catalog, policy: Policy, dsn: str, rounds: int = 4) -> list[str]:
-    """Everything the oracle finds wrong with sqldp's semi-join for ``sql`` (empty: nothing)."""
+def _violations(
+    sql: str,
+    catalog: Catalog,
+    policy: Policy,
+    dsn: str,
+    rounds: int = 4,
+    given: tuple[dict[str, list[tuple[int, int]]], ...] = (),
+) -> list[str]:
+    """Everything the oracle finds wrong with sqldp's semi-join for ``sql`` (empty: nothing), on ``rounds``
+    random databases after the ``given`` ones."""
     form = normalize(parse(sql, catalog), catalog, policy)
     assert not isinstance(form, type(None)) and form.semijoins, "the subquery became a semi-join"
     _, plans, statements = compile_form(form, catalog, policy, None)
@@ -132,8 +154,7 @@ def _violations(sql: str, catalog: Catalog, policy: Policy, dsn: str, rounds: in
             # the released function is the SQL sqldp runs: its changes are what the bound must cover
             return ours, {beta: plan.finish(results, beta).tables for beta in BETAS}
 
-        for _ in range(rounds):
-            db = _random_db(rng)
+        for db in (*given, *(_random_db(rng) for _ in range(rounds))):
             _load(conn, db)
             f0, bounds0 = evaluate()
             for table, op, row in _neighbours(db):
@@ -174,6 +195,33 @@ def _violations(sql: str, catalog: Catalog, policy: Policy, dsn: str, rounds: in
 @pytest.mark.parametrize("sql", QUERIES)
 def test_brute_force_neighbours(pg_dsn: str, catalog: Catalog, policy: Policy, sql: str) -> None:
     assert _violations(sql, catalog, policy, pg_dsn) == []
+
+
+@pytest.mark.parametrize("sql", SCALAR_QUERIES)
+def test_brute_force_neighbours_scalar(pg_dsn: str, catalog: Catalog, policy: Policy, sql: str) -> None:
+    assert _violations(sql, catalog, policy, pg_dsn) == []
+
+
+@pytest.mark.parametrize("index", [0, 4])
+def test_mutant_without_scalar_term_fails(
+    pg_dsn: str, catalog: Catalog, policy: Policy, monkeypatch: pytest.MonkeyPatch, index: int
+) -> None:
+    """A changed row of the subquery's table moves its key's value, which flips the comparison of every outer
+    row with that key. A plan without the derived table's per-key term is caught: where s is read inside only,
+    the plan no longer reads s; in Q17's shape (r inside and outside) its bound covers only the outer row a
+    change adds, and a row moving its key's average past several others exceeds it."""
+    plan_rows = sensitivity.plan_rows
+
+    def without_term(form: AnalysisForm, catalog: Catalog, policy: Policy) -> sensitivity.RowPlan:
+        kept = tuple(s for s in form.semijoins if not s.scalar)
+        return plan_rows(dataclasses.replace(form, semijoins=kept), catalog, policy)
+
+    monkeypatch.setattr(sensitivity, "plan_rows", without_term)
+    # r1.a < AVG(r2.a) per b: adding (2, 0) to two rows (1, 0) lifts their key's average from 1 to 4/3, so both
+    # pass at once — a change of 2 where the outer row's own term allows 1
+    given = ({"r": [(1, 0), (1, 0), (2, 1)], "s": [(0, 0)], "p": []},)
+    found = _violations(SCALAR_QUERIES[index], catalog, policy, pg_dsn, rounds=2, given=given)
+    assert any("the plan does not read s" in f or "local sensitivity" in f or "derivative" in f for f in found), found
 
 
 def test_mutant_without_distinct_fails(
