@@ -30,6 +30,7 @@ SERIAL_BELOW = 0.02
 IDLE_CONNECTIONS = 2  # kept open per session: the answer's and the sensitivity queries'
 READ_ONLY = "SET default_transaction_read_only = on"
 NO_TIMEOUT = "SET statement_timeout = 0"
+SETUP = (READ_ONLY, NO_TIMEOUT)  # what configure() sets, also sent by the proxy's reset (sqldp.proxy.upstream)
 BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 
@@ -38,8 +39,8 @@ def configure(conn: psycopg.Connection) -> None:
     their first run, since an analysed query runs the same SQL texts every time (the session caches them).
     No statement timeout, whatever the server or role sets: how long a statement runs depends on the data, so
     a timeout that cancels it would answer for the data without noise (README, "Errors are answers")."""
-    conn.execute(READ_ONLY)
-    conn.execute(NO_TIMEOUT)
+    for statement in SETUP:
+        conn.execute(statement)
     conn.prepare_threshold = 0
 
 

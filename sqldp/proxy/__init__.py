@@ -82,7 +82,7 @@ def build(
     """A proxy server with its pools. Without ``shared`` it also does the one-time set-up (the analyst role, the
     ledger's tables and limits, a shadow database it owns and drops on close); with it, a worker process of
     a proxy whose parent did that set-up: it logs in as the role given and attaches to the shadow."""
-    from sqldp.engine.postgres import PostgresEngine, configure
+    from sqldp.engine.postgres import SETUP, PostgresEngine, configure
     from sqldp.session import Session
 
     pol = policy if isinstance(policy, Policy) else Policy.from_file(policy)
@@ -90,7 +90,7 @@ def build(
     # the ledger is written as the owner (``dsn``); analyst statements run as the Session's analyst role, which
     # can neither read nor write the ledger's schema (sqldp.db.analyst_dsn). Analysts share the reading
     # connections, which are reset after every use (upstream.py)
-    isolation = upstream.Isolation(configure)
+    isolation = upstream.Isolation(configure, setup_sql=SETUP)
     # as many as the reading pool: every private answer holds one for a committed write, whose WAL flush is its
     # slowest step under load, and commits from concurrent connections share a flush (group commit)
     ledger_pool = _pool(ledger_dsn or dsn, max(2, cfg.pool_size))

@@ -67,3 +67,36 @@ def test_a_connection_whose_state_does_not_reset_is_closed(pg_dsn: str) -> None:
             iso.reset(conn)
     with psycopg.connect(pg_dsn, autocommit=True) as stranger, pytest.raises(upstream.LeftoverState):
         iso.reset(stranger)  # not set up by this pool: no baseline to compare with
+
+
+def test_the_reset_is_one_message_and_still_checks_the_role(pg_dsn: str) -> None:
+    """With its set-up given as SQL the reset sends the reset, the set-up and the role check in one message
+    (upstream.Isolation): what a use left is gone afterwards, and a role that differs from the set-up's is
+    still caught, by the full comparison and by the per-reset role check alike."""
+    from sqldp.engine.postgres import SETUP, configure
+
+    iso = upstream.Isolation(configure, check_every=1000, setup_sql=SETUP)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        iso.configure(conn)
+        settings = (
+            "SELECT current_setting('statement_timeout'), current_setting('search_path'), current_user::text, "
+            "current_setting('default_transaction_read_only')"
+        )
+        fresh = conn.execute(settings).fetchone()
+        assert fresh is not None and fresh[0] == "0" and fresh[3] == "on" and fresh[2] != "pg_read_all_data"
+        for _ in range(3):  # the first is compared in full, the others check the role only
+            conn.execute("SET statement_timeout = 1")
+            conn.execute("SET search_path = nowhere")
+            conn.execute("SET ROLE pg_read_all_data")
+            iso.reset(conn)
+            assert conn.execute(settings).fetchone() == fresh
+        assert (iso.resets, iso.checks) == (3, 1)
+    # a set-up whose SQL leaves another role than the one the connection was set up with
+    odd = upstream.Isolation(configure, check_every=1000, setup_sql=(*SETUP, "SET ROLE pg_read_all_data"))
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        odd.configure(conn)
+        with pytest.raises(upstream.LeftoverState, match="session state"):
+            odd.reset(conn)  # first reset of the connection: the whole state is compared
+        with pytest.raises(upstream.LeftoverState, match="role"):
+            odd.reset(conn)  # later ones: the role check that came back with the reset's message
+        assert odd.checks == 1
