@@ -82,6 +82,11 @@ CHECKED_KEPT = 4096
 # Messages whose oversize body can be skipped with the connection kept: the framing is intact and the
 # protocol has an error path for them (§55.2.2: ErrorResponse then ReadyForQuery; §55.2.3: skip to Sync).
 _SKIPPABLE = frozenset(b"QPBDECFdcf"[i : i + 1] for i in range(10))
+# Extended-protocol messages whose replies wait for the next Sync or Flush, as PostgreSQL's do (§55.2.3: "messages
+# returned by the backend will be combined into the minimum possible number of packets"): a private answer's
+# BindComplete, RowDescription, NOTICE, DataRow, CommandComplete and ReadyForQuery leave in one send, not five.
+_HELD = frozenset((b"P", b"B", b"D", b"E", b"C"))
+HELD_BELOW = 1 << 16  # bytes of replies held at most; more are sent at once
 
 
 @dataclass
@@ -248,6 +253,37 @@ class ProxyServer:
             self.shadow.close()
 
 
+class _Held:
+    """The client's writer in the query loop: ``write`` keeps the messages and ``drain`` sends them in one piece
+    (each ``StreamWriter.write`` is a send of its own on an idle socket: a system call, a TCP segment on
+    loopback and a wake-up of the client). More than :data:`HELD_BELOW` bytes are sent at once, so a long
+    result is not held in memory twice. Everything else is the wrapped writer's."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self.parts: list[bytes] = []
+        self.size = 0
+
+    def write(self, data: bytes) -> None:
+        self.parts.append(data)
+        self.size += len(data)
+        if self.size >= HELD_BELOW:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.parts:
+            self.writer.write(b"".join(self.parts) if len(self.parts) > 1 else self.parts[0])
+            self.parts.clear()
+            self.size = 0
+
+    async def drain(self) -> None:
+        self.flush()
+        await self.writer.drain()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.writer, name)
+
+
 @dataclass
 class Portal:
     sql: str
@@ -332,6 +368,8 @@ class Connection:
             await self._fatal("08P01", str(exc))
             return
         if ok:
+            # from now on replies are held until the client waits for them (_Held, _HELD); _Held forwards the rest
+            self.writer = typing.cast(asyncio.StreamWriter, _Held(self.writer))
             await self._loop()
 
     async def _startup(self) -> bool:
@@ -497,7 +535,8 @@ class Connection:
                     skipping = True
                 else:
                     self.writer.write(pr.ready_for_query(self.status))
-            await self.writer.drain()
+            if kind not in _HELD:
+                await self.writer.drain()
 
     def _error(self, err: SqldpError) -> None:
         if self.status == "T":
