@@ -318,6 +318,11 @@ def _bind_size(bind: pr.Bind) -> int:
     return sum(len(p) for p in bind.params if p is not None)
 
 
+def _wake(waking: asyncio.Future[None]) -> None:
+    if not waking.done():
+        waking.set_result(None)
+
+
 def _drop_result(task: asyncio.Future[Any]) -> None:
     """Retrieve a cancelled statement's late result or error so that asyncio does not log it."""
     if not task.cancelled():
@@ -353,7 +358,7 @@ class Connection:
         self.status = "I"  # ReadyForQuery: I idle, T in a transaction block, E failed transaction block
         self.statements: dict[str, tuple[str, tuple[int, ...]]] = {}
         self.portals: dict[str, Portal] = {}
-        self.cancelled = asyncio.Event()  # a CancelRequest for the statement running now (§55.2.8)
+        self.waking: asyncio.Future[None] | None = None  # set when the statement running now ends or is cancelled
         self.abandoned: asyncio.Future[Outcome] | None = None  # a cancelled statement still running
         self.described: dict[str, Description | None] = {}  # statement name → what the upstream said of it
         self.cancel_requested = False
@@ -412,7 +417,8 @@ class Connection:
         target = self.server.connections.get((pid, key))
         if target is not None:
             target.cancel_requested = True  # honoured before the charge
-            target.cancelled.set()  # and the client is answered at once (_cancellable)
+            if target.waking is not None:  # and the client is answered at once (_cancellable)
+                _wake(target.waking)
             running = target.running
             if running is not None:  # and after it, PostgreSQL is asked to stop the statement's queries
                 sent = asyncio.get_running_loop().run_in_executor(self.server.front, running.cancel)
@@ -755,13 +761,15 @@ class Connection:
         if self.abandoned is not None:
             await asyncio.wait({self.abandoned})
             self.abandoned = None
-        self.cancelled.clear()
         task = asyncio.ensure_future(work)
-        signal = asyncio.ensure_future(self.cancelled.wait())
+        # one future woken by whichever comes first, the end of the work or a CancelRequest (_cancel): a task
+        # waiting on an Event and asyncio.wait cost three more steps of the event loop on every statement
+        waking = self.waking = asyncio.get_running_loop().create_future()
+        task.add_done_callback(lambda _: _wake(waking))
         try:
-            await asyncio.wait({task, signal}, return_when=asyncio.FIRST_COMPLETED)
+            await waking
         finally:
-            signal.cancel()
+            self.waking = None
         if task.done():
             return task.result()
         task.add_done_callback(_drop_result)
