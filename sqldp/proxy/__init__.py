@@ -48,19 +48,21 @@ class Built:
             p.close()
 
 
-def _pool(dsn: str, size: int, *, configure: Any = None, reset: Any = None, keep: int = 1) -> Any:
+def _pool(dsn: str, size: int, *, isolation: upstream.Isolation | None = None, keep: int = 1) -> Any:
     from psycopg_pool import ConnectionPool
 
     # psycopg_pool keeps connections open between queries: opening one costs milliseconds (authentication,
     # backend start-up), which alone would exceed the proxy's overhead budget.
-    pool = ConnectionPool(
-        dsn,
-        min_size=min(keep, size),
-        max_size=size,
-        kwargs={"autocommit": True, "connect_timeout": 10},
-        configure=configure,
-        reset=reset,
-        open=False,
+    settings: dict[str, Any] = {
+        "min_size": min(keep, size),
+        "max_size": size,
+        "kwargs": {"autocommit": True, "connect_timeout": 10},
+        "open": False,
+    }
+    pool = (
+        ConnectionPool(dsn, **settings)
+        if isolation is None
+        else upstream.ResettingPool(dsn, isolation=isolation, **settings)
     )
     try:
         pool.open(wait=True, timeout=15)
@@ -101,9 +103,7 @@ def build(
         assert session.analyst_dsn is not None  # a PostgreSQL session (the proxy serves PostgreSQL only)
         # a few kept open, so that a connection is free while the one just returned is being reset (with one,
         # a client's next statement waited for its last one's reset: 0.07 → 0.49 ms p50 for a public lookup)
-        runner_pool = _pool(
-            session.analyst_dsn, cfg.pool_size, configure=isolation.configure, reset=isolation.reset, keep=4
-        )
+        runner_pool = _pool(session.analyst_dsn, cfg.pool_size, isolation=isolation, keep=4)
         pools.append(runner_pool)
         session.close()  # its own connections: from now on it reads through the pool
         session.engine = PostgresEngine(session.analyst_dsn, pool=runner_pool)

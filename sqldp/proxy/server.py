@@ -32,7 +32,7 @@ from typing import Any
 
 from psycopg import pq
 
-from sqldp.engine.postgres import Running, watching
+from sqldp.engine.postgres import Running, returning_after, watching
 from sqldp.errors import DatabaseError, ForbiddenError, InputError, RefusedError, SqldpError, SqlSyntaxError
 from sqldp.proxy import catalog as shadow_catalog
 from sqldp.proxy import harmless, ledger, statements
@@ -49,6 +49,7 @@ if typing.TYPE_CHECKING:
     from sqldp.session import Session
 
 log = logging.getLogger("sqldp.proxy")
+T = typing.TypeVar("T")
 
 
 class _OneLine(logging.Filter):
@@ -316,6 +317,35 @@ async def _send_cancel(path: str, body: bytes) -> None:
 
 def _bind_size(bind: pr.Bind) -> int:
     return sum(len(p) for p in bind.params if p is not None)
+
+
+def _hand_over(loop: asyncio.AbstractEventLoop, handed: asyncio.Future[T], fn: Callable[..., T], *args: Any) -> None:
+    """In a worker thread: ``fn(*args)``'s value or exception to ``handed`` as soon as it is known, then the
+    upstream connections it used back to their pool, whose reset (sqldp.proxy.upstream) runs meanwhile instead
+    of before the answer. (``run_in_executor`` also settles its future only once the function returns, and
+    chains a second future to it.)"""
+    with returning_after():
+        try:
+            value = fn(*args)
+        except BaseException as exc:
+            _settle(loop, handed, None, exc)
+        else:
+            _settle(loop, handed, value, None)
+
+
+def _settle(
+    loop: asyncio.AbstractEventLoop, handed: asyncio.Future[T], value: T | None, exc: BaseException | None
+) -> None:
+    def settle() -> None:
+        if handed.done():  # the connection went away meanwhile
+            return
+        if exc is not None:
+            handed.set_exception(exc)
+        else:
+            handed.set_result(value)  # type: ignore[arg-type]
+
+    with contextlib.suppress(RuntimeError):  # the event loop is closed: the server is stopping
+        loop.call_soon_threadsafe(settle)
 
 
 def _wake(waking: asyncio.Future[None]) -> None:
@@ -862,8 +892,9 @@ class Connection:
         analyst = self.analyst
         assert analyst is not None
         try:
-            work = self._run_private
-            outcome, charged = await loop.run_in_executor(self.server.executor, work, sql, fp, analyst, running)
+            handed: asyncio.Future[tuple[Outcome, tuple[float, float]]] = loop.create_future()
+            self.server.executor.submit(_hand_over, loop, handed, self._run_private, sql, fp, analyst, running)
+            outcome, charged = await handed
         except _Withheld as err:  # charged, then failed: the log (the data owner's) says what PostgreSQL said
             ms = round((time.perf_counter() - t0) * 1000, 3)
             _log(analyst.name, fp, "error", sqlstate=err.sqlstate, upstream_sqlstate=err.upstream, ms=ms)

@@ -100,3 +100,40 @@ def test_the_reset_is_one_message_and_still_checks_the_role(pg_dsn: str) -> None
         with pytest.raises(upstream.LeftoverState, match="role"):
             odd.reset(conn)  # later ones: the role check that came back with the reset's message
         assert odd.checks == 1
+
+
+def test_a_statements_connections_go_back_and_are_reset_when_its_answer_is_handed_over(pg_dsn: str) -> None:
+    """The proxy hands an answer over before the connections it used are reset (engine.postgres.returning_after,
+    server._hand_over): inside the block a statement's next use takes the connection it used before (with one
+    connection in the pool it would otherwise wait for itself), nothing is reset yet, and when the block ends
+    every connection is reset and offered again; one whose use failed is not taken again."""
+    from sqldp.engine.postgres import SETUP, PostgresEngine, configure, returning_after
+
+    iso = upstream.Isolation(configure, setup_sql=SETUP)
+    pool = upstream.ResettingPool(pg_dsn, isolation=iso, min_size=2, max_size=2, kwargs={"autocommit": True}, open=True)
+    pool.wait(timeout=15)
+    engine = PostgresEngine(pg_dsn, pool=pool)
+    try:
+        with returning_after():
+            with engine.connection() as conn:
+                first = conn.info.backend_pid
+                conn.execute("SET search_path = nowhere")
+            with engine.connection() as conn:  # the same statement's next use: that connection, not yet reset
+                assert conn.info.backend_pid == first
+                assert conn.execute("SELECT current_setting('search_path')").fetchone() == ("nowhere",)
+                with pytest.raises(psycopg.errors.UndefinedTable):
+                    conn.execute("SELECT * FROM no_such_table")
+                raise_in_use = conn
+            assert iso.resets == 0
+            with pytest.raises(ZeroDivisionError), engine.connection() as conn:
+                assert conn is raise_in_use
+                raise ZeroDivisionError  # a use that fails: its connection is not taken again
+            with engine.connection() as conn:
+                assert conn.info.backend_pid != first
+            assert iso.resets == 0
+        assert iso.resets == 2 and pool.get_stats()["pool_available"] == 2
+        for _ in range(2):
+            with engine.connection() as conn:  # each reset: the set-up's search_path again
+                assert conn.execute("SELECT current_setting('search_path')").fetchone() != ("nowhere",)
+    finally:
+        pool.close()
