@@ -254,7 +254,7 @@ class ProxyServer:
             self.shadow.close()
 
 
-class _Held:
+class _Replies:
     """The client's writer in the query loop: ``write`` keeps the messages and ``drain`` sends them in one piece
     (each ``StreamWriter.write`` is a send of its own on an idle socket: a system call, a TCP segment on
     loopback and a wake-up of the client). More than :data:`HELD_BELOW` bytes are sent at once, so a long
@@ -328,24 +328,24 @@ def _hand_over(loop: asyncio.AbstractEventLoop, handed: asyncio.Future[T], fn: C
         try:
             value = fn(*args)
         except BaseException as exc:
-            _settle(loop, handed, None, exc)
+            _soon(loop, _fail, handed, exc)
         else:
-            _settle(loop, handed, value, None)
+            _soon(loop, _succeed, handed, value)
 
 
-def _settle(
-    loop: asyncio.AbstractEventLoop, handed: asyncio.Future[T], value: T | None, exc: BaseException | None
-) -> None:
-    def settle() -> None:
-        if handed.done():  # the connection went away meanwhile
-            return
-        if exc is not None:
-            handed.set_exception(exc)
-        else:
-            handed.set_result(value)  # type: ignore[arg-type]
-
+def _soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> None:
     with contextlib.suppress(RuntimeError):  # the event loop is closed: the server is stopping
-        loop.call_soon_threadsafe(settle)
+        loop.call_soon_threadsafe(fn, *args)
+
+
+def _succeed(handed: asyncio.Future[T], value: T) -> None:
+    if not handed.done():  # done: the statement's task was cancelled meanwhile (the server is stopping)
+        handed.set_result(value)
+
+
+def _fail(handed: asyncio.Future[Any], exc: BaseException) -> None:
+    if not handed.done():
+        handed.set_exception(exc)
 
 
 def _wake(waking: asyncio.Future[None]) -> None:
@@ -403,8 +403,8 @@ class Connection:
             await self._fatal("08P01", str(exc))
             return
         if ok:
-            # from now on replies are held until the client waits for them (_Held, _HELD); _Held forwards the rest
-            self.writer = typing.cast(asyncio.StreamWriter, _Held(self.writer))
+            # from now on replies are held until the client waits for them (_Replies, _HELD); the rest is forwarded
+            self.writer = typing.cast(asyncio.StreamWriter, _Replies(self.writer))
             await self._loop()
 
     async def _startup(self) -> bool:
