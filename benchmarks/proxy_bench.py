@@ -1,6 +1,7 @@
 """Throughput and latency of the PostgreSQL proxy against PostgreSQL itself, on loopback.
 
     python benchmarks/proxy_bench.py [--dsn DSN] [--clients 1,10,50] [--seconds 5] [--workers 1,0] [--out FILE]
+                                     [--baseline DIR]
 
 For each workload (a public lookup answered exactly, a private COUNT answered with noise) and each number of
 concurrent clients, clients run the query in a loop for a fixed time against the proxy (a `sqldp proxy`
@@ -9,6 +10,9 @@ connection. Reported: throughput, p50 and p99 latency, and the ratios measured i
 each query costs in the proxy, PostgreSQL and the client. To separate the proxy's own cost from the work it must do, the
 same queries are also timed in-process, single client, through the runner (analysis, the answer and
 sensitivity queries, noise) and the ledger charge: overhead = proxy p50 − (runner p50 + charge p50).
+CPU per query is measured in interleaved rounds (each path in turn, five times) and the median reported, since
+other programs on the machine inflate CPU time too; ``--baseline DIR`` (a source tree of another commit, e.g.
+from ``git worktree add``) adds that tree's proxy to the rounds, for a before/after within one run.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import socket
 import statistics
 import subprocess
 import sys
@@ -177,22 +182,60 @@ def _backends(server: str, database: str) -> list[int]:
 
 
 def cpu_per_query(
-    server: str, upstream: str, dsn: str, query: str, proxy: int | None, n: int = 1000
-) -> tuple[float, ...]:
-    """CPU milliseconds per query, one client: (proxy processes, PostgreSQL backends of the benchmark's database,
-    the client). CPU time does not grow when other programs load the machine, as latency does. Only for a
-    server on this machine (its backends' /proc entries); the backends counted are those alive at the end."""
+    server: str, upstream: str, paths: dict[str, tuple[str, int | None]], query: str, n: int = 1000, rounds: int = 5
+) -> dict[str, tuple[float, float, float]]:
+    """CPU milliseconds per query, one client, for each path (label → (DSN, proxy process id or None)): (proxy
+    processes, PostgreSQL backends of the benchmark's database, the client). CPU time grows less than latency
+    when other programs load the machine, but it does grow (shared caches and cores): the paths take turns,
+    ``rounds`` times, and the median of each is reported. Only for a server on this machine (its backends'
+    /proc entries); the backends counted are those alive after the warm-up."""
     database = psycopg.conninfo.conninfo_to_dict(upstream)["dbname"]
     hz = os.sysconf("SC_CLK_TCK")
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for _ in range(50):  # warm up the pools
-            conn.execute(query).fetchall()
+    conns = {label: psycopg.connect(dsn, autocommit=True) for label, (dsn, _) in paths.items()}
+    got: dict[str, list[tuple[float, float, float]]] = {label: [] for label in paths}
+    try:
+        for conn in conns.values():
+            for _ in range(50):  # warm up the pools
+                conn.execute(query).fetchall()
         backends = _backends(server, database)
-        p0, g0, c0 = _cpu_ticks(proxy) if proxy else 0, sum(map(_cpu_ticks, backends)), time.process_time()
-        for _ in range(n):
-            conn.execute(query).fetchall()
-        p1, g1, c1 = _cpu_ticks(proxy) if proxy else 0, sum(map(_cpu_ticks, backends)), time.process_time()
-    return (p1 - p0) / hz / n * 1000, (g1 - g0) / hz / n * 1000, (c1 - c0) / n * 1000
+        for _ in range(rounds):
+            for label, conn in conns.items():
+                proxy = paths[label][1]
+                p0, g0, c0 = _cpu_ticks(proxy) if proxy else 0, sum(map(_cpu_ticks, backends)), time.process_time()
+                for _ in range(n):
+                    conn.execute(query).fetchall()
+                p1, g1, c1 = _cpu_ticks(proxy) if proxy else 0, sum(map(_cpu_ticks, backends)), time.process_time()
+                got[label].append(((p1 - p0) / hz / n * 1000, (g1 - g0) / hz / n * 1000, (c1 - c0) / n * 1000))
+    finally:
+        for conn in conns.values():
+            conn.close()
+    med = statistics.median
+    return {
+        label: (med(v[0] for v in vals), med(v[1] for v in vals), med(v[2] for v in vals))
+        for label, vals in got.items()
+    }
+
+
+def start_tree(tree: Path, upstream: str, policy: Path, workers: int) -> tuple[subprocess.Popen[str], int]:
+    """``sqldp proxy`` from another source tree (``--baseline``), as tests.proxy_support.start_proxy starts ours."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = ["proxy", "--upstream", upstream, "--policy", str(policy), "--listen", f"127.0.0.1:{port}"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sqldp.cli", *argv, "--workers", str(workers), "--log-level", "warning"],
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    line = proc.stderr.readline()
+    if "listening" not in line:
+        proc.kill()
+        raise RuntimeError(f"the baseline proxy did not start: {line}{proc.stderr.read()}")
+    return proc, port
 
 
 def main() -> int:
@@ -204,6 +247,7 @@ def main() -> int:
     ap.add_argument(
         "--workers", default="1,0", help="proxy worker processes to compare, in one run (0: the proxy's default)"
     )
+    ap.add_argument("--baseline", type=Path, help="a source tree whose proxy joins the CPU rounds (before/after)")
     args = ap.parse_args()
     clients = [int(c) for c in args.clients.split(",")]
     counts = [int(w) or default_workers() for w in args.workers.split(",")]
@@ -234,16 +278,30 @@ def main() -> int:
                         f"{label:14} clients={n:3} direct {qps_d:8.0f} q/s  workers={w} {qps_p:8.0f} q/s",
                         file=sys.stderr,
                     )
+        paths: dict[str, tuple[str, int | None]] = {"direct": (upstream, None)}
+        for w in counts:
+            paths[f"proxy, {w} worker{'s' if w > 1 else ''}"] = (dsns[w], procs[w].pid)
+        if args.baseline is not None:
+            w = counts[0]
+            base, port = start_tree(args.baseline, upstream, write_policy(tmp / "baseline", max(clients), w), w)
+            procs[-1] = base
+            paths[f"baseline proxy, {w} worker{'s' if w > 1 else ''}"] = (
+                psycopg.conninfo.make_conninfo(
+                    host="127.0.0.1", port=str(port), user="bench", password=PASSWORD, dbname="bench"
+                ),
+                base.pid,
+            )
         cpu = {
-            (label, w): cpu_per_query(server, upstream, dsns[w] if w else upstream, query, procs[w].pid if w else None)
+            (label, path): got
             for label, query in WORKLOADS.items()
-            for w in (0, *counts)
+            for path, got in cpu_per_query(server, upstream, paths, query).items()
         }
         lines += [
             "# Proxy benchmark",
             "",
             f"Command: `python benchmarks/proxy_bench.py --clients {args.clients} --seconds {args.seconds:g}"
-            f" --workers {args.workers}{' --dsn …' if args.dsn else ''}` (embedded PostgreSQL unless `--dsn`).",
+            f" --workers {args.workers}{' --dsn …' if args.dsn else ''}{' --baseline …' if args.baseline else ''}`"
+            " (embedded PostgreSQL unless `--dsn`).",
             "",
             f"Machine: {os.cpu_count()} cores, {platform.processor() or platform.machine()}, "
             f"{platform.system()} {platform.release()}, Python {platform.python_version()}, "
@@ -289,13 +347,14 @@ def main() -> int:
             "",
             "What each query costs in CPU wherever it runs: the proxy's processes, the PostgreSQL backends of the",
             "benchmark's database (the answer, the ledger charge and the pooled connections' resets), the client.",
-            "With every core busy, throughput is at most cores / total.",
+            "With every core busy, throughput is at most cores / total. Median of five interleaved rounds of 1,000",
+            "queries per path"
+            + (" (the baseline: the proxy of the tree given to `--baseline`, same policy)." if args.baseline else "."),
             "",
             "| workload | path | proxy | PostgreSQL | client | total |",
             "|---|---|---:|---:|---:|---:|",
         ]
-        for (label, w), (p, g, c) in cpu.items():
-            path = "direct" if not w else f"proxy, {w} worker{'s' if w > 1 else ''}"
+        for (label, path), (p, g, c) in cpu.items():
             lines.append(f"| {label} | {path} | {p:.3f} | {g:.3f} | {c:.3f} | {p + g + c:.3f} |")
     finally:
         for proc in procs.values():

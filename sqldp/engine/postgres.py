@@ -30,6 +30,7 @@ SERIAL_BELOW = 0.02
 IDLE_CONNECTIONS = 2  # kept open per session: the answer's and the sensitivity queries'
 READ_ONLY = "SET default_transaction_read_only = on"
 NO_TIMEOUT = "SET statement_timeout = 0"
+SETUP = (READ_ONLY, NO_TIMEOUT)  # what configure() sets, also sent by the proxy's reset (sqldp.proxy.upstream)
 BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 
@@ -38,8 +39,8 @@ def configure(conn: psycopg.Connection) -> None:
     their first run, since an analysed query runs the same SQL texts every time (the session caches them).
     No statement timeout, whatever the server or role sets: how long a statement runs depends on the data, so
     a timeout that cancels it would answer for the data without noise (README, "Errors are answers")."""
-    conn.execute(READ_ONLY)
-    conn.execute(NO_TIMEOUT)
+    for statement in SETUP:
+        conn.execute(statement)
     conn.prepare_threshold = 0
 
 
@@ -47,6 +48,10 @@ def database_error(exc: psycopg.Error) -> DatabaseError:
     """One line from PostgreSQL's message (its first line says what failed)."""
     diag = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return DatabaseError(f"PostgreSQL failed on the query: {diag}", sqlstate=exc.sqlstate)
+
+
+def _idle(conn: psycopg.Connection) -> bool:
+    return not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
 
 def end(conn: psycopg.Connection) -> None:
@@ -90,6 +95,37 @@ class Running:
 
 
 _running: contextvars.ContextVar[Running | None] = contextvars.ContextVar("sqldp_running", default=None)
+_held: contextvars.ContextVar[list[_Held] | None] = contextvars.ContextVar("sqldp_held", default=None)
+
+
+class _Held:
+    """A pooled connection a thread is done with, given back to ``pool`` when its :func:`returning_after` ends."""
+
+    def __init__(self, pool: Any, conn: psycopg.Connection, reusable: bool) -> None:
+        self.pool, self.conn, self.reusable = pool, conn, reusable
+
+
+@contextmanager
+def returning_after() -> Iterator[None]:
+    """Pooled connections this thread is done with meanwhile go back to their pool when the block ends, rather
+    than each as soon as it is done with: the proxy hands a statement's answer to its event loop inside the
+    block, and the connections' reset (sqldp.proxy.upstream) runs after, off the answer's path. Meanwhile the
+    thread's next use takes one of them again (the same statement's: its parse check, then its run) rather
+    than a second one from the pool, which could be empty."""
+    held: list[_Held] = []
+    token = _held.set(held)
+    try:
+        yield
+    finally:
+        _held.reset(token)
+        failed: BaseException | None = None
+        for h in held:
+            try:
+                h.pool.putconn(h.conn)
+            except BaseException as exc:  # the others are given back all the same
+                failed = failed or exc
+        if failed is not None:
+            raise failed
 
 
 @contextmanager
@@ -138,8 +174,21 @@ class PostgresEngine:
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection]:
         if self.pool is not None:
-            with self.pool.connection() as conn:
+            held = _held.get()
+            if held is None:
+                with self.pool.connection() as conn:
+                    yield conn
+                return
+            again = next((h for h in held if h.pool is self.pool and h.reusable and _idle(h.conn)), None)
+            if again is not None:
+                held.remove(again)
+            conn = again.conn if again is not None else self.pool.getconn()
+            reusable = False
+            try:
                 yield conn
+                reusable = True
+            finally:
+                held.append(_Held(self.pool, conn, reusable))
             return
         with self._lock:
             conn = self._idle.pop() if self._idle else None

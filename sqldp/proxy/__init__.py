@@ -48,19 +48,21 @@ class Built:
             p.close()
 
 
-def _pool(dsn: str, size: int, *, configure: Any = None, reset: Any = None, keep: int = 1) -> Any:
+def _pool(dsn: str, size: int, *, isolation: upstream.Isolation | None = None, keep: int = 1) -> Any:
     from psycopg_pool import ConnectionPool
 
     # psycopg_pool keeps connections open between queries: opening one costs milliseconds (authentication,
     # backend start-up), which alone would exceed the proxy's overhead budget.
-    pool = ConnectionPool(
-        dsn,
-        min_size=min(keep, size),
-        max_size=size,
-        kwargs={"autocommit": True, "connect_timeout": 10},
-        configure=configure,
-        reset=reset,
-        open=False,
+    settings: dict[str, Any] = {
+        "min_size": min(keep, size),
+        "max_size": size,
+        "kwargs": {"autocommit": True, "connect_timeout": 10},
+        "open": False,
+    }
+    pool = (
+        ConnectionPool(dsn, **settings)
+        if isolation is None
+        else upstream.ResettingPool(dsn, isolation=isolation, **settings)
     )
     try:
         pool.open(wait=True, timeout=15)
@@ -82,7 +84,7 @@ def build(
     """A proxy server with its pools. Without ``shared`` it also does the one-time set-up (the analyst role, the
     ledger's tables and limits, a shadow database it owns and drops on close); with it, a worker process of
     a proxy whose parent did that set-up: it logs in as the role given and attaches to the shadow."""
-    from sqldp.engine.postgres import PostgresEngine, configure
+    from sqldp.engine.postgres import SETUP, PostgresEngine, configure
     from sqldp.session import Session
 
     pol = policy if isinstance(policy, Policy) else Policy.from_file(policy)
@@ -90,7 +92,7 @@ def build(
     # the ledger is written as the owner (``dsn``); analyst statements run as the Session's analyst role, which
     # can neither read nor write the ledger's schema (sqldp.db.analyst_dsn). Analysts share the reading
     # connections, which are reset after every use (upstream.py)
-    isolation = upstream.Isolation(configure)
+    isolation = upstream.Isolation(configure, setup_sql=SETUP)
     # as many as the reading pool: every private answer holds one for a committed write, whose WAL flush is its
     # slowest step under load, and commits from concurrent connections share a flush (group commit)
     ledger_pool = _pool(ledger_dsn or dsn, max(2, cfg.pool_size))
@@ -101,9 +103,7 @@ def build(
         assert session.analyst_dsn is not None  # a PostgreSQL session (the proxy serves PostgreSQL only)
         # a few kept open, so that a connection is free while the one just returned is being reset (with one,
         # a client's next statement waited for its last one's reset: 0.07 → 0.49 ms p50 for a public lookup)
-        runner_pool = _pool(
-            session.analyst_dsn, cfg.pool_size, configure=isolation.configure, reset=isolation.reset, keep=4
-        )
+        runner_pool = _pool(session.analyst_dsn, cfg.pool_size, isolation=isolation, keep=4)
         pools.append(runner_pool)
         session.close()  # its own connections: from now on it reads through the pool
         session.engine = PostgresEngine(session.analyst_dsn, pool=runner_pool)

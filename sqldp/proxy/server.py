@@ -33,7 +33,7 @@ from typing import Any
 
 from psycopg import pq
 
-from sqldp.engine.postgres import Running, watching
+from sqldp.engine.postgres import Running, returning_after, watching
 from sqldp.errors import DatabaseError, ForbiddenError, InputError, RefusedError, SqldpError, SqlSyntaxError
 from sqldp.proxy import catalog as shadow_catalog
 from sqldp.proxy import harmless, ledger, statements
@@ -51,6 +51,7 @@ if typing.TYPE_CHECKING:
     from sqldp.session import Session
 
 log = logging.getLogger("sqldp.proxy")
+T = typing.TypeVar("T")
 
 
 class _OneLine(logging.Filter):
@@ -84,6 +85,11 @@ CHECKED_KEPT = 4096
 # Messages whose oversize body can be skipped with the connection kept: the framing is intact and the
 # protocol has an error path for them (§55.2.2: ErrorResponse then ReadyForQuery; §55.2.3: skip to Sync).
 _SKIPPABLE = frozenset(b"QPBDECFdcf"[i : i + 1] for i in range(10))
+# Extended-protocol messages whose replies wait for the next Sync or Flush, as PostgreSQL's do (§55.2.3: "messages
+# returned by the backend will be combined into the minimum possible number of packets"): a private answer's
+# BindComplete, RowDescription, NOTICE, DataRow, CommandComplete and ReadyForQuery leave in one send, not five.
+_HELD = frozenset((b"P", b"B", b"D", b"E", b"C"))
+HELD_BELOW = 1 << 16  # bytes of replies held at most; more are sent at once
 
 
 @dataclass
@@ -252,6 +258,37 @@ class ProxyServer:
             self.shadow.close()
 
 
+class _Replies:
+    """The client's writer in the query loop: ``write`` keeps the messages and ``drain`` sends them in one piece
+    (each ``StreamWriter.write`` is a send of its own on an idle socket: a system call, a TCP segment on
+    loopback and a wake-up of the client). More than :data:`HELD_BELOW` bytes are sent at once, so a long
+    result is not held in memory twice. Everything else is the wrapped writer's."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self.parts: list[bytes] = []
+        self.size = 0
+
+    def write(self, data: bytes) -> None:
+        self.parts.append(data)
+        self.size += len(data)
+        if self.size >= HELD_BELOW:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.parts:
+            self.writer.write(b"".join(self.parts) if len(self.parts) > 1 else self.parts[0])
+            self.parts.clear()
+            self.size = 0
+
+    async def drain(self) -> None:
+        self.flush()
+        await self.writer.drain()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.writer, name)
+
+
 @dataclass
 class Cursor:
     """A named cursor (DECLARE): its portal's outcome holds every row, released in full when it was declared;
@@ -298,6 +335,40 @@ def _bind_size(bind: pr.Bind) -> int:
     return sum(len(p) for p in bind.params if p is not None)
 
 
+def _hand_over(loop: asyncio.AbstractEventLoop, handed: asyncio.Future[T], fn: Callable[..., T], *args: Any) -> None:
+    """In a worker thread: ``fn(*args)``'s value or exception to ``handed`` as soon as it is known, then the
+    upstream connections it used back to their pool, whose reset (sqldp.proxy.upstream) runs meanwhile instead
+    of before the answer. (``run_in_executor`` also settles its future only once the function returns, and
+    chains a second future to it.)"""
+    with returning_after():
+        try:
+            value = fn(*args)
+        except BaseException as exc:
+            _soon(loop, _fail, handed, exc)
+        else:
+            _soon(loop, _succeed, handed, value)
+
+
+def _soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> None:
+    with contextlib.suppress(RuntimeError):  # the event loop is closed: the server is stopping
+        loop.call_soon_threadsafe(fn, *args)
+
+
+def _succeed(handed: asyncio.Future[T], value: T) -> None:
+    if not handed.done():  # done: the statement's task was cancelled meanwhile (the server is stopping)
+        handed.set_result(value)
+
+
+def _fail(handed: asyncio.Future[Any], exc: BaseException) -> None:
+    if not handed.done():
+        handed.set_exception(exc)
+
+
+def _wake(waking: asyncio.Future[None]) -> None:
+    if not waking.done():
+        waking.set_result(None)
+
+
 def _drop_result(task: asyncio.Future[Any]) -> None:
     """Retrieve a cancelled statement's late result or error so that asyncio does not log it."""
     if not task.cancelled():
@@ -333,7 +404,7 @@ class Connection:
         self.status = "I"  # ReadyForQuery: I idle, T in a transaction block, E failed transaction block
         self.statements: dict[str, tuple[str, tuple[int, ...]]] = {}
         self.portals: dict[str, Portal] = {}
-        self.cancelled = asyncio.Event()  # a CancelRequest for the statement running now (§55.2.8)
+        self.waking: asyncio.Future[None] | None = None  # set when the statement running now ends or is cancelled
         self.abandoned: asyncio.Future[Outcome] | None = None  # a cancelled statement still running
         self.described: dict[str, Description | None] = {}  # statement name → what the upstream said of it
         self.cancel_requested = False
@@ -349,6 +420,8 @@ class Connection:
             await self._fatal("08P01", str(exc))
             return
         if ok:
+            # from now on replies are held until the client waits for them (_Replies, _HELD); the rest is forwarded
+            self.writer = typing.cast(asyncio.StreamWriter, _Replies(self.writer))
             await self._loop()
 
     async def _startup(self) -> bool:
@@ -392,7 +465,8 @@ class Connection:
         target = self.server.connections.get((pid, key))
         if target is not None:
             target.cancel_requested = True  # honoured before the charge
-            target.cancelled.set()  # and the client is answered at once (_cancellable)
+            if target.waking is not None:  # and the client is answered at once (_cancellable)
+                _wake(target.waking)
             running = target.running
             if running is not None:  # and after it, PostgreSQL is asked to stop the statement's queries
                 sent = asyncio.get_running_loop().run_in_executor(self.server.front, running.cancel)
@@ -515,7 +589,8 @@ class Connection:
                     skipping = True
                 else:
                     self.writer.write(pr.ready_for_query(self.status))
-            await self.writer.drain()
+            if kind not in _HELD:
+                await self.writer.drain()
 
     def _error(self, err: SqldpError) -> None:
         if self.status == "T":
@@ -749,13 +824,15 @@ class Connection:
         if self.abandoned is not None:
             await asyncio.wait({self.abandoned})
             self.abandoned = None
-        self.cancelled.clear()
         task = asyncio.ensure_future(work)
-        signal = asyncio.ensure_future(self.cancelled.wait())
+        # one future woken by whichever comes first, the end of the work or a CancelRequest (_cancel): a task
+        # waiting on an Event and asyncio.wait cost three more steps of the event loop on every statement
+        waking = self.waking = asyncio.get_running_loop().create_future()
+        task.add_done_callback(lambda _: _wake(waking))
         try:
-            await asyncio.wait({task, signal}, return_when=asyncio.FIRST_COMPLETED)
+            await waking
         finally:
-            signal.cancel()
+            self.waking = None
         if task.done():
             return task.result()
         task.add_done_callback(_drop_result)
@@ -936,8 +1013,9 @@ class Connection:
         analyst = self.analyst
         assert analyst is not None
         try:
-            work = self._run_private
-            outcome, charged = await loop.run_in_executor(self.server.executor, work, sql, fp, analyst, running)
+            handed: asyncio.Future[tuple[Outcome, tuple[float, float]]] = loop.create_future()
+            self.server.executor.submit(_hand_over, loop, handed, self._run_private, sql, fp, analyst, running)
+            outcome, charged = await handed
         except _Withheld as err:  # charged, then failed: the log (the data owner's) says what PostgreSQL said
             ms = round((time.perf_counter() - t0) * 1000, 3)
             _log(analyst.name, fp, "error", sqlstate=err.sqlstate, upstream_sqlstate=err.upstream, ms=ms)

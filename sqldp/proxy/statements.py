@@ -7,12 +7,35 @@ runner's own parser, which is the only judge of what a SELECT means.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from sqldp.errors import ForbiddenError, RefusedError, SqldpError, SqlSyntaxError
+
+T = TypeVar("T")
+# what the lexer found is kept for the KEPT most recent texts of up to KEPT_BELOW characters (:class:`_Kept`)
+KEPT_BELOW = 4096
+KEPT = 1024
+
+
+class _Kept(Generic[T]):
+    """``fn``, remembered for the :data:`KEPT` most recent texts of up to :data:`KEPT_BELOW` characters: clients
+    send the same texts again and again (a prepared statement's every Bind, a dashboard's refresh), and each
+    execution lexed its text six times (bound, split, classified, fingerprinted). ``fn`` must be a function of
+    the text alone returning an immutable value; what it raises is raised again each time, not kept."""
+
+    def __init__(self, fn: Callable[[str], T]) -> None:
+        self.fn = fn
+        self.cached = functools.lru_cache(maxsize=KEPT)(fn)
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, sql: str) -> T:
+        return self.cached(sql) if len(sql) <= KEPT_BELOW else self.fn(sql)
+
 
 _DOLLAR_TAG = re.compile(r"\$([A-Za-z_][A-Za-z_0-9]*)?\$")
 _PARAM = re.compile(r"\$(\d+)")
@@ -80,13 +103,18 @@ def _tokens(sql: str) -> Iterator[tuple[str, int, int]]:
 
 def split(sql: str) -> list[str]:
     """The non-empty statements of a query string (comments kept inside each)."""
+    return list(_split(sql))
+
+
+@_Kept
+def _split(sql: str) -> tuple[str, ...]:
     out, start = [], 0
     for kind, s, _e in _tokens(sql):
         if kind == ";":
             out.append(sql[start:s])
             start = s + 1
     out.append(sql[start:])
-    return [s for s in out if _code(s).strip()]
+    return tuple(s for s in out if _code(s).strip())
 
 
 def _code(sql: str) -> str:
@@ -109,22 +137,34 @@ Span = tuple[int, int, int, int]
 def bind(sql: str, value_of: Callable[[int], str], spans: list[Span] | None = None) -> str:
     """Replace each ``$n`` outside literals and comments by ``value_of(n)`` (a validated SQL literal). Each
     replacement's place is appended to ``spans`` when given (:func:`unbound` maps positions back)."""
+    places = _placeholders(sql)
+    if not places:
+        return sql
     parts, last, size = [], 0, 0
+    for s, end, n in places:
+        parts.append(sql[last:s])
+        size += s - last
+        value = value_of(n)
+        parts.append(value)
+        if spans is not None:
+            spans.append((s, end, size, size + len(value)))
+        size += len(value)
+        last = end
+    parts.append(sql[last:])
+    return "".join(parts)
+
+
+@_Kept
+def _placeholders(sql: str) -> tuple[tuple[int, int, int], ...]:
+    """(start, end, n) of each ``$n`` outside literals and comments."""
+    out = []
     for kind, s, _e in _tokens(sql):
         if kind != "code" or sql[s] != "$":
             continue
         m = _PARAM.match(sql, s)
         if m and (s == 0 or not (sql[s - 1].isalnum() or sql[s - 1] == "_")):
-            parts.append(sql[last:s])
-            size += s - last
-            value = value_of(int(m.group(1)))
-            parts.append(value)
-            if spans is not None:
-                spans.append((s, m.end(), size, size + len(value)))
-            size += len(value)
-            last = m.end()
-    parts.append(sql[last:])
-    return "".join(parts)
+            out.append((s, m.end(), int(m.group(1))))
+    return tuple(out)
 
 
 def unbound(spans: Sequence[Span], pos: int) -> int:
@@ -156,6 +196,7 @@ def replace_code(sql: str, pattern: re.Pattern[str], replacement: str) -> str:
     return "".join(parts)
 
 
+@_Kept
 def param_count(sql: str) -> int:
     """The highest ``$n`` in the statement (0: none). ``$0`` is refused as PostgreSQL refuses it: parameters
     count from 1, and a ``$0`` bound to "the parameter before the first" failed with an IndexError."""
@@ -171,6 +212,7 @@ def param_count(sql: str) -> int:
     return seen[0]
 
 
+@_Kept
 def fingerprint(sql: str) -> str:
     """A short hash of the statement's shape (whitespace and comments ignored, literals kept out of the logs)."""
     norm = " ".join(_code(sql).lower().split())
@@ -230,6 +272,7 @@ _REFUSE = {
 }
 
 
+@_Kept
 def classify(sql: str) -> Statement:
     """One statement's kind; several statements, and anything that could write or change what matters, refused."""
     stmts = split(sql)
