@@ -109,19 +109,7 @@ def semijoin(n: Normalizer, cond: exp.Expr, exports: Exports) -> SemiJoin | None
         )
     if any(node.find(exp.AggFunc) for node in query.expressions):
         raise n.refuse(f"{what} with an aggregate in its SELECT list is not analysed", query)
-    from_ = query.args.get("from_") or query.args.get("from")
-    table = from_.this if from_ is not None else None
-    if not isinstance(table, exp.Table) or table.args.get("db") or table.name.lower() not in n.catalog.tables:
-        raise n.refuse(f"{what}: only a subquery reading one table of the catalog is analysed", query)
-    if table.name.lower() in n.ctes:
-        raise n.refuse(f"{what}: {table.name!r} names both a WITH query and a table; rename the WITH query", table)
-    name = table.name.lower()
-    written = table.alias_or_name.lower()
-    alias = n._fresh(written)
-    n.tables[alias] = name
-    use = TableUse(alias, name)
-    mine: dict[str, exp.Expr] = {c: exp.column(c, table=alias) for c in n.catalog.table(name).columns}
-    scope: Exports = {**exports, written: mine}  # the subquery's alias hides an outer one of the same name
+    alias, name, use, scope = _one_table(n, query, exports, what, "analysed")
     where = query.args.get("where")
     parts = [n._substitute(p, scope) for p in _split(where.this)] if where is not None else []
     if x is not None:
@@ -185,21 +173,9 @@ def scalar_join(n: Normalizer, cond: exp.Expr, exports: Exports) -> SemiJoin | N
             f"{what} over several tables is not decorrelated: one changed row could change the value of many keys",
             query,
         )
-    from_ = query.args.get("from_") or query.args.get("from")
-    table = from_.this if from_ is not None else None
-    if not isinstance(table, exp.Table) or table.args.get("db") or table.name.lower() not in n.catalog.tables:
-        raise n.refuse(f"{what}: only a subquery reading one table of the catalog is decorrelated", query)
-    if table.name.lower() in n.ctes:
-        raise n.refuse(f"{what}: {table.name!r} names both a WITH query and a table; rename the WITH query", table)
+    alias, name, use, scope = _one_table(n, query, exports, what, "decorrelated")
     if len(query.expressions) != 1:
         raise n.refuse(f"{what}: the subquery must return one column", query)
-    name = table.name.lower()
-    written = table.alias_or_name.lower()
-    alias = n._fresh(written)
-    n.tables[alias] = name
-    use = TableUse(alias, name)
-    mine: dict[str, exp.Expr] = {c: exp.column(c, table=alias) for c in n.catalog.table(name).columns}
-    scope: Exports = {**exports, written: mine}
     item = query.expressions[0]
     value = _value(n, item.unalias() if isinstance(item, exp.Alias) else item, scope, alias, item)
     where = query.args.get("where")
@@ -245,6 +221,25 @@ def scalar_join(n: Normalizer, cond: exp.Expr, exports: Exports) -> SemiJoin | N
         value=value,
         compare=compare,
     )
+
+
+def _one_table(
+    n: Normalizer, query: exp.Select, exports: Exports, what: str, done: str
+) -> tuple[str, str, TableUse, Exports]:
+    """The subquery's one catalog table as a fresh use: its alias, table name, use, and the scope its WHERE and
+    SELECT list read (the subquery's alias hides an outer one of the same name); refused otherwise."""
+    from_ = query.args.get("from_") or query.args.get("from")
+    table = from_.this if from_ is not None else None
+    if not isinstance(table, exp.Table) or table.args.get("db") or table.name.lower() not in n.catalog.tables:
+        raise n.refuse(f"{what}: only a subquery reading one table of the catalog is {done}", query)
+    if table.name.lower() in n.ctes:
+        raise n.refuse(f"{what}: {table.name!r} names both a WITH query and a table; rename the WITH query", table)
+    name = table.name.lower()
+    written = table.alias_or_name.lower()
+    alias = n._fresh(written)
+    n.tables[alias] = name
+    mine: dict[str, exp.Expr] = {c: exp.column(c, table=alias) for c in n.catalog.table(name).columns}
+    return alias, name, TableUse(alias, name), {**exports, written: mine}
 
 
 def _key_equality(p: exp.Expr, alias: str) -> str | None:
