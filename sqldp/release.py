@@ -78,9 +78,9 @@ def dilated(form: AnalysisForm, params: PrivacyParams, plan: Plan, kind: str, gr
     times the b of the share split m ways at the same β, and so is the noise scale smaller. When a changed
     value moves a row between two groups (``plan.key_moves``: the row's derivative counts in both groups'
     step filters) the ℓ1 change is up to 2·c(x), so the vector's scale is 2·c(x)/b: better than the split
-    for m > 2 groups. Not for MIN/MAX
-    (one row may move the extreme of every group), nor for the (ε, δ) Laplace of Theorem 3.56 (its δ grows
-    with the dilation), nor where parallel composition already gives every group the whole share."""
+    for m > 2 groups. Not for MIN/MAX (one row may move the extreme of every group), nor for the (ε, δ) Laplace
+    of Theorem 3.56 (its δ grows with the dilation), nor where parallel composition already gives every group
+    the whole share."""
     return (
         bool(form.group_by)
         and params.mechanism == "cauchy"
@@ -175,7 +175,7 @@ def choose_truncation(
         elif not plan.data_independent:
             reach = max((t["sensitivity"] / t.get("swap", 1.0) for t in alt.terms.values()), default=0.0)
             eps = share(plain_split, i)
-            if groups is not None and groups > 1 and dilated(form, params, plan, form.aggregates[i].kind):
+            if groups is not None and dilated(form, params, plan, form.aggregates[i].kind, groups):
                 eps *= groups  # one release of the whole histogram: b < (ε/k)/(γ + 1), not split over the groups
             u_noise += smooth_noise_floor(params.mechanism, params.beta) * reach / eps
     floor = any(not isinstance(p, GlobalPlan) for p in plans)
