@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -216,28 +215,6 @@ def cpu_per_query(
     }
 
 
-def start_tree(tree: Path, upstream: str, policy: Path, workers: int) -> tuple[subprocess.Popen[str], int]:
-    """``sqldp proxy`` from another source tree (``--baseline``), as tests.proxy_support.start_proxy starts ours."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    argv = ["proxy", "--upstream", upstream, "--policy", str(policy), "--listen", f"127.0.0.1:{port}"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sqldp.cli", *argv, "--workers", str(workers), "--log-level", "warning"],
-        cwd=tree,
-        env={**os.environ, "PYTHONPATH": str(tree)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stderr is not None
-    line = proc.stderr.readline()
-    if "listening" not in line:
-        proc.kill()
-        raise RuntimeError(f"the baseline proxy did not start: {line}{proc.stderr.read()}")
-    return proc, port
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dsn", help="PostgreSQL server (default: the embedded one)")
@@ -283,7 +260,8 @@ def main() -> int:
             paths[f"proxy, {w} worker{'s' if w > 1 else ''}"] = (dsns[w], procs[w].pid)
         if args.baseline is not None:
             w = counts[0]
-            base, port = start_tree(args.baseline, upstream, write_policy(tmp / "baseline", max(clients), w), w)
+            policy = write_policy(tmp / "baseline", max(clients), w)
+            base, port = start_proxy(upstream, policy, workers=w, tree=args.baseline)
             procs[-1] = base
             paths[f"baseline proxy, {w} worker{'s' if w > 1 else ''}"] = (
                 psycopg.conninfo.make_conninfo(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import os
 import secrets
 import socket
 import struct
@@ -120,10 +121,10 @@ def raw_login(port: int, user: str = "alice", password: str = PASSWORD) -> socke
 
 
 def start_proxy(
-    upstream: str, policy: Path, *, workers: int | None = None, log_level: str = "warning"
+    upstream: str, policy: Path, *, workers: int | None = None, log_level: str = "warning", tree: Path | None = None
 ) -> tuple[subprocess.Popen[str], int]:
     """``sqldp proxy`` as a subprocess on a free loopback port, returned once it says it is listening; with
-    ``workers`` worker processes (default: the proxy's, one per CPU)."""
+    ``workers`` worker processes (default: the proxy's, one per CPU); from the source tree ``tree`` if given."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -132,6 +133,8 @@ def start_proxy(
         argv += ["--workers", str(workers)]
     proc = subprocess.Popen(
         [sys.executable, "-m", "sqldp.cli", *argv, "--log-level", log_level],
+        cwd=tree,  # another source tree's sqldp (benchmarks/proxy_bench.py --baseline), else this one's
+        env=None if tree is None else {**os.environ, "PYTHONPATH": str(tree)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
