@@ -181,6 +181,8 @@ def test_group_key_domains_come_from_the_declared_range(pg_dsn: str) -> None:
     # moves a row between two years) and the smoothing paid per group: scale 2c/(ε/(γ+1) − 3β)
     for (m,) in years.measurements:
         assert m.epsilon == pytest.approx(1.0)
+        # the plan's own bound (rows public: the largest value sensitivity over the tables), doubled
+        assert m.sensitivity == pytest.approx(2 * max(t["value_sensitivity"] for t in m.terms.values()), rel=1e-12)
         assert m.noise_scale == pytest.approx(m.sensitivity / (1.0 / (GAMMA + 1) - 3 * BETA / 10), rel=1e-12)
     assert histogram_factor(session.prepare(GROUPED[0], epsilon=1.0).plans[0]) == 2
     # two groups: the vector would cost 2c/(ε/(γ+1) − 2β) against c/(ε/(2(γ+1)) − β) split: the same at
