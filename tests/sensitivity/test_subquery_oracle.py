@@ -22,6 +22,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from test_rows_oracle import _load, _random_db  # the same tiny tables r, s, p over DOMAIN
 
 from sqldp import sensitivity, subqueries
 from sqldp.catalog import Catalog
@@ -30,7 +31,6 @@ from sqldp.frontend import parse
 from sqldp.normalize import normalize
 from sqldp.policy import Policy
 from sqldp.session import compile_form
-from tests.sensitivity.test_rows_oracle import _load, _random_db  # the same tiny tables r, s, p over DOMAIN
 
 DDL = (
     "CREATE TABLE IF NOT EXISTS r (a INT NOT NULL, b INT NOT NULL);\n"

@@ -22,6 +22,7 @@ from fractions import Fraction
 import psycopg
 import pytest
 import z3
+from test_units import _loss
 
 import sqldp
 from sqldp import release
@@ -29,7 +30,6 @@ from sqldp.policy import Policy
 from sqldp.result import R2T, Measurement
 from sqldp.sensitivity.unit_lp import GAMMA, truncations
 from sqldp.sensitivity.units import races
-from tests.sensitivity.test_units import _loss
 
 DDL = """
 CREATE TABLE u (id INT PRIMARY KEY);
