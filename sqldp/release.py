@@ -460,14 +460,21 @@ def describe(
     """Per aggregate, what an analyst may see before anything is read: its ε and δ share and how the groups
     share it (None while the group count is read from a public table at run time)."""
     out = []
-    split = shares(form, params, plans, declared_groups(domains))
+    groups = declared_groups(domains)
+    split = shares(form, params, plans, groups)
     for agg, plan, share in zip(form.aggregates, plans, split, strict=True):
         parallel = not form.group_by or plan.disjoint_groups
-        vector = dilated(form, params, plan, agg.kind, declared_groups(domains))
+        vector = dilated(form, params, plan, agg.kind, groups)
         if parallel:
             how = "full share"
         elif plan.data_independent:
             how = "full share (ℓ1 over the groups, global bound)"
+        elif vector and groups is None and histogram_factor(plan) > 1:
+            # the group count is read at run time, and a key-moving histogram is one release only for m > 2
+            how = (
+                f"full share (ℓ1 over the groups, one generalized-Cauchy release of the histogram if it has more"
+                f" than {histogram_factor(plan)} groups, else the share divided among them)"
+            )
         elif vector:
             how = "full share (ℓ1 over the groups, one generalized-Cauchy release of the histogram)"
         else:
