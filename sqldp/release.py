@@ -21,7 +21,7 @@ from sqldp.form import AGG_PREFIX, AnalysisForm, Output
 from sqldp.groups import all_groups
 from sqldp.mechanisms import NoiseSource
 from sqldp.params import PrivacyParams, check_beta
-from sqldp.result import GLOBAL, R2T, Measurement, Result
+from sqldp.result import GAUSSIAN, GLOBAL, PUBLIC_SCALE, R2T, Measurement, Result
 from sqldp.sensitivity.global_bound import GlobalPlan
 from sqldp.sensitivity.plan import Bound, Plan, Rows
 from sqldp.sensitivity.units import UnitPlan, shift
@@ -52,7 +52,8 @@ def shares(
     # δ goes to the aggregates that spend it: a data-dependent bound's smoothed noise and the partition
     # selection count; a global bound's Laplace is pure ε-DP and would waste its share (composition adds the δs
     # actually spent, Dwork & Roth Thm 3.16)
-    spending = [i for i, plan in enumerate(plans) if not plan.data_independent or i == form.select_by]
+    joint = gaussian(form, params, plans)  # one Gaussian release of every aggregate spends δ for them all
+    spending = [i for i, plan in enumerate(plans) if joint or not plan.data_independent or i == form.select_by]
     out: list[tuple[float, float | None] | None] = []
     for i, plan in enumerate(plans):
         whole = not form.group_by or plan.disjoint_groups or plan.data_independent
@@ -64,6 +65,28 @@ def shares(
         delta = params.delta / len(spending) / divisor if params.delta and i in spending else None
         out.append((eps, delta))
     return out
+
+
+def gaussian(form: AnalysisForm, params: PrivacyParams, plans: Sequence[Plan]) -> bool:
+    """Whether the query's aggregates are released together by one Gaussian vector instead of Laplace at ε/k
+    each: under (ε, δ) (``--mechanism laplace --delta D``), when every aggregate's bound is global (so its
+    scale is known before the data: a data-dependent bound's smoothing is for Theorems 3.53/3.56) and no
+    partition selection runs, and when it gives less noise (:func:`sqldp.mechanisms.gaussian_wins`, from ε,
+    δ and the number of aggregates only: data-independent, like every choice of mechanism here).
+
+    Why it is (ε, δ)-DP: each global bound c_i covers the ℓ1 norm over the groups of aggregate i's change (see
+    :func:`shares`), so its ℓ2 norm too; the vector of every f_i/c_i over every group then moves by at most
+    √k in ℓ2 on neighbours, and N(0, σ₁²) on each of its coordinates with σ₁ the analytic Gaussian σ for
+    (ε, δ) at ℓ2 sensitivity 1, scaled by √k — i.e. N(0, (c_i·√k·σ₁)²) on f_i — is (ε, δ)-DP (Balle and Wang,
+    ICML 2018, Theorem 8). Each aggregate carries (ε/k, δ/k) of it in the shares, which add up to the
+    release's (ε, δ)."""
+    return (
+        bool(params.delta)
+        and form.select_by is None
+        and bool(plans)
+        and all(p.data_independent and not isinstance(p, UnitPlan) for p in plans)
+        and mechanisms.gaussian_wins(params.epsilon, params.delta or 0.0, len(plans))
+    )
 
 
 def dilated(form: AnalysisForm, params: PrivacyParams, plan: Plan, kind: str, groups: int | None = None) -> bool:
@@ -220,6 +243,7 @@ def templates(
     bound covers every group of the query, so the template serves each group."""
     split = shares(form, params, plans, groups)
     check_beta(params, smoothed(split, plans))  # the group count is known now
+    joint = gaussian(form, params, plans)
     out = []
     for agg, plan, rows, share in zip(form.aggregates, plans, results, split, strict=True):
         assert share is not None
@@ -228,6 +252,9 @@ def templates(
             out.append(race_template(agg.sql, plan, rows, eps))
             continue
         cal, bound = calibrate(plan, rows, eps, delta, params)
+        if joint:  # the whole query's (ε, δ) on one Gaussian vector: this aggregate's coordinates of it
+            assert params.delta is not None
+            cal = mechanisms.calibrate_gaussian(cal.sensitivity, params.epsilon, params.delta, len(plans))
         if dilated(form, params, plan, agg.kind, groups):
             # calibrated at the split share ε/m and β: the vector's b = ε/(γ+1) − m·β is m times that b, and
             # its sensitivity the bound times the histogram factor
@@ -250,7 +277,7 @@ def templates(
                 noise_scale=cal.scale,
                 half_width=cal.half_width(params.confidence),
                 terms=bound.tables,
-                mechanism=GLOBAL if plan.data_independent else cal.mechanism,
+                mechanism=GAUSSIAN if joint else GLOBAL if plan.data_independent else cal.mechanism,
                 calibration=cal,
             )
         )
@@ -375,7 +402,7 @@ def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]
             if m.mechanism == R2T:
                 m.noisy_value = race(m, noise)
             else:
-                kind = "laplace" if m.mechanism == GLOBAL else m.mechanism
+                kind = {GLOBAL: "laplace", GAUSSIAN: "gaussian"}.get(m.mechanism, m.mechanism)
                 m.noisy_value = mechanisms.release(kind, m.true_value, m.noise_scale, noise)
             noisy.append(m.noisy_value)
         if form.select_by is not None:
@@ -432,12 +459,13 @@ def error_bar(
 ) -> float | None:
     """The half-width of an interval around the released ``value`` that holds the true value with probability at
     least ``confidence``, when every measurement the output reads has a data-independent noise scale (a
-    ``laplace-global`` one: its bar may be shown to analysts); else None. Each measurement's bar is taken at
-    confidence 1 − (1 − c)/k for the k measurements read (a union bound: all k hold at once with probability
-    ≥ c), and the output's interval follows by interval arithmetic (:data:`INTERVALS`), which is sound for
-    every operator there: the true output is the expression at the true values, which lie in their intervals."""
+    ``laplace-global`` or ``gaussian-global`` one: its bar may be shown to analysts); else None. Each
+    measurement's bar is taken at confidence 1 − (1 − c)/k for the k measurements read (a union bound: all k
+    hold at once with probability ≥ c), and the output's interval follows by interval arithmetic
+    (:data:`INTERVALS`), which is sound for every operator there: the true output is the expression at the
+    true values, which lie in their intervals."""
     used = [measured[i] for i in output.aggregates]
-    if value is None or confidence is None or not used or any(m.mechanism != GLOBAL for m in used):
+    if value is None or confidence is None or not used or any(m.mechanism not in PUBLIC_SCALE for m in used):
         return None
     if any(m.calibration is None or m.noisy_value is None for m in used):
         return None
@@ -461,10 +489,16 @@ def describe(
     share it (None while the group count is read from a public table at run time)."""
     out = []
     split = shares(form, params, plans, declared_groups(domains))
+    joint = gaussian(form, params, plans)
     for agg, plan, share in zip(form.aggregates, plans, split, strict=True):
         parallel = not form.group_by or plan.disjoint_groups
         vector = dilated(form, params, plan, agg.kind, declared_groups(domains))
-        if parallel:
+        if joint:
+            how = (
+                f"one Gaussian release of all {len(plans)} aggregates' global bounds (ℓ2), less noise than "
+                f"Laplace at ε/{len(plans)} each"
+            )
+        elif parallel:
             how = "full share"
         elif plan.data_independent:
             how = "full share (ℓ1 over the groups, global bound)"

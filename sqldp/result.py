@@ -16,6 +16,9 @@ if TYPE_CHECKING:  # sqldp.params imports the mechanisms (scipy, gmpy2): not nee
     from sqldp.params import PrivacyParams
 
 GLOBAL = "laplace-global"  # the mechanism of a data-independent bound (sqldp.release.calibrate)
+# a query's data-independent bounds released together by one Gaussian vector (sqldp.release.gaussian)
+GAUSSIAN = "gaussian-global"
+PUBLIC_SCALE = frozenset({GLOBAL, GAUSSIAN})  # mechanisms whose noise scale depends on no private data
 R2T = "r2t"  # the race of truncations under a privacy unit (sqldp.release.race)
 
 
@@ -55,7 +58,7 @@ class Measurement:
         output field reveals"): the aggregate, its ε and δ share and the noisy value."""
         if not audit:
             out = {k: getattr(self, k) for k in _RELEASED}
-            if self.mechanism == GLOBAL:
+            if self.mechanism in PUBLIC_SCALE:
                 # a global bound is a function of the query, the policy and public data: so are its noise
                 # scale and error bar, which the analyst may see
                 out["noise_scale"], out["half_width"] = self.noise_scale, self.half_width
