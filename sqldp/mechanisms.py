@@ -528,6 +528,11 @@ def gaussian_rho(l2: float, sigma: float) -> float:
     return l2 * l2 / (2.0 * sigma * sigma)
 
 
+def zcdp_epsilon(rho: float, delta: float) -> float:
+    """The ε of the (ε, δ)-DP that ρ-zCDP implies (Bun and Steinke, TCC 2016, Prop. 1.3): ρ + 2√(ρ ln(1/δ))."""
+    return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
+
+
 def gaussian_wins(epsilon: float, delta: float, values: int) -> bool:
     """Whether ``values`` global bounds released together get less noise from one Gaussian release than from
     Laplace at an equal ε split (sqldp.release.shares), from (ε, δ) and the count alone — data-independent.

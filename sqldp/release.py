@@ -89,6 +89,25 @@ def gaussian(form: AnalysisForm, params: PrivacyParams, plans: Sequence[Plan]) -
     )
 
 
+def zcdp(form: AnalysisForm, params: PrivacyParams, plans: Sequence[Plan]) -> float | None:
+    """The ρ for which the query's release is ρ-zCDP (Bun and Steinke, "Concentrated Differential Privacy:
+    Simplifications, Extensions, and Lower Bounds", TCC 2016), for a session that adds the ρ of its runs
+    (their Lemma 2.3, adaptive) and converts once (sqldp.session.Session.guarantee); None where the release
+    spends δ otherwise, which zCDP does not express.
+
+    * One Gaussian vector (:func:`gaussian`): its coordinates f_i/c_i move by ≤ √k in ℓ2 under noise of
+      σ = √k·σ₁, so ρ = k/(2kσ₁²) = 1/(2σ₁²) (Prop. 1.6).
+    * A pure ε-DP release (no aggregate spends δ: Laplace on global bounds, generalized Cauchy, R2T) is
+      ε²/2-zCDP (Prop. 1.4).
+    * The smoothed Laplace of NR Theorem 3.56 and partition selection spend δ: None."""
+    if gaussian(form, params, plans):
+        assert params.delta is not None
+        return mechanisms.gaussian_rho(1.0, mechanisms.gaussian_sigma(params.epsilon, params.delta))
+    if params.delta and any(not p.data_independent or i == form.select_by for i, p in enumerate(plans)):
+        return None
+    return params.epsilon * params.epsilon / 2.0
+
+
 def dilated(form: AnalysisForm, params: PrivacyParams, plan: Plan, kind: str, groups: int | None = None) -> bool:
     """Whether the groups of a data-dependent COUNT/SUM bound share one generalized-Cauchy release of the whole
     histogram instead of splitting the share over them (for ``groups`` m, when known: where it gives less noise).
