@@ -193,7 +193,8 @@ def choose_truncation(
 ) -> BoundChoice:
     """Truncate when that gives less expected noise, decided from data-independent facts only (the choice, like
     the mechanism, is released): the truncated plans' global bounds c give Laplace noise at c/ε_i, median
-    ln 2·c/ε_i. The untruncated plan's noise is known the same way when its bound is global too; when it is
+    ln 2·c/ε_i (or the Gaussian vector's Φ⁻¹(¾)·√k·σ₁·c where :func:`gaussian` takes it). The untruncated
+    plan's noise is known the same way when its bound is global too; when it is
     data-dependent (smoothed), its floor on a database where the declaration is reached is used: there one row
     changes N_t join rows (the model checker's bound is exact, and attained), so the smooth bound is at least
     the local sensitivity M·N_t/G_t — the truncated bound before its factor for the evicted row — and the
@@ -209,11 +210,19 @@ def choose_truncation(
     cut_split = shares(form, params, truncated, groups)
     plain_split = shares(form, params, plans, groups)
     ln2 = math.log(2.0)
-    t_noise = sum(ln2 * p.bound / share(cut_split, i) for i, p in enumerate(truncated))
+
+    def unit(ps: Sequence[Plan], split: Sequence[Share | None], i: int) -> float:
+        """Median |noise| per unit of a global bound: Laplace at the share's ε, or the Gaussian vector's."""
+        if gaussian(form, params, ps):
+            sigma = mechanisms.gaussian_sigma(params.epsilon, params.delta or 0.0)
+            return mechanisms.gaussian_abs_quantile(0.5) * math.sqrt(k) * sigma
+        return ln2 / share(split, i)
+
+    t_noise = sum(unit(truncated, cut_split, i) * p.bound for i, p in enumerate(truncated))
     u_noise = 0.0
     for i, (plan, alt) in enumerate(zip(plans, truncated, strict=True)):
         if isinstance(plan, GlobalPlan):
-            u_noise += ln2 * plan.bound / share(plain_split, i)
+            u_noise += unit(plans, plain_split, i) * plan.bound
         elif not plan.data_independent:
             reach = max((t["sensitivity"] / t.get("swap", 1.0) for t in alt.terms.values()), default=0.0)
             eps = share(plain_split, i)

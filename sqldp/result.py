@@ -34,8 +34,9 @@ class Measurement:
     noise_scale: float
     half_width: float
     terms: Mapping[str, Any] = field(repr=False)  # the analysis' per-table terms, as bound
-    # "laplace-global" when the plan's bound is data-independent (see _calibrate), else the policy's mechanism;
-    # it depends on the query and the policy only, so it is released
+    # "laplace-global" when the plan's bound is data-independent (see _calibrate), "gaussian-global" when the
+    # query's global bounds are released as one Gaussian vector (sqldp.release.gaussian), else the policy's
+    # mechanism; it depends on the query, the policy and (ε, δ) only, so it is released
     mechanism: str = "cauchy"
     true_value: float | None = None  # never released; kept out of every serialisation
     # the noise, for error bars at other confidences (the bars of expressions over several measurements)
