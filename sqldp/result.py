@@ -17,6 +17,9 @@ if TYPE_CHECKING:  # sqldp.params imports the mechanisms (scipy, gmpy2): not nee
 
 GLOBAL = "laplace-global"  # the mechanism of a data-independent bound (sqldp.release.calibrate)
 R2T = "r2t"  # the race of truncations under a privacy unit (sqldp.release.race)
+# GROUP BY under a privacy unit: τ chosen by R2T's race on the total, the histogram truncated across groups
+# and released with Laplace noise at τ/ε (sqldp.release.histogram_release, docs/units.md)
+UNIT_HISTOGRAM = "r2t-histogram"
 
 
 @dataclass
@@ -43,6 +46,8 @@ class Measurement:
     unit: Mapping[str, Any] | None = None
     thresholds: tuple[float, ...] = ()
     truncated: tuple[float, ...] = field(default=(), repr=False)
+    # GROUP BY under a privacy unit: this group's ℓ1 mass of the truncated contributions at each τ_j (audit only)
+    mass: tuple[float, ...] = field(default=(), repr=False)
 
     @functools.cached_property
     def tables(self) -> dict[str, Any]:
