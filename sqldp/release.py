@@ -421,7 +421,15 @@ def measure(
                 own, masses, largest = histogram_columns(len(form.group_by), len(made), races, i)
                 m.truncated = tuple(float(v or 0) for v in row[own]) if row is not None else (0.0,) * races
                 m.mass = tuple(float(v or 0) for v in row[masses]) if row is not None else (0.0,) * races
-                m.terms = {"largest_contribution": float(row[largest] or 0) if row is not None else 0.0}
+                assert m.unit is not None
+                top = float(row[largest] or 0) if row is not None else 0.0
+                m.terms = {
+                    m.unit["unit"]: {
+                        "thresholds": list(m.thresholds),
+                        "truncated": list(m.truncated),
+                        "largest_contribution": top,
+                    }
+                }
             measured.append(m)
         out.append(measured)
     return groups, out

@@ -22,7 +22,7 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
     from sqldp.form import describe
     from sqldp.frontend import parse
     from sqldp.normalize import PublicRelease, normalize
-    from sqldp.result import GLOBAL, R2T
+    from sqldp.result import GLOBAL, R2T, UNIT_HISTOGRAM
     from sqldp.sensitivity import model_check
     from sqldp.sensitivity.units import UnitPlan
     from sqldp.session import compile_form
@@ -64,7 +64,11 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
             }
         default = policy.defaults.mechanism or "cauchy"
         out["mechanisms"] = {
-            agg.sql: R2T if isinstance(p, UnitPlan) else GLOBAL if p.data_independent else default
+            agg.sql: (UNIT_HISTOGRAM if p.histogram else R2T)
+            if isinstance(p, UnitPlan)
+            else GLOBAL
+            if p.data_independent
+            else default
             for agg, p in zip(form.aggregates, plans, strict=True)
         }
         # under a privacy unit: the unit, GS_Q and the number of races (policy and query only); the row-level
@@ -79,6 +83,8 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
 
 
 def _text(out: dict[str, Any]) -> str:
+    from sqldp.sensitivity.units import BASE  # after the analysis, which imported it anyway
+
     lines = ["Relational algebra:", out["algebra_text"], ""]
     if out["refused"]:
         lines.append(f"Refused ({out['refused']['where']}): {out['refused']['reason']}")
@@ -104,8 +110,13 @@ def _text(out: dict[str, Any]) -> str:
         for agg, u in out.get("units", {}).items():
             lines.append(
                 f"  unit:       {agg}: {u['unit']} ({u['table']}.{u['key']}), GS {u['gs']:g}, {u['races']} races "
-                f"τ = 2, 4, …, 2^{u['races']} (R2T, β = {u['beta']:g})"
+                f"τ = {BASE:g}, {BASE**2:g}, …, {BASE:g}^{u['races']} (R2T, β = {u['beta']:g})"
             )
+            if u.get("truncation") == "across groups":
+                lines.append(
+                    f"              each unit truncated across groups; τ chosen by the race with "
+                    f"{u['selection_share']:g}·ε, the histogram released with Laplace at τ/ε on the rest"
+                )
             for j in u["joined"]:
                 lines.append(f"              joined to find the unit: {j}")
         if out.get("global_sensitivity"):
