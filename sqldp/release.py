@@ -24,7 +24,7 @@ from sqldp.params import PrivacyParams, check_beta
 from sqldp.result import GLOBAL, R2T, UNIT_HISTOGRAM, Measurement, Result
 from sqldp.sensitivity.global_bound import GlobalPlan
 from sqldp.sensitivity.plan import Bound, Plan, Rows
-from sqldp.sensitivity.units import SELECT_SHARE, SLACK, UnitPlan, histogram_columns, shift
+from sqldp.sensitivity.units import SELECT_BETA, SELECT_SHARE, SLACK, UnitPlan, histogram_columns, shift
 
 Share = tuple[float, float | None]  # an aggregate's (ε, δ)
 T = TypeVar("T")
@@ -358,7 +358,8 @@ def choose_threshold(
 def histogram_release(result: Result, noise: NoiseSource) -> None:
     """The noisy values of every GROUP BY aggregate answered under a privacy unit (mechanism
     ``r2t-histogram``; docs/units.md): of the query's ε (the sum of their shares), :data:`SELECT_SHARE`
-    chooses τ (:func:`choose_threshold` on the mass summed over the released groups), and the rest releases
+    chooses τ (:func:`choose_threshold` on the mass summed over the released groups, its corrections at
+    :data:`SELECT_BETA`), and the rest releases
     the vector of every such aggregate in every group, truncated across groups and aggregates at τ, with
     Laplace noise at τ·(1 + SLACK)/ε₂ on each coordinate: its ℓ1 sensitivity is τ
     (:func:`sqldp.sensitivity.units.grouped_answer`), so one Laplace vector is ε₂-DP (Dwork, McSherry, Nissim,
@@ -373,7 +374,7 @@ def histogram_release(result: Result, noise: NoiseSource) -> None:
     eps = math.fsum(result.measurements[0][i].epsilon for i in index)
     races = len(first.thresholds)
     masses = [math.fsum(group[index[0]].mass[j] for group in result.measurements) for j in range(races)]
-    j = choose_threshold(first.thresholds, masses, eps * SELECT_SHARE, first.unit["beta"], noise)
+    j = choose_threshold(first.thresholds, masses, eps * SELECT_SHARE, SELECT_BETA, noise)
     tau = first.thresholds[j]
     scale = tau * (1 + SLACK) / (eps * (1 - SELECT_SHARE))
     confidence = result.params.confidence if result.params is not None else None
