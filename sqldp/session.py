@@ -345,6 +345,8 @@ def compile_form(
     if histograms:
         # GROUP BY under a privacy unit: the answer carries the histograms truncated across groups (docs/units.md)
         assert len(histograms) == len(plans)  # one form: every aggregate reads the same unit's tables
+        if dialect != "postgres":  # its rounding argument is PostgreSQL's NUMERIC division (docs/units.md)
+            raise RefusedError("GROUP BY under a privacy unit runs on PostgreSQL only")
         answer = grouped_answer(form, histograms)
     statements = rewrite(form, answer, plans, domains, catalog, policy, dialect)
     if choice is not None:
