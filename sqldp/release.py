@@ -547,6 +547,8 @@ def describe(
         vector = dilated(form, params, plan, agg.kind, declared_groups(domains))
         if parallel:
             how = "full share"
+        elif isinstance(plan, UnitPlan) and plan.histogram:
+            how = "full share (ℓ1 over the groups: each unit truncated across them, one Laplace release)"
         elif plan.data_independent:
             how = "full share (ℓ1 over the groups, global bound)"
         elif vector:
