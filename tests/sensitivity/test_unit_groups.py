@@ -210,6 +210,7 @@ def test_a_run_releases_tau_and_a_noisy_histogram(tiny: tuple[sqldp.session.Sess
     # the plan an analyst may see before anything is read: the whole share, one release of the histogram
     plan = s.analyze(sql, audit=False).to_json()["plan"]
     assert plan[0]["unit"]["selection_share"] == SELECT_SHARE and plan[0]["epsilon"] == pytest.approx(EPS / 2)
+    assert plan[0]["groups"].startswith("full share (ℓ1 over the groups: each unit truncated across them")
 
 
 def test_the_chosen_tau_is_the_top_of_the_race() -> None:
