@@ -30,6 +30,13 @@ This module decides, from the query and the policy alone:
   R2T needs ψ(q) ≥ 0: a SUM whose declared ranges allow negative values (the centred SUM of an AVG) is raced
   as its positive and its negative part, each with half of ε, and released as their difference.
 
+GROUP BY (docs/units.md): a unit may add rows to many groups, so each unit's contributions are scaled down
+together, across groups and aggregates, until their ℓ1 mass is at most τ (:func:`grouped_answer`); the
+histogram then moves by at most τ in ℓ1 between neighbours, τ is chosen by R2T's race on the total mass and
+every group released with Laplace noise at τ (sqldp.release.histogram_release). Only where every join row
+belongs to one unit; a key of the unit's own tables without a declared domain is refused (no partition
+selection under a unit).
+
 A row whose unit key is NULL (a nullable foreign key) joins the group of NULLs: it is truncated with it as
 one more unit, which only adds protection. Tables in no unit must be public in such a query; row-private
 ones would mix two neighbour relations and are refused.
