@@ -204,7 +204,8 @@ def _unit(u: dict[str, Any]) -> str:
     how = {"linear program": ", linear program", "across groups": ", truncated across groups"}
     lp = how.get(u.get("truncation", ""), "")
     tau = f", τ = {u['tau']:g} chosen by the race" if "tau" in u else ""  # a function of noisy values
-    return f"unit {', '.join(names)}, GS {u['gs']:g}, {u['races']} races (R2T{lp}, β = {u['beta']:g}){tau}"
+    beta = u.get("selection_beta", u["beta"])  # a histogram's race only chooses τ (docs/units.md)
+    return f"unit {', '.join(names)}, GS {u['gs']:g}, {u['races']} races (R2T{lp}, β = {beta:g}){tau}"
 
 
 def _describe_term(term: Any) -> list[str]:

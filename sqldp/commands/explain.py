@@ -115,7 +115,8 @@ def _text(out: dict[str, Any]) -> str:
             if u.get("truncation") == "across groups":
                 lines.append(
                     f"              each unit truncated across groups; τ chosen by the race with "
-                    f"{u['selection_share']:g}·ε, the histogram released with Laplace at τ/ε on the rest"
+                    f"{u['selection_share']:g}·ε (β = {u['selection_beta']:g}), the histogram released with "
+                    "Laplace at τ/ε on the rest"
                 )
             for j in u["joined"]:
                 lines.append(f"              joined to find the unit: {j}")

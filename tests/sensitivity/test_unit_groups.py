@@ -29,6 +29,7 @@ import pytest
 from test_units import DATABASES, DDL, GS, Db, _load, _loss
 
 import sqldp
+from sqldp.commands.analyze import format_text
 from sqldp.errors import RefusedError
 from sqldp.form import AnalysisForm
 from sqldp.mechanisms import NoiseSource
@@ -204,6 +205,7 @@ def test_a_run_releases_tau_and_a_noisy_histogram(tiny: tuple[sqldp.session.Sess
             assert set(m) == {"aggregate", "epsilon", "delta", "mechanism", "noisy_value", "unit"}
             assert m["epsilon"] == pytest.approx(EPS / 2) and m["unit"]["truncation"] == "across groups"
     tau = taus.pop()
+    assert f"(R2T, truncated across groups, β = 0.5), τ = {tau:g} chosen by the race" in format_text(j)
     for g in out.measurements:
         for m in g:  # the scale is τ(1 + slack) over the histogram's share of the query's ε
             assert m.noise_scale == pytest.approx(tau * (1 + SLACK) / (EPS * (1 - SELECT_SHARE)), rel=1e-15)
