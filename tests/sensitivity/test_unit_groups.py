@@ -283,3 +283,28 @@ def test_unmodified_tpch_unnoised_answers_are_postgresqls(tpch_dsn: tuple[str, A
     theirs = [float(_plain(row[value])) for row in plain if row[value] is not None and row[value] != 0]
     assert sorted(ours) == pytest.approx(sorted(theirs), rel=1e-9)
     session.close()
+
+
+def test_rows_outside_the_released_groups_count_in_the_units_total(pg_dsn: str) -> None:
+    """With the domain of o.d declared as [1], rows with d = 0 are in no released group but still in their
+    unit's total c_u (only lowering its scale): group 1's truncated values and mass are those of the oracle
+    with c_u over both groups, and every neighbour stays within ε."""
+    sql = "SELECT o.d, COUNT(*) FROM o, l WHERE o.oid = l.oid GROUP BY o.d"
+    contribution: Contribution = lambda d, ls: [len(ls)]  # noqa: E731
+    thresholds = races(GS)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+        s = sqldp.connect(pg_dsn, Policy.from_toml(POLICY.replace("domain = [0, 1]", "domain = [1]")))
+        worst = 0.0
+        for db in GROUPED:
+            _load(conn, db)
+            hist, mass = _read(s, sql)
+            assert len(hist) == 1  # the one declared group
+            ours = _contributions(db, contribution, 1)
+            assert hist[0][0] == pytest.approx([_histogram(ours, t)[1][0] for t in thresholds], rel=1e-12, abs=1e-12)
+            assert mass[0] == pytest.approx([_masses(ours, t)[1] for t in thresholds], rel=1e-12, abs=1e-12)
+            for unit in db:
+                _load(conn, {u: orders for u, orders in db.items() if u != unit})
+                hist2, mass2 = _read(s, sql)
+                worst = max(worst, _mechanism_loss(mass[0], mass2[0], [hist[0]], [hist2[0]], EPS))
+        assert 0.5 * EPS < worst <= EPS * (1 + 1e-9)
