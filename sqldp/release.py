@@ -21,10 +21,10 @@ from sqldp.form import AGG_PREFIX, AnalysisForm, Output
 from sqldp.groups import all_groups
 from sqldp.mechanisms import NoiseSource
 from sqldp.params import PrivacyParams, check_beta
-from sqldp.result import GAUSSIAN, GLOBAL, PUBLIC_SCALE, R2T, Measurement, Result
+from sqldp.result import GAUSSIAN, GLOBAL, PUBLIC_SCALE, R2T, UNIT_HISTOGRAM, Measurement, Result
 from sqldp.sensitivity.global_bound import GlobalPlan
 from sqldp.sensitivity.plan import Bound, Plan, Rows
-from sqldp.sensitivity.units import UnitPlan, shift
+from sqldp.sensitivity.units import SELECT_BETA, SELECT_SHARE, SLACK, UnitPlan, histogram_columns, shift
 
 Share = tuple[float, float | None]  # an aggregate's (ε, δ)
 T = TypeVar("T")
@@ -338,6 +338,20 @@ def race_template(aggregate: str, plan: UnitPlan, rows: Sequence[Rows], eps: flo
     """The measurement of an R2T plan: the truncated answers it read and the race's data-independent parts.
     ``half_width`` is R2T's error bound at probability 1 − β (:func:`race_bound`, summed over the raced parts;
     DS, the largest contribution of one unit, is read from the data: audit only)."""
+    if plan.histogram:  # per group, its truncated values are read from the answer's rows (measure)
+        return Measurement(
+            aggregate=aggregate,
+            epsilon=eps,
+            delta=None,
+            beta=0.0,
+            sensitivity=plan.gs,
+            noise_scale=plan.thresholds[-1] * (1 + SLACK) / (eps * (1 - SELECT_SHARE)),
+            half_width=math.inf,
+            terms={},
+            mechanism=UNIT_HISTOGRAM,
+            unit=plan.describe(),
+            thresholds=plan.thresholds,
+        )
     values, largest = plan.truncated(rows)
     j = len(plan.thresholds)
     parts = len(plan.signs)
@@ -380,6 +394,56 @@ def race(m: Measurement, noise: NoiseSource) -> float:
     return out
 
 
+def choose_threshold(
+    thresholds: Sequence[float], masses: Sequence[float], eps: float, beta: float, noise: NoiseSource
+) -> int:
+    """The index of the τ a GROUP BY under a privacy unit truncates at: R2T's race (:func:`race`) on the total
+    ℓ1 mass T(τ_j) = Σ_u min(c_u, τ_j), whose sensitivity is τ_j, each race with Laplace at τ_j·J/ε minus its
+    correction; the race whose corrected noisy value is largest wins (the top of R2T's race; the truncation at
+    τ = 0 is no candidate: it would release nothing). ε-DP by sequential composition over the J races; the
+    choice is post-processing of their noisy values, so τ may be shown."""
+    best, chosen = -math.inf, 0
+    for j, (q, (scale, correction)) in enumerate(zip(masses, race_scales(thresholds, eps, beta), strict=True)):
+        value = mechanisms.release("laplace", q, scale, noise) - correction
+        if value > best:
+            best, chosen = value, j
+    return chosen
+
+
+def histogram_release(result: Result, noise: NoiseSource) -> None:
+    """The noisy values of every GROUP BY aggregate answered under a privacy unit (mechanism
+    ``r2t-histogram``; docs/units.md): of the query's ε (the sum of their shares), :data:`SELECT_SHARE`
+    chooses τ (:func:`choose_threshold` on the mass summed over the released groups, its corrections at
+    :data:`SELECT_BETA`), and the rest releases
+    the vector of every such aggregate in every group, truncated across groups and aggregates at τ, with
+    Laplace noise at τ·(1 + SLACK)/ε₂ on each coordinate: its ℓ1 sensitivity is τ
+    (:func:`sqldp.sensitivity.units.grouped_answer`), so one Laplace vector is ε₂-DP (Dwork, McSherry, Nissim,
+    Smith, TCC 2006), not ε₂/m per group. Sequential composition: ε in all."""
+    if not result.measurements:
+        return
+    index = [i for i, m in enumerate(result.measurements[0]) if m.mechanism == UNIT_HISTOGRAM]
+    if not index:
+        return
+    first = result.measurements[0][index[0]]
+    assert first.unit is not None
+    eps = math.fsum(result.measurements[0][i].epsilon for i in index)
+    races = len(first.thresholds)
+    masses = [math.fsum(group[index[0]].mass[j] for group in result.measurements) for j in range(races)]
+    j = choose_threshold(first.thresholds, masses, eps * SELECT_SHARE, SELECT_BETA, noise)
+    tau = first.thresholds[j]
+    scale = tau * (1 + SLACK) / (eps * (1 - SELECT_SHARE))
+    confidence = result.params.confidence if result.params is not None else None
+    unit = {**first.unit, "tau": tau}
+    for group in result.measurements:
+        for i in index:
+            m = group[i]
+            assert m.true_value is not None
+            m.noisy_value = mechanisms.release("laplace", m.truncated[j], scale, noise)
+            m.noise_scale = scale
+            m.half_width = scale * math.log(1 / (1 - confidence)) if confidence else math.inf
+            m.unit = unit
+
+
 def measure(
     form: AnalysisForm,
     made: Sequence[Measurement],
@@ -408,6 +472,20 @@ def measure(
                 m.true_value = float(row[len(form.group_by) + i])
             else:
                 m.true_value = 0.0 if form.aggregates[i].kind in ("count", "sum") else None
+            if m.mechanism == UNIT_HISTOGRAM:
+                races = len(m.thresholds)
+                own, masses, largest = histogram_columns(len(form.group_by), len(made), races, i)
+                m.truncated = tuple(float(v or 0) for v in row[own]) if row is not None else (0.0,) * races
+                m.mass = tuple(float(v or 0) for v in row[masses]) if row is not None else (0.0,) * races
+                assert m.unit is not None
+                top = float(row[largest] or 0) if row is not None else 0.0
+                m.terms = {
+                    m.unit["unit"]: {
+                        "thresholds": list(m.thresholds),
+                        "truncated": list(m.truncated),
+                        "largest_contribution": top,
+                    }
+                }
             measured.append(m)
         out.append(measured)
     return groups, out
@@ -416,6 +494,7 @@ def measure(
 def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]], noise: NoiseSource) -> None:
     """Sample each measurement's noise and compute the released rows from the noisy values only (post-processing
     keeps the guarantee, Dwork & Roth Prop. 2.1): the output expressions, HAVING, ORDER BY and LIMIT."""
+    histogram_release(result, noise)
     rows: list[tuple[dict[str, Any], dict[str, Any], dict[str, float]]] = []
     kept: list[list[Measurement]] = []
     for g, measured in zip(groups, result.measurements, strict=True):
@@ -427,7 +506,9 @@ def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]
                 # refused, private filters keep every row in q_m (§3.3.8.4), and a value change keeps NULL-ness
                 # (tests/sensitivity/test_minmax.py checks every value neighbour)
                 raise RefusedError(f"{m.aggregate} has no value for a group with no rows; not released")
-            if m.mechanism == R2T:
+            if m.mechanism == UNIT_HISTOGRAM:
+                assert m.noisy_value is not None  # drawn by histogram_release, one τ for every group
+            elif m.mechanism == R2T:
                 m.noisy_value = race(m, noise)
             else:
                 kind = {GLOBAL: "laplace", GAUSSIAN: "gaussian"}.get(m.mechanism, m.mechanism)
@@ -529,6 +610,8 @@ def describe(
             )
         elif parallel:
             how = "full share"
+        elif isinstance(plan, UnitPlan) and plan.histogram:
+            how = "full share (ℓ1 over the groups: each unit truncated across them, one Laplace release)"
         elif plan.data_independent:
             how = "full share (ℓ1 over the groups, global bound)"
         elif vector and groups is None and histogram_factor(plan) > 1:

@@ -20,6 +20,9 @@ GLOBAL = "laplace-global"  # the mechanism of a data-independent bound (sqldp.re
 GAUSSIAN = "gaussian-global"
 PUBLIC_SCALE = frozenset({GLOBAL, GAUSSIAN})  # mechanisms whose noise scale depends on no private data
 R2T = "r2t"  # the race of truncations under a privacy unit (sqldp.release.race)
+# GROUP BY under a privacy unit: τ chosen by R2T's race on the total, the histogram truncated across groups
+# and released with Laplace noise at τ/ε (sqldp.release.histogram_release, docs/units.md)
+UNIT_HISTOGRAM = "r2t-histogram"
 
 
 @dataclass
@@ -47,6 +50,8 @@ class Measurement:
     unit: Mapping[str, Any] | None = None
     thresholds: tuple[float, ...] = ()
     truncated: tuple[float, ...] = field(default=(), repr=False)
+    # GROUP BY under a privacy unit: this group's ℓ1 mass of the truncated contributions at each τ_j (audit only)
+    mass: tuple[float, ...] = field(default=(), repr=False)
 
     @functools.cached_property
     def tables(self) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from sqldp.rewrite import Statements, rewrite
 from sqldp.runner import Prepared, Workflow
 from sqldp.sensitivity.global_bound import GlobalPlan, declared_truncations
 from sqldp.sensitivity.plan import Plan
+from sqldp.sensitivity.units import UnitPlan, grouped_answer
 from sqldp.sqlgen import answer_query
 from sqldp.subqueries import ScalarStep
 
@@ -375,6 +376,13 @@ def compile_form(
     if len({tuple(c.sql for c in w) for w in wheres}) > 1:
         raise RefusedError("the aggregates of this query need different continuous filters; ask them one by one")
     answer = answer_query(dataclasses.replace(form, aggregates=tuple(p.aggregate for p in plans), conjuncts=wheres[0]))
+    histograms = [p for p in plans if isinstance(p, UnitPlan) and p.histogram]
+    if histograms:
+        # GROUP BY under a privacy unit: the answer carries the histograms truncated across groups (docs/units.md)
+        assert len(histograms) == len(plans)  # one form: every aggregate reads the same unit's tables
+        if dialect != "postgres":  # its rounding argument is PostgreSQL's NUMERIC division (docs/units.md)
+            raise RefusedError("GROUP BY under a privacy unit runs on PostgreSQL only")
+        answer = grouped_answer(form, histograms)
     statements = rewrite(form, answer, plans, domains, catalog, policy, dialect)
     if choice is not None:
         notes = (choice.note(statements.truncations),) if choice.truncated else ()

@@ -201,8 +201,11 @@ def _plus_minus(value: float, width: float) -> str:
 def _unit(u: dict[str, Any]) -> str:
     """A privacy unit's data-independent figures (sqldp.sensitivity.units.UnitPlan.describe)."""
     names = [f"{n} ({t}.{k})" for n, t, k in zip(*(u[x].split(", ") for x in ("unit", "table", "key")), strict=True)]
-    lp = ", linear program" if u.get("truncation") else ""
-    return f"unit {', '.join(names)}, GS {u['gs']:g}, {u['races']} races (R2T{lp}, β = {u['beta']:g})"
+    how = {"linear program": ", linear program", "across groups": ", truncated across groups"}
+    lp = how.get(u.get("truncation", ""), "")
+    tau = f", τ = {u['tau']:g} chosen by the race" if "tau" in u else ""  # a function of noisy values
+    beta = u.get("selection_beta", u["beta"])  # a histogram's race only chooses τ (docs/units.md)
+    return f"unit {', '.join(names)}, GS {u['gs']:g}, {u['races']} races (R2T{lp}, β = {beta:g}){tau}"
 
 
 def _describe_term(term: Any) -> list[str]:

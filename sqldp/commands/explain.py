@@ -25,7 +25,7 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
     from sqldp.normalize import PublicRelease, normalize
     from sqldp.params import resolve_params
     from sqldp.release import gaussian
-    from sqldp.result import GAUSSIAN, GLOBAL, R2T
+    from sqldp.result import GAUSSIAN, GLOBAL, R2T, UNIT_HISTOGRAM
     from sqldp.sensitivity import model_check
     from sqldp.sensitivity.units import UnitPlan
     from sqldp.session import compile_form
@@ -75,7 +75,7 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
 
         def mechanism(p: Any) -> str:
             if isinstance(p, UnitPlan):
-                return R2T
+                return UNIT_HISTOGRAM if p.histogram else R2T
             return GAUSSIAN if joint else GLOBAL if p.data_independent else default
 
         out["mechanisms"] = {agg.sql: mechanism(p) for agg, p in zip(form.aggregates, plans, strict=True)}
@@ -91,6 +91,8 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
 
 
 def _text(out: dict[str, Any]) -> str:
+    from sqldp.sensitivity.units import BASE  # after the analysis, which imported it anyway
+
     lines = ["Relational algebra:", out["algebra_text"], ""]
     if out["refused"]:
         lines.append(f"Refused ({out['refused']['where']}): {out['refused']['reason']}")
@@ -116,8 +118,14 @@ def _text(out: dict[str, Any]) -> str:
         for agg, u in out.get("units", {}).items():
             lines.append(
                 f"  unit:       {agg}: {u['unit']} ({u['table']}.{u['key']}), GS {u['gs']:g}, {u['races']} races "
-                f"τ = 2, 4, …, 2^{u['races']} (R2T, β = {u['beta']:g})"
+                f"τ = {BASE:g}, {BASE**2:g}, …, {BASE:g}^{u['races']} (R2T, β = {u['beta']:g})"
             )
+            if u.get("truncation") == "across groups":
+                lines.append(
+                    f"              each unit truncated across groups; τ chosen by the race with "
+                    f"{u['selection_share']:g}·ε (β = {u['selection_beta']:g}), the histogram released with "
+                    "Laplace at τ/ε on the rest"
+                )
             for j in u["joined"]:
                 lines.append(f"              joined to find the unit: {j}")
         if out.get("global_sensitivity"):

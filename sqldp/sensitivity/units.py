@@ -30,6 +30,13 @@ This module decides, from the query and the policy alone:
   R2T needs ψ(q) ≥ 0: a SUM whose declared ranges allow negative values (the centred SUM of an AVG) is raced
   as its positive and its negative part, each with half of ε, and released as their difference.
 
+GROUP BY (docs/units.md): a unit may add rows to many groups, so each unit's contributions are scaled down
+together, across groups and aggregates, until their ℓ1 mass is at most τ (:func:`grouped_answer`); the
+histogram then moves by at most τ in ℓ1 between neighbours, τ is chosen by R2T's race on the total mass and
+every group released with Laplace noise at τ (sqldp.release.histogram_release). Only where every join row
+belongs to one unit; a key of the unit's own tables without a declared domain is refused (no partition
+selection under a unit).
+
 A row whose unit key is NULL (a nullable foreign key) joins the group of NULLs: it is truncated with it as
 one more unit, which only adds protection. Tables in no unit must be public in such a query; row-private
 ones would mix two neighbour relations and are refused.
@@ -65,6 +72,19 @@ BETA = 0.1  # R2T's β: with probability ≥ 1 − β the error is within its bo
 # ("2e for its better practical performance"), whose published TPC-H errors we compare with; so do we.
 BASE = 5.5
 UNIT_COLUMN, CONTRIBUTION = "unit", "contribution"
+KEY = "__key"  # the answer query's group key columns (sqldp.sqlgen.answer_query, sqldp.groups.match_groups)
+# The histogram's noise is calibrated to τ·(1 + SLACK): PostgreSQL rounds a NUMERIC quotient to at least 16
+# significant digits, so a unit's scaled contributions add up to at most τ·(1 + 10⁻¹⁵) (grouped_answer).
+SLACK = 1e-12
+# Under GROUP BY, the share of the query's ε spent on choosing τ by R2T's race on the units' total ℓ1 mass,
+# and the β of that race's corrections; the rest of ε releases the histogram (docs/units.md). The choice only
+# has to tell apart thresholds a factor 5.5 apart; the histogram's noise, τ/ε₂ on every group, is what the
+# analyst reads. A race that fails its event picks a worse τ (accuracy), never a less private one, so its β
+# is 1/2 (R2T's event at median confidence: correction factor 1.92 for 8 races, where β = 0.1 takes 3.76 and
+# drives τ down at small scales). Both chosen by replaying the release of TPC-H Q5/Q7/Q8/Q9's truncated
+# histograms at SF 0.1 and 1 (docs/units.md); neither bears on privacy.
+SELECT_SHARE = 0.2
+SELECT_BETA = 0.5
 
 
 def races(gs: float) -> tuple[float, ...]:
@@ -125,10 +145,14 @@ class UnitPlan:
     grid: tuple[float, ...] = ()
     inline: tuple[bool, ...] = (False,)
     beta: float = BETA
+    # GROUP BY: ``query`` is this aggregate's contribution per (unit, group), and the answer query computes
+    # every aggregate's truncated histograms (:func:`grouped_answer`); the release chooses τ by a race on the
+    # total and adds Laplace noise to every group (sqldp.release.histogram_release)
+    histogram: bool = False
 
     @property
     def queries(self) -> tuple[exp.Select, ...]:
-        return (self.query,)
+        return () if self.histogram else (self.query,)
 
     @property
     def unit(self) -> Unit:
@@ -192,6 +216,10 @@ class UnitPlan:
         }
         if self.owners:
             out["truncation"] = "linear program"
+        if self.histogram:
+            out["truncation"] = "across groups"
+            out["selection_share"] = SELECT_SHARE
+            out["selection_beta"] = SELECT_BETA
         return out
 
 
@@ -270,9 +298,12 @@ def plan_units(form: AnalysisForm, catalog: Catalog, policy: Policy) -> UnitPlan
                 f"privacy (unit {', '.join(involved)}) with row-level privacy; declare it public or make it "
                 "reference the unit"
             )
-    if form.group_by:
+    if form.select_by is not None or form.distinct_rows:
         raise RefusedError(
-            "GROUP BY under a privacy unit needs contribution bounding across groups (not implemented yet)"
+            "DP partition selection (GROUP BY a private column without a declared domain, or SELECT DISTINCT) is "
+            "not implemented under a privacy unit: a unit may add rows to many groups, and a key of the unit's "
+            "own tables (an order, a customer) is mostly one unit's, so no such group could pass a selection "
+            "threshold; declare the key's domain or group by columns of public tables (docs/units.md)"
         )
     dom = domain(form, catalog, policy)
     signs: tuple[int, ...] = (1,)
@@ -287,7 +318,7 @@ def plan_units(form: AnalysisForm, catalog: Catalog, policy: Policy) -> UnitPlan
         value = released.arg
         # R2T truncates non-negative contributions (its ψ ≥ 0): a value that may be negative is split into its
         # positive and negative parts, SUM(e) = SUM(max(e, 0)) − SUM(max(−e, 0)), each raced with half of ε
-        if lo >= 0:
+        if lo >= 0 or form.group_by:  # a histogram truncates signed contributions by their ℓ1 mass (below)
             pieces = [value]
         elif hi <= 0:
             signs, pieces = (-1,), [exp.Neg(this=exp.Paren(this=value.copy()))]
@@ -316,6 +347,32 @@ def plan_units(form: AnalysisForm, catalog: Catalog, policy: Policy) -> UnitPlan
     joined = tuple(dict.fromkeys(resolver.joined))
     uses = (*form.uses, *resolver.extra)
     conds: tuple[Conjunct | exp.Expr, ...] = (*form.conjuncts, *resolver.extra_conds)
+    if form.group_by:
+        if len(keys) > 1:
+            raise RefusedError(
+                "GROUP BY under a privacy unit where a join row may belong to several units (two units, a "
+                "self-join, two foreign-key paths) is not implemented: R2T's linear program bounds one total, "
+                "not a histogram"
+            )
+        key = exp.column(keys[0][1].column, table=keys[0][1].alias)
+        inner = exp.select(
+            exp.alias_(key, UNIT_COLUMN),
+            *(exp.alias_(g.copy(), f"{KEY}{i}") for i, g in enumerate(form.group_by)),
+            exp.alias_(parts[0], f"{CONTRIBUTION}0"),
+        )
+        inner = where(from_uses(inner, uses), conds).group_by(
+            key.copy(), *(g.copy() for g in form.group_by), copy=False
+        )
+        return UnitPlan(
+            form=form,
+            aggregate=released,
+            units=units,
+            thresholds=thresholds,
+            signs=signs,
+            query=inner,
+            joined=joined,
+            histogram=True,
+        )
     if len(keys) > 1:
         # a join row may belong to several units (two units, a self-join, two paths to possibly different
         # units): the join rows grouped by the units they own, for R2T's linear program (sqldp.sensitivity.unit_lp)
@@ -360,3 +417,69 @@ def plan_units(form: AnalysisForm, catalog: Catalog, policy: Policy) -> UnitPlan
         scan_conjuncts=form.conjuncts if own_scan else (),
         grouped_scan=(own_scan,),
     )
+
+
+def _scaled(value: exp.Expr, tau: float) -> exp.Expr:
+    """A unit's contribution ``value`` to one group, scaled by min(1, τ/c) for the unit's total mass c: as it
+    is when c ≤ τ, else value·τ/c in NUMERIC (no division by zero: c > τ > 0 there)."""
+    total = exp.column("c")
+    scaled = exp.Div(
+        this=exp.Mul(this=exp.cast(value.copy(), "NUMERIC"), expression=number(tau)),
+        expression=total.copy(),
+        typed=True,  # PostgreSQL's own NUMERIC division (sqlglot would otherwise divide in DOUBLE PRECISION)
+    )
+    return exp.Case(ifs=[exp.If(this=exp.LTE(this=total, expression=number(tau)), true=value.copy())], default=scaled)
+
+
+def grouped_answer(form: AnalysisForm, plans: Sequence[UnitPlan]) -> exp.Select:
+    """The answer query of a GROUP BY under a privacy unit: per group, its keys (``__key<i>``), every aggregate's
+    true value (``__agg<i>``), every aggregate's truncated value at every race τ_j (``__h<i>_<j>``), the ℓ1 mass
+    of the truncated contributions at τ_j (``__t<j>``) and the largest unit total touching it (audit only).
+
+    Contribution bounding across groups and aggregates (docs/units.md): s_{u,a,g} is unit u's contribution to
+    aggregate a in group g (COUNT or SUM of the clamped summand over u's join rows there), c_u = Σ_{a,g}
+    |s_{u,a,g}| its total mass, and the truncated histogram at τ is H_{a,g}(τ) = Σ_u s_{u,a,g}·min(1, τ/c_u).
+    Removing u (with every row referencing it) removes exactly its own s_{u,·,·}, since every join row belongs
+    to one unit (plan_units checks it), and leaves every other unit's scale as it was: the whole vector H(τ)
+    moves by Σ_{a,g} |s_{u,a,g}|·min(1, τ/c_u) = min(c_u, τ) ≤ τ in ℓ1. So does the mass T(τ) = Σ_u min(c_u,
+    τ), restricted to any set of groups. Rows a group key puts outside the released groups still count in
+    c_u, which only lowers the scales."""
+    base = plans[0]
+    assert all(p.histogram for p in plans)
+    inner = base.query.copy()
+    first = f"{CONTRIBUTION}0"
+    for i, p in enumerate(plans[1:], start=1):
+        item = next(e for e in p.query.expressions if e.alias == first)
+        inner.select(exp.alias_(item.this.copy(), f"{CONTRIBUTION}{i}"), copy=False)
+    contributions = [exp.column(f"{CONTRIBUTION}{i}") for i in range(len(plans))]
+    masses = [exp.func("COALESCE", exp.Abs(this=c.copy()), exp.Literal.number(0)) for c in contributions]
+    mass: exp.Expr = masses[0]
+    for m in masses[1:]:
+        mass = exp.Add(this=mass, expression=m)
+    window = exp.Window(this=exp.Sum(this=mass.copy()), partition_by=[exp.column(UNIT_COLUMN)])
+    middle = exp.select(exp.Star(), exp.alias_(mass, "m"), exp.alias_(window, "c")).from_(
+        exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("per_group")))
+    )
+    keys = [exp.column(f"{KEY}{i}") for i in range(len(form.group_by))]
+    items: list[exp.Expr] = [k.copy() for k in keys]
+    items += [exp.alias_(exp.Sum(this=c.copy()), f"__agg{i}") for i, c in enumerate(contributions)]
+    items += [
+        exp.alias_(exp.Sum(this=_scaled(c, t)), f"__h{i}_{j}")
+        for i, c in enumerate(contributions)
+        for j, t in enumerate(base.thresholds)
+    ]
+    items += [exp.alias_(exp.Sum(this=_scaled(exp.column("m"), t)), f"__t{j}") for j, t in enumerate(base.thresholds)]
+    items.append(exp.alias_(exp.Max(this=exp.column("c")), "__largest"))
+    query = exp.select(*items).from_(
+        exp.Subquery(this=middle, alias=exp.TableAlias(this=exp.to_identifier("per_unit")))
+    )
+    return query.group_by(*keys, copy=False)
+
+
+def histogram_columns(groups: int, aggregates: int, races: int, index: int) -> tuple[slice, slice, int]:
+    """Where a grouped answer row (:func:`grouped_answer`, without its group indices) holds aggregate
+    ``index``'s truncated values, the group's masses T_g(τ_j) and its largest unit total."""
+    start = groups + aggregates
+    own = slice(start + index * races, start + (index + 1) * races)
+    masses = slice(start + aggregates * races, start + (aggregates + 1) * races)
+    return own, masses, start + (aggregates + 1) * races
