@@ -478,6 +478,13 @@ class _Formula:
             y = z3.Int(f"year_{len(self.years)}", self.ctx)
             self.years[key] = z3.If(y <= 0, y - 1, y)
             self.pending += [_january_1(y) <= d, d < _january_1(y + 1)]
+            # implied bounds: a conjunct that bounds the date by constants bounds its year (the solver would
+            # derive them through the floor divisions, slowly); the years of the constants, from Python's dates
+            lo, hi = _date_bounds(e.expression, self.query.conditions)
+            if lo is not None:
+                self.pending.append(y >= (_EPOCH + dt.timedelta(days=lo)).year)
+            if hi is not None:
+                self.pending.append(y <= (_EPOCH + dt.timedelta(days=hi)).year)
         return self.years[key]
 
     def _is_date(self, e: exp.Expr) -> bool:
@@ -581,6 +588,48 @@ def _domain(column: Any, v: z3.ExprRef) -> list[z3.BoolRef]:
 
 # days from 0000-03-01 (proleptic Gregorian) to 2000-01-01, the model's day 0
 _MARCH_0 = 730425
+
+
+def _date_bounds(e: exp.Expr, conditions: Sequence[exp.Expr]) -> tuple[int | None, int | None]:
+    """Constant bounds lo ≤ e ≤ hi (days) that top-level conjuncts put on the column ``e``, within Python's years
+    (None where there is none): ``e BETWEEN a AND b``, ``e >= a``, ``e > a``, ``e <= b``, ``e < b``."""
+    e = e.unnest()
+    if not isinstance(e, exp.Column):
+        return None, None
+    lo: int | None = None
+    hi: int | None = None
+
+    def const(x: exp.Expr) -> int | None:
+        try:
+            days = _date_constant(x.unnest())
+        except _Untranslatable:
+            return None
+        return days if days is not None and -730_000 < days < 2_900_000 else None  # Python's years 1 … 9999
+
+    def is_e(x: exp.Expr) -> bool:
+        x = x.unnest()
+        return isinstance(x, exp.Column) and (x.table, x.name) == (e.table, e.name)
+
+    for cond in conditions:
+        for part in _split(cond):
+            bounds: list[tuple[str, int | None]] = []
+            if isinstance(part, exp.Between) and is_e(part.this):
+                bounds = [("lo", const(part.args["low"])), ("hi", const(part.args["high"]))]
+            elif isinstance(part, (exp.GTE, exp.GT, exp.LTE, exp.LT)):
+                a, b = part.this, part.expression
+                upper = isinstance(part, (exp.LTE, exp.LT))
+                if is_e(a):
+                    bounds = [("hi" if upper else "lo", const(b))]
+                elif is_e(b):
+                    bounds = [("lo" if upper else "hi", const(a))]
+            for side, v in bounds:
+                if v is None:
+                    continue
+                if side == "lo":
+                    lo = v if lo is None else max(lo, v)
+                else:
+                    hi = v if hi is None else min(hi, v)
+    return lo, hi
 
 
 def _january_1(year: z3.ArithRef) -> z3.ArithRef:
