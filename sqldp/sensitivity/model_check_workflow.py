@@ -63,6 +63,7 @@ class Step:
     reads: tuple[str, ...]  # the steps (names) it reads
     seconds: float
     one_row: bool  # an ungrouped aggregate: one result row, so every sensitivity is at most 1
+    queries: dict[str, str] = field(default_factory=dict)  # per entry of ``direct``: the SQL it analysed
 
     @property
     def rows_per_group(self) -> int:
@@ -77,7 +78,7 @@ class WorkflowSensitivity:
     steps: tuple[Step, ...]
     total: dict[str, float]
     seconds: float
-    notes: tuple[str, ...] = field(default=())
+    catalog: Catalog | None = field(default=None, compare=False)  # with every step's result as a table
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -161,13 +162,16 @@ class _Builder:
             _join(_blocks(variant)[at], d, conditions)
             variants[d] = variant
         direct: dict[str, mc.GlobalSensitivity] = {}
+        queries: dict[str, str] = {}
         base = variants[""]
         spj = mc.from_select(base)
         for table in dict.fromkeys(u.table for u in spj.uses):
             direct[table] = self._measure(base, table, kind)
+            queries[table] = base.sql(dialect="postgres")
         for d in variants:
             if d:
                 direct[d] = self._measure(variants[d], d, kind)
+                queries[d] = variants[d].sql(dialect="postgres")
         step = Step(
             name,
             kind,
@@ -177,6 +181,7 @@ class _Builder:
             tuple(dict.fromkeys(reads)),
             time.perf_counter() - t0,
             base.args.get("group") is None and any(e.find(exp.AggFunc) is not None for e in base.expressions),
+            queries,
         )
         self.steps.append(step)
         return step
@@ -549,4 +554,4 @@ def workflow(
         return out
 
     total = composed(main)
-    return WorkflowSensitivity(tuple(builder.steps), total, time.perf_counter() - t0)
+    return WorkflowSensitivity(tuple(builder.steps), total, time.perf_counter() - t0, builder.catalog)
