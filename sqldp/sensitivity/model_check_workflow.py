@@ -291,8 +291,9 @@ class _Builder:
                 kept += conditions
                 continue
             for sub in _subqueries(part):
-                if _correlated(sub):
-                    raise ValueError(f"a correlated subquery the workflow does not decompose: {part.sql()[:80]}")
+                if _correlated(sub) or isinstance(sub.parent, (exp.In, exp.Exists, exp.Any, exp.All)):
+                    # a set, not one value (IN / EXISTS under OR or NOT): not a released step
+                    raise ValueError(f"a subquery the workflow does not decompose: {part.sql()[:80]}")
                 self._released(sub)
             kept.append(part)
         block.set("where", exp.Where(this=exp.and_(*kept)) if kept else None)

@@ -70,6 +70,7 @@ def test_refusals_say_why() -> None:
         ("SELECT r.a FROM r WHERE r.b < (SELECT COUNT(*) FROM s WHERE s.b = r.a)", "COUNT"),
         ("SELECT r.a FROM r WHERE r.b NOT IN (SELECT s.c FROM s)", "nullable"),
         ("SELECT r.a FROM r WHERE r.b < (SELECT MAX(s.c) FROM s WHERE s.b < r.a)", "other than '='"),
+        ("SELECT r.a FROM r WHERE r.a = 1 OR r.b IN (SELECT s.b FROM s)", "does not decompose"),
     ]:
         with pytest.raises(ValueError, match=why):
             _workflow(query, WORLD)
