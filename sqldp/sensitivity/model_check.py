@@ -1027,7 +1027,8 @@ def sensitivity(
             return done(0.0, True, "smt", found)
         return done(math.inf, found.witness is not None, "keys (rows of other tables renew without end)", found)
     if len(positions) == 1 and _one_row(query, catalog, key_of, positions[0]):
-        found = _search(query, catalog, positions, key_of, deadline, cap=1)
+        # the keys fix the one row: Φ_2 is unsatisfiable without a check (:func:`_one_row`)
+        found = _search(query, catalog, positions, key_of, deadline, cap=1, proven_above=True)
         return done(found.bound, found.reached, "keys (they fix the derivative's one row)", found)
 
     if len(positions) == 1 or method == "exact":
