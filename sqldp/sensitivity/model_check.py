@@ -916,7 +916,7 @@ def _determined(
     fixed = {(target, c) for c in table_of[target].columns}
     links: list[tuple[tuple[str, str], tuple[str, str] | None]] = []
     for cond in query.conditions:
-        for part in _split(cond):
+        for part in _implied(cond):
             if not isinstance(part, exp.EQ):
                 continue
             a, b = part.this.unnest(), part.expression.unnest()
@@ -967,6 +967,27 @@ def _same_kind_literal(column: Any, literal: exp.Literal) -> bool:
 def _split(e: exp.Expr) -> list[exp.Expr]:
     e = e.unnest()
     return [*_split(e.this), *_split(e.expression)] if isinstance(e, exp.And) else [e]
+
+
+def _implied(e: exp.Expr) -> list[exp.Expr]:
+    """The conjuncts of e, and for a conjunct ``(A ∧ B) ∨ (A ∧ C) ∨ …`` the conjuncts A that every disjunct has
+    (then A holds whenever e does: TPC-H Q19's ``p_partkey = l_partkey`` in each of its three branches)."""
+    out = []
+    for part in _split(e):
+        out.append(part)
+        if isinstance(part, exp.Or):
+            branches = _disjuncts(part)
+            common = {c.sql(): c for c in _implied(branches[0])}
+            for b in branches[1:]:
+                texts = {c.sql() for c in _implied(b)}
+                common = {k: v for k, v in common.items() if k in texts}
+            out += common.values()
+    return out
+
+
+def _disjuncts(e: exp.Expr) -> list[exp.Expr]:
+    e = e.unnest()
+    return [*_disjuncts(e.this), *_disjuncts(e.expression)] if isinstance(e, exp.Or) else [e]
 
 
 def sensitivity(
