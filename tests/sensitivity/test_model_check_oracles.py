@@ -38,6 +38,7 @@ import psycopg
 import sqlglot
 from psycopg import sql
 from sqlglot import exp
+from test_model_check import CASE, SUBSTRING, YEARS
 
 from sqldp.catalog import Catalog
 from sqldp.datasets import dataset_path
@@ -222,6 +223,11 @@ WITNESSED = [
     ("", Q10_BY_DAY.format(n=4), "customer", 4),
     ("", Q10_BY_DAY.format(n=20), "customer", 20),
     ("", Q12_SHAPE, "orders", 2),
+    # the translations of EXTRACT(YEAR), SUBSTRING and CASE (test_model_check.py): exact, so witnessed here
+    ("", YEARS.format(lo="1995-06-01", hi="1998-02-01"), "customer", 4),
+    ("", YEARS.format(lo="1996-12-31", hi="1997-01-01"), "customer", 2),
+    ("", SUBSTRING, "nation", 2),
+    ("", CASE, "orders", 3),
 ]
 
 
@@ -505,3 +511,36 @@ def test_set_operations_against_every_small_database(pg_dsn: str) -> None:
                 finite += math.isfinite(got.value)
                 met += worst == got.value
     assert finite >= 8 and met >= 4, (finite, met)  # not vacuous: finite bounds, some of them reached
+
+
+# -- EXTRACT(YEAR / MONTH / DAY) against PostgreSQL's own ---------------------------------------------------------
+
+
+def test_calendar_translation_matches_postgresql(pg_dsn: str) -> None:
+    """The model's year (the Y with Jan 1 of Y ≤ d < Jan 1 of Y + 1, year 0 called −1) and _civil's year, month
+    and day, for days across PostgreSQL's whole range (BC dates, leap centuries, far future), equal PostgreSQL's
+    EXTRACT of the same date. A mutant of _january_1 without the ⌊x/400⌋ term fails at 2000-02-29."""
+    import z3
+
+    rng = random.Random(7)
+    days = [rng.randint(-2451545, 2145031948) for _ in range(150)]
+    days += [rng.randint(-800_000, 800_000) for _ in range(150)]
+    days += [-730_485, -730_426, -730_425, -730_120, -1, 0, 59, 60, 365, 366, 36_524, 36_525, 36_890, 146_097]
+    with _connected(pg_dsn) as conn:
+        got_pg = conn.execute(
+            "SELECT d, EXTRACT(YEAR FROM DATE '2000-01-01' + d)::bigint, "
+            "EXTRACT(MONTH FROM DATE '2000-01-01' + d)::int, EXTRACT(DAY FROM DATE '2000-01-01' + d)::int "
+            "FROM unnest(%s::int[]) AS d",
+            (days,),
+        ).fetchall()
+    for d, year, month, day in got_pg:
+        civil = {k: z3.simplify(v).as_long() for k, v in mc._civil(z3.IntVal(d)).items()}
+        assert (civil["YEAR"], civil["MONTH"], civil["DAY"]) == (year, month, day), d
+        y = z3.Int("y")
+        solver = z3.Solver()
+        solver.add(mc._january_1(y) <= d, d < mc._january_1(y + 1))
+        assert solver.check() == z3.sat
+        proleptic = solver.model()[y].as_long()
+        assert (proleptic - 1 if proleptic <= 0 else proleptic) == year, d
+        solver.add(y != proleptic)
+        assert solver.check() == z3.unsat, d  # the year is unique
