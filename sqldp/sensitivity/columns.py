@@ -180,7 +180,7 @@ class ColumnPlan:
                 return total, factors, shown
             counts = semi_at(beta).tables
             for term in self.subquery_terms:
-                outer_rows = float(counts[term.table]["derived_tables"][term.alias])
+                outer_rows = _outer_rows(counts, term)
                 total[term.table] = total.get(term.table, 0.0) + term.factor * outer_rows
                 factors[term.table] = factors.get(term.table, 0.0) + term.factor
                 shown.setdefault(term.table, {})[term.alias] = {
@@ -509,6 +509,11 @@ class SubqueryTerm:
     source: str
     factor: float
     columns: tuple[str, ...]
+
+
+def _outer_rows(counts: dict[str, Any], term: SubqueryTerm) -> float:
+    """The smoothed count of outer rows one row of the term's derived table meets (the row plan's term)."""
+    return float(counts[term.table]["derived_tables"][term.alias])
 
 
 def _subquery_steps(scope: _Scope, agg: Aggregate) -> tuple[subqueries.ValueSteps, ...]:
