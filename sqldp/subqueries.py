@@ -47,8 +47,10 @@ columns) (:mod:`sqldp.sensitivity.global_bound`).
 
 Shapes outside this are refused with the reason and position: a subquery over several tables (one changed row
 could change many keys of D), with GROUP BY, HAVING, aggregates, LIMIT or set operations, nested subqueries,
-subqueries under OR or NOT other than the one directly before EXISTS or IN, and any subquery when the query
-reads value-sensitive columns or privacy units (those analyses do not model D).
+subqueries under OR or NOT other than the one directly before EXISTS or IN, and any subquery under privacy units
+(R2T does not model D). Under value-level privacy (NR §3.3.8) the subquery's answer is a step of the sensitive
+values it reads, bounded per key (:func:`value_steps`, :mod:`sqldp.sensitivity.columns`; docs/subqueries.md,
+"Under value-level privacy"); refused where a correlation reads a value-sensitive column.
 """
 
 from __future__ import annotations
