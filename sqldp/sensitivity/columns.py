@@ -373,6 +373,8 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
     base_public = list(public)  # before the fan-out and window conjuncts: what the subqueries' counts read
 
     row_private = sorted({u.table for u in form.uses if policy.table(u.table).rows_private})
+    # a subquery's table with private rows: a row added to it moves D (the row analysis's term, NR §3.3.9)
+    row_private = sorted({*row_private, *subqueries.private_tables(form, policy)})
     combined = bool(row_private)
     row_plan = count_plan = None
     arg = None if agg.arg is None else failures.cap_exponentials(agg.arg)  # EXP must not overflow on the data

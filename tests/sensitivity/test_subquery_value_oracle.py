@@ -4,7 +4,8 @@ sqldp.sensitivity.columns, docs/subqueries.md "Under value-level privacy") again
 On tiny random databases (real PostgreSQL; the tables r, s, p of test_subquery_oracle, whose keys b are public
 and whose r.a and s.c are in the norms) every VALUE neighbour is made — each row's sensitive value changed to
 every other value of the small domain, at the distance the declared norm gives (s's norm weighs c twice) —
-and, when rows are private too (NR §3.3.9), every row added and removed (distance G). For each:
+and, for a table whose rows are private too (NR §3.3.9: r and s, or s alone, the subquery's table), every row
+added and removed (distance G). For each:
 
 * the SQL sqldp runs equals PostgreSQL's answer to the query as written, on the database and its neighbour;
 * PostgreSQL's own change of the answer (ℓ1 over the groups) is within the bound scaled by the distance,
@@ -43,12 +44,19 @@ ROW_WEIGHT = {"r": 1.0, "s": 2.0}  # G, when rows are private
 BETAS = (0.05, 0.3, 1.5)
 
 
+def _privacy(rows: str) -> dict[str, str]:
+    """Whose rows are private: none, both r and s, or only s (the subquery's table: then only D's term covers
+    an added row, NR §3.3.9)."""
+    return {"r": "private" if rows == "private" else "public", "s": "public" if rows == "public" else "private"}
+
+
 def _policy(rows: str) -> Policy:
-    weights = {t: f"weight = {g}\n" if rows == "private" else "" for t, g in ROW_WEIGHT.items()}
+    privacy = _privacy(rows)
+    weights = {t: f"weight = {g}\n" if privacy[t] == "private" else "" for t, g in ROW_WEIGHT.items()}
     return Policy.from_toml(
         f"""
 [tables.r]
-rows = "{rows}"
+rows = "{privacy["r"]}"
 {weights["r"]}norm = "l1(a)"
 [tables.r.columns.a]
 range = [0, 2]
@@ -56,7 +64,7 @@ domain = [0, 1, 2]
 [tables.r.columns.b]
 domain = [0, 1, 2]
 [tables.s]
-rows = "{rows}"
+rows = "{privacy["s"]}"
 {weights["s"]}norm = "l1(2*c)"
 [tables.s.columns.c]
 range = [0, 2]
@@ -106,9 +114,9 @@ def catalog() -> Catalog:
 Db = dict[str, list[tuple[int, int]]]
 
 
-def _neighbours(db: Db, rows_private: bool) -> Iterator[tuple[Db, float, str]]:
+def _neighbours(db: Db, private: dict[str, str]) -> Iterator[tuple[Db, float, str]]:
     """Every value neighbour (r.a or s.c of one row set to each other value of DOMAIN, distance weight·|Δ|), and
-    with private rows every row added or removed (distance G)."""
+    for a table with private rows every row added or removed (distance G)."""
     for table, position in (("r", 0), ("s", 1)):
         for i, row in enumerate(db[table]):
             for v in DOMAIN:
@@ -117,7 +125,7 @@ def _neighbours(db: Db, rows_private: bool) -> Iterator[tuple[Db, float, str]]:
                 changed = (v, row[1]) if position == 0 else (row[0], v)
                 rows = [*db[table][:i], changed, *db[table][i + 1 :]]
                 yield {**db, table: rows}, NORM_WEIGHT[table] * abs(v - row[position]), f"{table}[{i}] → {changed}"
-        if rows_private:
+        if private[table] == "private":
             for i in range(len(db[table])):
                 yield {**db, table: [*db[table][:i], *db[table][i + 1 :]]}, ROW_WEIGHT[table], f"{table}[{i}] removed"
             for row in ((a, b) for a in DOMAIN for b in DOMAIN):
@@ -152,7 +160,7 @@ def _violations(
         moved = 0
         for db in (*given, *(_random_db(rng) for _ in range(rounds))):
             f0, c0 = evaluate(db)
-            for other, dist, what in _neighbours(db, rows == "private"):
+            for other, dist, what in _neighbours(db, _privacy(rows)):
                 f1, c1 = evaluate(other)
                 change = _l1(f0, f1)
                 moved += change > 0
@@ -175,7 +183,7 @@ def _violations(
 RICH = {"r": [(0, 0), (1, 0), (2, 1), (1, 1)], "s": [(0, 0), (1, 1), (2, 0)], "p": [(0, 0), (1, 1)]}
 
 
-@pytest.mark.parametrize("rows", ["public", "private"])
+@pytest.mark.parametrize("rows", ["public", "private", "inner"])
 @pytest.mark.parametrize("sql", QUERIES + SCALAR_QUERIES)
 def test_brute_force_value_neighbours(pg_dsn: str, catalog: Catalog, sql: str, rows: str) -> None:
     assert _violations(sql, catalog, rows, pg_dsn, given=(RICH,)) == []
