@@ -133,7 +133,7 @@ def _neighbours(db: Db, private: dict[str, str]) -> Iterator[tuple[Db, float, st
 
 
 def _violations(
-    sql: str, catalog: Catalog, rows: str, dsn: str, rounds: int = 3, given: tuple[Db, ...] = ()
+    sql: str, catalog: Catalog, rows: str, dsn: str, rounds: int = 2, given: tuple[Db, ...] = ()
 ) -> list[str]:
     """Everything the oracle finds wrong for ``sql`` (empty: nothing) on the ``given`` databases and ``rounds``
     random ones."""
