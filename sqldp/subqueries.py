@@ -47,8 +47,10 @@ columns) (:mod:`sqldp.sensitivity.global_bound`).
 
 Shapes outside this are refused with the reason and position: a subquery over several tables (one changed row
 could change many keys of D), with GROUP BY, HAVING, aggregates, LIMIT or set operations, nested subqueries,
-subqueries under OR or NOT other than the one directly before EXISTS or IN, and any subquery when the query
-reads value-sensitive columns or privacy units (those analyses do not model D).
+subqueries under OR or NOT other than the one directly before EXISTS or IN, and any subquery under privacy units
+(R2T does not model D). Under value-level privacy (NR §3.3.8) the subquery's answer is a step of the sensitive
+values it reads, bounded per key (:func:`value_steps`, :mod:`sqldp.sensitivity.columns`; docs/subqueries.md,
+"Under value-level privacy"); refused where a correlation reads a value-sensitive column.
 """
 
 from __future__ import annotations
@@ -338,12 +340,55 @@ def _evaluated(s: SemiJoin) -> tuple[exp.Expr, ...]:
     return (s.compare.copy().transform(swap),)
 
 
+@dataclass(frozen=True)
+class ValueSteps:
+    """What a semi-join reads of the value-sensitive columns (value-level privacy, NR §3.3.8; the argument is in
+    docs/subqueries.md, "Under value-level privacy"): ``inner``, the columns of the subquery's table its own
+    conditions or its value read — a changed value there moves the subquery's answer for its key only, a step
+    for the outer rows with that key; ``outer``, the outer columns a decorrelated scalar subquery's comparison
+    reads — a step of the outer row's own indicator."""
+
+    semi: SemiJoin
+    inner: frozenset[ColumnRef]
+    outer: frozenset[ColumnRef]
+
+
+def value_steps(form: AnalysisForm, sensitive: Callable[[ColumnRef], bool]) -> tuple[ValueSteps, ...]:
+    """The value-sensitive columns each semi-join compares by a step, refused with the reason and position when
+    a correlation (the keys tying D to the outer rows, or a condition between them) reads one: a changed value
+    there moves a row of T to another key, or an outer row to another row of D, which the per-key count of the
+    argument does not bound."""
+    out = []
+    for s in form.semijoins:
+        for e in s.correlation:
+            read = sorted({str(r) for r in _refs(e) if sensitive(r)})
+            if read:
+                raise RefusedError(
+                    f"{s.source} (SELECT … FROM {s.use.table}): its correlation {e.sql(dialect='postgres')} reads "
+                    f"value-sensitive {', '.join(read)}; a changed value would move a row to another key, which the "
+                    "value-level analysis of subqueries (per-key counts, NR §3.3.8.5 steps) does not bound",
+                    where=s.where,
+                )
+        own = [*s.inner, *((s.value,) if s.value is not None else ())]
+        inner = frozenset(r for e in own for r in _refs(e) if sensitive(r))
+        outer = frozenset(
+            r for r in (_refs(s.compare) if s.compare is not None else ()) if r.alias != s.use.alias and sensitive(r)
+        )
+        out.append(ValueSteps(s, inner, outer))
+    return tuple(out)
+
+
+def _refs(e: exp.Expr) -> set[ColumnRef]:
+    return {ColumnRef(c.table, c.name) for c in e.find_all(exp.Column) if c.table}
+
+
 def refuse_outside_rows(form: AnalysisForm, why: str) -> None:
-    """Only the row-level analyses (rows, global bound) model the semi-joins: refuse the others."""
+    """Only the row-level and value-level analyses model the semi-joins: refuse the others (privacy units)."""
     if form.semijoins:
         s = form.semijoins[0]
         raise RefusedError(
-            f"{s.source} (SELECT … FROM {s.use.table}) is analysed under row-level privacy only (NR §3.3.7): {why}",
+            f"{s.source} (SELECT … FROM {s.use.table}) is analysed under row- and value-level privacy only "
+            f"(NR §3.3.7, §3.3.8): {why}",
             where=s.where,
         )
 

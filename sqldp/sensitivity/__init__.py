@@ -82,11 +82,7 @@ def plan(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | Non
     # a data-dependent error would answer without noise: refused first (failures.py)
     failures.check(checked, domain(checked, catalog, policy), bounded_sum=not values)
     if values:
-        subqueries.refuse_outside_rows(
-            form,
-            "the query reads value-sensitive columns, and a changed value moves a key in or out of the derived "
-            "table by a step, which the value-level analysis (NR §3.3.8) has no derivative for",
-        )
+        # semi-joins and scalar subqueries: their steps are bounded per key (sqldp.sensitivity.columns)
         if distinct:  # a distinct count jumps when a value crosses another: no derivative (NR §3.3.8)
             raise RefusedError("COUNT(DISTINCT …) over value-sensitive columns is not a continuous function of them")
         _bounded_types(form, catalog, reads)

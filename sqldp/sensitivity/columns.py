@@ -68,6 +68,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from sqldp import subqueries
 from sqldp.catalog import Catalog
 from sqldp.errors import RefusedError
 from sqldp.form import Aggregate, AnalysisForm, ColumnRef, Conjunct, TableUse
@@ -123,11 +124,15 @@ class ColumnPlan:
     grouped_scan: tuple[bool, ...] = ()
     scan_conjuncts: tuple[Conjunct, ...] = ()
     data_independent: bool = False  # q_m and q_s are read from the data (NR §3.3.8)
+    # subqueries whose answer moves with a sensitive value (docs/subqueries.md, "Under value-level privacy"):
+    # per semi-join, its per-row factor; their per-key counts of outer rows come from ``semi_plan``
+    subquery_terms: tuple[SubqueryTerm, ...] = ()
+    semi_plan: RowPlan | None = None
 
     @property
     def queries(self) -> tuple[exp.Select, ...]:
         out = list(self.value_queries)
-        for p in (self.row_plan, self.count_plan):
+        for p in (self.row_plan, self.count_plan, self.semi_plan):
             if p is not None:
                 out.extend(p.queries)
         return tuple(out)
@@ -151,17 +156,44 @@ class ColumnPlan:
     def bind(self, results: Sequence[Rows]) -> Callable[[float], Bound]:
         """The bound as a function of β; the row-level parts (§3.3.9: c1 and c4) read their results once."""
         n = len(self.value_queries)
-        row_at = count_at = None
+        row_at = count_at = semi_at = None
         if self.row_plan is not None and self.count_plan is not None:
             k = len(self.row_plan.queries)
             row_at = self.row_plan.bind(results[n : n + k])
-            count_at = self.count_plan.bind(results[n + k :])
+            n += k
+            k = len(self.count_plan.queries)
+            count_at = self.count_plan.bind(results[n : n + k])
+            n += k
+        if self.semi_plan is not None:
+            semi_at = self.semi_plan.bind(results[n : n + len(self.semi_plan.queries)])
 
         # without the row-level parts the bound is constant between grid points: the β search asks ≈ 60 βs
         cache: dict[int | None, Bound] = {}
 
+        def subqueries(beta: float) -> tuple[dict[str, float], dict[str, float], dict[str, Any]]:
+            """Per table, Σ over its subqueries of factor × (smoothed outer rows per key), Σ of the factors,
+            and the JSON of each term (docs/subqueries.md, "Under value-level privacy")."""
+            total: dict[str, float] = {}
+            factors: dict[str, float] = {}
+            shown: dict[str, Any] = {}
+            if semi_at is None:
+                return total, factors, shown
+            counts = semi_at(beta).tables
+            for term in self.subquery_terms:
+                outer_rows = _outer_rows(counts, term)
+                total[term.table] = total.get(term.table, 0.0) + term.factor * outer_rows
+                factors[term.table] = factors.get(term.table, 0.0) + term.factor
+                shown.setdefault(term.table, {})[term.alias] = {
+                    "source": term.source,
+                    "step_columns": list(term.columns),
+                    "per_row": term.factor,
+                    "outer_rows_per_key": outer_rows,
+                    "bound": term.factor * outer_rows,
+                }
+            return total, factors, shown
+
         def at(beta: float) -> Bound:
-            if row_at is None:
+            if row_at is None and semi_at is None:
                 idx = self.grid_index(beta)
                 if idx not in cache:
                     cache[idx] = evaluate(beta)
@@ -170,6 +202,9 @@ class ColumnPlan:
 
         def evaluate(beta: float) -> Bound:
             c0 = self.value_bounds(results, beta)
+            sub, sub_factors, sub_shown = subqueries(beta)
+            for t, extra in sub.items():  # the uses of a table add up, the subquery's among them
+                c0[t] = c0.get(t, 0.0) + extra
             tables: dict[str, Any] = {}
             for t, info in self.tables_info.items():
                 cols: dict[str, float] = {}
@@ -184,6 +219,8 @@ class ColumnPlan:
                     "value_sensitivity": c0[t],
                     "column_terms": {"at_beta": self.reference_beta, "terms": cols},
                 }
+                if t in sub_shown:
+                    tables[t]["subqueries"] = sub_shown[t]
             best = max(c0.values(), default=0.0)
             if row_at is not None and count_at is not None:
                 row_bound = row_at(beta)
@@ -194,15 +231,19 @@ class ColumnPlan:
                     # an existing one), so it is not β-smooth in the combined metric; c3_i·c4_i is: it bounds
                     # Σ_{r ∋ t} D_i(r) ≤ #{r ∋ t}·max D_i, does not move with values, and c4_i is β-smooth
                     # under row changes (tests/sensitivity/test_combined_oracle.py found the jump)
-                    c0_i = self.c3[i] * c4[i]
+                    # a subquery's term (factor × smoothed outer rows per key) is data-independent per row as
+                    # c3_i is, and a new row of j adds at most c4_j outer rows to one key: it joins both terms
+                    c3_i, c4_i = self.c3.get(i, 0.0), c4.get(i, 0.0)
+                    c0_i = c3_i * c4_i + sub.get(i, 0.0)
                     terms = [c0_i]
                     for j, g_j in self.weights.items():
                         if j != i:
-                            terms.append(math.exp(-beta * g_j) * (c0_i + self.c3[i] * c4.get(j, 0.0)))
+                            reach = (c3_i + sub_factors.get(i, 0.0)) * c4.get(j, 0.0)
+                            terms.append(math.exp(-beta * g_j) * (c0_i + reach))
                     c2[i] = max(terms)
                     tables[i]["combined_sensitivity"] = c2[i]
-                    tables[i]["c3"] = self.c3[i]
-                    tables[i]["c4"] = c4[i]
+                    tables[i]["c3"] = c3_i
+                    tables[i]["c4"] = c4_i
                 for t, v in row_bound.tables.items():
                     tables.setdefault(t, {})["rows"] = v
                 best = max([row_bound.sensitivity, *c2.values()])
@@ -244,7 +285,8 @@ class _Scope:
 
     @classmethod
     def of(cls, form: AnalysisForm, catalog: Catalog, policy: Policy) -> _Scope:
-        weights_of = {t: column_weights(norm) for t in form.tables if (norm := policy.table(t).norm) is not None}
+        tables = dict.fromkeys([*form.tables, *(s.use.table for s in form.semijoins)])
+        weights_of = {t: column_weights(norm) for t in tables if (norm := policy.table(t).norm) is not None}
         return cls(form, catalog, policy, domain(form, catalog, policy), weights_of)
 
     def weight(self, ref: ColumnRef) -> float | None:
@@ -323,17 +365,27 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
     for _, f in filters:
         for k, v in f.slopes.items():
             slopes[k] = max(slopes.get(k, 0.0), v)
+    steps = _subquery_steps(scope, agg)
+    for st in steps:  # a decorrelated comparison's outer side: a step of the outer row's own indicator
+        for ref in st.outer:
+            slopes[ref] = max(slopes.get(ref, 0.0), _step_slope(scope, ref, st.semi.source))
+    stepped = [st for st in steps if st.inner]
+    base_public = list(public)  # before the fan-out and window conjuncts: what the subqueries' counts read
 
     row_private = sorted({u.table for u in form.uses if policy.table(u.table).rows_private})
+    # a subquery's table with private rows: a row added to it moves D (the row analysis's term, NR §3.3.9)
+    row_private = sorted({*row_private, *subqueries.private_tables(form, policy)})
     combined = bool(row_private)
     row_plan = count_plan = None
     arg = None if agg.arg is None else failures.cap_exponentials(agg.arg)  # EXP must not overflow on the data
     if combined:
         public_form = dataclasses.replace(form, conjuncts=tuple(public))
         row_plan = plan_rows(public_form, catalog, policy)  # c1: no sensitive value read (NR §3.3.9.3)
-        if agg.kind == "sum":
-            assert arg is not None
-            arg = clamp_columns(arg, scope.dom)
+    if agg.kind == "sum" and (combined or stepped):
+        # a subquery's term bounds each outer row's weight by max |e| over the declared ranges: clamped, that
+        # holds for any data (as under row privacy)
+        assert arg is not None
+        arg = clamp_columns(arg, scope.dom)
     released, hard = _released(agg, arg, filters, shift)
     value_tables = sorted(
         {form.use(r.alias).table for r in set(slopes) | {r for r in agg.columns if scope.weight(r) is not None}}
@@ -404,6 +456,26 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
             grouped.append(per_group)
             uses.append(use)
 
+    subquery_terms: list[SubqueryTerm] = []
+    semi_plan = None
+    if stepped:
+        weight = 1.0
+        if agg.kind == "sum":
+            assert arg is not None
+            lo, hi = interval(arg, scope.dom, f"{agg.sql} with a subquery under value-level privacy (max |e| per row)")
+            weight = max(abs(lo), abs(hi))
+        for st in stepped:
+            t = st.semi.use.table
+            per_column = {r.column: _step_slope(scope, r, st.semi.source) for r in sorted(st.inner, key=str)}
+            factor = weight * float(dual(_norm(policy, t), per_column, "float") or 0.0)
+            subquery_terms.append(SubqueryTerm(t, st.semi.use.alias, st.semi.source, factor, tuple(per_column)))
+            if t not in tables_info:
+                tables_info[t] = _table_info(scope, t, agg, slopes)
+        semi_plan = _semi_plan(scope, base_public, stepped)
+    if form.semijoins:  # the answer's scan joins the derived tables: the bounds keep their own scans
+        inline = [False] * len(inline)
+        grouped = [False] * len(grouped)
+
     return ColumnPlan(
         form=form,
         aggregate=released,
@@ -421,7 +493,78 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
         grouped_scan=tuple(grouped),
         scan_conjuncts=tuple(public),
         key_moves=key_moves,
+        subquery_terms=tuple(subquery_terms),
+        semi_plan=semi_plan,
     )
+
+
+@dataclass(frozen=True)
+class SubqueryTerm:
+    """A semi-join (or decorrelated scalar subquery) whose answer moves with sensitive values of its table:
+    a change of one of ``columns`` in one row of ``table`` by one step of its grid moves the subquery's
+    answer for that row's key only, flipping at most the outer rows with that key, each worth at most max |e|;
+    ``factor`` is max |e| times the dual norm of the per-column steps (1/grain), the per-row bound per outer
+    row (docs/subqueries.md, "Under value-level privacy")."""
+
+    table: str
+    alias: str  # the semi-join's use (D's alias)
+    source: str
+    factor: float
+    columns: tuple[str, ...]
+
+
+def _outer_rows(counts: dict[str, Any], term: SubqueryTerm) -> float:
+    """The smoothed count of outer rows one row of the term's derived table meets (the row plan's term)."""
+    return float(counts[term.table]["derived_tables"][term.alias])
+
+
+def _subquery_steps(scope: _Scope, agg: Aggregate) -> tuple[subqueries.ValueSteps, ...]:
+    """The semi-joins' value-sensitive reads (refused where a correlation reads one), after the checks that
+    only COUNT and SUM are analysed with subqueries here."""
+    form = scope.form
+    if not form.semijoins:
+        return ()
+    if agg.kind not in ("count", "sum"):
+        s = form.semijoins[0]
+        raise RefusedError(
+            f"{agg.sql} with {s.source} (SELECT … FROM {s.use.table}) is not analysed under value-level privacy: "
+            "the subquery's argument (docs/subqueries.md) bounds COUNT and SUM, whose outer rows add up",
+            where=s.where,
+        )
+    return subqueries.value_steps(form, lambda r: scope.weight(r) is not None)
+
+
+def _step_slope(scope: _Scope, ref: ColumnRef, source: str) -> float:
+    """The slope, per unit of the norm, of a step in ``ref`` on its grid (NR §3.3.8.5): an indicator moves by
+    at most 1 per step of one grain, so 1/grain (a DATE: days per unit, its grain being one day); refused
+    for a column without a grid (a change below any bound could flip it)."""
+    kind, grain, days_per_unit, _ = scope.info(ref)
+    if grain is None:
+        raise RefusedError(
+            f"{source} (SELECT …) compares value-sensitive {ref} by a step, and its type has no grid (an "
+            "integer, DATE or NUMERIC(p, s) column): an arbitrarily small change could flip it (NR §3.3.8.5)"
+        )
+    return days_per_unit if kind == "date" else 1.0 / grain
+
+
+def _semi_plan(scope: _Scope, public: Sequence[Conjunct], stepped: Sequence[subqueries.ValueSteps]) -> RowPlan:
+    """Per semi-join, the smoothed count of the outer rows one row of its derived table meets (the row
+    analysis's derived-table term, rows.semi_term: the outer query with its public conjuncts, joined with D
+    by the correlation's equalities): a value-independent count, β-smooth when rows are private too. The
+    subquery's table is treated as having private rows for this count only."""
+    policy = scope.policy
+    tables = {st.semi.use.table for st in stepped}
+    count_policy = dataclasses.replace(
+        policy,
+        tables={**policy.tables, **{t: dataclasses.replace(policy.table(t), rows_private=True) for t in tables}},
+    )
+    count_form = dataclasses.replace(
+        scope.form,
+        conjuncts=tuple(public),
+        aggregates=(Aggregate("count", None),),
+        semijoins=tuple(st.semi for st in stepped),
+    )
+    return plan_rows(count_form, scope.catalog, count_policy)
 
 
 def _check_aggregate(form: AnalysisForm, catalog: Catalog, agg: Aggregate) -> None:

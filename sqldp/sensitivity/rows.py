@@ -445,17 +445,14 @@ class RowPlan(ExactUnfolded):
         for table in sorted(self.private):
             plans = [p for p in self.uses if p.term.use.table == table]
             vectors, growths = self._vectors(plans, scal, grouped) if plans else ([()], [])
-            semis = [
-                (math.prod(scal[i] for i in s.factors), self._growth(s.term, scal))
-                for s in self.semis
-                if s.semi.use.table == table
-            ]
-            per_table.append((table, plans, vectors, growths, semis))
+            mine = [s for s in self.semis if s.semi.use.table == table]
+            semis = [(math.prod(scal[i] for i in s.factors), self._growth(s.term, scal)) for s in mine]
+            per_table.append((table, plans, vectors, growths, mine, semis))
 
         def at(beta: float) -> Bound:
             terms: dict[str, dict[str, Any]] = {}
             best = 0.0
-            for table, plans, vectors, growths, semis in per_table:
+            for table, plans, vectors, growths, mine, semis in per_table:
                 smoothed = 0.0
                 witness: tuple[float, ...] = ()
                 for vec in vectors:
@@ -463,19 +460,21 @@ class RowPlan(ExactUnfolded):
                     if total >= smoothed:
                         smoothed, witness = total, vec
                 # the derived tables' terms add to the product's (sqldp.subqueries, arguments 2 and 3)
-                smoothed += sum(smooth_count(c, g, beta)[0] for c, g in semis)
+                derived = {s.semi.use.alias: smooth_count(c, g, beta)[0] for s, (c, g) in zip(mine, semis, strict=True)}
+                smoothed += sum(derived.values())
                 witness += tuple(c for c, _ in semis)
                 g_t = self.weights[table]
                 sens = self.multiplier * smoothed / g_t
                 best = max(best, sens)
-                derived = [s.semi.use.alias for s in self.semis if s.semi.use.table == table]
                 terms[table] = {
-                    "uses": [p.term.use.alias for p in plans] + derived,
+                    "uses": [p.term.use.alias for p in plans] + list(derived),
                     "weight": g_t,
                     "derivative": self.multiplier * sum(witness),  # the unsmoothed count derivative at D
                     "smooth_derivative": self.multiplier * smoothed,
                     "sensitivity": sens,
                 }
+                if derived:  # per derived table, its smoothed count (the value-level analysis of subqueries reads it)
+                    terms[table]["derived_tables"] = {a: self.multiplier * v for a, v in derived.items()}
             return Bound(best, terms)
 
         return at
