@@ -428,6 +428,12 @@ def _witness_sql(
     return main.sql(dialect="postgres")
 
 
+def bound(m: int, per_row: float) -> float:
+    """The ℓ1 sensitivity of the witness counts (module docstring, step 3): m rows of the public table per
+    correlation key, each moving by at most ``per_row`` per unit of distance."""
+    return m * per_row
+
+
 def _literal(v: Any) -> exp.Expr:
     if isinstance(v, bool) or v is None:
         raise RefusedError("selecting public rows: the IN's values must be numbers, text or dates")
@@ -511,7 +517,7 @@ class Selection:
         t_witness = time.perf_counter() - t0
         rows = fetched.answer
         m = int(rows[0][2]) if rows else 0
-        sensitivity = m * self.shape.per_row
+        sensitivity = bound(m, self.shape.per_row)
         cal = mechanisms.calibrate_global(sensitivity, self.params.epsilon)
         result = Result(self.sql, self.params, test_mode=self.noise.test_mode, notes=self.notes())
         kept = []
