@@ -77,7 +77,8 @@ def _neighbours() -> Iterator[Neighbour]:
         for dq in (Decimal("0.01"), Decimal("-0.01"), Decimal("1"), Decimal("-2.5")):
             yield f"UPDATE li SET q = q + {dq} WHERE id = {i}", f"UPDATE li SET q = {q} WHERE id = {i}", float(abs(dq))
         for dd in (1, -1, 3):
-            yield f"UPDATE li SET d = d + {dd} WHERE id = {i}", f"UPDATE li SET d = '{d}' WHERE id = {i}", float(abs(dd))
+            undo = f"UPDATE li SET d = '{d}' WHERE id = {i}"
+            yield f"UPDATE li SET d = d + {dd} WHERE id = {i}", undo, float(abs(dd))
         # a column the query does not read: nothing it releases may move
         yield f"UPDATE li SET f = 0.001 WHERE id = {i}", f"UPDATE li SET f = 0 WHERE id = {i}", 0.001
     for pk in (1, 2):
@@ -157,6 +158,7 @@ def test_every_neighbour_within_epsilon_and_the_bound_is_attained(tiny: tuple[st
     session = sqldp.connect(dsn, policy)
     try:
         w, scale, kept = _counts(session)
+        assert w == {"witnesses(1)": 2.0, "witnesses(2)": 1.0, "witnesses(3)": 0.0}
         # B = 1 (a row added or removed; q summed at weight 1; d in a filter, one day at weight 1); m = 2
         assert scale == pytest.approx(2.0 / EPSILON)
         with psycopg.connect(dsn) as conn:
@@ -199,7 +201,7 @@ def test_refusals_name_the_reason_the_table_and_the_position(tiny: tuple[str, Pa
     dsn, policy = tiny
     session = sqldp.connect(dsn, policy)
     try:
-        with pytest.raises(RefusedError, match="^query:2:") as info:
+        with pytest.raises(RefusedError, match=r"^query:2:") as info:
             session.prepare(sql, epsilon=EPSILON)
     finally:
         session.close()
