@@ -809,11 +809,18 @@ def _sum_bound(
                 "small change of it",
                 where=at,
             )
-        candidates.append((m / (w * grid), f"{t_name}.{v} in a filter: a change of at least {grid:g} moves ≤ {m:g}"))
+        flip = filter_flip(m, w, grid)
+        candidates.append((flip, f"{t_name}.{v} in a filter: a change of at least {grid:g} moves ≤ {m:g}"))
     if not candidates:
         raise RefusedError("the argmax over a WITH query: its table protects nothing", where=at)
     per_unit, why = max(candidates)
     return per_unit, why, clamped(e, dom)
+
+
+def filter_flip(m: float, weight: float, grid: float) -> float:
+    """A filter on a sensitive column flips with a change of it of one grid step at least (distance weight·grid)
+    and moves the row's term by at most m: m per weight·grid of distance."""
+    return m / (weight * grid)
 
 
 def _score_sql(
