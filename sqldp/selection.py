@@ -1,4 +1,4 @@
-"""Private selection of public rows (issue #21, TPC-H Q20's shape): rows of public tables kept or dropped by a
+"""Private selection of public rows (TPC-H Q20's shape; Q15's argmax below): rows of public tables kept or dropped by a
 predicate over private data, released as a differentially private choice; the kept rows are then exact.
 
 The shape (every table outside the one scalar subquery public; T the private table)::
