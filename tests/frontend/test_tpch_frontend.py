@@ -36,7 +36,7 @@ EXPECTED = {
     "q15": "releases rows of private table",       # the revenue view returns supplier rows
     "q16": "row-level privacy only",               # NOT IN (SELECT …): an anti-join; p_size is in the norm
     "q17": "row-level privacy only",               # correlated scalar subquery: a join; l_quantity in the norm
-    "q18": "with GROUP BY is not analysed",        # IN (SELECT … GROUP BY … HAVING)
+    "q18": "which groups exist in private table",  # IN (SELECT … GROUP BY … HAVING) is a join; GROUP BY c_name
     "q20": "releases rows of private table",
     "q21": "which groups exist in private table",  # EXISTS / NOT EXISTS are semi-joins; GROUP BY s_name
     "q22": "workflow step",                        # uncorrelated scalar subquery: released first (a session)
