@@ -669,6 +669,9 @@ def recognise_argmax(parsed: ParsedQuery, catalog: Catalog, policy: Policy) -> A
     ]
     if len(tops) != 1:
         return None
+    outer = [t for t in _from_tables(tree) if t.name != view]
+    if not outer or any(not policy.table(t.name.lower()).public for t in outer):
+        return None  # rows of a private table would be released: the analyses refuse that with their reason
     at = position(parsed.sql, tops[0])
     try:
         return _argmax(parsed, catalog, policy, tree, view, q, parts, tops[0], at)
@@ -971,8 +974,14 @@ class Argmax:
         out = self.public_path(argmax_final_sql(self.shape, chosen, value)).run()
         result.columns = out.columns
         totals = {i.alias_or_name for i in self.shape.tree.expressions if _reads(i, self.shape.view, self.shape.total)}
+        # the total's noise scale is Δ/ε₂, a function of the policy and the query: its error bar may be shown
+        bars = {c: cal.half_width(self.params.confidence) for c in totals} if noisy else {}
         result.rows = [
-            {"key": {c: r[c] for c in out.columns if c not in totals}, "values": {c: r[c] for c in totals}}
+            {
+                "key": {c: r[c] for c in out.columns if c not in totals},
+                "values": {c: r[c] for c in totals},
+                "errors": bars,
+            }
             for r in out.rows
         ]
         result.grouped = True
@@ -1018,6 +1027,31 @@ def prepare_argmax(
     params = dataclasses.replace(params, delta=None, beta=None, mechanism="laplace")
     public_path(argmax_final_sql(shape, None, None))  # the final statement's shape passes the public path now
     return Argmax(engine, noise, parsed.sql, shape, params, public_path, started)
+
+
+def explain(parsed: ParsedQuery, catalog: Catalog, policy: Policy) -> dict[str, Any] | None:
+    """What ``sqldp explain`` shows for these shapes (reads nothing): the kind, the bound and the SQL that runs;
+    None for a statement of another shape. Refusals are raised as by ``prepare``."""
+    shape = recognise(parsed, catalog, policy)
+    if shape is not None:
+        return {
+            "kind": "selection of public rows by witness counts (Laplace over the candidates, kept above 1/2)",
+            "where": shape.where,
+            "per_row_bound": shape.per_row,
+            "why": shape.why,
+            "sql": [shape.witness_sql],
+        }
+    argmax = recognise_argmax(parsed, catalog, policy)
+    if argmax is not None:
+        return {
+            "kind": "argmax over a grouped WITH query (exponential mechanism, then its total with Laplace noise)",
+            "where": argmax.where,
+            "epsilon_shares": [ARGMAX_SHARE, 1 - ARGMAX_SHARE],
+            "score_bound": argmax.per_unit,
+            "why": argmax.why,
+            "sql": [argmax.score_sql],
+        }
+    return None
 
 
 Chosen = Selection | Argmax  # what sqldp.session.Session.prepare hands out for these shapes

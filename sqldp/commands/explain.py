@@ -19,6 +19,7 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
     # imported here, not at the top: every command module is imported for `sqldp --help`, which must not wait
     # for z3, scipy and the analyses
     from sqldp import algebra as ra
+    from sqldp import selection
     from sqldp.form import describe
     from sqldp.frontend import parse
     from sqldp.normalize import PublicRelease, normalize
@@ -29,6 +30,14 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
 
     parsed = parse(sql, catalog)
     out: dict[str, Any] = {"algebra": ra.to_json(parsed.algebra), "algebra_text": ra.render(parsed.algebra)}
+    try:  # public rows picked by private data (TPC-H Q20, Q15): a DP choice, then the public path
+        chosen = selection.explain(parsed, catalog, policy)
+    except RefusedError as err:
+        out.update(analysis=None, public=False, refused={"reason": err.message, "where": err.where})
+        return out
+    if chosen is not None:
+        out.update(analysis=None, public=False, refused=None, selection=chosen, sql=chosen["sql"])
+        return out
     try:
         form = normalize(parsed, catalog, policy)
     except RefusedError as err:

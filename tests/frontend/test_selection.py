@@ -208,6 +208,22 @@ def test_refusals_name_the_reason_the_table_and_the_position(tiny: tuple[str, Pa
     assert reason in str(info.value) and "'li'" in str(info.value)
 
 
+def test_explain_shows_the_choice_without_reading_data() -> None:
+    from sqldp.catalog import Catalog
+    from sqldp.commands.explain import explain
+    from sqldp.datasets import dataset_path
+    from sqldp.policy import Policy
+
+    catalog = Catalog.from_file(dataset_path("tpch.sql"))
+    policy = Policy.from_file(dataset_path("tpch_catalog.toml"))
+    out = explain((QUERIES / "q20.sql").read_text(encoding="utf-8"), catalog, policy)
+    assert out["refused"] is None and out["selection"]["per_row_bound"] == 1.0
+    # under tpch.toml supplier is private: the statement would release its rows, refused as before
+    private = Policy.from_file(dataset_path("tpch.toml"))
+    out = explain((QUERIES / "q20.sql").read_text(encoding="utf-8"), catalog, private)
+    assert "releases rows of private table 'supplier'" in out["refused"]["reason"]
+
+
 def _plain(v: Any) -> Any:
     return v.rstrip() if isinstance(v, str) else v
 

@@ -166,6 +166,19 @@ def test_mutant_no_filter_flip_is_killed(tiny: tuple[str, Path], monkeypatch: py
     assert over and any("SET d = d" in make for make, _, _ in over)
 
 
+def test_explain_shows_the_choice_without_reading_data() -> None:
+    from sqldp.catalog import Catalog
+    from sqldp.commands.explain import explain
+    from sqldp.datasets import dataset_path
+    from sqldp.policy import Policy
+
+    catalog = Catalog.from_file(dataset_path("tpch.sql"))
+    policy = Policy.from_file(dataset_path("tpch_catalog.toml"))
+    out = explain((QUERIES / "q15.sql").read_text(encoding="utf-8"), catalog, policy)
+    assert out["refused"] is None and out["selection"]["score_bound"] == 104950.0
+    assert out["sql"] == out["selection"]["sql"] and "sqldp_candidates" in out["sql"][0]
+
+
 def _plain(v: Any) -> Any:
     return v.rstrip() if isinstance(v, str) else v
 
@@ -185,5 +198,8 @@ def test_q15_unnoised_is_postgres_answer_on_tpch(tpch_dsn: tuple[str, Any, Any])
         columns, rows = out.table()
         assert columns == ["s_suppkey", "s_name", "s_address", "s_phone", "total_revenue"] and len(rows) == 1
         assert out.to_json()["epsilon"] == EPSILON and out.to_json()["delta"] is None
+        # Δ = 104,950 (docs/selection.md), ε₂ = ε/2: the total's error bar is data-independent
+        (record,) = out.records()
+        assert record["total_revenue_error"] == pytest.approx(104950 / 0.5 * -math.log(1 - 0.78))
     finally:
         session.close()
