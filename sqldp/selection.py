@@ -177,6 +177,15 @@ def _in_side(
     k = sub.expressions[0].unalias()
     p_parts = _conjuncts(sub.args["where"].this if sub.args.get("where") is not None else None)
     p_private = [p for p in p_parts if any(not policy.table(t).public for t in _tables(p))]
+    # the witness statement reads P's conditions without the outer tables: a correlated IN is refused here,
+    # before the charge, not by PostgreSQL after it
+    for part in [p for p in p_parts if p not in p_private] + [k]:
+        if not _reads_only(part, p_alias):
+            raise RefusedError(
+                "IN (SELECT …) selecting public rows: a subquery correlated with the outer query is not analysed",
+                where=at,
+            )
+    _check_key(conjunct.this, catalog, tree, at)
     if len(p_private) != 1:
         raise RefusedError(
             "IN (SELECT … FROM a public table WHERE …) selecting public rows: exactly one conjunct may read a private "
@@ -270,6 +279,24 @@ def _scalar_side(
     per_row, why = _per_row_bound(catalog, policy, t_name, summed, keys, inner, at)
     sql = _witness_sql(tree, conjunct, k, sub, p_alias, p_parts, cond, left, op, scalar, t_alias, keys, inner, alpha)
     return Shape(tree, conjunct, conjunct.this, sql, per_row, t_name, at, why)
+
+
+def _reads_only(e: exp.Expr, alias: str) -> bool:
+    """Every column of ``e`` is the use ``alias``'s or one of a table a subquery inside ``e`` reads itself."""
+    own = {t.alias_or_name for t in e.find_all(exp.Table)} | {alias}
+    return all(c.table in own for c in e.find_all(exp.Column))
+
+
+def _check_key(x: exp.Expr, catalog: Catalog, tree: exp.Select, at: str) -> None:
+    """The chosen values return to the statement as literals: x must be a column of a number, text or date type."""
+    tables = {t.alias_or_name: t.name.lower() for t in _from_tables(tree)}
+    kind = None
+    if isinstance(x, exp.Column) and x.table in tables:
+        kind = catalog.table(tables[x.table]).column(x.name).kind
+    if kind not in ("integer", "numeric", "text", "date"):
+        raise RefusedError(
+            "selecting public rows: the compared key must be a column of a number, text or date type", where=at
+        )
 
 
 def _scaled_aggregate(e: exp.Expr) -> tuple[float, exp.AggFunc | None]:
@@ -736,6 +763,7 @@ def _argmax(
             a = other
     if a is None:
         raise RefusedError(f"{what}: the WITH query must be joined by its key equal to a public column", where=at)
+    _check_key(a, catalog, tree, at)
     others = [p for p in parts if p is not top and p is not join]
     if any(not policy.table(t).public for p in others for t in _tables(p) if t in catalog.tables):
         raise RefusedError(f"{what}: the statement's other conditions must read public tables only", where=at)

@@ -194,8 +194,9 @@ def test_mutant_no_multiplicity_is_killed(tiny: tuple[str, Path], monkeypatch: p
         (QUERY.replace("SUM(li.q)", "MAX(li.q)"), "must be SUM(column) or COUNT(*)"),
         (QUERY.replace("ps.avail >", "ps.avail ="), "must compare with >, >=, <, <="),
         (QUERY.replace("FROM ps WHERE", "FROM ps WHERE ps.pk IN (SELECT pk FROM li) AND"), "exactly one conjunct"),
+        (QUERY.replace("FROM ps WHERE", "FROM ps WHERE ps.pk = sup.nation AND"), "correlated with the outer query"),
     ],
-    ids=["sensitive-key", "float-filter", "max", "equality", "two-private"],
+    ids=["sensitive-key", "float-filter", "max", "equality", "two-private", "correlated-in"],
 )
 def test_refusals_name_the_reason_the_table_and_the_position(tiny: tuple[str, Path], sql: str, reason: str) -> None:
     dsn, policy = tiny
