@@ -973,8 +973,10 @@ class Argmax:
         cal = mechanisms.calibrate_global(delta_, e2)
         scores = [(v, float(s)) for v, s in rows]
         result = Result(self.sql, self.params, test_mode=self.noise.test_mode, notes=self.notes())
-        for v, s in scores:
-            m = Measurement(f"score({v})", e1, 0.0, 0.0, delta_, 0.0, 0.0, {}, "exponential", true_value=s)
+        # audit: every candidate's true score; a run: the one choice (its mechanism and ε share, no value)
+        for v, s in scores if not noisy else [("argmax", None)]:
+            name = f"score({v})" if not noisy else f"argmax of {self.shape.aggregate}"
+            m = Measurement(name, e1, 0.0, 0.0, delta_, 0.0, 0.0, {}, "exponential", true_value=s)
             result.measurements.append([m])
         chosen, value = None, None
         if scores:

@@ -93,6 +93,12 @@ def _text(out: dict[str, Any]) -> str:
         lines.append(f"Refused ({out['refused']['where']}): {out['refused']['reason']}")
     elif out["public"]:
         lines.append(f"Public: reads only public tables ({', '.join(out['tables'])}); answered exactly.")
+    elif out.get("selection"):
+        chosen = out["selection"]
+        lines.append(f"Public rows chosen by private data ({chosen['where']}; docs/selection.md): {chosen['kind']}")
+        lines.append(f"  bound:      {chosen['why']}")
+        lines.append("SQL that runs (one snapshot), then the statement over public tables with the chosen values:")
+        lines.extend(f"  {q}" for q in chosen["sql"])
     else:
         a = out["analysis"]
         lines.append("Analysis form:")
