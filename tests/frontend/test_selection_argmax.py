@@ -203,3 +203,27 @@ def test_q15_unnoised_is_postgres_answer_on_tpch(tpch_dsn: tuple[str, Any, Any])
         assert record["total_revenue_error"] == pytest.approx(104950 / 0.5 * -math.log(1 - 0.78))
     finally:
         session.close()
+
+
+def _frequencies_match(draw: Any) -> bool:
+    """30,000 seeded draws of ``draw(scores, rate, source)`` against exp(rate·s)/Z, each within 5 standard errors."""
+    from sqldp.mechanisms import NoiseSource
+
+    scores = [("a", 0.0), ("b", -1.0), ("c", -2.0), ("d", 0.0)]
+    source = NoiseSource.seeded(11)
+    n = 30_000
+    counts = [0] * len(scores)
+    for _ in range(n):
+        counts[draw(scores, 0.7, source)] += 1
+    expected = _probabilities(dict(scores), 0.7)
+    return all(
+        abs(c / n - expected[v]) < 5 * math.sqrt(expected[v] * (1 - expected[v]) / n)
+        for (v, _), c in zip(scores, counts, strict=True)
+    )
+
+
+def test_the_sampler_draws_the_exponential_mechanism() -> None:
+    """The sampler against the closed-form probabilities; the mutant ``doubled-rate`` (weights exp(2·rate·s), as
+    if the factor 2 were applied the wrong way) fails the same check."""
+    assert _frequencies_match(selection.exponential)
+    assert not _frequencies_match(lambda scores, rate, source: selection.exponential(scores, 2 * rate, source))
