@@ -21,7 +21,7 @@ from sqldp.form import AGG_PREFIX, AnalysisForm, Output
 from sqldp.groups import all_groups
 from sqldp.mechanisms import NoiseSource
 from sqldp.params import PrivacyParams, check_beta
-from sqldp.result import GLOBAL, R2T, Measurement, Result
+from sqldp.result import GAUSSIAN, GLOBAL, PUBLIC_SCALE, R2T, Measurement, Result
 from sqldp.sensitivity.global_bound import GlobalPlan
 from sqldp.sensitivity.plan import Bound, Plan, Rows
 from sqldp.sensitivity.units import UnitPlan, shift
@@ -52,7 +52,8 @@ def shares(
     # δ goes to the aggregates that spend it: a data-dependent bound's smoothed noise and the partition
     # selection count; a global bound's Laplace is pure ε-DP and would waste its share (composition adds the δs
     # actually spent, Dwork & Roth Thm 3.16)
-    spending = [i for i, plan in enumerate(plans) if not plan.data_independent or i == form.select_by]
+    joint = gaussian(form, params, plans)  # one Gaussian release of every aggregate spends δ for them all
+    spending = [i for i, plan in enumerate(plans) if joint or not plan.data_independent or i == form.select_by]
     out: list[tuple[float, float | None] | None] = []
     for i, plan in enumerate(plans):
         whole = not form.group_by or plan.disjoint_groups or plan.data_independent
@@ -64,6 +65,47 @@ def shares(
         delta = params.delta / len(spending) / divisor if params.delta and i in spending else None
         out.append((eps, delta))
     return out
+
+
+def gaussian(form: AnalysisForm, params: PrivacyParams, plans: Sequence[Plan]) -> bool:
+    """Whether the query's aggregates are released together by one Gaussian vector instead of Laplace at ε/k
+    each: under (ε, δ) (``--mechanism laplace --delta D``), when every aggregate's bound is global (so its
+    scale is known before the data: a data-dependent bound's smoothing is for Theorems 3.53/3.56) and no
+    partition selection runs, and when it gives less noise (:func:`sqldp.mechanisms.gaussian_wins`, from ε,
+    δ and the number of aggregates only: data-independent, like every choice of mechanism here).
+
+    Why it is (ε, δ)-DP: each global bound c_i covers the ℓ1 norm over the groups of aggregate i's change (see
+    :func:`shares`), so its ℓ2 norm too; the vector of every f_i/c_i over every group then moves by at most
+    √k in ℓ2 on neighbours, and N(0, σ₁²) on each of its coordinates with σ₁ the analytic Gaussian σ for
+    (ε, δ) at ℓ2 sensitivity 1, scaled by √k — i.e. N(0, (c_i·√k·σ₁)²) on f_i — is (ε, δ)-DP (Balle and Wang,
+    ICML 2018, Theorem 8). Each aggregate carries (ε/k, δ/k) of it in the shares, which add up to the
+    release's (ε, δ)."""
+    return (
+        bool(params.delta)
+        and form.select_by is None
+        and bool(plans)
+        and all(p.data_independent and not isinstance(p, UnitPlan) for p in plans)
+        and mechanisms.gaussian_wins(params.epsilon, params.delta or 0.0, len(plans))
+    )
+
+
+def zcdp(form: AnalysisForm, params: PrivacyParams, plans: Sequence[Plan]) -> float | None:
+    """The ρ for which the query's release is ρ-zCDP (Bun and Steinke, "Concentrated Differential Privacy:
+    Simplifications, Extensions, and Lower Bounds", TCC 2016), for a session that adds the ρ of its runs
+    (their Lemma 2.3, adaptive) and converts once (sqldp.session.Session.guarantee); None where the release
+    spends δ otherwise, which zCDP does not express.
+
+    * One Gaussian vector (:func:`gaussian`): its coordinates f_i/c_i move by ≤ √k in ℓ2 under noise of
+      σ = √k·σ₁, so ρ = k/(2kσ₁²) = 1/(2σ₁²) (Prop. 1.6).
+    * A pure ε-DP release (no aggregate spends δ: Laplace on global bounds, generalized Cauchy, R2T) is
+      ε²/2-zCDP (Prop. 1.4).
+    * The smoothed Laplace of NR Theorem 3.56 and partition selection spend δ: None."""
+    if gaussian(form, params, plans):
+        assert params.delta is not None
+        return mechanisms.gaussian_rho(1.0, mechanisms.gaussian_sigma(params.epsilon, params.delta))
+    if params.delta and any(not p.data_independent or i == form.select_by for i, p in enumerate(plans)):
+        return None
+    return params.epsilon * params.epsilon / 2.0
 
 
 def dilated(form: AnalysisForm, params: PrivacyParams, plan: Plan, kind: str, groups: int | None = None) -> bool:
@@ -151,7 +193,8 @@ def choose_truncation(
 ) -> BoundChoice:
     """Truncate when that gives less expected noise, decided from data-independent facts only (the choice, like
     the mechanism, is released): the truncated plans' global bounds c give Laplace noise at c/ε_i, median
-    ln 2·c/ε_i. The untruncated plan's noise is known the same way when its bound is global too; when it is
+    ln 2·c/ε_i (or the Gaussian vector's Φ⁻¹(¾)·√k·σ₁·c where :func:`gaussian` takes it). The untruncated
+    plan's noise is known the same way when its bound is global too; when it is
     data-dependent (smoothed), its floor on a database where the declaration is reached is used: there one row
     changes N_t join rows (the model checker's bound is exact, and attained), so the smooth bound is at least
     the local sensitivity M·N_t/G_t — the truncated bound before its factor for the evicted row — and the
@@ -167,11 +210,19 @@ def choose_truncation(
     cut_split = shares(form, params, truncated, groups)
     plain_split = shares(form, params, plans, groups)
     ln2 = math.log(2.0)
-    t_noise = sum(ln2 * p.bound / share(cut_split, i) for i, p in enumerate(truncated))
+
+    def unit(ps: Sequence[Plan], split: Sequence[Share | None], i: int) -> float:
+        """Median |noise| per unit of a global bound: Laplace at the share's ε, or the Gaussian vector's."""
+        if gaussian(form, params, ps):
+            sigma = mechanisms.gaussian_sigma(params.epsilon, params.delta or 0.0)
+            return mechanisms.gaussian_abs_quantile(0.5) * math.sqrt(k) * sigma
+        return ln2 / share(split, i)
+
+    t_noise = sum(unit(truncated, cut_split, i) * p.bound for i, p in enumerate(truncated))
     u_noise = 0.0
     for i, (plan, alt) in enumerate(zip(plans, truncated, strict=True)):
         if isinstance(plan, GlobalPlan):
-            u_noise += ln2 * plan.bound / share(plain_split, i)
+            u_noise += unit(plans, plain_split, i) * plan.bound
         elif not plan.data_independent:
             reach = max((t["sensitivity"] / t.get("swap", 1.0) for t in alt.terms.values()), default=0.0)
             eps = share(plain_split, i)
@@ -220,6 +271,7 @@ def templates(
     bound covers every group of the query, so the template serves each group."""
     split = shares(form, params, plans, groups)
     check_beta(params, smoothed(split, plans))  # the group count is known now
+    joint = gaussian(form, params, plans)
     out = []
     for agg, plan, rows, share in zip(form.aggregates, plans, results, split, strict=True):
         assert share is not None
@@ -228,6 +280,9 @@ def templates(
             out.append(race_template(agg.sql, plan, rows, eps))
             continue
         cal, bound = calibrate(plan, rows, eps, delta, params)
+        if joint:  # the whole query's (ε, δ) on one Gaussian vector: this aggregate's coordinates of it
+            assert params.delta is not None
+            cal = mechanisms.calibrate_gaussian(cal.sensitivity, params.epsilon, params.delta, len(plans))
         if dilated(form, params, plan, agg.kind, groups):
             # calibrated at the split share ε/m and β: the vector's b = ε/(γ+1) − m·β is m times that b, and
             # its sensitivity the bound times the histogram factor
@@ -250,7 +305,7 @@ def templates(
                 noise_scale=cal.scale,
                 half_width=cal.half_width(params.confidence),
                 terms=bound.tables,
-                mechanism=GLOBAL if plan.data_independent else cal.mechanism,
+                mechanism=GAUSSIAN if joint else GLOBAL if plan.data_independent else cal.mechanism,
                 calibration=cal,
             )
         )
@@ -375,7 +430,7 @@ def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]
             if m.mechanism == R2T:
                 m.noisy_value = race(m, noise)
             else:
-                kind = "laplace" if m.mechanism == GLOBAL else m.mechanism
+                kind = {GLOBAL: "laplace", GAUSSIAN: "gaussian"}.get(m.mechanism, m.mechanism)
                 m.noisy_value = mechanisms.release(kind, m.true_value, m.noise_scale, noise)
             noisy.append(m.noisy_value)
         if form.select_by is not None:
@@ -432,12 +487,13 @@ def error_bar(
 ) -> float | None:
     """The half-width of an interval around the released ``value`` that holds the true value with probability at
     least ``confidence``, when every measurement the output reads has a data-independent noise scale (a
-    ``laplace-global`` one: its bar may be shown to analysts); else None. Each measurement's bar is taken at
-    confidence 1 − (1 − c)/k for the k measurements read (a union bound: all k hold at once with probability
-    ≥ c), and the output's interval follows by interval arithmetic (:data:`INTERVALS`), which is sound for
-    every operator there: the true output is the expression at the true values, which lie in their intervals."""
+    ``laplace-global`` or ``gaussian-global`` one: its bar may be shown to analysts); else None. Each
+    measurement's bar is taken at confidence 1 − (1 − c)/k for the k measurements read (a union bound: all k
+    hold at once with probability ≥ c), and the output's interval follows by interval arithmetic
+    (:data:`INTERVALS`), which is sound for every operator there: the true output is the expression at the
+    true values, which lie in their intervals."""
     used = [measured[i] for i in output.aggregates]
-    if value is None or confidence is None or not used or any(m.mechanism != GLOBAL for m in used):
+    if value is None or confidence is None or not used or any(m.mechanism not in PUBLIC_SCALE for m in used):
         return None
     if any(m.calibration is None or m.noisy_value is None for m in used):
         return None
@@ -460,14 +516,27 @@ def describe(
     """Per aggregate, what an analyst may see before anything is read: its ε and δ share and how the groups
     share it (None while the group count is read from a public table at run time)."""
     out = []
-    split = shares(form, params, plans, declared_groups(domains))
+    groups = declared_groups(domains)
+    split = shares(form, params, plans, groups)
+    joint = gaussian(form, params, plans)
     for agg, plan, share in zip(form.aggregates, plans, split, strict=True):
         parallel = not form.group_by or plan.disjoint_groups
-        vector = dilated(form, params, plan, agg.kind, declared_groups(domains))
-        if parallel:
+        vector = dilated(form, params, plan, agg.kind, groups)
+        if joint:
+            how = (
+                f"one Gaussian release of all {len(plans)} aggregates' global bounds (ℓ2), less noise than "
+                f"Laplace at ε/{len(plans)} each"
+            )
+        elif parallel:
             how = "full share"
         elif plan.data_independent:
             how = "full share (ℓ1 over the groups, global bound)"
+        elif vector and groups is None and histogram_factor(plan) > 1:
+            # the group count is read at run time, and a key-moving histogram is one release only for m > 2
+            how = (
+                f"full share (ℓ1 over the groups, one generalized-Cauchy release of the histogram if it has more"
+                f" than {histogram_factor(plan)} groups, else the share divided among them)"
+            )
         elif vector:
             how = "full share (ℓ1 over the groups, one generalized-Cauchy release of the histogram)"
         else:

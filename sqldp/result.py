@@ -16,6 +16,9 @@ if TYPE_CHECKING:  # sqldp.params imports the mechanisms (scipy, gmpy2): not nee
     from sqldp.params import PrivacyParams
 
 GLOBAL = "laplace-global"  # the mechanism of a data-independent bound (sqldp.release.calibrate)
+# a query's data-independent bounds released together by one Gaussian vector (sqldp.release.gaussian)
+GAUSSIAN = "gaussian-global"
+PUBLIC_SCALE = frozenset({GLOBAL, GAUSSIAN})  # mechanisms whose noise scale depends on no private data
 R2T = "r2t"  # the race of truncations under a privacy unit (sqldp.release.race)
 
 
@@ -31,8 +34,9 @@ class Measurement:
     noise_scale: float
     half_width: float
     terms: Mapping[str, Any] = field(repr=False)  # the analysis' per-table terms, as bound
-    # "laplace-global" when the plan's bound is data-independent (see _calibrate), else the policy's mechanism;
-    # it depends on the query and the policy only, so it is released
+    # "laplace-global" when the plan's bound is data-independent (see _calibrate), "gaussian-global" when the
+    # query's global bounds are released as one Gaussian vector (sqldp.release.gaussian), else the policy's
+    # mechanism; it depends on the query, the policy and (ε, δ) only, so it is released
     mechanism: str = "cauchy"
     true_value: float | None = None  # never released; kept out of every serialisation
     # the noise, for error bars at other confidences (the bars of expressions over several measurements)
@@ -55,7 +59,7 @@ class Measurement:
         output field reveals"): the aggregate, its ε and δ share and the noisy value."""
         if not audit:
             out = {k: getattr(self, k) for k in _RELEASED}
-            if self.mechanism == GLOBAL:
+            if self.mechanism in PUBLIC_SCALE:
                 # a global bound is a function of the query, the policy and public data: so are its noise
                 # scale and error bar, which the analyst may see
                 out["noise_scale"], out["half_width"] = self.noise_scale, self.half_width

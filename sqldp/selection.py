@@ -510,6 +510,12 @@ class Selection:
     def statements(self) -> Statements:
         return Statements(self.shape.witness_sql, (), (), {}, exp.select("1"), tables=(self.shape.table,))
 
+    @property
+    def rho(self) -> float:
+        """A pure ε-DP release is ε²/2-zCDP (Bun & Steinke, "Concentrated Differential Privacy: Simplifications,
+        Extensions, and Lower Bounds", TCC 2016, Prop. 1.4): what a session's zCDP account adds."""
+        return self.params.epsilon**2 / 2.0
+
     def notes(self) -> list[str]:
         return [
             f"IN (SELECT …) at {self.shape.where} selects public rows by private data: each candidate's witness "
@@ -931,6 +937,13 @@ class Argmax:
     @property
     def statements(self) -> Statements:
         return Statements(self.shape.score_sql, (), (), {}, exp.select("1"), tables=(self.shape.table,))
+
+    @property
+    def rho(self) -> float:
+        """Two pure releases, ε₁- and ε₂-DP: (ε₁² + ε₂²)/2-zCDP (Bun & Steinke, TCC 2016, Prop. 1.4 and
+        composition, Lemma 2.3)."""
+        e1, e2 = self.shares
+        return (e1 * e1 + e2 * e2) / 2.0
 
     @property
     def shares(self) -> tuple[float, float]:

@@ -29,11 +29,11 @@ from sqldp.errors import BudgetExhaustedError, InputError, RefusedError
 from sqldp.form import AnalysisForm, single_aggregate
 from sqldp.frontend import ParsedQuery, parse, parse_statement, too_deep
 from sqldp.groups import KeyDomain, key_domains, partition_selection
-from sqldp.mechanisms import NoiseSource
+from sqldp.mechanisms import NoiseSource, zcdp_epsilon
 from sqldp.normalize import PublicRelease, normalize, relations_read
 from sqldp.params import PrivacyParams, check_beta, resolve_params
 from sqldp.policy import Policy
-from sqldp.release import choose_truncation, declared_groups, shares, smoothed
+from sqldp.release import choose_truncation, declared_groups, shares, smoothed, zcdp
 from sqldp.result import Result
 from sqldp.rewrite import Statements, rewrite
 from sqldp.runner import Prepared, Workflow
@@ -99,7 +99,10 @@ class Session:
             if value is not None and not (math.isfinite(value) and value >= 0):
                 raise InputError(f"{name} must be a finite number ≥ 0, got {value!r}", where=name)
         self.budget, self.delta_budget = budget, delta_budget
-        self.spent, self.delta_spent = 0.0, 0.0
+        self.spent, self.delta_spent = 0.0, 0.0  # the runs' (ε, δ) added up (sequential composition)
+        # the runs' ρ added up (zCDP, sqldp.release.zcdp), or None once a run spent δ that zCDP cannot express:
+        # a second, often tighter, account of the same runs (see guarantee)
+        self.rho_spent: float | None = 0.0
         self._lock = threading.Lock()
         # prepare() reads no data and depends only on the text, the privacy arguments, the catalog and the
         # policy, so a repeated query skips parsing and analysis; the proxy's connections share one session,
@@ -269,10 +272,34 @@ class Session:
 
     @property
     def remaining(self) -> tuple[float | None, float | None]:
-        """(ε, δ) left of the session's budget; None where no budget was set."""
-        eps = None if self.budget is None else self.budget - self.spent
-        delta = None if self.delta_budget is None else self.delta_budget - self.delta_spent
+        """(ε, δ) left of the session's budget by :meth:`guarantee`; None where no budget was set."""
+        spent, delta_spent = self.guarantee()
+        eps = None if self.budget is None else self.budget - spent
+        delta = None if self.delta_budget is None else self.delta_budget - delta_spent
         return eps, delta
+
+    def guarantee(self) -> tuple[float, float]:
+        """The (ε, δ) the session's runs together are DP with: the tighter in ε of the two accounts that fit
+        the budget (the sequential one, else the least ε)."""
+        options = self._accounts(self.spent, self.delta_spent, self.rho_spent)
+        fitting = [o for o in options if self._fits(*o)] or options
+        return min(fitting, key=lambda o: o[0])
+
+    def _accounts(self, eps: float, delta: float, rho: float | None) -> list[tuple[float, float]]:
+        """(ε, δ) pairs that each hold for the whole session: sequential composition (Dwork & Roth Thm 3.16),
+        and — when every run is ρ-zCDP — the sum of the ρ's (Bun and Steinke, TCC 2016, Lemma 2.3, adaptive)
+        converted at δ′ (their Prop. 1.3): δ′ the δ budget if set, else the δ the runs were charged, so that
+        the session's δ never exceeds what was allowed or accepted. Every input is data-independent."""
+        options = [(eps, delta)]
+        tail = self.delta_budget if self.delta_budget is not None else delta
+        if rho is not None and rho > 0 and tail > 0:
+            options.append((zcdp_epsilon(rho, tail), tail))
+        return options
+
+    def _fits(self, eps: float, delta: float) -> bool:
+        over_eps = self.budget is not None and eps > self.budget * (1 + 1e-12)
+        over_delta = self.delta_budget is not None and delta > self.delta_budget * (1 + 1e-12)
+        return not (over_eps or over_delta)
 
     def run(self, sql: str, *, audit: bool = False, **privacy: Any) -> Result:
         """The noisy answer; ``audit=True`` makes its serialisation carry the data-dependent figures too. With a
@@ -280,16 +307,25 @@ class Session:
         before anything is read; a charged query that then fails stays charged (its failure is an answer)."""
         prepared = self.prepare(sql, **privacy)
         if prepared.params is not None:
-            self._charge(prepared.params.epsilon, prepared.params.delta or 0.0)
+            # a workflow's steps are charged sequentially only (their ρ is not added up)
+            rho = (
+                zcdp(prepared.form, prepared.params, prepared.plans)
+                if isinstance(prepared, Prepared) and isinstance(prepared.form, AnalysisForm)
+                else prepared.rho
+                if isinstance(prepared, (selection.Selection, selection.Argmax))
+                else None
+            )
+            self._charge(prepared.params.epsilon, prepared.params.delta or 0.0, rho)
         result = prepared.run()
         result.audit = audit
         return result
 
-    def _charge(self, eps: float, delta: float) -> None:
+    def _charge(self, eps: float, delta: float, rho: float | None = None) -> None:
+        """Charge a run's (ε, δ) (and ρ, None where it is not ρ-zCDP); refuse it when no account of the
+        session with it fits the budget."""
         with self._lock:
-            over_eps = self.budget is not None and self.spent + eps > self.budget * (1 + 1e-12)
-            over_delta = self.delta_budget is not None and self.delta_spent + delta > self.delta_budget * (1 + 1e-12)
-            if over_eps or over_delta:
+            total = None if rho is None or self.rho_spent is None else self.rho_spent + rho
+            if not any(self._fits(*o) for o in self._accounts(self.spent + eps, self.delta_spent + delta, total)):
                 left = self.remaining
                 raise BudgetExhaustedError(
                     f"the query costs ε = {eps:g}, δ = {delta:g}; the session's budget has ε = {left[0]}, "
@@ -298,6 +334,7 @@ class Session:
                 )
             self.spent += eps
             self.delta_spent += delta
+            self.rho_spent = total
 
 
 def compile_form(

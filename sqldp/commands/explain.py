@@ -20,10 +20,13 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
     # for z3, scipy and the analyses
     from sqldp import algebra as ra
     from sqldp import selection
+    from sqldp.errors import InputError
     from sqldp.form import describe
     from sqldp.frontend import parse
     from sqldp.normalize import PublicRelease, normalize
-    from sqldp.result import GLOBAL, R2T
+    from sqldp.params import resolve_params
+    from sqldp.release import gaussian
+    from sqldp.result import GAUSSIAN, GLOBAL, R2T
     from sqldp.sensitivity import model_check
     from sqldp.sensitivity.units import UnitPlan
     from sqldp.session import compile_form
@@ -72,10 +75,19 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
                 ],
             }
         default = policy.defaults.mechanism or "cauchy"
-        out["mechanisms"] = {
-            agg.sql: R2T if isinstance(p, UnitPlan) else GLOBAL if p.data_independent else default
-            for agg, p in zip(form.aggregates, plans, strict=True)
-        }
+        # at the policy's default (ε, δ): one Gaussian vector for all the aggregates where it wins
+        # (sqldp.release.gaussian; the choice depends on ε, δ and the query's shape only)
+        try:
+            joint = gaussian(form, resolve_params(policy, outputs=max(1, len(form.aggregates))), plans)
+        except InputError:  # no default ε in the policy: the mechanism is chosen when the query runs
+            joint = False
+
+        def mechanism(p: Any) -> str:
+            if isinstance(p, UnitPlan):
+                return R2T
+            return GAUSSIAN if joint else GLOBAL if p.data_independent else default
+
+        out["mechanisms"] = {agg.sql: mechanism(p) for agg, p in zip(form.aggregates, plans, strict=True)}
         # under a privacy unit: the unit, GS_Q and the number of races (policy and query only); the row-level
         # global sensitivity above is not what protects these tables then
         units = {

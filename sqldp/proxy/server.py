@@ -405,6 +405,9 @@ class Connection:
         self.status = "I"  # ReadyForQuery: I idle, T in a transaction block, E failed transaction block
         self.statements: dict[str, tuple[str, tuple[int, ...]]] = {}
         self.portals: dict[str, Portal] = {}
+        # the open block's savepoints, innermost last, each with the cursors declared since it (ROLLBACK TO
+        # closes those, as PostgreSQL drops the portals of a rolled-back subtransaction)
+        self.savepoints: list[tuple[str, set[str]]] = []
         self.waking: asyncio.Future[None] | None = None  # set when the statement running now ends or is cancelled
         self.abandoned: asyncio.Future[Outcome] | None = None  # a cancelled statement still running
         self.described: dict[str, Description | None] = {}  # statement name → what the upstream said of it
@@ -860,13 +863,13 @@ class Connection:
         if stmt.kind in ("commit", "rollback"):
             tag = "ROLLBACK" if stmt.kind == "rollback" or self.status == "E" else "COMMIT"
             self._close_cursors(committed=tag == "COMMIT")
+            self.savepoints.clear()
             self.status = "I"
             return Outcome(tag)
         if stmt.kind in ("savepoint", "release", "rollback_to"):
             if self.status == "I":
                 raise _NoTransaction(stmt.words[0].upper())
-            if stmt.kind == "rollback_to":
-                self.status = "T"
+            self._savepoint(stmt.kind, statements.savepoint_name(stmt.sql))
             return Outcome({"savepoint": "SAVEPOINT", "release": "RELEASE", "rollback_to": "ROLLBACK"}[stmt.kind])
         if stmt.kind == "show" and stmt.words == BUDGET_SHOW:
             return _BudgetQuery()
@@ -964,6 +967,8 @@ class Connection:
             answered = dataclasses.replace(answered, types=list(desc.columns))
         cursor = Cursor(d.hold, d.scroll, in_transaction=self.status == "T")
         self.portals[d.name] = Portal(d.query, (), outcome=answered, cursor=cursor)
+        if self.savepoints and self.status == "T":
+            self.savepoints[-1][1].add(d.name)
         return Outcome("DECLARE CURSOR")
 
     def _cursor(self, name: str) -> tuple[Cursor, Outcome]:
@@ -982,6 +987,28 @@ class Connection:
         if f.move:
             return Outcome(f"MOVE {len(rows)}")
         return Outcome(f"FETCH {len(rows)}", outcome.columns, outcome.types, [outcome.rows[i] for i in rows])
+
+    def _savepoint(self, kind: str, name: str) -> None:
+        """SAVEPOINT, RELEASE and ROLLBACK TO on the block's savepoint stack (PostgreSQL manual, SAVEPOINT: the
+        latest of a repeated name is meant). RELEASE merges what was declared since into the enclosing level;
+        ROLLBACK TO closes the cursors declared since the savepoint, which stays."""
+        if kind == "savepoint":
+            self.savepoints.append((name, set()))
+            return
+        at = next((i for i in range(len(self.savepoints) - 1, -1, -1) if self.savepoints[i][0] == name), None)
+        if at is None:
+            raise _NoSavepoint(name)
+        since = set().union(*(declared for _, declared in self.savepoints[at:]))
+        del self.savepoints[at + 1 :]
+        if kind == "release":
+            self.savepoints.pop()
+            if self.savepoints:
+                self.savepoints[-1][1].update(since)
+            return
+        self.savepoints[at][1].clear()
+        for cursor in since:
+            self.portals.pop(cursor, None)
+        self.status = "T"
 
     def _close_cursors(self, *, committed: bool = False, everything: bool = False) -> None:
         """At the end of a transaction block: cursors WITHOUT HOLD close; so do those WITH HOLD declared in a
@@ -1127,6 +1154,13 @@ class _InFailedTransaction(SqldpError):
 
     def __init__(self) -> None:
         super().__init__("current transaction is aborted, commands ignored until end of transaction block")
+
+
+class _NoSavepoint(SqldpError):
+    sqlstate = "3B001"  # invalid_savepoint_specification
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f'savepoint "{name}" does not exist')
 
 
 class _NoTransaction(SqldpError):

@@ -346,14 +346,24 @@ def _cursor_tokens(sql: str) -> list[tuple[str, int]]:
     return sorted(out, key=lambda t: t[1])
 
 
-def _cursor_name(token: str | None, what: str) -> str:
+def _cursor_name(token: str | None, what: str, noun: str = "cursor") -> str:
     if token is None or not (token[0] == '"' or _WORD.fullmatch(token)):
-        raise SqlSyntaxError(f"syntax error in {what}: a cursor name is expected")
+        raise SqlSyntaxError(f"syntax error in {what}: a {noun} name is expected")
     if token[0] == '"':
         if len(token) == 1:
-            raise CursorError('invalid cursor name ""')
+            raise CursorError(f'invalid {noun} name ""')
         return token[1:]
     return token
+
+
+def savepoint_name(sql: str) -> str:
+    """The savepoint a SAVEPOINT, RELEASE [SAVEPOINT] or ROLLBACK [WORK | TRANSACTION] TO [SAVEPOINT] names: the
+    statement's last word (folded to lower case unless quoted, as PostgreSQL's identifiers)."""
+    words = [t for t, _ in _cursor_tokens(sql)]
+    what = words[0].upper() if words else "SAVEPOINT"
+    if len(words) < 2 or words[-1] == "to":  # TO is reserved: never a name unquoted
+        raise SqlSyntaxError(f"syntax error in {what}: a savepoint name is expected")
+    return _cursor_name(words[-1], what, "savepoint")
 
 
 @dataclass(frozen=True)

@@ -164,6 +164,9 @@ def test_every_neighbour_within_epsilon_and_the_bound_is_attained(tiny: tuple[st
         with psycopg.connect(dsn) as conn:
             assert kept == [r[0] for r in conn.execute(QUERY).fetchall()]
         assert session.cost(QUERY, epsilon=EPSILON) == (EPSILON, 0.0)
+        session.run(QUERY, epsilon=0.5)
+        # pure ε-DP: the zCDP account adds ε²/2 (Bun & Steinke Prop. 1.4), the sequential one ε
+        assert session.spent == 0.5 and session.rho_spent == pytest.approx(0.125)
     finally:
         session.close()
     worst, over = _brute_force(dsn, policy)

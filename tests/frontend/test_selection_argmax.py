@@ -145,6 +145,7 @@ def test_every_neighbour_within_epsilon(tiny: tuple[str, Path]) -> None:
         assert rows == [plain[0]]  # a tie: PostgreSQL returns both, the argmax one (the first)
         assert session.cost(QUERY, epsilon=EPSILON) == (EPSILON, 0.0)
         out = session.run(QUERY, epsilon=EPSILON)
+        assert session.rho_spent == pytest.approx(2 * 0.5**2 / 2)  # two pure releases of ε/2 each
         (row,) = out.table()[1]
         assert row[:2] in {(1, "one"), (2, "two"), (3, "three")}
     finally:

@@ -210,3 +210,50 @@ def test_execute_on_a_cursor_portal_pages_from_its_position(proxy: ThreadedProxy
     rows = [body[6:].decode() for kind, body in got if kind == b"D"]
     assert rows == ["3", "4", "5", "6", "7"] and [k for k, _ in got if k != b"D"] == [b"s", b"C", b"Z"], got
     sock.close()
+
+
+def _outcome(conn: psycopg.Connection, sql: str) -> tuple[str, object]:
+    try:
+        cur = conn.execute(sql)
+    except psycopg.Error as e:
+        return ("error", e.sqlstate)
+    return (cur.statusmessage or "", cur.fetchall() if cur.description else None)
+
+
+def test_savepoints_close_the_cursors_declared_since_as_postgresql_does(proxy: ThreadedProxy, upstream: str) -> None:
+    """ROLLBACK TO closes the cursors declared after the savepoint (their subtransaction's portals), RELEASE keeps
+    them, a savepoint name means its latest use, an unknown one is 3B001: 40 random sequences of SAVEPOINT,
+    RELEASE, ROLLBACK TO, DECLARE, FETCH and CLOSE give the same tags, rows and SQLSTATEs through the proxy as on
+    PostgreSQL itself (the public table, so every answer is exact)."""
+    rng = random.Random(26)
+    ops = [
+        lambda: f"SAVEPOINT s{rng.randrange(3)}",
+        lambda: f"RELEASE SAVEPOINT s{rng.randrange(3)}",
+        lambda: f"RELEASE s{rng.randrange(3)}",
+        lambda: f"ROLLBACK TO SAVEPOINT s{rng.randrange(3)}",
+        lambda: f"ROLLBACK TO s{rng.randrange(3)}",
+        lambda: f"DECLARE c{rng.randrange(3)} CURSOR FOR SELECT k FROM numbers ORDER BY k",
+        lambda: f"DECLARE c{rng.randrange(3)} CURSOR WITH HOLD FOR SELECT k FROM numbers ORDER BY k",
+        lambda: f"FETCH 2 FROM c{rng.randrange(3)}",
+        lambda: f"CLOSE c{rng.randrange(3)}",
+    ]
+    with (
+        psycopg.connect(client_dsn(proxy.port), autocommit=True) as via,
+        psycopg.connect(upstream, autocommit=True) as direct,
+    ):
+        fixed = ["BEGIN", "SAVEPOINT a", "DECLARE c CURSOR WITH HOLD FOR SELECT k FROM numbers", "SAVEPOINT b"]
+        fixed += ["RELEASE b", "ROLLBACK TO a", "FETCH c", "ROLLBACK"]
+        assert [_outcome(via, sql) for sql in fixed] == [_outcome(direct, sql) for sql in fixed]
+        assert _outcome(via, "FETCH c") == ("error", "34000")  # closed by ROLLBACK TO, WITH HOLD and released
+        for _ in range(40):
+            for conn in (via, direct):
+                conn.execute("CLOSE ALL")
+                conn.execute("BEGIN")
+            for _ in range(14):
+                sql = rng.choice(ops)()
+                got, want = _outcome(via, sql), _outcome(direct, sql)
+                assert got == want, sql
+            end = rng.choice(["COMMIT", "ROLLBACK"])
+            assert _outcome(via, end) == _outcome(direct, end)
+            for i in range(3):  # WITH HOLD cursors left after the block, on both sides alike
+                assert _outcome(via, f"FETCH 1 FROM c{i}") == _outcome(direct, f"FETCH 1 FROM c{i}")

@@ -38,7 +38,7 @@ CREATE TABLE u (id INT PRIMARY KEY, k INT, b INT);
 """
 
 
-def _policy(rows: str) -> Policy:
+def _policy(rows: str, extra: str = "") -> Policy:
     return Policy.from_toml(
         f"""
 [tables.t]
@@ -58,7 +58,7 @@ rows = "public"
 norm = "l2(b)"
 [tables.u.columns.b]
 range = [-2, 5]
-"""
+{extra}"""
     )
 
 
@@ -210,3 +210,22 @@ def test_steps_of_sensitive_values_are_refused_with_the_reason(pg_dsn: str, quer
     with pytest.raises(RefusedError, match=None) as refusal:
         session.analyze(query, epsilon=1.0)
     assert why in str(refusal.value) and "\n" not in str(refusal.value)
+
+
+def test_explain_says_when_a_run_time_group_count_decides_the_histogram_release(pg_dsn: str) -> None:
+    """A year key beside a public table's key: the group count is read at run time, and a key-moving histogram
+    is one release only above histogram_factor groups, so what explain shows before the run says both cases."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+        conn.execute("CREATE TABLE v (k INT PRIMARY KEY); INSERT INTO v VALUES (0), (1), (2)")
+    _load(pg_dsn, *_random_database(random.Random(7)))
+    session = sqldp.connect(pg_dsn, policy=_policy("public", '[tables.v]\nrows = "public"\n'))
+    query = (
+        "SELECT v.k, EXTRACT(YEAR FROM t.d) AS y, COUNT(*) AS n FROM t, v WHERE t.k = v.k "
+        "GROUP BY v.k, EXTRACT(YEAR FROM t.d)"
+    )
+    planned = session.analyze(query, epsilon=1.0, audit=False).to_json()["plan"]
+    assert [p["groups"] for p in planned] == [
+        "full share (ℓ1 over the groups, one generalized-Cauchy release of the histogram if it has more than 2"
+        " groups, else the share divided among them)"
+    ]
