@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from sqldp import allowlist, db, sensitivity, subqueries
+from sqldp import allowlist, db, selection, sensitivity, subqueries
 from sqldp.catalog import Catalog
 from sqldp.context import load_catalog, load_policy
 from sqldp.db import connect, resolve_dsn
@@ -109,7 +109,9 @@ class Session:
         # policy, so a repeated query skips parsing and analysis; the proxy's connections share one session,
         # hence one cache. It holds for the policy and catalog it was filled under (_cached_for): replacing
         # either (a policy reload) empties it
-        self._prepared: OrderedDict[tuple[str, tuple[tuple[str, Any], ...]], Prepared | Workflow] = OrderedDict()
+        self._prepared: OrderedDict[tuple[str, tuple[tuple[str, Any], ...]], Prepared | Workflow | selection.Chosen] = (
+            OrderedDict()
+        )
         self._cached_for: tuple[Policy, Catalog] = (self.policy, self.catalog)
 
     @property
@@ -128,7 +130,7 @@ class Session:
     def close(self) -> None:
         self.engine.close()
 
-    def prepare(self, sql: str, **privacy: Any) -> Prepared | Workflow:
+    def prepare(self, sql: str, **privacy: Any) -> Prepared | Workflow | selection.Chosen:
         """Parse, normalise, plan and resolve the privacy parameters, refusing what cannot be analysed.
         Reads no data: the proxy charges the analyst's budget between this and :meth:`Prepared.run`."""
         t0 = time.perf_counter()
@@ -155,8 +157,11 @@ class Session:
                 self._prepared.popitem(last=False)
         return prepared
 
-    def _prepare(self, sql: str, t0: float, **privacy: Any) -> Prepared | Workflow:
+    def _prepare(self, sql: str, t0: float, **privacy: Any) -> Prepared | Workflow | selection.Chosen:
         parsed = parse(sql, self.catalog)
+        chosen = self._selection(parsed, t0, **privacy)
+        if chosen is not None:
+            return chosen
         steps = subqueries.scalar_steps(parsed, self.catalog)
         if steps:
             # a workflow only where the statement itself reads a private table: one over public tables whose
@@ -167,6 +172,23 @@ class Session:
             if any(not self.policy.table(t).public for t in outer):
                 return self._workflow(parsed, steps, placeholder, t0, **privacy)
         return self._analysed(parsed, t0, **privacy)
+
+    def _selection(self, parsed: ParsedQuery, t0: float, **privacy: Any) -> selection.Chosen | None:
+        """Public rows selected by private data (sqldp.selection: TPC-H Q20 and Q15 shapes): the
+        whole statement passes the allow-list as the public path checks it; None for another shape."""
+
+        def public(text: str) -> Prepared:
+            return self._analysed(parse(text, self.catalog), time.perf_counter())
+
+        found: selection.Chosen | None = None
+        for prepare in (selection.prepare, selection.prepare_argmax):
+            found = prepare(parsed, self.catalog, self.policy, self.engine, self.noise, public, t0, **privacy)
+            if found is not None:
+                break
+        if found is not None:
+            assert parsed.statement is not None
+            allowlist.check(parsed.sql, parsed.statement)
+        return found
 
     def _analysed(self, parsed: ParsedQuery, t0: float, **privacy: Any) -> Prepared:
         sql = parsed.sql
@@ -290,6 +312,8 @@ class Session:
             rho = (
                 zcdp(prepared.form, prepared.params, prepared.plans)
                 if isinstance(prepared, Prepared) and isinstance(prepared.form, AnalysisForm)
+                else prepared.rho
+                if isinstance(prepared, (selection.Selection, selection.Argmax))
                 else None
             )
             self._charge(prepared.params.epsilon, prepared.params.delta or 0.0, rho)

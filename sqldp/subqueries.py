@@ -102,6 +102,8 @@ def semijoin(n: Normalizer, cond: exp.Expr, exports: Exports) -> SemiJoin | None
     if not isinstance(query, exp.Select):
         shape = query.key.upper()
         raise n.refuse(f"{what}: only a plain SELECT … FROM one table WHERE … is analysed, not {shape}", query)
+    if query.args.get("group") is not None and x is not None and not anti:
+        return grouped_in(n, cond, query, x, exports)
     for arg, name in (("group", "GROUP BY"), ("having", "HAVING"), ("limit", "LIMIT"), ("offset", "OFFSET")):
         if query.args.get(arg) is not None:
             raise n.refuse(f"{what} with {name} is not analysed (NR §4.3.6.1 (iii)–(v) cover SELECT … WHERE)", query)
@@ -139,6 +141,61 @@ def semijoin(n: Normalizer, cond: exp.Expr, exports: Exports) -> SemiJoin | None
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)
 # what a decorrelated subquery's value may be built of around its one aggregate: arithmetic with numbers
 _VALUE_NODES = (exp.Mul, exp.Add, exp.Sub, exp.Neg, exp.Paren, exp.Literal)
+
+
+def grouped_in(n: Normalizer, cond: exp.Expr, query: exp.Select, x: exp.Expr, exports: Exports) -> SemiJoin:
+    """``x IN (SELECT u.k FROM T u WHERE φ(u) GROUP BY u.k HAVING agg(u) <op> c)`` (TPC-H Q18) as the decorrelated
+    scalar subquery is (:func:`scalar_join`): D = SELECT u.k, agg AS VALUE FROM T u WHERE φ GROUP BY u.k, and the
+    outer row passes when D has a row with u.k = x and VALUE <op> c. The same set of keys: a key is in the IN's
+    list iff its group exists and passes HAVING, and D has one row per existing group. The sensitivity argument
+    is the scalar join's (docs/subqueries.md): one row of T changes one key's aggregate, so at most the outer
+    rows of that key flip (c_D = 1). HAVING must be one comparison of that aggregate with a constant; a HAVING-
+    less GROUP BY u.k is the plain IN (D is the set of keys either way)."""
+    what = "IN (SELECT … GROUP BY …)"
+    for arg, name in (("limit", "LIMIT"), ("offset", "OFFSET"), ("distinct", "DISTINCT")):
+        if query.args.get(arg) is not None:
+            raise n.refuse(f"{what} with {name} is not analysed", query)
+    if query.args.get("with_") or query.args.get("with") or query.args.get("joins"):
+        raise n.refuse(
+            f"{what} over several tables is not analysed: one changed row could change many of its keys", query
+        )
+    alias, name, use, scope = _one_table(n, query, exports, what, "analysed")
+    if len(query.expressions) != 1:
+        raise n.refuse(f"{what}: the subquery must return one column", query)
+    item = query.expressions[0]
+    k = n._substitute(item.unalias() if isinstance(item, exp.Alias) else item, scope)
+    keys = [n._substitute(g, scope) for g in query.args["group"].expressions]
+    if not (isinstance(k, exp.Column) and k.table == alias and keys == [k]):
+        raise n.refuse(f"{what}: the subquery must return the one column it groups by, a column of its table", query)
+    where = query.args.get("where")
+    inner = [n._substitute(p, scope) for p in _split(where.this)] if where is not None else []
+    if any({c.table for c in p.find_all(exp.Column)} - {alias} for p in inner):
+        raise n.refuse(f"{what}: a grouped subquery correlated with the outer query is not analysed", query)
+    left = n._substitute(x, exports)
+    correlation = (exp.EQ(this=k, expression=left),)
+    having = query.args.get("having")
+    if having is None:
+        n.notes.append(f"IN (SELECT … FROM {name} GROUP BY key) → semi-join with SELECT DISTINCT keys")
+        return SemiJoin(use, (k.name,), tuple(inner), correlation, False, "IN", position(n.sql, cond))
+    h = having.this.unnest()
+    if not isinstance(h, _COMPARISONS):
+        raise n.refuse(f"{what}: HAVING must be one comparison of an aggregate with a number", having)
+    sides = (h.this, h.expression)
+    aggregated = [bool(side.find(exp.AggFunc)) for side in sides]
+    if aggregated.count(True) != 1 or any(
+        c for side in sides for c in side.find_all(exp.Column) if not side.find(exp.AggFunc)
+    ):
+        raise n.refuse(f"{what}: HAVING must be one comparison of an aggregate with a number", having)
+    agg_side = sides[aggregated.index(True)]
+    value = _value(n, agg_side, scope, alias, having)
+    column = exp.column(SCALAR_VALUE, table=alias)
+    compare = type(h)(
+        this=column if aggregated[0] else h.this.copy(), expression=h.expression.copy() if aggregated[0] else column
+    )
+    n.notes.append(f"IN (SELECT … FROM {name} GROUP BY key HAVING …) → join with a table grouped by its key")
+    return SemiJoin(
+        use, (k.name,), tuple(inner), correlation, False, "IN", position(n.sql, cond), value=value, compare=compare
+    )
 
 
 def scalar_subquery(cond: exp.Expr) -> tuple[exp.Subquery, exp.Expr] | None:

@@ -19,6 +19,7 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
     # imported here, not at the top: every command module is imported for `sqldp --help`, which must not wait
     # for z3, scipy and the analyses
     from sqldp import algebra as ra
+    from sqldp import selection
     from sqldp.errors import InputError
     from sqldp.form import describe
     from sqldp.frontend import parse
@@ -32,6 +33,14 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
 
     parsed = parse(sql, catalog)
     out: dict[str, Any] = {"algebra": ra.to_json(parsed.algebra), "algebra_text": ra.render(parsed.algebra)}
+    try:  # public rows picked by private data (TPC-H Q20, Q15): a DP choice, then the public path
+        chosen = selection.explain(parsed, catalog, policy)
+    except RefusedError as err:
+        out.update(analysis=None, public=False, refused={"reason": err.message, "where": err.where})
+        return out
+    if chosen is not None:
+        out.update(analysis=None, public=False, refused=None, selection=chosen, sql=chosen["sql"])
+        return out
     try:
         form = normalize(parsed, catalog, policy)
     except RefusedError as err:
@@ -98,6 +107,12 @@ def _text(out: dict[str, Any]) -> str:
         lines.append(f"Refused ({out['refused']['where']}): {out['refused']['reason']}")
     elif out["public"]:
         lines.append(f"Public: reads only public tables ({', '.join(out['tables'])}); answered exactly.")
+    elif out.get("selection"):
+        chosen = out["selection"]
+        lines.append(f"Public rows chosen by private data ({chosen['where']}; docs/selection.md): {chosen['kind']}")
+        lines.append(f"  bound:      {chosen['why']}")
+        lines.append("SQL that runs (one snapshot), then the statement over public tables with the chosen values:")
+        lines.extend(f"  {q}" for q in chosen["sql"])
     else:
         a = out["analysis"]
         lines.append("Analysis form:")

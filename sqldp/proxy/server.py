@@ -48,6 +48,7 @@ if typing.TYPE_CHECKING:
 
     from sqldp.result import Result
     from sqldp.runner import Prepared, Workflow
+    from sqldp.selection import Chosen
     from sqldp.session import Session
 
 log = logging.getLogger("sqldp.proxy")
@@ -103,7 +104,7 @@ class Outcome:
     notice: bytes = b""  # a NoticeResponse sent with the answer (what a private answer cost, its error bars)
 
 
-def prepare_query(session: Session, sql: str, privacy: Mapping[str, Any]) -> Prepared | Workflow:
+def prepare_query(session: Session, sql: str, privacy: Mapping[str, Any]) -> Prepared | Workflow | Chosen:
     """The runner's two-step API: analyse now (no private data), run later."""
     try:
         return session.prepare(sql, **privacy)
@@ -174,7 +175,7 @@ class ProxyServer:
             raise ForbiddenError(f"analyst {analyst!r} has no budget in the ledger")
         return budget_outcome(b)
 
-    def check(self, prepared: Prepared | Workflow) -> None:
+    def check(self, prepared: Prepared | Workflow | Chosen) -> None:
         """PostgreSQL's parse analysis of a private query's statements before the charge (reads no row): a
         type error found there is a free refusal with PostgreSQL's own SQLSTATE, not a charged failure. Once
         per answer text: the schema does not change under a running proxy."""

@@ -65,6 +65,13 @@ SELECT COUNT(*), SUM(l_quantity) FROM customer, orders, lineitem
 WHERE o_orderkey IN (SELECT l_orderkey FROM lineitem WHERE l_quantity > 49)
   AND c_custkey = o_custkey AND o_orderkey = l_orderkey
 """
+# TPC-H Q18's IN over a grouped subquery with HAVING: a join with lineitem grouped by l_orderkey, compared on
+# the group's SUM (sqldp.subqueries.grouped_in)
+Q18_HAVING = """
+SELECT COUNT(*), SUM(l_quantity) FROM customer, orders, lineitem
+WHERE o_orderkey IN (SELECT l_orderkey FROM lineitem GROUP BY l_orderkey HAVING SUM(l_quantity) > 300)
+  AND c_custkey = o_custkey AND o_orderkey = l_orderkey
+"""
 Q20_IN = """
 SELECT COUNT(*) FROM supplier, nation
 WHERE s_suppkey IN (SELECT ps_suppkey FROM partsupp WHERE ps_availqty > 9000 AND ps_partkey < 500)
@@ -75,6 +82,7 @@ EQUAL = {
     "q21_nations": Q21_NATIONS,
     "q16_not_in": Q16_NOT_IN,
     "q18_in": Q18_IN,
+    "q18_having": Q18_HAVING,
     "q20_in": Q20_IN,
     "q04_not_exists": (QUERIES / "q04.sql").read_text().replace("and exists", "and not exists"),
     # a correlated scalar subquery: a join with lineitem grouped by l_partkey (sqldp.subqueries.scalar_join)
@@ -145,8 +153,14 @@ def test_semi_joins_in_the_form_and_explain(catalog: Catalog, policy: Policy) ->
     [
         ("SELECT COUNT(*) FROM orders WHERE o_custkey NOT IN (SELECT c_custkey FROM customer, nation "
          "WHERE c_nationkey = n_nationkey)", "over several tables", "query:1:60"),
+        ("SELECT COUNT(*) FROM orders WHERE o_orderkey NOT IN (SELECT l_orderkey FROM lineitem GROUP BY l_orderkey "
+         "HAVING SUM(l_quantity) > 300)", "with GROUP BY", "query:1:61"),
         ("SELECT COUNT(*) FROM orders WHERE o_orderkey IN (SELECT l_orderkey FROM lineitem GROUP BY l_orderkey "
-         "HAVING SUM(l_quantity) > 300)", "with GROUP BY", "query:1:57"),
+         "HAVING SUM(l_quantity) > AVG(l_quantity))", "one comparison of an aggregate with a number", "query:1:109"),
+        ("SELECT COUNT(*) FROM orders WHERE o_orderkey IN (SELECT l_orderkey FROM lineitem GROUP BY l_partkey "
+         "HAVING SUM(l_quantity) > 300)", "the one column it groups by", "query:1:57"),
+        ("SELECT COUNT(*) FROM orders WHERE o_orderkey IN (SELECT l_orderkey FROM lineitem WHERE l_partkey = o_custkey "
+         "GROUP BY l_orderkey HAVING SUM(l_quantity) > 300)", "correlated with the outer query", "query:1:57"),
         ("SELECT COUNT(*) FROM orders WHERE EXISTS (SELECT * FROM lineitem WHERE l_orderkey = o_orderkey "
          "AND l_partkey IN (SELECT p_partkey FROM part))", "subqueries inside expressions", None),
         ("SELECT COUNT(*) FROM orders WHERE o_orderkey = 1 OR EXISTS (SELECT * FROM lineitem)",

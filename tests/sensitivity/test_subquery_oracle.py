@@ -95,6 +95,17 @@ SCALAR_QUERIES = [
 ]
 
 
+# IN over a grouped subquery with HAVING (TPC-H Q18): a join with D grouped by the key, compared on the group's
+# aggregate (sqldp.subqueries.grouped_in); a changed row moves its key's aggregate only
+GROUPED_QUERIES = [
+    "SELECT COUNT(*) FROM r WHERE r.b IN (SELECT s.b FROM s GROUP BY s.b HAVING SUM(s.c) > 1)",
+    "SELECT SUM(r.a) FROM r WHERE r.a IN (SELECT s.c FROM s WHERE s.b > 0 GROUP BY s.c HAVING MAX(s.b) >= 2)",
+    # Q18: the subquery's table is also the outer's; the two terms add
+    "SELECT r.a, COUNT(*) FROM r WHERE r.b IN (SELECT r2.b FROM r r2 GROUP BY r2.b HAVING SUM(r2.a) > 2) GROUP BY r.a",
+    "SELECT COUNT(*) FROM r WHERE r.b IN (SELECT s.b FROM s GROUP BY s.b)",  # no HAVING: the plain IN
+]
+
+
 @pytest.fixture(scope="module")
 def catalog() -> Catalog:
     return Catalog.from_ddl(DDL)
@@ -200,6 +211,27 @@ def test_brute_force_neighbours(pg_dsn: str, catalog: Catalog, policy: Policy, s
 @pytest.mark.parametrize("sql", SCALAR_QUERIES)
 def test_brute_force_neighbours_scalar(pg_dsn: str, catalog: Catalog, policy: Policy, sql: str) -> None:
     assert _violations(sql, catalog, policy, pg_dsn) == []
+
+
+@pytest.mark.parametrize("sql", GROUPED_QUERIES)
+def test_brute_force_neighbours_grouped(pg_dsn: str, catalog: Catalog, policy: Policy, sql: str) -> None:
+    assert _violations(sql, catalog, policy, pg_dsn) == []
+
+
+def test_mutant_without_grouped_term_fails(
+    pg_dsn: str, catalog: Catalog, policy: Policy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mutant: the plan without the grouped derived table's term (as if s were read by nothing): a row of s
+    moves its key's SUM across the HAVING threshold and flips every outer row of that key."""
+    plan_rows = sensitivity.plan_rows
+
+    def without_term(form: AnalysisForm, catalog: Catalog, policy: Policy) -> sensitivity.RowPlan:
+        kept = tuple(s for s in form.semijoins if not s.scalar)
+        return plan_rows(dataclasses.replace(form, semijoins=kept), catalog, policy)
+
+    monkeypatch.setattr(sensitivity, "plan_rows", without_term)
+    found = _violations(GROUPED_QUERIES[0], catalog, policy, pg_dsn, rounds=2)
+    assert any("the plan does not read s" in f for f in found), found
 
 
 @pytest.mark.parametrize("index", [0, 4])

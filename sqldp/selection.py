@@ -1,0 +1,1100 @@
+"""Private selection of public rows (TPC-H Q20's shape; Q15's argmax below): rows of public tables kept or dropped by a
+predicate over private data, released as a differentially private choice; the kept rows are then exact.
+
+The shape (every table outside the one scalar subquery public; T the private table)::
+
+    SELECT … FROM <public tables> WHERE φ_out AND x IN (
+        SELECT p.k FROM P AS p WHERE φ_P AND L(p) <cmp> (SELECT α·SUM(t.v) | α·COUNT(*) FROM T AS t
+                                                        WHERE t.a1 = e1(p) AND … AND ψ(t)))
+
+The set of rows returned is a function of T, so it cannot leave exactly. It is released as follows
+(the transformation; docs/selection.md has the argument in full):
+
+1. The candidates: the distinct values v of x over the rows the statement keeps without the IN conjunct — a
+   query over public tables, so a public set.
+2. The witness score of a candidate v: W(v) = Σ_{p ∈ P, φ_P(p), p.k = v} r(p), with r(p) ∈ [0, 1] the
+   predicate ``L(p) <cmp> S(κ(p))`` written as a ramp of the margin: for ``L > S``,
+   r = min(1, max(0, (L − S)/h)) (``>=``: (L − S)/h + 1; ``<``, ``<=`` mirrored), S = α·SUM(v) or α·COUNT(*)
+   over the rows of T of p's correlation key κ(p) = (e1(p), …), NULL (SQL's comparison with NULL: false, r = 0)
+   when SUM has no row and 0 for COUNT. h = α·1: the ramp equals the predicate's indicator whenever the margin
+   is 0 or at least h away from 0 on the wrong side — on TPC-H, where quantities are whole and availqty an
+   integer, every margin of Q20 is a multiple of h = 0.5 — and in general the released set is that of the
+   ramp, which the tests compare with PostgreSQL's answer.
+3. ℓ1 sensitivity of the vector W over the candidates, a bound that holds on every database (Dwork, McSherry,
+   Nissim and Smith, "Calibrating Noise to Sensitivity in Private Data Analysis", TCC 2006): a change of one
+   row of T — added or removed (distance w_T, the table's row weight, NR §3.3.9), or its sensitive values
+   changed (distance the table's norm of the change, NR §3.3.8.2) — changes S for one correlation key κ only
+   (the correlation columns of T must be outside the norm, so a value change keeps κ), hence r for the at
+   most m rows of P with that key (m counted over P, a public table), each by at most
+   min(1, per-column slope × change) and so by at most B·distance with
+
+       B = max(1/w_T (rows private),  1/w_v for the summed column v (the ramp's slope is α/h = 1 per unit),
+               1/(w_v·g_v) for a sensitive column v that ψ reads (g_v its type's grid: a change smaller than
+               g_v is impossible, and r moves by at most 1)),
+
+   w_v the column's weight in the norm (a change of v alone by |Δ| costs at least w_v·|Δ| in any ℓp norm of
+   weighted terms). Each p adds to one W(v). So ‖W(D) − W(D′)‖₁ ≤ m·B·d(D, D′) for neighbours, and by the
+   triangle inequality along a path of one-row changes for any two databases (rows and tables combine with ℓ1
+   in the metric, NR §3.3.8.2).
+4. Release W̃(v) = W(v) + Lap(m·B/ε) for every candidate (the Laplace mechanism over a public domain: ε·d-DP
+   for databases at distance d, the metric form of Dwork et al.'s Theorem 1), and keep the candidates with
+   W̃(v) > 1/2 — post-processing (Dwork & Roth, "The Algorithmic Foundations of Differential Privacy", Prop.
+   2.1): the statement then runs over public tables with ``x IN (<kept values>)`` and its rows are exact.
+
+Pure ε (δ = 0), the whole ε on the one histogram. Refused with the reason and position: anything else inside
+the IN (several tables, a private P, GROUP BY, other aggregates, several private predicates), a correlation
+column or a grid-less column (FLOAT) of T that is value-sensitive, NOT IN, privacy units.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from sqlglot import exp
+
+from sqldp import mechanisms
+from sqldp.catalog import Catalog
+from sqldp.engine import Engine, Speed
+from sqldp.errors import RefusedError
+from sqldp.form import ColumnRef
+from sqldp.frontend import ParsedQuery, position
+from sqldp.mechanisms import NoiseSource
+from sqldp.params import PrivacyParams, resolve_params
+from sqldp.policy import Policy
+from sqldp.result import GLOBAL, Measurement, Result
+from sqldp.rewrite import Statements
+from sqldp.sensitivity import expressions
+from sqldp.sensitivity.expressions import RangeOps, column_weights, dual
+from sqldp.sensitivity.intervals import Domain, clamp_columns, magnitude
+
+THRESHOLD = 0.5  # a candidate is kept when its noisy witness score passes this (exact scores are whole numbers)
+RAMP_UNITS = 1.0  # h = α · RAMP_UNITS: the ramp's width in units of the summed column (or of COUNT)
+_COMPARE = (exp.GT, exp.GTE, exp.LT, exp.LTE)
+_MIRROR: dict[type[exp.Expr], type[exp.Expr]] = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE}
+_CAND, _AGG, _WIT = "sqldp_candidates", "sqldp_aggregate", "sqldp_witnesses"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the analysis found, before any data is read."""
+
+    tree: exp.Select  # the qualified statement
+    conjunct: exp.Expr  # the IN conjunct of its WHERE (a node of ``tree``)
+    x: exp.Expr  # the outer side of the IN
+    witness_sql: str  # one statement: per candidate v, W(v) and m (PostgreSQL)
+    per_row: float  # B: the bound on one P row's ramp per unit of distance
+    table: str  # T
+    where: str  # the IN's position
+    why: str  # how B was obtained, for the notes
+
+
+def _conjuncts(e: exp.Expr | None) -> list[exp.Expr]:
+    if e is None:
+        return []
+    e = e.unnest()
+    if isinstance(e, exp.And):
+        return [*_conjuncts(e.this), *_conjuncts(e.expression)]
+    return [e]
+
+
+def _and(parts: list[exp.Expr]) -> exp.Expr | None:
+    out: exp.Expr | None = None
+    for p in parts:
+        out = p.copy() if out is None else exp.and_(out, p.copy())
+    return out
+
+
+def _tables(node: exp.Expr) -> set[str]:
+    return {t.name.lower() for t in node.find_all(exp.Table)}
+
+
+def _from(q: exp.Select) -> exp.From:
+    from_ = q.args.get("from_") or q.args.get("from")
+    assert isinstance(from_, exp.From)
+    return from_
+
+
+def _from_tables(q: exp.Select) -> list[exp.Table]:
+    """The catalog tables a SELECT's own FROM and JOINs name (not those of its subqueries)."""
+    from_ = q.args.get("from_") or q.args.get("from")
+    items = [from_.this] if from_ is not None else []
+    items += [j.this for j in q.args.get("joins") or []]
+    return [t for t in items if isinstance(t, exp.Table)] if all(isinstance(t, exp.Table) for t in items) else []
+
+
+def recognise(parsed: ParsedQuery, catalog: Catalog, policy: Policy) -> Shape | None:
+    """The selection shape of the module docstring, None for a statement of another shape (the other paths
+    decide about it); a refusal with the position for one of this outline that cannot be analysed."""
+    tree = parsed.tree
+    if not isinstance(tree, exp.Select) or tree.args.get("with_") or tree.args.get("with"):
+        return None
+    outer = _from_tables(tree)
+    if not outer or any(not policy.table(t.name.lower()).public for t in outer):
+        return None
+    where = tree.args.get("where")
+    parts = _conjuncts(where.this if where is not None else None)
+    private = [p for p in parts if any(not policy.table(t).public for t in _tables(p))]
+    if len(private) != 1 or not isinstance(private[0], exp.In) or private[0].args.get("query") is None:
+        return None
+    conjunct = private[0]
+    # the private read must be in this conjunct only: the SELECT list, ORDER BY, … read public tables
+    rest = tree.copy()
+    rest.set("where", None)
+    if any(not policy.table(t).public for t in _tables(rest)):
+        return None
+    sub = conjunct.args["query"].unnest()
+    if not isinstance(sub, exp.Select):
+        return None
+    p_tables = _from_tables(sub)
+    if len(p_tables) != 1 or sub.args.get("joins") or not policy.table(p_tables[0].name.lower()).public:
+        return None
+    at = position(parsed.sql, conjunct)
+    try:
+        return _in_side(parsed, catalog, policy, tree, conjunct, sub, at)
+    except RefusedError as err:
+        if err.where != at:
+            raise
+        read = ", ".join(f"'{t}'" for t in sorted(_tables(conjunct)) if not policy.table(t).public)
+        raise RefusedError(f"{err.message} (it reads private table {read})", where=at) from None
+
+
+def _in_side(
+    parsed: ParsedQuery, catalog: Catalog, policy: Policy, tree: exp.Select, conjunct: exp.In, sub: exp.Select, at: str
+) -> Shape:
+    p_tables = _from_tables(sub)
+    for arg, name in (("group", "GROUP BY"), ("having", "HAVING"), ("limit", "LIMIT"), ("distinct", "DISTINCT")):
+        if sub.args.get(arg) is not None:
+            raise RefusedError(f"IN (SELECT …) selecting public rows: {name} in it is not analysed", where=at)
+    p_alias = p_tables[0].alias_or_name
+    if len(sub.expressions) != 1:
+        raise RefusedError("IN (SELECT …): the subquery must return one column", where=at)
+    k = sub.expressions[0].unalias()
+    p_parts = _conjuncts(sub.args["where"].this if sub.args.get("where") is not None else None)
+    p_private = [p for p in p_parts if any(not policy.table(t).public for t in _tables(p))]
+    # the witness statement reads P's conditions without the outer tables: a correlated IN is refused here,
+    # before the charge, not by PostgreSQL after it
+    for part in [p for p in p_parts if p not in p_private] + [k]:
+        if not _reads_only(part, p_alias):
+            raise RefusedError(
+                "IN (SELECT …) selecting public rows: a subquery correlated with the outer query is not analysed",
+                where=at,
+            )
+    _check_key(conjunct.this, catalog, tree, at)
+    if len(p_private) != 1:
+        raise RefusedError(
+            "IN (SELECT … FROM a public table WHERE …) selecting public rows: exactly one conjunct may read a private "
+            "table, a comparison with a correlated scalar subquery (TPC-H Q20's shape)",
+            where=at,
+        )
+    cond = p_private[0]
+    if not isinstance(cond, _COMPARE):
+        raise RefusedError("selecting public rows: the private conjunct must compare with >, >=, <, <=", where=at)
+    left, right = cond.this, cond.expression
+    op: type[exp.Expr] = type(cond)
+    if isinstance(left.unnest(), exp.Subquery) or isinstance(left, exp.Subquery):
+        left, right, op = right, left, _MIRROR[op]
+    scalar = right.unnest() if not isinstance(right, exp.Subquery) else right.this
+    while isinstance(scalar, exp.Subquery):
+        scalar = scalar.this
+    if not isinstance(scalar, exp.Select) or any(isinstance(n, exp.Subquery) for n in left.walk()):
+        raise RefusedError(
+            "selecting public rows: compare an expression of the IN's table with one scalar subquery", where=at
+        )
+    if any(c.table != p_alias for c in left.find_all(exp.Column)):
+        raise RefusedError("selecting public rows: the compared expression must read the IN's table only", where=at)
+    return _scalar_side(parsed, catalog, policy, tree, conjunct, k, sub, p_alias, p_parts, cond, left, op, scalar, at)
+
+
+def _scalar_side(
+    parsed: ParsedQuery,
+    catalog: Catalog,
+    policy: Policy,
+    tree: exp.Select,
+    conjunct: exp.In,
+    k: exp.Expr,
+    sub: exp.Select,
+    p_alias: str,
+    p_parts: list[exp.Expr],
+    cond: exp.Expr,
+    left: exp.Expr,
+    op: type[exp.Expr],
+    scalar: exp.Select,
+    at: str,
+) -> Shape:
+    what = "selecting public rows: the scalar subquery"
+    for arg, name in (("group", "GROUP BY"), ("having", "HAVING"), ("limit", "LIMIT"), ("joins", "a JOIN")):
+        if scalar.args.get(arg):
+            raise RefusedError(f"{what} with {name} is not analysed", where=at)
+    t_tables = _from_tables(scalar)
+    if len(t_tables) != 1:
+        raise RefusedError(f"{what} must read one table", where=at)
+    t_name, t_alias = t_tables[0].name.lower(), t_tables[0].alias_or_name
+    if policy.units:
+        raise RefusedError(f"{what}: privacy units are not analysed here (a unit's rows change many keys)", where=at)
+    if len(scalar.expressions) != 1:
+        raise RefusedError(f"{what} must return one value", where=at)
+    value = scalar.expressions[0].unalias()
+    alpha, agg = _scaled_aggregate(value)
+    if agg is None or not (alpha > 0 and math.isfinite(alpha)):
+        raise RefusedError(
+            f"{what}'s value must be SUM(column) or COUNT(*), times a positive number: {value.sql(dialect='postgres')}",
+            where=at,
+        )
+    summed: str | None = None
+    if isinstance(agg, exp.Sum):
+        arg = agg.this
+        if not (isinstance(arg, exp.Column) and arg.table == t_alias):
+            raise RefusedError(f"{what}: SUM must read one column of its table", where=at)
+        summed = arg.name
+        col = catalog.table(t_name).column(summed)
+        if not (col.kind == "integer" or col.type_sql.upper().startswith(("NUMERIC", "DECIMAL"))):
+            raise RefusedError(f"{what}: SUM of {col.type_sql} may overflow (an error the data decide)", where=at)
+    elif not (isinstance(agg, exp.Count) and isinstance(agg.this, exp.Star)):
+        raise RefusedError(f"{what}'s value must be SUM(column) or COUNT(*)", where=at)
+    inner: list[exp.Expr] = []
+    keys: list[tuple[exp.Column, exp.Expr]] = []  # (T's column, the expression of P it equals)
+    for part in _conjuncts(scalar.args["where"].this if scalar.args.get("where") is not None else None):
+        if any(isinstance(n, exp.Subquery) for n in part.walk()):
+            raise RefusedError(f"{what}: nested subqueries in it are not analysed", where=at)
+        aliases = {c.table for c in part.find_all(exp.Column)}
+        if aliases <= {t_alias}:
+            inner.append(part)
+            continue
+        key = _correlation(part, t_alias, p_alias)
+        if key is None:
+            raise RefusedError(
+                f"{what}: only equalities of its table's columns with the IN's table's are correlations, not "
+                f"{part.sql(dialect='postgres')}",
+                where=at,
+            )
+        keys.append(key)
+    if not keys:
+        raise RefusedError(f"{what} is not correlated with the IN's table", where=at)
+    per_row, why = _per_row_bound(catalog, policy, t_name, summed, keys, inner, at)
+    sql = _witness_sql(tree, conjunct, k, sub, p_alias, p_parts, cond, left, op, scalar, t_alias, keys, inner, alpha)
+    return Shape(tree, conjunct, conjunct.this, sql, per_row, t_name, at, why)
+
+
+def _reads_only(e: exp.Expr, alias: str) -> bool:
+    """Every column of ``e`` is the use ``alias``'s or one of a table a subquery inside ``e`` reads itself."""
+    own = {t.alias_or_name for t in e.find_all(exp.Table)} | {alias}
+    return all(c.table in own for c in e.find_all(exp.Column))
+
+
+def _check_key(x: exp.Expr, catalog: Catalog, tree: exp.Select, at: str) -> None:
+    """The chosen values return to the statement as literals: x must be a column of a number, text or date type."""
+    tables = {t.alias_or_name: t.name.lower() for t in _from_tables(tree)}
+    kind = None
+    if isinstance(x, exp.Column) and x.table in tables:
+        kind = catalog.table(tables[x.table]).column(x.name).kind
+    if kind not in ("integer", "numeric", "text", "date"):
+        raise RefusedError(
+            "selecting public rows: the compared key must be a column of a number, text or date type", where=at
+        )
+
+
+def _scaled_aggregate(e: exp.Expr) -> tuple[float, exp.AggFunc | None]:
+    """(α, AGG) for AGG, α * AGG or AGG * α with α a number literal; (nan, None) otherwise."""
+    e = e.unnest()
+    if isinstance(e, exp.AggFunc):
+        return 1.0, e
+    if isinstance(e, exp.Mul):
+        for a, b in ((e.this, e.expression), (e.expression, e.this)):
+            a, b = a.unnest(), b.unnest()
+            if isinstance(a, exp.Literal) and not a.is_string and isinstance(b, exp.AggFunc):
+                return float(a.this), b
+    return math.nan, None
+
+
+def _correlation(part: exp.Expr, t_alias: str, p_alias: str) -> tuple[exp.Column, exp.Expr] | None:
+    e = part.unnest()
+    if not isinstance(e, exp.EQ):
+        return None
+    for side, other in ((e.this, e.expression), (e.expression, e.this)):
+        others = {c.table for c in other.find_all(exp.Column)}
+        if isinstance(side, exp.Column) and side.table == t_alias and others == {p_alias}:
+            return side, other
+    return None
+
+
+def _per_row_bound(
+    catalog: Catalog,
+    policy: Policy,
+    t_name: str,
+    summed: str | None,
+    keys: list[tuple[exp.Column, exp.Expr]],
+    inner: list[exp.Expr],
+    at: str,
+) -> tuple[float, str]:
+    """B of the module docstring (step 3) and how it was obtained."""
+    tp = policy.table(t_name)
+    weights = column_weights(tp.norm) if tp.norm is not None else {}
+    bounds: list[tuple[float, str]] = []
+    if tp.rows_private:
+        bounds.append((1.0 / tp.weight, f"a row of {t_name} added or removed (weight {tp.weight:g})"))
+    for column, _ in keys:
+        if column.name in weights:
+            raise RefusedError(
+                f"selecting public rows: the correlation column {t_name}.{column.name} is value-sensitive; a changed "
+                "value would move a row between keys",
+                where=at,
+            )
+    filtered = {c.name for part in inner for c in part.find_all(exp.Column)}
+    for v in sorted(filtered | ({summed} if summed else set())):
+        w = weights.get(v)
+        if w is None:
+            continue
+        col = catalog.table(t_name).column(v)
+        if col.nullable:
+            raise RefusedError(
+                f"selecting public rows: {t_name}.{v} is value-sensitive and nullable; a change to or from NULL has no "
+                "distance in the norm",
+                where=at,
+            )
+        if v in filtered:
+            # a DATE moves by one day at least, in the column's unit
+            grid = 1.0 / tp.column(v).days_per_unit if col.kind == "date" else _grid(col.type_sql, col.kind) or 0.0
+            if grid <= 0:
+                raise RefusedError(
+                    f"selecting public rows: a filter on {t_name}.{v} ({col.type_sql}) can flip with an arbitrarily "
+                    "small change of it",
+                    where=at,
+                )
+            bounds.append((1.0 / (w * grid), f"{t_name}.{v} in a filter: a change of at least {grid:g} (weight {w:g})"))
+        else:
+            bounds.append((1.0 / w, f"{t_name}.{v} summed: the ramp moves 1 per unit (weight {w:g})"))
+    if not bounds:  # T public: nothing private (the public path answers such statements)
+        raise RefusedError("selecting public rows: the subquery's table protects nothing", where=at)
+    b, why = max(bounds)
+    return b, why
+
+
+def _grid(type_sql: str, kind: str) -> float | None:
+    """The smallest change of a value of the type: 1 for integers, 10^-s for DECIMAL(p, s); None otherwise."""
+    if kind == "integer":
+        return 1.0
+    upper = type_sql.upper()
+    if kind == "numeric" and "(" in upper and upper.startswith(("DECIMAL", "NUMERIC")):
+        args = upper[upper.index("(") + 1 : upper.rindex(")")].split(",")
+        return 10.0 ** -(int(args[1]) if len(args) > 1 else 0)
+    return None
+
+
+def _witness_sql(
+    tree: exp.Select,
+    conjunct: exp.In,
+    k: exp.Expr,
+    sub: exp.Select,
+    p_alias: str,
+    p_parts: list[exp.Expr],
+    cond: exp.Expr,
+    left: exp.Expr,
+    op: type[exp.Expr],
+    scalar: exp.Select,
+    t_alias: str,
+    keys: list[tuple[exp.Column, exp.Expr]],
+    inner: list[exp.Expr],
+    alpha: float,
+) -> str:
+    """One statement: for each candidate v, (v, W(v), m) — m the most rows of P (among those scored) sharing
+    one correlation key; no row when there is no candidate."""
+    cand = exp.select(exp.alias_(conjunct.this.copy(), "v")).distinct()
+    cand.set("from_", _from(tree).copy())
+    if tree.args.get("joins"):
+        cand.set("joins", [j.copy() for j in tree.args["joins"]])
+    outer_where = _and([p for p in _conjuncts(tree.args["where"].this) if p is not conjunct])
+    if outer_where is not None:
+        cand = cand.where(outer_where)
+    agg = exp.select(*[exp.alias_(c.copy(), f"k{i}") for i, (c, _) in enumerate(keys)])
+    agg = agg.select(exp.alias_(scalar.expressions[0].unalias().copy(), "s"))
+    agg.set("from_", _from(scalar).copy())
+    inner_where = _and(inner)
+    if inner_where is not None:
+        agg = agg.where(inner_where)
+    agg = agg.group_by(*[c.copy() for c, _ in keys])
+    is_count = isinstance(_scaled_aggregate(scalar.expressions[0].unalias())[1], exp.Count)
+    s: exp.Expr = exp.column("s", table=_AGG)
+    if is_count:  # COUNT over no rows is 0, not NULL
+        s = exp.func("COALESCE", s, exp.Literal.number(0))
+    h = exp.Literal.number(repr(alpha * RAMP_UNITS))
+    lhs = exp.paren(left.copy())
+    margin = exp.Sub(this=lhs, expression=s) if op in (exp.GT, exp.GTE) else exp.Sub(this=s, expression=lhs)
+    ramp: exp.Expr = exp.Div(this=exp.paren(margin), expression=h)
+    if op in (exp.GTE, exp.LTE):
+        ramp = exp.Add(this=ramp, expression=exp.Literal.number(1))
+    r = exp.func("LEAST", exp.Literal.number(1), exp.func("GREATEST", exp.Literal.number(0), ramp))
+    wit = exp.select(exp.alias_(k.copy(), "v"))
+    wit = wit.select(*[exp.alias_(e.copy(), f"c{i}") for i, (_, e) in enumerate(keys)])
+    wit = wit.select(exp.alias_(exp.func("COALESCE", r, exp.Literal.number(0)), "r"))
+    wit.set("from_", _from(sub).copy())
+    on = _and([exp.EQ(this=e.copy(), expression=exp.column(f"k{i}", table=_AGG)) for i, (_, e) in enumerate(keys)])
+    wit = wit.join(agg.subquery(_AGG), on=on, join_type="LEFT")
+    p_where = [p for p in p_parts if p is not cond]
+    in_cand = exp.In(this=k.copy(), query=exp.select("v").from_(_CAND).subquery())
+    wit = wit.where(_and([*p_where, in_cand]))
+    per_key = exp.select(exp.alias_(exp.func("COUNT", exp.Star()), "n")).from_(_WIT)
+    per_key = per_key.where(
+        _and([exp.Not(this=exp.Is(this=exp.column(f"c{i}"), expression=exp.Null())) for i in range(len(keys))])
+    )
+    per_key = per_key.group_by(*[exp.column(f"c{i}") for i in range(len(keys))])
+    m = exp.select(exp.func("COALESCE", exp.func("MAX", exp.column("n")), exp.Literal.number(0)))
+    m = m.from_(per_key.subquery("g"))
+    main = exp.select(
+        exp.column("v", table=_CAND),
+        exp.alias_(exp.func("COALESCE", exp.func("SUM", exp.column("r", table=_WIT)), exp.Literal.number(0)), "w"),
+        exp.alias_(exp.Subquery(this=m), "m"),
+    ).from_(_CAND)
+    main = main.join(
+        _WIT, on=exp.EQ(this=exp.column("v", table=_WIT), expression=exp.column("v", table=_CAND)), join_type="LEFT"
+    )
+    main = main.group_by(exp.column("v", table=_CAND)).order_by(exp.column("v", table=_CAND))
+    main = main.with_(_CAND, as_=cand).with_(_WIT, as_=wit)
+    return main.sql(dialect="postgres")
+
+
+def bound(m: int, per_row: float) -> float:
+    """The ℓ1 sensitivity of the witness counts (module docstring, step 3): m rows of the public table per
+    correlation key, each moving by at most ``per_row`` per unit of distance."""
+    return m * per_row
+
+
+def _literal(v: Any) -> exp.Expr:
+    if isinstance(v, bool) or v is None:
+        raise RefusedError("selecting public rows: the IN's values must be numbers, text or dates")
+    if isinstance(v, (int, Decimal, float)):
+        return exp.Literal.number(str(v))
+    if isinstance(v, str):
+        return exp.Literal.string(v)
+    return exp.cast(exp.Literal.string(str(v)), exp.DataType.build("DATE"))
+
+
+def final_sql(shape: Shape, kept: list[Any]) -> str:
+    """The statement with its IN conjunct replaced by ``x IN (<kept values>)`` (FALSE when none is kept): a
+    statement over public tables only, answered exactly by the public path."""
+    tree = shape.tree.copy()
+    target = next(n for n in tree.walk() if n == shape.conjunct and isinstance(n, exp.In))
+    replacement: exp.Expr = (
+        exp.In(this=shape.x.copy(), expressions=[_literal(v) for v in kept]) if kept else exp.false()
+    )
+    target.replace(replacement)
+    return tree.sql(dialect="postgres")
+
+
+@dataclass
+class Selection:
+    """A prepared selection (module docstring): the witness statement, the privacy parameters and the public
+    path for the final statement. Nothing has been read."""
+
+    engine: Engine
+    noise: NoiseSource
+    sql: str
+    shape: Shape
+    params: PrivacyParams
+    public_path: Callable[[str], Any]  # final SQL → a prepared public statement (sqldp.runner.Prepared)
+    started: float
+    speed: Speed = field(default_factory=Speed)
+
+    public = False
+
+    @property
+    def form(self) -> None:
+        return None
+
+    @property
+    def statements(self) -> Statements:
+        return Statements(self.shape.witness_sql, (), (), {}, exp.select("1"), tables=(self.shape.table,))
+
+    @property
+    def rho(self) -> float:
+        """A pure ε-DP release is ε²/2-zCDP (Bun & Steinke, "Concentrated Differential Privacy: Simplifications,
+        Extensions, and Lower Bounds", TCC 2016, Prop. 1.4): what a session's zCDP account adds."""
+        return self.params.epsilon**2 / 2.0
+
+    def notes(self) -> list[str]:
+        return [
+            f"IN (SELECT …) at {self.shape.where} selects public rows by private data: each candidate's witness "
+            f"count released with Laplace noise (ε = {self.params.epsilon:g}, ℓ1 sensitivity m·B, B = "
+            f"{self.shape.per_row:g} from {self.shape.why}, m the most rows of the IN's table per correlation key); "
+            f"candidates whose noisy count passes {THRESHOLD:g} are kept and their rows returned exactly",
+        ]
+
+    def describe(self) -> Result:
+        result = Result(self.sql, self.params, notes=self.notes())
+        result.plan = [
+            {
+                "aggregate": "witness count per candidate",
+                "epsilon": self.params.epsilon,
+                "delta": None,
+                "mechanism": GLOBAL,
+                "groups": "full share (ℓ1 over the candidates, one Laplace release of the histogram; kept if > 0.5)",
+            }
+        ]
+        return result
+
+    def run(self) -> Result:
+        return self._execute(noisy=True)
+
+    def analyze(self) -> Result:
+        """Audit mode: the true witness counts, the sensitivity, and the rows the exact counts select (what the
+        noisy release approximates: the un-noised pipeline)."""
+        result = self._execute(noisy=False)
+        result.audit = True
+        return result
+
+    def _execute(self, *, noisy: bool) -> Result:
+        t0 = time.perf_counter()
+        fetched = self.engine.execute(self.statements, self.speed)
+        t_witness = time.perf_counter() - t0
+        rows = fetched.answer
+        m = int(rows[0][2]) if rows else 0
+        sensitivity = bound(m, self.shape.per_row)
+        cal = mechanisms.calibrate_global(sensitivity, self.params.epsilon)
+        result = Result(self.sql, self.params, test_mode=self.noise.test_mode, notes=self.notes())
+        kept = []
+        for v, w, _ in rows:
+            true = float(w)
+            value = mechanisms.release("laplace", true, cal.scale, self.noise) if noisy else true
+            result.measurements.append(
+                [
+                    Measurement(
+                        f"witnesses({v})",
+                        self.params.epsilon,
+                        0.0,
+                        0.0,
+                        sensitivity,
+                        cal.scale,
+                        cal.half_width(self.params.confidence),
+                        {self.shape.table: {"m": m, "per_row": self.shape.per_row}},
+                        GLOBAL,
+                        true_value=true,
+                        calibration=cal,
+                        noisy_value=value if noisy else None,
+                    )
+                ]
+            )
+            if value > THRESHOLD:
+                kept.append(v)
+        final = self.public_path(final_sql(self.shape, kept))
+        out = final.run()
+        result.columns = out.columns
+        result.rows = [{"key": dict(r), "values": {}} for r in out.rows]
+        result.grouped = True
+        result.released = noisy
+        result.timings = {"witness_query": t_witness, "total": time.perf_counter() - self.started}
+        return result
+
+
+def prepare(
+    parsed: ParsedQuery,
+    catalog: Catalog,
+    policy: Policy,
+    engine: Engine,
+    noise: NoiseSource,
+    public_path: Callable[[str], Any],
+    started: float,
+    **privacy: Any,
+) -> Selection | None:
+    """The selection for a statement of this module's shape (refusing what cannot be analysed before anything
+    is read), None for any other statement."""
+    shape = recognise(parsed, catalog, policy)
+    if shape is None:
+        return None
+    params = resolve_params(policy, outputs=1, **{k: v for k, v in privacy.items() if k != "mechanism"})
+    # Laplace at a global bound: pure ε, no β, no δ spent (the session charges only what is spent)
+    params = dataclasses.replace(params, delta=None, beta=None, mechanism="laplace")
+    public_path(final_sql(shape, []))  # the final statement's shape passes the public path's checks now
+    return Selection(engine, noise, parsed.sql, shape, params, public_path, started)
+
+
+# -- the argmax over a public domain (TPC-H Q15's shape) ------------------------------------------------------
+#
+#     WITH V (k, total) AS (SELECT t.g, SUM(e) FROM T AS t WHERE ψ(t) GROUP BY t.g)
+#     SELECT … FROM <public tables>, V WHERE φ AND a = V.k AND V.total = (SELECT MAX(V.total) FROM V) …
+#
+# Candidates: the distinct values of a over the public rows φ keeps (a public set). Score of a candidate v:
+# s(v) = Σ_{t ∈ T, t.g = v, ψ(t)} e(t) with e's columns clamped to their declared ranges (0 when no row).
+# Δ, the most one change of one row of T moves one score, per unit of distance (a bound on every database): the
+# row belongs to one group (g is outside the norm, so a value change keeps it), and its term moves by at most
+# M = max |e| over the ranges when it enters or leaves (added or removed: distance w_T; ψ flips: a change of a
+# sensitive column ψ reads, at least w_v·g_v), else by at most ‖(∂e/∂v)_v‖ in the dual of the row norm times
+# the distance (NR Lemmas 3.64–3.66, the data-independent c3 of NR §3.3.9.3). Only one score moves per
+# neighbour, so the scores are monotone in the sense of McKenna & Sheldon ("Permute-and-Flip: A new mechanism
+# for differentially private selection", NeurIPS 2020, §2): the exponential mechanism with weights
+# exp(ε₁·s(v)/Δ) (no factor 2) is ε₁-DP — in one step only s(j) moves, by δ ≤ Δ·d, so P(j) moves by a factor
+# in [1, e^(ε₁·d)] and every other P(v) by Z/Z′ ∈ [e^(−ε₁·d), 1]. The chosen candidate's score is then released
+# with Laplace noise Δ/ε₂ (ε₂-DP), the statement's public columns for it are exact, and its total is the noisy
+# score. ε₁ = ε₂ = ε/2 (sequential composition, NR §3.3.10.4).
+
+ARGMAX_SHARE = 0.5  # ε₁ = ε·ARGMAX_SHARE chooses, ε₂ = ε − ε₁ measures
+
+
+@dataclass(frozen=True)
+class ArgmaxShape:
+    tree: exp.Select  # the qualified statement
+    view: str  # V's name
+    key: str  # V's key column (k)
+    total: str  # V's aggregate column
+    join: exp.Expr  # a = V.k, a node of ``tree``
+    top: exp.Expr  # V.total = (SELECT MAX(V.total) FROM V), a node of ``tree``
+    a: exp.Expr
+    score_sql: str  # per candidate v: (v, s(v)); ordered by v
+    per_unit: float  # Δ
+    table: str
+    aggregate: str  # SUM(e) as written, for the notes
+    where: str
+    why: str
+
+
+def _cte(tree: exp.Select) -> tuple[str, exp.Select] | None:
+    with_ = tree.args.get("with_") or tree.args.get("with")
+    if with_ is None or len(with_.expressions) != 1:
+        return None
+    cte = with_.expressions[0]
+    q = cte.this
+    return (cte.alias_or_name, q) if isinstance(q, exp.Select) else None
+
+
+def _is_max_of(node: exp.Expr, view: str, total: str) -> bool:
+    q = node.unnest() if not isinstance(node, exp.Subquery) else node.this
+    while isinstance(q, exp.Subquery):
+        q = q.this
+    if not isinstance(q, exp.Select) or len(q.expressions) != 1 or q.args.get("where") or q.args.get("joins"):
+        return False
+    tables = _from_tables(q)
+    m = q.expressions[0].unalias()
+    return (
+        len(tables) == 1
+        and tables[0].name == view
+        and isinstance(m, exp.Max)
+        and isinstance(m.this, exp.Column)
+        and m.this.name == total
+    )
+
+
+def recognise_argmax(parsed: ParsedQuery, catalog: Catalog, policy: Policy) -> ArgmaxShape | None:
+    """The argmax shape above, None for a statement of another shape; a refusal with the position for one of
+    this outline that cannot be analysed."""
+    tree = parsed.tree
+    if not isinstance(tree, exp.Select):
+        return None
+    found = _cte(tree)
+    if found is None:
+        return None
+    view, q = found
+    if not any(not policy.table(t).public for t in _tables(q) if t in catalog.tables):
+        return None
+    main = tree.copy()
+    main.set("with_", None)
+    main.set("with", None)
+    where = tree.args.get("where")
+    parts = _conjuncts(where.this if where is not None else None)
+    tops = [
+        p
+        for p in parts
+        if isinstance(p, exp.EQ)
+        and any(_is_max_of(side, view, c.name) for side in (p.this, p.expression) for c in p.find_all(exp.Column))
+    ]
+    if len(tops) != 1:
+        return None
+    outer = [t for t in _from_tables(tree) if t.name != view]
+    if not outer or any(not policy.table(t.name.lower()).public for t in outer):
+        return None  # rows of a private table would be released: the analyses refuse that with their reason
+    at = position(parsed.sql, tops[0])
+    try:
+        return _argmax(parsed, catalog, policy, tree, view, q, parts, tops[0], at)
+    except RefusedError as err:
+        if err.where != at:
+            raise
+        read = ", ".join(f"'{t}'" for t in sorted(_tables(q)) if t in catalog.tables and not policy.table(t).public)
+        raise RefusedError(f"{err.message} (it reads private table {read})", where=at) from None
+
+
+def _argmax(
+    parsed: ParsedQuery,
+    catalog: Catalog,
+    policy: Policy,
+    tree: exp.Select,
+    view: str,
+    q: exp.Select,
+    parts: list[exp.Expr],
+    top: exp.Expr,
+    at: str,
+) -> ArgmaxShape:
+    what = "the argmax over a WITH query"
+    for arg, name in (("having", "HAVING"), ("limit", "LIMIT"), ("joins", "a JOIN"), ("distinct", "DISTINCT")):
+        if q.args.get(arg):
+            raise RefusedError(f"{what}: {name} in the WITH query is not analysed", where=at)
+    t_tables = _from_tables(q)
+    group = q.args.get("group")
+    if len(t_tables) != 1 or group is None or len(group.expressions) != 1 or len(q.expressions) != 2:
+        raise RefusedError(f"{what}: the WITH query must be SELECT g, SUM(e) FROM one table … GROUP BY g", where=at)
+    t_name, t_alias = t_tables[0].name.lower(), t_tables[0].alias_or_name
+    tp = policy.table(t_name)
+    if policy.units:
+        raise RefusedError(f"{what}: privacy units are not analysed here", where=at)
+    g = group.expressions[0]
+    items = {i.alias_or_name: i.unalias() for i in q.expressions}
+    keys = [n for n, e in items.items() if e == g]
+    sums = [n for n, e in items.items() if isinstance(e, exp.Sum)]
+    if len(keys) != 1 or len(sums) != 1 or not (isinstance(g, exp.Column) and g.table == t_alias):
+        raise RefusedError(f"{what}: the WITH query must be SELECT g, SUM(e) FROM one table … GROUP BY g", where=at)
+    key, total = keys[0], sums[0]
+    weights = column_weights(tp.norm) if tp.norm is not None else {}
+    if g.name in weights:
+        raise RefusedError(f"{what}: the group column {t_name}.{g.name} is value-sensitive", where=at)
+    e = items[total].this
+    # the main query: public tables and V; a = V.k; V.total = (SELECT MAX …); the rest public
+    main_tables = _from_tables(tree)
+    views = [t for t in main_tables if t.name == view]
+    if len(views) != 1 or any(not policy.table(t.name.lower()).public for t in main_tables if t.name != view):
+        raise RefusedError(f"{what}: the statement must join public tables with the WITH query once", where=at)
+    v_alias = views[0].alias_or_name
+    for arg, name in (("group", "GROUP BY"), ("having", "HAVING")):
+        if tree.args.get(arg):
+            raise RefusedError(f"{what}: {name} in the statement is not analysed", where=at)
+    joins = [p for p in parts if p is not top and v_alias in {c.table for c in p.find_all(exp.Column)}]
+    if len(joins) != 1 or not isinstance(joins[0], exp.EQ):
+        raise RefusedError(f"{what}: the WITH query must be joined by one equality with its key", where=at)
+    join = joins[0]
+    a: exp.Expr | None = None
+    for side, other in ((join.this, join.expression), (join.expression, join.this)):
+        mine = isinstance(side, exp.Column) and side.table == v_alias and side.name == key
+        if mine and isinstance(other, exp.Column) and other.table != v_alias:
+            a = other
+    if a is None:
+        raise RefusedError(f"{what}: the WITH query must be joined by its key equal to a public column", where=at)
+    _check_key(a, catalog, tree, at)
+    others = [p for p in parts if p is not top and p is not join]
+    if any(not policy.table(t).public for p in others for t in _tables(p) if t in catalog.tables):
+        raise RefusedError(f"{what}: the statement's other conditions must read public tables only", where=at)
+    rest = tree.copy()
+    rest.set("with_", None)
+    rest.set("with", None)
+    rest.set("where", None)
+    for c in rest.find_all(exp.Column):
+        if c.table == v_alias and c.name != total and c.name != key:
+            raise RefusedError(f"{what}: the statement reads {c.sql()}", where=at)
+    if any(isinstance(n, exp.AggFunc) for n in rest.walk()):
+        raise RefusedError(f"{what}: aggregates in the statement are not analysed", where=at)
+    inner = _conjuncts(q.args["where"].this if q.args.get("where") is not None else None)
+    if any(isinstance(n, exp.Subquery) for p in inner for n in p.walk()):
+        raise RefusedError(f"{what}: subqueries in the WITH query are not analysed", where=at)
+    dom = _domain(catalog, policy, t_name)
+    per_unit, why, clamped = _sum_bound(catalog, policy, t_name, e, inner, dom, at)
+    sql = _score_sql(tree, view, a, join, top, others, t_tables[0], g, clamped, inner)
+    agg = items[total].sql(dialect="postgres")
+    return ArgmaxShape(tree, v_alias, key, total, join, top, a, sql, per_unit, t_name, agg, at, why)
+
+
+def _domain(catalog: Catalog, policy: Policy, table: str) -> Domain:
+    """The declared ranges of ``table``'s columns (an integer column's rounded inwards, as the analyses do)."""
+
+    def declared(ref: ColumnRef) -> tuple[float, float] | None:
+        r = policy.table(table).column(ref.column).range
+        if r is None or catalog.table(table).column(ref.column).kind != "integer":
+            return r
+        return float(math.ceil(r[0])), float(math.floor(r[1]))
+
+    return Domain(
+        declared,
+        lambda ref: catalog.table(table).column(ref.column).kind,
+        lambda ref: catalog.table(table).column(ref.column).type_sql,
+    )
+
+
+def clamped(e: exp.Expr, dom: Domain) -> exp.Expr:
+    """e with every column clamped to its declared range (so that M bounds it on every database)."""
+    return clamp_columns(e, dom)
+
+
+def _sum_bound(
+    catalog: Catalog, policy: Policy, t_name: str, e: exp.Expr, inner: list[exp.Expr], dom: Domain, at: str
+) -> tuple[float, str, exp.Expr]:
+    """Δ of the comment above, how it was obtained, and e clamped."""
+    tp = policy.table(t_name)
+    weights = column_weights(tp.norm) if tp.norm is not None else {}
+
+    def sensitive(ref: ColumnRef) -> float | None:
+        return weights.get(ref.column)
+
+    try:
+        m = magnitude(e, dom)
+        _, d = expressions.bound(e, sensitive, RangeOps(dom.range), 1.0)
+    except RefusedError as err:
+        raise RefusedError(f"the argmax over a WITH query: {err.message}", where=at) from None
+    candidates: list[tuple[float, str]] = []
+    if tp.rows_private:
+        candidates.append((m / tp.weight, f"a row of {t_name} added or removed moves one total by ≤ {m:g}"))
+    if tp.norm is not None and d:
+        lip = float(dual(tp.norm, {ref.column: v for ref, v in d.items()}, "float") or 0.0)
+        candidates.append((lip, f"the summed expression's derivative bounds in the dual norm: {lip:g}"))
+    for v in sorted({c.name for p in inner for c in p.find_all(exp.Column)}):
+        w = weights.get(v)
+        if w is None:
+            continue
+        col = catalog.table(t_name).column(v)
+        grid = 1.0 / tp.column(v).days_per_unit if col.kind == "date" else _grid(col.type_sql, col.kind) or 0.0
+        if grid <= 0 or col.nullable:
+            raise RefusedError(
+                f"the argmax over a WITH query: a filter on {t_name}.{v} ({col.type_sql}) can flip with an arbitrarily "
+                "small change of it",
+                where=at,
+            )
+        flip = filter_flip(m, w, grid)
+        candidates.append((flip, f"{t_name}.{v} in a filter: a change of at least {grid:g} moves ≤ {m:g}"))
+    if not candidates:
+        raise RefusedError("the argmax over a WITH query: its table protects nothing", where=at)
+    per_unit, why = max(candidates)
+    return per_unit, why, clamped(e, dom)
+
+
+def filter_flip(m: float, weight: float, grid: float) -> float:
+    """A filter on a sensitive column flips with a change of it of one grid step at least (distance weight·grid)
+    and moves the row's term by at most m: m per weight·grid of distance."""
+    return m / (weight * grid)
+
+
+def _score_sql(
+    tree: exp.Select,
+    view: str,
+    a: exp.Expr,
+    join: exp.Expr,
+    top: exp.Expr,
+    others: list[exp.Expr],
+    t_table: exp.Table,
+    g: exp.Column,
+    e: exp.Expr,
+    inner: list[exp.Expr],
+) -> str:
+    cand = exp.select(exp.alias_(a.copy(), "v")).distinct()
+    sources = [t for t in _from_tables(tree) if t.name != view]
+    cand = cand.from_(sources[0].copy())
+    for t in sources[1:]:
+        cand = cand.join(t.copy())
+    cond = _and(others)
+    if cond is not None:
+        cand = cand.where(cond)
+    on = _and([exp.EQ(this=g.copy(), expression=exp.column("v", table=_CAND)), *inner])
+    main = exp.select(
+        exp.column("v", table=_CAND),
+        exp.alias_(exp.func("COALESCE", exp.func("SUM", e.copy()), exp.Literal.number(0)), "s"),
+    ).from_(_CAND)
+    main = main.join(t_table.copy(), on=on, join_type="LEFT")
+    main = main.group_by(exp.column("v", table=_CAND)).order_by(exp.column("v", table=_CAND))
+    return main.with_(_CAND, as_=cand).sql(dialect="postgres")
+
+
+def argmax_final_sql(shape: ArgmaxShape, chosen: Any, noisy: float | None) -> str:
+    """The statement over public tables only: V gone, a = <chosen> (FALSE when there is no candidate), V's key
+    read as the chosen value and its total as the released one."""
+    tree = shape.tree.copy()
+    tree.set("with_", None)
+    tree.set("with", None)
+    join = next(n for n in tree.walk() if n == shape.join)
+    top = next(n for n in tree.walk() if n == shape.top)
+    join.replace(exp.EQ(this=shape.a.copy(), expression=_literal(chosen)) if chosen is not None else exp.false())
+    top.replace(exp.true())
+    for t in list(_from_tables(tree)):
+        if t.alias_or_name == shape.view:
+            parent = t.parent
+            if isinstance(parent, exp.Join):
+                parent.pop()
+            else:  # in FROM: the first JOIN's table takes its place
+                first = tree.args["joins"].pop(0)
+                t.replace(first.this)
+    for c in list(tree.find_all(exp.Column)):
+        if c.table == shape.view:
+            value = noisy if c.name == shape.total else chosen
+            c.replace(exp.null() if value is None else _literal(value))
+    return tree.sql(dialect="postgres")
+
+
+@dataclass
+class Argmax:
+    """A prepared argmax (the comment above): nothing has been read."""
+
+    engine: Engine
+    noise: NoiseSource
+    sql: str
+    shape: ArgmaxShape
+    params: PrivacyParams
+    public_path: Callable[[str], Any]
+    started: float
+    speed: Speed = field(default_factory=Speed)
+
+    public = False
+
+    @property
+    def form(self) -> None:
+        return None
+
+    @property
+    def statements(self) -> Statements:
+        return Statements(self.shape.score_sql, (), (), {}, exp.select("1"), tables=(self.shape.table,))
+
+    @property
+    def rho(self) -> float:
+        """Two pure releases, ε₁- and ε₂-DP: (ε₁² + ε₂²)/2-zCDP (Bun & Steinke, TCC 2016, Prop. 1.4 and
+        composition, Lemma 2.3)."""
+        e1, e2 = self.shares
+        return (e1 * e1 + e2 * e2) / 2.0
+
+    @property
+    def shares(self) -> tuple[float, float]:
+        e1 = self.params.epsilon * ARGMAX_SHARE
+        return e1, self.params.epsilon - e1
+
+    def notes(self) -> list[str]:
+        e1, e2 = self.shares
+        return [
+            f"MAX over the WITH query at {self.shape.where}: the key chosen among the public candidates by the "
+            f"exponential mechanism (ε = {e1:g}, scores {self.shape.aggregate} with a global bound "
+            f"Δ = {self.shape.per_unit:g}: {self.shape.why}), its total released with Laplace noise (ε = {e2:g}); "
+            "the chosen row's public columns are exact",
+        ]
+
+    def describe(self) -> Result:
+        e1, e2 = self.shares
+        result = Result(self.sql, self.params, notes=self.notes())
+        result.plan = [
+            {"aggregate": "argmax (exponential mechanism)", "epsilon": e1, "delta": None, "groups": "one choice"},
+            {"aggregate": self.shape.aggregate, "epsilon": e2, "delta": None, "groups": "the chosen key"},
+        ]
+        return result
+
+    def run(self) -> Result:
+        return self._execute(noisy=True)
+
+    def analyze(self) -> Result:
+        """Audit mode: the true scores, and the statement answered with the true argmax and its true total."""
+        result = self._execute(noisy=False)
+        result.audit = True
+        return result
+
+    def _execute(self, *, noisy: bool) -> Result:
+        t0 = time.perf_counter()
+        rows = self.engine.execute(self.statements, self.speed).answer
+        t_scores = time.perf_counter() - t0
+        e1, e2 = self.shares
+        delta_ = self.shape.per_unit
+        cal = mechanisms.calibrate_global(delta_, e2)
+        scores = [(v, float(s)) for v, s in rows]
+        result = Result(self.sql, self.params, test_mode=self.noise.test_mode, notes=self.notes())
+        # audit: every candidate's true score; a run: the one choice (its mechanism and ε share, no value)
+        for v, s in scores if not noisy else [("argmax", None)]:
+            name = f"score({v})" if not noisy else f"argmax of {self.shape.aggregate}"
+            m = Measurement(name, e1, 0.0, 0.0, delta_, 0.0, 0.0, {}, "exponential", true_value=s)
+            result.measurements.append([m])
+        chosen, value = None, None
+        if scores:
+            if noisy:
+                chosen = scores[exponential(scores, e1 / delta_ if delta_ > 0 else math.inf, self.noise)][0]
+            else:
+                chosen = max(scores, key=lambda vs: vs[1])[0]
+            true = dict(scores)[chosen]
+            value = mechanisms.release("laplace", true, cal.scale, self.noise) if noisy else true
+            agg = Measurement(
+                self.shape.aggregate,
+                e2,
+                0.0,
+                0.0,
+                delta_,
+                cal.scale,
+                cal.half_width(self.params.confidence),
+                {self.shape.table: {"per_unit": delta_}},
+                GLOBAL,
+                true_value=true,
+                calibration=cal,
+                noisy_value=value if noisy else None,
+            )
+            result.measurements.append([agg])
+        out = self.public_path(argmax_final_sql(self.shape, chosen, value)).run()
+        result.columns = out.columns
+        totals = {i.alias_or_name for i in self.shape.tree.expressions if _reads(i, self.shape.view, self.shape.total)}
+        # the total's noise scale is Δ/ε₂, a function of the policy and the query: its error bar may be shown
+        bars = {c: cal.half_width(self.params.confidence) for c in totals} if noisy else {}
+        result.rows = [
+            {
+                "key": {c: r[c] for c in out.columns if c not in totals},
+                "values": {c: r[c] for c in totals},
+                "errors": bars,
+            }
+            for r in out.rows
+        ]
+        result.grouped = True
+        result.released = noisy
+        result.timings = {"score_query": t_scores, "total": time.perf_counter() - self.started}
+        return result
+
+
+def _reads(item: exp.Expr, view: str, column: str) -> bool:
+    return any(c.table == view and c.name == column for c in item.find_all(exp.Column))
+
+
+def exponential(scores: list[tuple[Any, float]], rate: float, noise: NoiseSource) -> int:
+    """The index drawn with probability ∝ exp(rate·(s − max s)) (the exponential mechanism; rate = ε₁/Δ).
+    Drawn by inversion from the source's uniform variate: the output is a candidate, not a number, so the
+    floating-point rounding of the weights (relative 2⁻⁵²) moves each probability by a factor 1 ± 2⁻⁵⁰ at most
+    and leaks no digits of the scores (unlike an additive release, Mironov, CCS 2012)."""
+    top = max(s for _, s in scores)
+    weights = [1.0 if s == top else math.exp(rate * (s - top)) if math.isfinite(rate) else 0.0 for _, s in scores]
+    u = noise.uniform() * math.fsum(weights)
+    acc = 0.0
+    for i, w in enumerate(weights):
+        acc += w
+        if u < acc:
+            return i
+    return len(weights) - 1
+
+
+def prepare_argmax(
+    parsed: ParsedQuery,
+    catalog: Catalog,
+    policy: Policy,
+    engine: Engine,
+    noise: NoiseSource,
+    public_path: Callable[[str], Any],
+    started: float,
+    **privacy: Any,
+) -> Argmax | None:
+    shape = recognise_argmax(parsed, catalog, policy)
+    if shape is None:
+        return None
+    params = resolve_params(policy, outputs=2, **{k: v for k, v in privacy.items() if k != "mechanism"})
+    params = dataclasses.replace(params, delta=None, beta=None, mechanism="laplace")
+    public_path(argmax_final_sql(shape, None, None))  # the final statement's shape passes the public path now
+    return Argmax(engine, noise, parsed.sql, shape, params, public_path, started)
+
+
+def explain(parsed: ParsedQuery, catalog: Catalog, policy: Policy) -> dict[str, Any] | None:
+    """What ``sqldp explain`` shows for these shapes (reads nothing): the kind, the bound and the SQL that runs;
+    None for a statement of another shape. Refusals are raised as by ``prepare``."""
+    shape = recognise(parsed, catalog, policy)
+    if shape is not None:
+        return {
+            "kind": "selection of public rows by witness counts (Laplace over the candidates, kept above 1/2)",
+            "where": shape.where,
+            "per_row_bound": shape.per_row,
+            "why": shape.why,
+            "sql": [shape.witness_sql],
+        }
+    argmax = recognise_argmax(parsed, catalog, policy)
+    if argmax is not None:
+        return {
+            "kind": "argmax over a grouped WITH query (exponential mechanism, then its total with Laplace noise)",
+            "where": argmax.where,
+            "epsilon_shares": [ARGMAX_SHARE, 1 - ARGMAX_SHARE],
+            "score_bound": argmax.per_unit,
+            "why": argmax.why,
+            "sql": [argmax.score_sql],
+        }
+    return None
+
+
+Chosen = Selection | Argmax  # what sqldp.session.Session.prepare hands out for these shapes
