@@ -75,6 +75,8 @@ def partition_selection(form: AnalysisForm, policy: Policy, delta: float | None)
 def _undeclared_private(form: AnalysisForm, policy: Policy, key: exp.Expr) -> bool:
     if not isinstance(key, exp.Column) or not key.table or _year_domain(form, policy, key) is not None:
         return False
+    if _constant_filter(form, key) is not None:  # the WHERE clause's constants are its domain (listed_domain)
+        return False
     tp = policy.table(form.use(key.table).table)
     return tp.column(key.name).domain is None and not tp.public
 
@@ -95,18 +97,24 @@ def key_domains(form: AnalysisForm, policy: Policy) -> tuple[KeyDomain, ...]:
         if years is not None:
             out.append(KeyDomain(years, None))
             continue
+        allowed = _constant_filter(form, key)
         if not isinstance(key, exp.Column) or not key.table:
-            raise RefusedError(
-                f"GROUP BY {key.sql(dialect='postgres')}: only plain columns can be group keys "
-                "(their domain must come from the policy or a public table)"
-            )
+            if allowed is None or not _derived_key(key):
+                raise RefusedError(
+                    f"GROUP BY {key.sql(dialect='postgres')}: only plain columns can be group keys (their domain "
+                    "must come from the policy or a public table), or an expression of columns that the WHERE "
+                    "clause restricts to constants (key IN (…))"
+                )
+            out.append(KeyDomain(listed_domain(allowed), None))
+            continue
         table = form.use(key.table).table
         tp = policy.table(table)
         col = tp.column(key.name)
-        allowed = _constant_filter(form, key)
         if col.domain is not None:
             values = col.domain if allowed is None else tuple(v for v in col.domain if _matches(v, allowed))
             out.append(KeyDomain(values, None))
+        elif allowed is not None and not tp.public:
+            out.append(KeyDomain(listed_domain(allowed), None))
         elif tp.public:
             q = (
                 exp.select(exp.column(key.name))
@@ -200,6 +208,40 @@ def _constant_filter(form: AnalysisForm, key: exp.Column) -> list[exp.Literal] |
         if items and len(literals) == len(items):
             return literals
     return None
+
+
+def _derived_key(key: exp.Expr) -> bool:
+    """A group key computed from the columns of one row: no aggregate, window, subquery or parameter (the
+    allow-list, sqldp.allowlist, admits no volatile function, and sqldp.sensitivity.failures refuses a key
+    PostgreSQL may fail on, such as SUBSTRING with a negative length)."""
+    if not any(c.table for c in key.find_all(exp.Column)):
+        return False
+    banned = (exp.AggFunc, exp.Window, exp.Subquery, exp.Exists, exp.Select, exp.Placeholder, exp.Parameter)
+    return not any(isinstance(n, banned) for n in key.walk())
+
+
+def listed_domain(literals: list[exp.Literal]) -> tuple[object, ...]:
+    """The group domain a ``key IN (c1, …, ck)`` conjunct gives a key (TPC-H Q22's
+    ``SUBSTRING(c_phone FROM 1 FOR 2) IN ('13', '31', …)``): the constants, in the order written, each once.
+
+    NR §3.3.11 propagates constraints on attributes to the columns computed from them; here the constraint is
+    the query's own: a row reaches the answer only if its key equals one of the constants, so every group the
+    answer can hold is one of them, whatever the data, and the set of released groups depends on the query
+    text alone. Each is released (with noise) even when no row has it, as a declared domain's groups are. Two
+    constants PostgreSQL finds equal but Python does not (CHAR padding, numeric 1 and 1.0) are matched by
+    :func:`match_groups`' first-match CASE: the second one is then always empty, which depends on the query
+    only."""
+    out: dict[object, None] = {}
+    for lit in literals:
+        if lit.is_string:
+            out[lit.name] = None
+            continue
+        try:
+            number = int(lit.name)
+        except ValueError:
+            number = float(lit.name)  # type: ignore[assignment]
+        out[number] = None
+    return tuple(out)
 
 
 def _matches(value: object, literals: list[exp.Literal]) -> bool:
