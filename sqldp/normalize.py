@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from sqldp import aggregates, allowlist, release, subqueries
+from sqldp import aggregates, allowlist, nested, release, subqueries
 from sqldp import algebra as ra
 from sqldp.catalog import Catalog
 from sqldp.errors import ForbiddenError, RefusedError
@@ -212,6 +212,10 @@ class Normalizer:
                 f"the query releases rows of private table {(released or private)[0]!r}; only aggregates "
                 f"({aggregates.supported()}) over private tables can be answered"
             )
+        histogram = nested.histogram(self, body, sort)
+        if histogram is not None:  # an aggregate over a derived table that aggregates (TPC-H Q13)
+            self._subqueries(statement, private)
+            return histogram
         block = self.spj(body.child)
         self._subqueries(statement, private)
         conjuncts = []

@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from sqldp import allowlist, db, sensitivity, subqueries
+from sqldp import allowlist, db, nested, sensitivity, subqueries
 from sqldp.catalog import Catalog
 from sqldp.context import load_catalog, load_policy
 from sqldp.db import connect, resolve_dsn
@@ -170,6 +170,11 @@ class Session:
         if isinstance(form, PublicRelease):
             return Prepared(self.engine, self.noise, sql, form, None, (), (), None, t0)
         params = resolve_params(self.policy, outputs=max(1, len(form.aggregates)), **privacy)
+        if form.nested is not None:  # a histogram of per-key counts (sqldp.nested): its own plan and SQL
+            form, domains, plans, statements = nested.compile_histogram(
+                form, self.catalog, self.policy, params, self.dialect
+            )
+            return Prepared(self.engine, self.noise, sql, form, params, plans, domains, statements, t0)
         form = partition_selection(form, self.policy, params.delta)
         domains, plans, statements = compile_form(
             form, self.catalog, self.policy, params.beta, self.dialect, params=params
