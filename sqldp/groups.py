@@ -190,7 +190,7 @@ def _date_literal(e: exp.Expr | None) -> dt.date | None:
     return None
 
 
-def _constant_filter(form: AnalysisForm, key: exp.Column) -> list[exp.Literal] | None:
+def _constant_filter(form: AnalysisForm, key: exp.Expr) -> list[exp.Literal] | None:
     """The literals a top-level conjunct ``key IN (…)`` or ``key = …`` restricts the group key to (the first
     such conjunct), or None. A declared group the WHERE clause excludes by constants is always empty: dropping
     it depends on the query and the policy only, and saves its share of ε (TPC-H Q12's two ship modes of 7)."""

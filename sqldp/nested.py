@@ -74,6 +74,9 @@ from sqldp.sensitivity.units import unit_tables
 if TYPE_CHECKING:
     from sqldp.normalize import Normalizer
 
+# the lemma's bound: one row changes the histogram by at most this much in ℓ1 (a key group leaves one count for
+# another); tests/release/test_nested_histogram.py runs the mutant with 1 and sees the privacy loss exceed ε
+L1_CHANGE = 2.0
 BUCKET = "__n"  # the inner query's count: the histogram's key
 KEY = "__k"  # the inner query's group key
 
@@ -131,9 +134,7 @@ def _conjuncts(e: exp.Expr | None) -> list[exp.Expr]:
     return [e]
 
 
-def histogram(
-    normalizer: Normalizer, body: ra.Aggregate, sort: ra.Sort | None
-) -> AnalysisForm | None:
+def histogram(normalizer: Normalizer, body: ra.Aggregate, sort: ra.Sort | None) -> AnalysisForm | None:
     """The analysis form of a histogram of per-key counts, or None when ``body`` does not aggregate a derived
     table that aggregates (the normaliser's own refusal then stands). A query of that outer shape that is not
     the one analysed here is refused with what differs."""
@@ -216,9 +217,10 @@ def _join(node: ra.Node, key: exp.Column, arg: exp.Expr | None, alias: str) -> P
     if key.table != a.alias:
         raise _refuse("the GROUP BY key must be a column of one of the two tables")
     if not outer:  # an inner join's conditions are its WHERE's: split by the tables they read
-        on, where = [c for c in where if any(t == b.alias for t, _ in _columns(c))], [
-            c for c in where if all(t != b.alias for t, _ in _columns(c))
-        ]
+        on, where = (
+            [c for c in where if any(t == b.alias for t, _ in _columns(c))],
+            [c for c in where if all(t != b.alias for t, _ in _columns(c))],
+        )
     foreign = None
     rest = []
     for c in on:
@@ -296,9 +298,9 @@ def compile_histogram(
     if dialect != "postgres":
         raise _refuse("runs on PostgreSQL only")
     weights = [policy.table(u.table).weight for u in form.uses if not policy.table(u.table).public]
-    bound = 2.0 / min(weights)
+    bound = L1_CHANGE / min(weights)
     terms = {
-        u.table: {"sensitivity": 2.0 / policy.table(u.table).weight, "method": "sqldp.nested (ℓ1 ≤ 2 per row)"}
+        u.table: {"sensitivity": L1_CHANGE / policy.table(u.table).weight, "method": "sqldp.nested (ℓ1 ≤ 2 per row)"}
         for u in form.uses
         if not policy.table(u.table).public
     }
