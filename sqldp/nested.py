@@ -210,6 +210,8 @@ def _join(node: ra.Node, key: exp.Column, arg: exp.Expr | None, alias: str) -> P
     if not all(isinstance(s, ra.Relation) for s in sides):
         raise _refuse("both sides of the join must be tables")
     a, b = (TableUse(s.alias, s.table) for s in sides)  # type: ignore[union-attr]
+    if a.table == b.table:  # one row would be both a key group's own row and a counted row of another group
+        raise _refuse(f"a self-join of {a.table} is not analysed (one row could change two key groups)")
     if key.table != a.alias:
         if outer:
             raise _refuse("the GROUP BY key must be a column of the LEFT JOIN's preserved (left) table")

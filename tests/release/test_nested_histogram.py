@@ -210,3 +210,29 @@ def test_nested_shapes_outside_the_lemma_are_refused(db: str) -> None:
     valued = sqldp.connect(db, Policy.from_toml(POLICY + 'norm = "l1(ok)"\n'))
     with pytest.raises(RefusedError, match="value-sensitive column"):
         valued.prepare(SQL, epsilon=1.0, mechanism="laplace", delta=1e-6)
+    with pytest.raises(RefusedError, match="self-join"):
+        session.prepare(
+            "SELECT n, COUNT(*) FROM (SELECT a.ck, COUNT(b.ck) AS n FROM customer a LEFT JOIN customer b "
+            "ON a.ck = b.ck GROUP BY a.ck) AS d GROUP BY n",
+            epsilon=1.0,
+            mechanism="laplace",
+            delta=1e-6,
+        )
+
+
+def test_the_inner_join_shape_and_the_plan_an_analyst_sees(db: str) -> None:
+    """The same histogram over an inner join (customers without orders have no group), and ``describe`` — what
+    ``sqldp analyze`` shows an analyst — reads nothing and states the data-independent bound."""
+    _load(db, BASE)
+    sql = (
+        "SELECT n, COUNT(*) AS k FROM (SELECT c.ck, COUNT(*) AS n FROM customer c, orders o WHERE c.ck = o.ck "
+        "AND o.cm NOT LIKE '%x%' GROUP BY c.ck) AS d GROUP BY n"
+    )
+    with psycopg.connect(db) as conn:
+        plain = dict(conn.execute(sql).fetchall())
+    selected = sqldp.connect(db, Policy.from_toml(POLICY), seed=1)
+    result = selected.analyze(sql, epsilon=1.0, mechanism="laplace", delta=1e-6)
+    assert {n: m.true_value for n, (m,) in zip(sorted(plain), result.measurements, strict=True)} == plain
+    session = sqldp.connect(db, Policy.from_toml(TRUNCATED), seed=1)
+    plan = session.analyze(SQL, audit=False, epsilon=1.0).plan
+    assert plan is not None and "global bound" in plan[0]["groups"] and plan[0]["epsilon"] == 1.0
