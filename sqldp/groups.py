@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -73,7 +73,7 @@ def partition_selection(form: AnalysisForm, policy: Policy, delta: float | None)
 
 
 def _undeclared_private(form: AnalysisForm, policy: Policy, key: exp.Expr) -> bool:
-    if not isinstance(key, exp.Column) or not key.table or _year_domain(form, policy, key) is not None:
+    if not isinstance(key, exp.Column) or not key.table or _date_domain(form, policy, key) is not None:
         return False
     if _constant_filter(form, key) is not None:  # the WHERE clause's constants are its domain (listed_domain)
         return False
@@ -93,7 +93,7 @@ def key_domains(form: AnalysisForm, policy: Policy) -> tuple[KeyDomain, ...]:
         return tuple(KeyDomain(None, None, private=True) for _ in form.group_by)
     out = []
     for key in form.group_by:
-        years = _year_domain(form, policy, key)
+        years = _date_domain(form, policy, key)
         if years is not None:
             out.append(KeyDomain(years, None))
             continue
@@ -137,31 +137,105 @@ def key_domains(form: AnalysisForm, policy: Policy) -> tuple[KeyDomain, ...]:
 
 
 def date_key(key: exp.Expr) -> exp.Column | None:
-    """The column d when a group key is ``EXTRACT(YEAR FROM d)``, else None: a step function of d, constant on
-    a calendar year and jumping at its first day, so a group is the rows whose d lies in one interval of days
-    (NR §3.3.11: the key is a column derived from d). ``DATE_TRUNC`` of a column is refused as a key
-    (sqldp.sensitivity.failures: a date after the year 294276 is no timestamp, so PostgreSQL may fail on it)."""
+    """The column d when a group key is ``EXTRACT(YEAR FROM d)`` or ``date_trunc('year' | 'month', d)`` (under the
+    guard :func:`guard_date_trunc` writes), else None: a step function of d, constant on a calendar year or
+    month and jumping at its first day, so a group is the rows whose d lies in one interval of days (NR
+    §3.3.11: the key is a column derived from d)."""
+    found = date_period(key)
+    return None if found is None else found[0]
+
+
+def date_period(key: exp.Expr) -> tuple[exp.Column, str, bool] | None:
+    """(d, "year" or "month", whether the key is EXTRACT's number rather than a truncated date) for a date key
+    (:func:`date_key`), else None. A bare ``date_trunc`` is recognised too; sqldp.sensitivity.failures refuses
+    it (a date after the year 294276 is no timestamp, so PostgreSQL may fail on it), the guarded one it
+    accepts."""
     year = isinstance(key, exp.Extract) and key.this.name.upper() in ("YEAR", "YEARS")
     if year and isinstance(key.expression, exp.Column) and key.expression.table:
-        return key.expression
+        return key.expression, "year", True
+    if isinstance(key, exp.Case) and len(key.args.get("ifs") or ()) == 1 and key.args.get("default") is None:
+        branch = key.args["ifs"][0]
+        inner = branch.args.get("true")
+        found = _truncated(inner) if inner is not None else None
+        return found if found is not None and date_guard(branch.this, found[0]) else None
+    return _truncated(key)
+
+
+def _truncated(key: exp.Expr) -> tuple[exp.Column, str, bool] | None:
+    if isinstance(key, (exp.TimestampTrunc, exp.DateTrunc)) and isinstance(key.this, exp.Column) and key.this.table:
+        unit = key.args.get("unit")
+        name = unit.name.upper() if isinstance(unit, (exp.Var, exp.Literal)) else ""
+        if name in ("YEAR", "YEARS", "MONTH", "MONTHS"):
+            return key.this, "year" if name.startswith("YEAR") else "month", False
     return None
 
 
-def _year_domain(form: AnalysisForm, policy: Policy, key: exp.Expr) -> tuple[object, ...] | None:
-    """``EXTRACT(YEAR FROM d)`` of a DATE column with a declared range: the years the range spans (NR §3.3.11:
-    a derived column's domain follows from the constraints on the column it is computed from). Rows whose
-    date lies outside the declared range fall in years outside the domain and are never released; the set of
-    released groups depends on the policy only."""
-    column = date_key(key)
-    if column is None:
+def date_guard(condition: exp.Expr, column: exp.Column) -> bool:
+    """``column BETWEEN DATE 'a' AND DATE 'b'`` with a and b dates Python reads (years 1 … 9999): inside it
+    ``date_trunc`` of the column cannot fail (a DATE of those years is a timestamp)."""
+    return (
+        isinstance(condition, exp.Between)
+        and condition.this == column
+        and _date_literal(condition.args.get("low")) is not None
+        and _date_literal(condition.args.get("high")) is not None
+    )
+
+
+def guard_date_trunc(e: exp.Expr, declared: Callable[[exp.Column], tuple[dt.date, dt.date] | None]) -> exp.Expr:
+    """``e`` with each ``date_trunc('year' | 'month', d)`` of a DATE column d with a declared range (``declared``
+    gives it, None for any other column) run as ``CASE WHEN d BETWEEN first AND last THEN date_trunc(…, d)
+    END``, first and last the first and last days of the periods the range spans: the same value for every
+    row whose period is a group of the domain (:func:`_date_domain`), NULL — no group — for the others, and
+    never PostgreSQL's "date out of range for timestamp" on a date beyond the year 294276, whose error would
+    answer for the data. PostgreSQL evaluates a CASE branch only for the rows its condition holds for."""
+
+    def guard(node: exp.Expr) -> exp.Expr:
+        found = _truncated(node)
+        if found is None or isinstance(node.parent, exp.If):
+            return node
+        column, unit, _ = found
+        span = declared(column)
+        if span is None:
+            return node
+        first, last = _period_start(span[0], unit), _period_end(span[1], unit)
+        condition = exp.Between(this=column.copy(), low=_date(first), high=_date(last))
+        return exp.Case(ifs=[exp.If(this=condition, true=node.copy())])
+
+    return e.copy().transform(guard)
+
+
+def _date(day: dt.date) -> exp.Expr:
+    return exp.cast(exp.Literal.string(day.isoformat()), exp.DataType.Type.DATE)
+
+
+def _period_start(day: dt.date, unit: str) -> dt.date:
+    return dt.date(day.year, 1 if unit == "year" else day.month, 1)
+
+
+def _period_end(day: dt.date, unit: str) -> dt.date:
+    if unit == "year" or day.month == 12:
+        return dt.date(day.year, 12, 31)
+    return dt.date(day.year, day.month + 1, 1) - dt.timedelta(days=1)
+
+
+def _date_domain(form: AnalysisForm, policy: Policy, key: exp.Expr) -> tuple[object, ...] | None:
+    """``EXTRACT(YEAR FROM d)`` or ``date_trunc('year' | 'month', d)`` of a DATE column with a declared range:
+    the years (as numbers), or the first days of the years or months, the range spans (NR §3.3.11: a derived
+    column's domain follows from the constraints on the column it is computed from). Rows whose date lies
+    outside the declared range fall in periods outside the domain and are never released; the set of
+    released groups depends on the policy only. A truncated key is released as the DATE of its period's first
+    day (PostgreSQL's ``date_trunc`` of a date gives that day's midnight as a timestamp with time zone)."""
+    found = date_period(key)
+    if found is None:
         return None
+    column, unit, number = found
     declared = policy.table(form.use(column.table).table).column(column.name).range
     if declared is None:
         return None
     first = EPOCH + dt.timedelta(days=int(declared[0]))
     last = EPOCH + dt.timedelta(days=int(declared[1]))
-    # constant bounds in WHERE narrow the years further (TPC-H Q7: BETWEEN 1995-01-01 AND 1996-12-31), as an
-    # IN list narrows a declared domain: the years left out are empty whatever the data
+    # constant bounds in WHERE narrow the periods further (TPC-H Q7: BETWEEN 1995-01-01 AND 1996-12-31), as an
+    # IN list narrows a declared domain: the periods left out are empty whatever the data
     for c in form.conjuncts:
         e = c.expr
         if isinstance(e, exp.Between) and e.this == column:
@@ -177,7 +251,12 @@ def _year_domain(form: AnalysisForm, policy: Policy, key: exp.Expr) -> tuple[obj
                 last = min(last, bound)
             else:
                 first = max(first, bound)
-    return tuple(range(first.year, last.year + 1))
+    if number:
+        return tuple(range(first.year, last.year + 1))
+    if unit == "year":
+        return tuple(dt.date(y, 1, 1) for y in range(first.year, last.year + 1))
+    months = range(first.year * 12 + first.month - 1, last.year * 12 + last.month)
+    return tuple(dt.date(m // 12, m % 12 + 1, 1) for m in months)
 
 
 def _date_literal(e: exp.Expr | None) -> dt.date | None:

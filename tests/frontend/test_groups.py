@@ -4,6 +4,7 @@ neighbouring tiny databases: one person's row must never cost more than ε in to
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -307,3 +308,37 @@ def test_an_undeclared_private_column_restricted_by_an_in_list_is_grouped_by_the
         session.run("SELECT phone, COUNT(*) FROM c GROUP BY phone")
     with pytest.raises(RefusedError, match=r"restricts to constants \(key IN"):
         session.run("SELECT SUBSTRING(phone FROM 1 FOR 1), COUNT(*) FROM c GROUP BY SUBSTRING(phone FROM 1 FOR 1)")
+
+
+def test_date_trunc_keys_take_their_periods_from_the_declared_range_and_cannot_fail(pg_dsn: str) -> None:
+    """``date_trunc('month' | 'year', d)`` of a DATE column with a declared range: the groups are the periods the
+    range spans (NR §3.3.11), released as the DATE of their first day, with PostgreSQL's counts. The key runs
+    guarded (sqldp.groups.guard_date_trunc): a date after the year 294276, on which PostgreSQL's own
+    date_trunc fails ("date out of range for timestamp"), falls in no group instead of failing the statement —
+    an error there would answer for the data. Without the guard's declared range the key stays refused."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE e (id INT PRIMARY KEY, d DATE NOT NULL)")
+        conn.execute(
+            "INSERT INTO e VALUES (1, '2001-03-01'), (2, '2001-03-31'), (3, '2001-05-09'), (4, '1999-05-05'), "
+            "(5, '2001-12-31')"
+        )
+    policy = Policy.from_toml('[defaults]\nepsilon = 1.0\n[tables.e.columns.d]\nrange = ["2001-02-10", "2001-06-30"]\n')
+    session = sqldp.connect(pg_dsn, policy, seed=1)
+    sql = "SELECT date_trunc('month', e.d) AS m, COUNT(*) AS n FROM e GROUP BY date_trunc('month', e.d)"
+    with psycopg.connect(pg_dsn) as conn:
+        plain = {k.date(): float(n) for k, n in conn.execute(sql).fetchall()}
+    out = session.analyze(sql)
+    months = [dt.date(2001, m, 1) for m in range(2, 7)]
+    assert [g[0].true_value for g in out.measurements] == [plain.get(m, 0.0) for m in months]
+    assert [r["key"]["m"] for r in session.run(sql).rows] == months
+    years = session.run("SELECT date_trunc('year', e.d) AS y, COUNT(*) FROM e GROUP BY date_trunc('year', e.d)")
+    assert [r["key"]["y"] for r in years.rows] == [dt.date(2001, 1, 1)]
+    assert [g[0].true_value for g in years.measurements] == [4.0]  # 2001's rows, inside and outside the range
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO e VALUES (6, '300000-01-01')")
+        with pytest.raises(psycopg.errors.DatetimeFieldOverflow):
+            conn.execute(sql)
+    assert [g[0].true_value for g in session.analyze(sql).measurements] == [plain.get(m, 0.0) for m in months]
+    bare = sqldp.connect(pg_dsn, Policy.from_toml("[defaults]\nepsilon = 1.0\n"))
+    with pytest.raises(RefusedError, match="only plain columns"):
+        bare.analyze(sql)
