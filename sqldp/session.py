@@ -303,6 +303,11 @@ def compile_form(
     :func:`sqldp.release.choose_truncation` decides from data-independent facts. ``truncation``: None to
     choose so, False never to truncate, True to truncate whenever the declarations give a global bound (the
     tests compare the truncated bound with its data)."""
+    if form.nested is not None:  # a histogram of per-key counts: its own plan and SQL (sqldp.nested)
+        d = policy.defaults
+        nominal = params or PrivacyParams(d.epsilon or 1.0, d.delta, beta, d.mechanism, d.confidence)
+        _, domains, plans, statements = nested.compile_histogram(form, catalog, policy, nominal, dialect)
+        return domains, plans, statements
     domains = tuple(key_domains(form, policy))
     plans = tuple(
         sensitivity.plan(single_aggregate(form, i), catalog, policy, beta) for i in range(len(form.aggregates))

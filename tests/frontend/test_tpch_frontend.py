@@ -32,7 +32,7 @@ EXPECTED = {
     "q02": "releases rows of private table",       # a non-aggregate answer (and a correlated subquery)
     "q04": "row-level privacy only",               # EXISTS: a semi-join, but o_orderdate is in the norm
     "q11": "subqueries inside expressions",        # HAVING … > (SELECT …)
-    "q13": "nested aggregation",                   # derived table aggregates
+    "q13": "nested aggregation",                   # a histogram of per-key counts: its counts need δ > 0
     "q15": "releases rows of private table",       # the revenue view returns supplier rows
     "q16": "row-level privacy only",               # NOT IN (SELECT …): an anti-join; p_size is in the norm
     "q17": "row-level privacy only",               # correlated scalar subquery: a join; l_quantity in the norm
