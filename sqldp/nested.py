@@ -308,6 +308,10 @@ def compile_histogram(
     }
     truncations: tuple[Truncation, ...] = ()
     if params.delta:
+        if bound < 1.0:
+            # a bucket that exists on one side only has count 1, which the threshold's argument needs to be at most
+            # the bound c (sqldp.release.selection_threshold); a table weight above 2 makes c = 2/G smaller
+            raise _refuse("DP partition selection of the counts needs table weights of at most 2")
         form = dataclasses.replace(form, select_by=0)
         domains = (KeyDomain(None, None, private=True),)
     else:

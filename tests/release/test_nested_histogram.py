@@ -207,6 +207,11 @@ def test_nested_shapes_outside_the_lemma_are_refused(db: str) -> None:
     )
     with pytest.raises(RefusedError, match="only LEFT OUTER JOIN"):
         session.prepare(full, epsilon=1.0, mechanism="laplace", delta=1e-6)
+    heavy = sqldp.connect(
+        db, Policy.from_toml(POLICY.replace('rows = "private"\n', 'rows = "private"\nweight = 4.0\n'))
+    )
+    with pytest.raises(RefusedError, match="weights of at most 2"):
+        heavy.prepare(SQL, epsilon=1.0, mechanism="laplace", delta=1e-6)
     valued = sqldp.connect(db, Policy.from_toml(POLICY + 'norm = "l1(ok)"\n'))
     with pytest.raises(RefusedError, match="value-sensitive column"):
         valued.prepare(SQL, epsilon=1.0, mechanism="laplace", delta=1e-6)
