@@ -34,7 +34,7 @@ The histogram's keys (the counts) are private values without a declared domain. 
 * with **DP partition selection** when δ > 0 is allowed (the COUNT(*) of each bucket present in the data, with
   Laplace noise at 2/(G·ε), released only above :func:`sqldp.release.selection_threshold` τ = c·(1 +
   ln(1/(2δ))/ε) for c = 2/G; a neighbouring change makes at most one bucket appear or vanish on each side,
-  with count 1 ≤ c there, so it passes with probability ½·e^{−(τ−1)ε/c} ≤ δ·e^{−ε/2} — Korolova, Kenthapadi,
+  with count 1 ≤ c there, so it passes with probability ½·e^{−(τ−1)ε/c} = δ·e^{−(1−1/c)ε} ≤ δ — Korolova, Kenthapadi,
   Mishra, Ntoulas, "Releasing search queries and clicks privately", WWW 2009; Wilson et al., "Differentially
   private SQL with bounded user contribution", PoPETs 2020), or
 * over the **domain 0 … τ** when the policy declares ``max_rows_per = { f = τ }`` on B (docs/truncation.md):
