@@ -297,8 +297,6 @@ def compile_histogram(
     release of the buckets applies. Decided from the query, the policy and the privacy parameters only."""
     shape = form.nested
     assert shape is not None
-    if dialect != "postgres":
-        raise _refuse("runs on PostgreSQL only")
     weights = [policy.table(u.table).weight for u in form.uses if not policy.table(u.table).public]
     bound = L1_CHANGE / min(weights)
     terms = {
@@ -331,6 +329,8 @@ def compile_histogram(
         form = dataclasses.replace(
             form, notes=(*form.notes, f"counts released over 0 … {tau}: {truncations[0]} (declared max_rows_per)")
         )
+    if dialect != "postgres":  # after the refusals that do not depend on the engine: the same reason on both
+        raise _refuse("runs on PostgreSQL only")
     plan = GlobalPlan(form, form.aggregates[0], bound, terms, truncations=truncations)
     derived = exp.Subquery(this=shape.inner(), alias=exp.TableAlias(this=exp.to_identifier(shape.alias)))
     bucket = exp.column(BUCKET, table=shape.alias)
