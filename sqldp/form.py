@@ -24,9 +24,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlglot import exp
+
+if TYPE_CHECKING:
+    from sqldp.nested import PerKeyCounts
 
 AggKind = Literal["count", "sum", "min", "max"]
 AGG_PREFIX = "__agg"
@@ -205,6 +208,8 @@ class AnalysisForm:
     # SELECT DISTINCT: the released rows are the groups present in the data, all chosen by partition selection
     distinct_rows: bool = False
     semijoins: tuple[SemiJoin, ...] = ()
+    # a histogram of per-key counts (sqldp.nested): the uses are its inner query's two tables, analysed there
+    nested: PerKeyCounts | None = None
 
     def use(self, alias: str) -> TableUse:
         """The table use an alias names: one of the product's, or a semi-join's (its columns are read by the

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -73,7 +73,9 @@ def partition_selection(form: AnalysisForm, policy: Policy, delta: float | None)
 
 
 def _undeclared_private(form: AnalysisForm, policy: Policy, key: exp.Expr) -> bool:
-    if not isinstance(key, exp.Column) or not key.table or _year_domain(form, policy, key) is not None:
+    if not isinstance(key, exp.Column) or not key.table or _date_domain(form, policy, key) is not None:
+        return False
+    if _constant_filter(form, key) is not None:  # the WHERE clause's constants are its domain (listed_domain)
         return False
     tp = policy.table(form.use(key.table).table)
     return tp.column(key.name).domain is None and not tp.public
@@ -91,22 +93,28 @@ def key_domains(form: AnalysisForm, policy: Policy) -> tuple[KeyDomain, ...]:
         return tuple(KeyDomain(None, None, private=True) for _ in form.group_by)
     out = []
     for key in form.group_by:
-        years = _year_domain(form, policy, key)
+        years = _date_domain(form, policy, key)
         if years is not None:
             out.append(KeyDomain(years, None))
             continue
+        allowed = _constant_filter(form, key)
         if not isinstance(key, exp.Column) or not key.table:
-            raise RefusedError(
-                f"GROUP BY {key.sql(dialect='postgres')}: only plain columns can be group keys "
-                "(their domain must come from the policy or a public table)"
-            )
+            if allowed is None or not _derived_key(key):
+                raise RefusedError(
+                    f"GROUP BY {key.sql(dialect='postgres')}: only plain columns can be group keys (their domain "
+                    "must come from the policy or a public table), or an expression of columns that the WHERE "
+                    "clause restricts to constants (key IN (…))"
+                )
+            out.append(KeyDomain(listed_domain(allowed), None))
+            continue
         table = form.use(key.table).table
         tp = policy.table(table)
         col = tp.column(key.name)
-        allowed = _constant_filter(form, key)
         if col.domain is not None:
             values = col.domain if allowed is None else tuple(v for v in col.domain if _matches(v, allowed))
             out.append(KeyDomain(values, None))
+        elif allowed is not None and not tp.public:
+            out.append(KeyDomain(listed_domain(allowed), None))
         elif tp.public:
             q = (
                 exp.select(exp.column(key.name))
@@ -129,31 +137,105 @@ def key_domains(form: AnalysisForm, policy: Policy) -> tuple[KeyDomain, ...]:
 
 
 def date_key(key: exp.Expr) -> exp.Column | None:
-    """The column d when a group key is ``EXTRACT(YEAR FROM d)``, else None: a step function of d, constant on
-    a calendar year and jumping at its first day, so a group is the rows whose d lies in one interval of days
-    (NR §3.3.11: the key is a column derived from d). ``DATE_TRUNC`` of a column is refused as a key
-    (sqldp.sensitivity.failures: a date after the year 294276 is no timestamp, so PostgreSQL may fail on it)."""
+    """The column d when a group key is ``EXTRACT(YEAR FROM d)`` or ``date_trunc('year' | 'month', d)`` (under the
+    guard :func:`guard_date_trunc` writes), else None: a step function of d, constant on a calendar year or
+    month and jumping at its first day, so a group is the rows whose d lies in one interval of days (NR
+    §3.3.11: the key is a column derived from d)."""
+    found = date_period(key)
+    return None if found is None else found[0]
+
+
+def date_period(key: exp.Expr) -> tuple[exp.Column, str, bool] | None:
+    """(d, "year" or "month", whether the key is EXTRACT's number rather than a truncated date) for a date key
+    (:func:`date_key`), else None. A bare ``date_trunc`` is recognised too; sqldp.sensitivity.failures refuses
+    it (a date after the year 294276 is no timestamp, so PostgreSQL may fail on it), the guarded one it
+    accepts."""
     year = isinstance(key, exp.Extract) and key.this.name.upper() in ("YEAR", "YEARS")
     if year and isinstance(key.expression, exp.Column) and key.expression.table:
-        return key.expression
+        return key.expression, "year", True
+    if isinstance(key, exp.Case) and len(key.args.get("ifs") or ()) == 1 and key.args.get("default") is None:
+        branch = key.args["ifs"][0]
+        inner = branch.args.get("true")
+        found = _truncated(inner) if inner is not None else None
+        return found if found is not None and date_guard(branch.this, found[0]) else None
+    return _truncated(key)
+
+
+def _truncated(key: exp.Expr) -> tuple[exp.Column, str, bool] | None:
+    if isinstance(key, (exp.TimestampTrunc, exp.DateTrunc)) and isinstance(key.this, exp.Column) and key.this.table:
+        unit = key.args.get("unit")
+        name = unit.name.upper() if isinstance(unit, (exp.Var, exp.Literal)) else ""
+        if name in ("YEAR", "YEARS", "MONTH", "MONTHS"):
+            return key.this, "year" if name.startswith("YEAR") else "month", False
     return None
 
 
-def _year_domain(form: AnalysisForm, policy: Policy, key: exp.Expr) -> tuple[object, ...] | None:
-    """``EXTRACT(YEAR FROM d)`` of a DATE column with a declared range: the years the range spans (NR §3.3.11:
-    a derived column's domain follows from the constraints on the column it is computed from). Rows whose
-    date lies outside the declared range fall in years outside the domain and are never released; the set of
-    released groups depends on the policy only."""
-    column = date_key(key)
-    if column is None:
+def date_guard(condition: exp.Expr, column: exp.Column) -> bool:
+    """``column BETWEEN DATE 'a' AND DATE 'b'`` with a and b dates Python reads (years 1 … 9999): inside it
+    ``date_trunc`` of the column cannot fail (a DATE of those years is a timestamp)."""
+    return (
+        isinstance(condition, exp.Between)
+        and condition.this == column
+        and _date_literal(condition.args.get("low")) is not None
+        and _date_literal(condition.args.get("high")) is not None
+    )
+
+
+def guard_date_trunc(e: exp.Expr, declared: Callable[[exp.Column], tuple[dt.date, dt.date] | None]) -> exp.Expr:
+    """``e`` with each ``date_trunc('year' | 'month', d)`` of a DATE column d with a declared range (``declared``
+    gives it, None for any other column) run as ``CASE WHEN d BETWEEN first AND last THEN date_trunc(…, d)
+    END``, first and last the first and last days of the periods the range spans: the same value for every
+    row whose period is a group of the domain (:func:`_date_domain`), NULL — no group — for the others, and
+    never PostgreSQL's "date out of range for timestamp" on a date beyond the year 294276, whose error would
+    answer for the data. PostgreSQL evaluates a CASE branch only for the rows its condition holds for."""
+
+    def guard(node: exp.Expr) -> exp.Expr:
+        found = _truncated(node)
+        if found is None or isinstance(node.parent, exp.If):
+            return node
+        column, unit, _ = found
+        span = declared(column)
+        if span is None:
+            return node
+        first, last = _period_start(span[0], unit), _period_end(span[1], unit)
+        condition = exp.Between(this=column.copy(), low=_date(first), high=_date(last))
+        return exp.Case(ifs=[exp.If(this=condition, true=node.copy())])
+
+    return e.copy().transform(guard)
+
+
+def _date(day: dt.date) -> exp.Expr:
+    return exp.cast(exp.Literal.string(day.isoformat()), exp.DataType.Type.DATE)
+
+
+def _period_start(day: dt.date, unit: str) -> dt.date:
+    return dt.date(day.year, 1 if unit == "year" else day.month, 1)
+
+
+def _period_end(day: dt.date, unit: str) -> dt.date:
+    if unit == "year" or day.month == 12:
+        return dt.date(day.year, 12, 31)
+    return dt.date(day.year, day.month + 1, 1) - dt.timedelta(days=1)
+
+
+def _date_domain(form: AnalysisForm, policy: Policy, key: exp.Expr) -> tuple[object, ...] | None:
+    """``EXTRACT(YEAR FROM d)`` or ``date_trunc('year' | 'month', d)`` of a DATE column with a declared range:
+    the years (as numbers), or the first days of the years or months, the range spans (NR §3.3.11: a derived
+    column's domain follows from the constraints on the column it is computed from). Rows whose date lies
+    outside the declared range fall in periods outside the domain and are never released; the set of
+    released groups depends on the policy only. A truncated key is released as the DATE of its period's first
+    day (PostgreSQL's ``date_trunc`` of a date gives that day's midnight as a timestamp with time zone)."""
+    found = date_period(key)
+    if found is None:
         return None
+    column, unit, number = found
     declared = policy.table(form.use(column.table).table).column(column.name).range
     if declared is None:
         return None
     first = EPOCH + dt.timedelta(days=int(declared[0]))
     last = EPOCH + dt.timedelta(days=int(declared[1]))
-    # constant bounds in WHERE narrow the years further (TPC-H Q7: BETWEEN 1995-01-01 AND 1996-12-31), as an
-    # IN list narrows a declared domain: the years left out are empty whatever the data
+    # constant bounds in WHERE narrow the periods further (TPC-H Q7: BETWEEN 1995-01-01 AND 1996-12-31), as an
+    # IN list narrows a declared domain: the periods left out are empty whatever the data
     for c in form.conjuncts:
         e = c.expr
         if isinstance(e, exp.Between) and e.this == column:
@@ -169,7 +251,12 @@ def _year_domain(form: AnalysisForm, policy: Policy, key: exp.Expr) -> tuple[obj
                 last = min(last, bound)
             else:
                 first = max(first, bound)
-    return tuple(range(first.year, last.year + 1))
+    if number:
+        return tuple(range(first.year, last.year + 1))
+    if unit == "year":
+        return tuple(dt.date(y, 1, 1) for y in range(first.year, last.year + 1))
+    months = range(first.year * 12 + first.month - 1, last.year * 12 + last.month)
+    return tuple(dt.date(m // 12, m % 12 + 1, 1) for m in months)
 
 
 def _date_literal(e: exp.Expr | None) -> dt.date | None:
@@ -182,7 +269,7 @@ def _date_literal(e: exp.Expr | None) -> dt.date | None:
     return None
 
 
-def _constant_filter(form: AnalysisForm, key: exp.Column) -> list[exp.Literal] | None:
+def _constant_filter(form: AnalysisForm, key: exp.Expr) -> list[exp.Literal] | None:
     """The literals a top-level conjunct ``key IN (…)`` or ``key = …`` restricts the group key to (the first
     such conjunct), or None. A declared group the WHERE clause excludes by constants is always empty: dropping
     it depends on the query and the policy only, and saves its share of ε (TPC-H Q12's two ship modes of 7)."""
@@ -200,6 +287,40 @@ def _constant_filter(form: AnalysisForm, key: exp.Column) -> list[exp.Literal] |
         if items and len(literals) == len(items):
             return literals
     return None
+
+
+def _derived_key(key: exp.Expr) -> bool:
+    """A group key computed from the columns of one row: no aggregate, window, subquery or parameter (the
+    allow-list, sqldp.allowlist, admits no volatile function, and sqldp.sensitivity.failures refuses a key
+    PostgreSQL may fail on, such as SUBSTRING with a negative length)."""
+    if not any(c.table for c in key.find_all(exp.Column)):
+        return False
+    banned = (exp.AggFunc, exp.Window, exp.Subquery, exp.Exists, exp.Select, exp.Placeholder, exp.Parameter)
+    return not any(isinstance(n, banned) for n in key.walk())
+
+
+def listed_domain(literals: list[exp.Literal]) -> tuple[object, ...]:
+    """The group domain a ``key IN (c1, …, ck)`` conjunct gives a key (TPC-H Q22's
+    ``SUBSTRING(c_phone FROM 1 FOR 2) IN ('13', '31', …)``): the constants, in the order written, each once.
+
+    NR §3.3.11 propagates constraints on attributes to the columns computed from them; here the constraint is
+    the query's own: a row reaches the answer only if its key equals one of the constants, so every group the
+    answer can hold is one of them, whatever the data, and the set of released groups depends on the query
+    text alone. Each is released (with noise) even when no row has it, as a declared domain's groups are. Two
+    constants PostgreSQL finds equal but Python does not (CHAR padding, numeric 1 and 1.0) are matched by
+    :func:`match_groups`' first-match CASE: the second one is then always empty, which depends on the query
+    only."""
+    out: dict[object, None] = {}
+    for lit in literals:
+        if lit.is_string:
+            out[lit.name] = None
+            continue
+        try:
+            number = int(lit.name)
+        except ValueError:
+            number = float(lit.name)  # type: ignore[assignment]
+        out[number] = None
+    return tuple(out)
 
 
 def _matches(value: object, literals: list[exp.Literal]) -> bool:

@@ -10,12 +10,14 @@ refused with the reason and the position: sqldp never answers what it cannot ana
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from sqldp import aggregates, allowlist, release, subqueries
+from sqldp import aggregates, allowlist, nested, release, subqueries
 from sqldp import algebra as ra
+from sqldp import groups as groups_mod
 from sqldp.catalog import Catalog
 from sqldp.errors import ForbiddenError, RefusedError
 from sqldp.form import (
@@ -32,7 +34,7 @@ from sqldp.form import (
     placeholder,
 )
 from sqldp.frontend import ParsedQuery, position
-from sqldp.policy import Policy
+from sqldp.policy import EPOCH, Policy
 from sqldp.subqueries import ctes_of, expression_subqueries
 
 Exports = dict[str, dict[str, exp.Expr]]  # alias seen by the enclosing scope → column → expression
@@ -212,6 +214,10 @@ class Normalizer:
                 f"the query releases rows of private table {(released or private)[0]!r}; only aggregates "
                 f"({aggregates.supported()}) over private tables can be answered"
             )
+        histogram = nested.histogram(self, body, sort)
+        if histogram is not None:  # an aggregate over a derived table that aggregates (TPC-H Q13)
+            self._subqueries(statement, private)
+            return histogram
         block = self.spj(body.child)
         self._subqueries(statement, private)
         conjuncts = []
@@ -220,7 +226,7 @@ class Normalizer:
                 cols = columns_of(part)
                 reads_private = any(self._sensitive(block, c) for c in cols)
                 conjuncts.append(Conjunct(part, cols, reads_private))
-        groups = tuple(self._substitute(g, block.exports) for g in body.groups)
+        groups = tuple(self._guard_dates(self._substitute(g, block.exports), block) for g in body.groups)
         for g in groups:
             if isinstance(g, exp.Literal):
                 raise self.refuse("GROUP BY by position is not supported; name the expression", g)
@@ -297,9 +303,10 @@ class Normalizer:
         self, name: str, e: exp.Expr, block: _SPJ, groups: tuple[exp.Expr, ...], aggs: list[Aggregate]
     ) -> Output:
         expr = self._substitute(e, block.exports)
+        guarded = self._guard_dates(expr, block)
         for i, g in enumerate(groups):
-            if expr == g:
-                return Output(name, expr, (), group_key=i)
+            if guarded == g:
+                return Output(name, guarded, (), group_key=i)
         used: list[int] = []
 
         def lift(node: exp.Expr) -> exp.Expr:
@@ -333,6 +340,21 @@ class Normalizer:
                 f"output {name!r} uses {stray[0].sql(dialect='postgres')} outside an aggregate and the GROUP BY keys", e
             )
         return Output(name, lifted, tuple(dict.fromkeys(used)))
+
+    def _guard_dates(self, e: exp.Expr, block: _SPJ) -> exp.Expr:
+        """A group key's ``date_trunc('year' | 'month', d)`` of a DATE column with a declared range, guarded so
+        that PostgreSQL cannot fail on it (sqldp.groups.guard_date_trunc)."""
+
+        def declared(column: exp.Column) -> tuple[dt.date, dt.date] | None:
+            table = next((u.table for u in block.uses if u.alias == column.table), None)
+            if table is None or self.catalog.table(table).column(column.name).kind != "date":
+                return None
+            span = self.policy.table(table).column(column.name).range
+            if span is None:
+                return None
+            return EPOCH + dt.timedelta(days=int(span[0])), EPOCH + dt.timedelta(days=int(span[1]))
+
+        return groups_mod.guard_date_trunc(e, declared)
 
     def _declared_range(self, arg: exp.Expr, block: _SPJ) -> tuple[float, float] | None:
         """The policy's range of a numeric column argument (None for anything else: no centring)."""

@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from sqldp import allowlist, db, selection, sensitivity, subqueries
+from sqldp import allowlist, db, nested, selection, sensitivity, subqueries
 from sqldp.catalog import Catalog
 from sqldp.context import load_catalog, load_policy
 from sqldp.db import connect, resolve_dsn
@@ -196,6 +196,11 @@ class Session:
         if isinstance(form, PublicRelease):
             return Prepared(self.engine, self.noise, sql, form, None, (), (), None, t0)
         params = resolve_params(self.policy, outputs=max(1, len(form.aggregates)), **privacy)
+        if form.nested is not None:  # a histogram of per-key counts (sqldp.nested): its own plan and SQL
+            form, domains, plans, statements = nested.compile_histogram(
+                form, self.catalog, self.policy, params, self.dialect
+            )
+            return Prepared(self.engine, self.noise, sql, form, params, plans, domains, statements, t0)
         form = partition_selection(form, self.policy, params.delta)
         domains, plans, statements = compile_form(
             form, self.catalog, self.policy, params.beta, self.dialect, params=params
@@ -358,6 +363,11 @@ def compile_form(
     :func:`sqldp.release.choose_truncation` decides from data-independent facts. ``truncation``: None to
     choose so, False never to truncate, True to truncate whenever the declarations give a global bound (the
     tests compare the truncated bound with its data)."""
+    if form.nested is not None:  # a histogram of per-key counts: its own plan and SQL (sqldp.nested)
+        d = policy.defaults
+        nominal = params or PrivacyParams(d.epsilon or 1.0, d.delta, beta, d.mechanism, d.confidence)
+        _, domains, plans, statements = nested.compile_histogram(form, catalog, policy, nominal, dialect)
+        return domains, plans, statements
     domains = tuple(key_domains(form, policy))
     plans = tuple(
         sensitivity.plan(single_aggregate(form, i), catalog, policy, beta) for i in range(len(form.aggregates))

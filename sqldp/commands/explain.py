@@ -54,7 +54,9 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
         # from the schema's keys alone (NR §3.3.13): data-independent, so anyone may see it. With semi-joins
         # the outer product's figures alone would understate the derived tables' reach (sqldp.subqueries): the
         # plan's own global bound (sqldp.sensitivity.global_bound) adds it, and is what `run` uses
-        out["global_sensitivity"] = {} if form.semijoins else model_check.for_form(form, catalog, private)
+        # a histogram of per-key counts (sqldp.nested) has its own global bound, not the product's
+        flat = not form.semijoins and form.nested is None
+        out["global_sensitivity"] = model_check.for_form(form, catalog, private) if flat else {}
         # the rest of what `run` decides before reading data: the groups and each aggregate's plan, which
         # refuse what the analyses do not cover, and the mechanism each aggregate would get
         try:

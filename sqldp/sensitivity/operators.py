@@ -40,6 +40,7 @@ from sqlglot import exp
 
 from sqldp.errors import RefusedError
 from sqldp.form import ColumnRef
+from sqldp.groups import date_guard  # a date group key's guard (sqldp.groups.guard_date_trunc)
 from sqldp.pg_arithmetic import KindOf, case_values, integer_valued, keeps_value, reads_column, rounds, truncates
 
 if TYPE_CHECKING:  # types only: those modules import this one
@@ -642,6 +643,11 @@ def _substring_fails(c: FailureContext, node: exp.Expr) -> str | None:
 
 
 def _truncates_date(c: FailureContext, node: exp.Expr) -> str | None:
+    branch = node.parent
+    if isinstance(branch, exp.If) and branch.args.get("true") is node and isinstance(node.this, exp.Column):
+        guarded = date_guard(branch.this, node.this)  # evaluated only for dates of the years 1 … 9999: timestamps
+        if guarded:
+            return None
     if _dated(node.this, c.kind):
         return "truncates a date read from the data (a date after the year 294276 is no timestamp); use EXTRACT"
     return None

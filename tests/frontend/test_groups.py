@@ -4,6 +4,7 @@ neighbouring tiny databases: one person's row must never cost more than ε in to
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,7 @@ from sqlglot import exp
 
 import sqldp
 from sqldp import mechanisms
-from sqldp.errors import PolicyError
+from sqldp.errors import PolicyError, RefusedError
 from sqldp.policy import Policy
 
 EPSILON = 1.0
@@ -251,3 +252,93 @@ def test_group_by_year_of_a_declared_date_range(pg_dsn: str) -> None:
         "WHERE e.d BETWEEN DATE '2001-01-01' AND DATE '2002-12-31' GROUP BY EXTRACT(YEAR FROM e.d)"
     )
     assert [r["key"]["y"] for r in narrowed.rows] == [2001, 2002]
+
+
+PHONES = """
+CREATE TABLE c (id INT PRIMARY KEY, phone CHAR(15) NOT NULL, bal INT NOT NULL);
+"""
+
+
+def _phones(dsn: str, rows: list[tuple[int, str]]) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM c")
+        for i, phone in rows:
+            conn.execute("INSERT INTO c VALUES (%s, %s, 1)", (i, phone))
+
+
+def test_a_key_expression_restricted_by_an_in_list_takes_the_list_as_its_domain(pg_dsn: str) -> None:
+    """TPC-H Q22's shape: ``GROUP BY SUBSTRING(phone FROM 1 FOR 2)`` with ``WHERE SUBSTRING(phone FROM 1 FOR 2)
+    IN ('13', '31', '23')``. The groups are the listed constants whatever the data holds (NR §3.3.11: the
+    WHERE clause's constraint propagated to the derived key), each released with the full ε (a row has one
+    key): over every neighbour adding one row — a listed prefix, an unlisted one — the released groups are the
+    same three and the exact privacy loss is at most ε; the true values are PostgreSQL's own GROUP BY."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(PHONES)
+    policy = Policy.from_toml("[defaults]\nepsilon = 1.0\n")
+    sql = (
+        "SELECT SUBSTRING(phone FROM 1 FOR 2) AS code, COUNT(*) AS n FROM c "
+        "WHERE SUBSTRING(phone FROM 1 FOR 2) IN ('13', '31', '23') GROUP BY SUBSTRING(phone FROM 1 FOR 2)"
+    )
+    base = [(1, "13-555"), (2, "13-777"), (3, "31-000"), (4, "99-000")]
+    released = []
+    for extra in ([], [(9, "23-111")], [(9, "13-111")], [(9, "55-111")], [(9, "3")]):
+        _phones(pg_dsn, [*base, *extra])
+        result = sqldp.connect(pg_dsn, policy, seed=1).run(sql, epsilon=EPSILON)
+        assert [r["key"]["code"] for r in result.rows] == ["13", "31", "23"]
+        with psycopg.connect(pg_dsn) as conn:
+            plain = dict(conn.execute(sql).fetchall())
+        assert [g[0].true_value for g in result.measurements] == [float(plain.get(k, 0)) for k in ("13", "31", "23")]
+        released.append([(m.true_value, m.noise_scale, m.mechanism) for g in result.measurements for m in g])
+    for other in released[1:]:
+        assert joint_loss(released[0], other) <= EPSILON + 1e-9
+
+
+def test_an_undeclared_private_column_restricted_by_an_in_list_is_grouped_by_the_list(pg_dsn: str) -> None:
+    """The same rule for a plain column of a private table without a declared domain: the IN list is the
+    domain, so no partition selection (and no δ) is needed; without the list the key stays refused."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(PHONES)
+    _phones(pg_dsn, [(1, "a"), (2, "b"), (3, "b"), (4, "z")])
+    session = sqldp.connect(pg_dsn, Policy.from_toml("[defaults]\nepsilon = 1.0\n"), seed=1)
+    out = session.run("SELECT phone, COUNT(*) FROM c WHERE phone IN ('b', 'a', 'q') GROUP BY phone")
+    assert [r["key"]["phone"] for r in out.rows] == ["b", "a", "q"]
+    assert [g[0].true_value for g in out.measurements] == [2.0, 1.0, 0.0]
+    assert out.params is not None and out.params.delta is None
+    with pytest.raises(RefusedError, match="which groups exist in private table"):
+        session.run("SELECT phone, COUNT(*) FROM c GROUP BY phone")
+    with pytest.raises(RefusedError, match=r"restricts to constants \(key IN"):
+        session.run("SELECT SUBSTRING(phone FROM 1 FOR 1), COUNT(*) FROM c GROUP BY SUBSTRING(phone FROM 1 FOR 1)")
+
+
+def test_date_trunc_keys_take_their_periods_from_the_declared_range_and_cannot_fail(pg_dsn: str) -> None:
+    """``date_trunc('month' | 'year', d)`` of a DATE column with a declared range: the groups are the periods the
+    range spans (NR §3.3.11), released as the DATE of their first day, with PostgreSQL's counts. The key runs
+    guarded (sqldp.groups.guard_date_trunc): a date after the year 294276, on which PostgreSQL's own
+    date_trunc fails ("date out of range for timestamp"), falls in no group instead of failing the statement —
+    an error there would answer for the data. Without the guard's declared range the key stays refused."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE e (id INT PRIMARY KEY, d DATE NOT NULL)")
+        conn.execute(
+            "INSERT INTO e VALUES (1, '2001-03-01'), (2, '2001-03-31'), (3, '2001-05-09'), (4, '1999-05-05'), "
+            "(5, '2001-12-31')"
+        )
+    policy = Policy.from_toml('[defaults]\nepsilon = 1.0\n[tables.e.columns.d]\nrange = ["2001-02-10", "2001-06-30"]\n')
+    session = sqldp.connect(pg_dsn, policy, seed=1)
+    sql = "SELECT date_trunc('month', e.d) AS m, COUNT(*) AS n FROM e GROUP BY date_trunc('month', e.d)"
+    with psycopg.connect(pg_dsn) as conn:
+        plain = {k.date(): float(n) for k, n in conn.execute(sql).fetchall()}
+    out = session.analyze(sql)
+    months = [dt.date(2001, m, 1) for m in range(2, 7)]
+    assert [g[0].true_value for g in out.measurements] == [plain.get(m, 0.0) for m in months]
+    assert [r["key"]["m"] for r in session.run(sql).rows] == months
+    years = session.run("SELECT date_trunc('year', e.d) AS y, COUNT(*) FROM e GROUP BY date_trunc('year', e.d)")
+    assert [r["key"]["y"] for r in years.rows] == [dt.date(2001, 1, 1)]
+    assert [g[0].true_value for g in years.measurements] == [4.0]  # 2001's rows, inside and outside the range
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO e VALUES (6, '300000-01-01')")
+        with pytest.raises(psycopg.errors.DatetimeFieldOverflow):
+            conn.execute(sql)
+    assert [g[0].true_value for g in session.analyze(sql).measurements] == [plain.get(m, 0.0) for m in months]
+    bare = sqldp.connect(pg_dsn, Policy.from_toml("[defaults]\nepsilon = 1.0\n"))
+    with pytest.raises(RefusedError, match="only plain columns"):
+        bare.analyze(sql)

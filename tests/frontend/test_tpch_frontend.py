@@ -33,7 +33,7 @@ EXPECTED = {
     # EXISTS, and a correlated scalar subquery over value-sensitive columns: steps bounded per key
     "q04": None, "q17": None,
     "q11": "subqueries inside expressions",        # HAVING … > (SELECT …)
-    "q13": "nested aggregation",                   # derived table aggregates
+    "q13": "nested aggregation",                   # a histogram of per-key counts: its counts need δ > 0
     "q15": "releases rows of private table",       # the revenue view returns supplier rows
     "q16": "COUNT(DISTINCT …) over value-sensitive", # NOT IN is an anti-join; the count reads p_size's filter
     "q18": "which groups exist in private table",  # IN (SELECT … GROUP BY … HAVING) is a join; GROUP BY c_name

@@ -72,6 +72,9 @@ GROUPED = [
     "SELECT EXTRACT(YEAR FROM t.d) AS y, SUM(t.x * u.b) AS s FROM t, u WHERE t.k = u.k GROUP BY EXTRACT(YEAR FROM t.d)",
     "SELECT EXTRACT(YEAR FROM t.d) AS y, COUNT(*) AS n FROM t WHERE t.d < DATE '2020-01-02' "
     "GROUP BY EXTRACT(YEAR FROM t.d)",
+    # date_trunc keys (sqldp.groups.guard_date_trunc): the same step filters per month or year of d
+    "SELECT DATE_TRUNC('month', t.d) AS m, COUNT(*) AS n FROM t GROUP BY DATE_TRUNC('month', t.d)",
+    "SELECT DATE_TRUNC('year', t.d) AS y, SUM(t.x) AS s FROM t WHERE t.a >= 2 GROUP BY DATE_TRUNC('year', t.d)",
 ]
 CASES = [
     "SELECT SUM(CASE WHEN t.k = 1 THEN t.x ELSE t.a END) AS s FROM t",
@@ -192,6 +195,11 @@ def test_group_key_domains_come_from_the_declared_range(pg_dsn: str) -> None:
     assert [r["key"]["y"] for r in session.run(GROUPED[0], epsilon=1.0).rows] == [2019, 2020, 2021]
     narrowed = session.run(GROUPED[4], epsilon=1.0)
     assert [r["key"]["y"] for r in narrowed.rows] == [2019, 2020]
+    # date_trunc('month'): the first days of the 25 months of the range, released as dates
+    months = session.run(GROUPED[5], epsilon=1.0)
+    assert [r["key"]["m"] for r in months.rows] == [
+        dt.date(2019 + (5 + i) // 12, (5 + i) % 12 + 1, 1) for i in range(25)
+    ]
 
 
 @pytest.mark.parametrize(
@@ -200,7 +208,8 @@ def test_group_key_domains_come_from_the_declared_range(pg_dsn: str) -> None:
         ("SELECT SUM(CASE WHEN t.a > 1 THEN t.x ELSE 0 END) FROM t", "reads a value-sensitive column"),
         ("SELECT t.a, COUNT(*) FROM t GROUP BY t.a", "reads value-sensitive column t.a"),
         ("SELECT EXTRACT(MONTH FROM t.d), COUNT(*) FROM t GROUP BY EXTRACT(MONTH FROM t.d)", "only plain columns"),
-        ("SELECT DATE_TRUNC('year', t.d), COUNT(*) FROM t GROUP BY DATE_TRUNC('year', t.d)", "only plain columns"),
+        ("SELECT DATE_TRUNC('week', t.d), COUNT(*) FROM t GROUP BY DATE_TRUNC('week', t.d)", "only plain columns"),
+        ("SELECT DATE_TRUNC('year', t.d) FROM t", "releases rows of private table"),
     ],
 )
 def test_steps_of_sensitive_values_are_refused_with_the_reason(pg_dsn: str, query: str, why: str) -> None:

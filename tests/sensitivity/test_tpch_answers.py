@@ -114,3 +114,66 @@ def test_unnoised_answer_is_the_raw_querys(tpch_dsn: tuple[str, Any, Any], polic
     for key, row in by_key.items():
         if key not in returned:  # no rows: COUNT and SUM are 0 (their outputs 0, or a 0/0 ratio None)
             assert n_keys and all(v in (0.0, None) for i, v in enumerate(row) if i not in key_of), (name, row)
+
+
+ROWS_POLICY = QUERIES.parent / "policy_rows.toml"
+
+
+def test_q22_workflow_unnoised_answer_is_the_raw_querys(tpch_dsn: tuple[str, Any, Any]) -> None:
+    """Q22 under the row-level policy: its group key SUBSTRING(c_phone FROM 1 FOR 2) takes its seven groups from
+    the WHERE clause's IN list (sqldp.groups.listed_domain), its AVG(c_acctbal) subquery is a released workflow
+    step and NOT EXISTS over orders an anti-join. In audit mode the step's true value is used, so the outer
+    query's un-noised answer must be PostgreSQL's own, group by group (a listed code with no customer: 0)."""
+    dsn = tpch_dsn[0]
+    sql = (QUERIES / "q22.sql").read_text(encoding="utf-8")
+    with psycopg.connect(dsn) as conn:
+        plain = {row[0]: tuple(_plain_value(v) for v in row) for row in conn.execute(sql).fetchall()}
+    prepared = sqldp.connect(dsn, policy=ROWS_POLICY).prepare(sql, epsilon=1.0)
+    form = prepared.placeholder.form  # type: ignore[union-attr]
+    assert isinstance(form, AnalysisForm)
+    (domain,) = prepared.placeholder.domains  # type: ignore[union-attr]
+    assert domain.values == ("13", "31", "23", "29", "30", "18", "17")
+    result = prepared.analyze()
+    assert len(result.steps) == 1
+    ours = {}
+    for (code,), measured in zip(all_groups([domain.values]), result.measurements, strict=True):
+        values = [m.true_value for m in measured]
+        ours[code] = tuple(code if o.is_key else evaluate(o.expr, values) for o in form.outputs)
+    assert plain, "SF 0.01 has Q22 customers"
+    for code, row in ours.items():
+        if code in plain:
+            assert all(_same(a, b) for a, b in zip(row, plain[code], strict=True)), (row, plain[code])
+        else:
+            assert row[1:] == (0.0, 0.0), row
+
+
+@pytest.mark.parametrize("policy", ["tpch", "tpch_catalog", str(ROWS_POLICY)], ids=["tpch", "tpch_catalog", "rows"])
+def test_q13_unnoised_histogram_is_the_raw_querys(tpch_dsn: tuple[str, Any, Any], policy: str) -> None:
+    """Q13 (sqldp.nested) with δ > 0: the counts present are chosen by partition selection, and each one's
+    un-noised COUNT(*) is PostgreSQL's answer to the raw query, for every count the raw query returns."""
+    dsn = tpch_dsn[0]
+    sql = (QUERIES / "q13.sql").read_text(encoding="utf-8")
+    with psycopg.connect(dsn) as conn:
+        plain = dict(conn.execute(sql).fetchall())
+    result = sqldp.connect(dsn, policy=policy).analyze(sql, epsilon=1.0, mechanism="laplace", delta=1e-6)
+    ours = {n: m.true_value for n, (m,) in zip(sorted(plain), result.measurements, strict=True)}
+    assert ours == plain
+
+
+def test_q13_under_a_declared_bound_counts_the_truncated_orders(tpch_dsn: tuple[str, Any, Any]) -> None:
+    """Under pure ε the row-level policy's ``max_rows_per = { o_custkey = 28 }`` gives the counts the domain
+    0 … 28: the un-noised histogram is PostgreSQL's raw Q13 over orders cut to each customer's first 28 by
+    o_orderkey (written here independently of sqldp.rewrite), and SF 0.01 has customers above 28."""
+    dsn = tpch_dsn[0]
+    sql = (QUERIES / "q13.sql").read_text(encoding="utf-8")
+    cut = (
+        "(SELECT * FROM (SELECT o.*, row_number() OVER (PARTITION BY o_custkey ORDER BY o_orderkey) AS r "
+        "FROM orders o) AS x WHERE r <= 28) AS orders"
+    )
+    with psycopg.connect(dsn) as conn:
+        plain = dict(conn.execute(sql).fetchall())
+        truncated = dict(conn.execute(sql.replace("left outer join orders on", f"left outer join {cut} on")).fetchall())
+    assert max(plain) > 28 and max(truncated) == 28
+    result = sqldp.connect(dsn, policy=ROWS_POLICY).analyze(sql, epsilon=1.0)
+    ours = {n: m.true_value for n, (m,) in zip(range(29), result.measurements, strict=True)}
+    assert ours == {n: float(truncated.get(n, 0)) for n in range(29)}
