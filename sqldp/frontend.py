@@ -325,3 +325,12 @@ def _output_name(item: exp.Expr) -> str:
     if isinstance(e, exp.Func):
         return e.sql_name().lower()
     return "?column?"
+
+
+def conjuncts(e: exp.Expr | None) -> list[exp.Expr]:
+    """The AND-ed terms of a condition (none for no condition), each with its parentheses removed (unlike
+    :func:`sqldp.normalize.split_and`, which keeps a term as written, for the positions of its error messages)."""
+    if e is None:
+        return []
+    e = e.unnest()
+    return [*conjuncts(e.this), *conjuncts(e.expression)] if isinstance(e, exp.And) else [e]

@@ -60,6 +60,7 @@ from sqldp import algebra as ra
 from sqldp.catalog import Catalog
 from sqldp.errors import RefusedError
 from sqldp.form import Aggregate, AnalysisForm, Conjunct, OrderKey, Output, TableUse, placeholder
+from sqldp.frontend import conjuncts
 from sqldp.groups import KeyDomain
 from sqldp.params import PrivacyParams
 from sqldp.policy import Policy
@@ -125,15 +126,6 @@ def _columns(e: exp.Expr) -> set[tuple[str, str]]:
     return {(c.table, c.name) for c in e.find_all(exp.Column)}
 
 
-def _conjuncts(e: exp.Expr | None) -> list[exp.Expr]:
-    if e is None:
-        return []
-    e = e.unnest()
-    if isinstance(e, exp.And):
-        return [*_conjuncts(e.this), *_conjuncts(e.expression)]
-    return [e]
-
-
 def histogram(normalizer: Normalizer, body: ra.Aggregate, sort: ra.Sort | None) -> AnalysisForm | None:
     """The analysis form of a histogram of per-key counts, or None when ``body`` does not aggregate a derived
     table that aggregates (the normaliser's own refusal then stands). A query of that outer shape that is not
@@ -197,12 +189,12 @@ def _join(node: ra.Node, key: exp.Column, arg: exp.Expr | None, alias: str) -> P
     """The two table uses, the join condition and the filters of the derived table's FROM/WHERE."""
     where: list[exp.Expr] = []
     while isinstance(node, ra.Select):
-        where += _conjuncts(node.condition)
+        where += conjuncts(node.condition)
         node = node.child
     if isinstance(node, ra.OuterJoin):
         if node.kind.upper() not in ("LEFT", "LEFT OUTER"):
             raise _refuse(f"{node.kind} JOIN: only LEFT OUTER JOIN (and the inner join) are analysed")
-        sides, on, outer = (node.left, node.right), _conjuncts(node.condition), True
+        sides, on, outer = (node.left, node.right), conjuncts(node.condition), True
     elif isinstance(node, ra.Product) and len(node.children) == 2:
         sides, on, outer = (node.children[0], node.children[1]), [], False
     else:

@@ -25,6 +25,7 @@ from sqlglot import exp
 from sqldp.catalog import Catalog, Table
 from sqldp.errors import CatalogError
 from sqldp.form import AnalysisForm, ColumnRef
+from sqldp.frontend import conjuncts
 from sqldp.groups import KeyDomain, match_groups
 from sqldp.policy import Policy
 from sqldp.sensitivity import model_check
@@ -252,14 +253,14 @@ def _fold(
     if form.group_by:
         return answer, {}
     where_node = answer.args.get("where")
-    kept = {_key(c): c for c in _conjuncts(where_node.this)} if where_node is not None else {}
+    kept = {_key(c): c for c in conjuncts(where_node.this)} if where_node is not None else {}
     scan: set[str] | None = None
     rows: list[tuple[int, exp.Select]] = []  # one-row queries
     grouped: list[tuple[int, exp.Select]] = []  # MAX over one GROUP BY of the scan
     offset = 0
     for plan in plans:
         inline, per_group = plan.inline, plan.grouped_scan
-        mine = {_key(x) for c in plan.scan_conjuncts for x in _conjuncts(c.expr)}
+        mine = {_key(x) for c in plan.scan_conjuncts for x in conjuncts(c.expr)}
         for j, q in enumerate(plan.queries):
             if not (mine <= kept.keys() and (scan is None or mine == scan)):
                 continue
@@ -351,11 +352,6 @@ def _per_group(merged: exp.Select, grouped: list[tuple[int, exp.Select]]) -> exp
         for k, item in enumerate(q.expressions):  # MAX(<expression of the level's columns>) AS v<k>
             outer_items.append(exp.alias_(item.this.copy().transform(rename), f"__s{i}_{k}"))
     return exp.select(*outer_items).from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("g"))))
-
-
-def _conjuncts(e: exp.Expr) -> list[exp.Expr]:
-    e = e.unnest()
-    return [*_conjuncts(e.this), *_conjuncts(e.expression)] if isinstance(e, exp.And) else [e]
 
 
 def _key(e: exp.Expr) -> str:

@@ -63,7 +63,7 @@ from sqldp.catalog import Catalog
 from sqldp.engine import Engine, Speed
 from sqldp.errors import RefusedError
 from sqldp.form import ColumnRef
-from sqldp.frontend import ParsedQuery, position
+from sqldp.frontend import ParsedQuery, conjuncts, position
 from sqldp.mechanisms import NoiseSource
 from sqldp.params import PrivacyParams, resolve_params
 from sqldp.policy import Policy
@@ -92,15 +92,6 @@ class Shape:
     table: str  # T
     where: str  # the IN's position
     why: str  # how B was obtained, for the notes
-
-
-def _conjuncts(e: exp.Expr | None) -> list[exp.Expr]:
-    if e is None:
-        return []
-    e = e.unnest()
-    if isinstance(e, exp.And):
-        return [*_conjuncts(e.this), *_conjuncts(e.expression)]
-    return [e]
 
 
 def _and(parts: list[exp.Expr]) -> exp.Expr | None:
@@ -138,7 +129,7 @@ def recognise(parsed: ParsedQuery, catalog: Catalog, policy: Policy) -> Shape | 
     if not outer or any(not policy.table(t.name.lower()).public for t in outer):
         return None
     where = tree.args.get("where")
-    parts = _conjuncts(where.this if where is not None else None)
+    parts = conjuncts(where.this if where is not None else None)
     private = [p for p in parts if any(not policy.table(t).public for t in _tables(p))]
     if len(private) != 1 or not isinstance(private[0], exp.In) or private[0].args.get("query") is None:
         return None
@@ -175,7 +166,7 @@ def _in_side(
     if len(sub.expressions) != 1:
         raise RefusedError("IN (SELECT …): the subquery must return one column", where=at)
     k = sub.expressions[0].unalias()
-    p_parts = _conjuncts(sub.args["where"].this if sub.args.get("where") is not None else None)
+    p_parts = conjuncts(sub.args["where"].this if sub.args.get("where") is not None else None)
     p_private = [p for p in p_parts if any(not policy.table(t).public for t in _tables(p))]
     # the witness statement reads P's conditions without the outer tables: a correlated IN is refused here,
     # before the charge, not by PostgreSQL after it
@@ -259,7 +250,7 @@ def _scalar_side(
         raise RefusedError(f"{what}'s value must be SUM(column) or COUNT(*)", where=at)
     inner: list[exp.Expr] = []
     keys: list[tuple[exp.Column, exp.Expr]] = []  # (T's column, the expression of P it equals)
-    for part in _conjuncts(scalar.args["where"].this if scalar.args.get("where") is not None else None):
+    for part in conjuncts(scalar.args["where"].this if scalar.args.get("where") is not None else None):
         if any(isinstance(n, exp.Subquery) for n in part.walk()):
             raise RefusedError(f"{what}: nested subqueries in it are not analysed", where=at)
         aliases = {c.table for c in part.find_all(exp.Column)}
@@ -408,7 +399,7 @@ def _witness_sql(
     cand.set("from_", _from(tree).copy())
     if tree.args.get("joins"):
         cand.set("joins", [j.copy() for j in tree.args["joins"]])
-    outer_where = _and([p for p in _conjuncts(tree.args["where"].this) if p is not conjunct])
+    outer_where = _and([p for p in conjuncts(tree.args["where"].this) if p is not conjunct])
     if outer_where is not None:
         cand = cand.where(outer_where)
     agg = exp.select(*[exp.alias_(c.copy(), f"k{i}") for i, (c, _) in enumerate(keys)])
@@ -693,7 +684,7 @@ def recognise_argmax(parsed: ParsedQuery, catalog: Catalog, policy: Policy) -> A
     main.set("with_", None)
     main.set("with", None)
     where = tree.args.get("where")
-    parts = _conjuncts(where.this if where is not None else None)
+    parts = conjuncts(where.this if where is not None else None)
     tops = [
         p
         for p in parts
@@ -782,7 +773,7 @@ def _argmax(
             raise RefusedError(f"{what}: the statement reads {c.sql()}", where=at)
     if any(isinstance(n, exp.AggFunc) for n in rest.walk()):
         raise RefusedError(f"{what}: aggregates in the statement are not analysed", where=at)
-    inner = _conjuncts(q.args["where"].this if q.args.get("where") is not None else None)
+    inner = conjuncts(q.args["where"].this if q.args.get("where") is not None else None)
     if any(isinstance(n, exp.Subquery) for p in inner for n in p.walk()):
         raise RefusedError(f"{what}: subqueries in the WITH query are not analysed", where=at)
     dom = _domain(catalog, policy, t_name)
