@@ -67,6 +67,8 @@ QUERIES = [
     ("SELECT COUNT(*) FROM r r1, r r2, s WHERE r1.b = s.b AND r2.a = s.c", True),
     ("SELECT COUNT(*) FROM r r1, r r2, s s1, s s2 WHERE r1.a = s1.b AND r2.b = s1.c AND s2.b = r1.b", True),
     ("SELECT COUNT(*) FROM r r1, r r2 WHERE r1.a = r2.a AND r1.b = r2.b", True),
+    # Q17c's shape: s's derivative counts the pairs r1.a < r2.a per key by a running count (test_rows_pairs)
+    ("SELECT COUNT(*) FROM r r1, s, r r2 WHERE r1.b = s.b AND r2.b = s.b AND r1.a < r2.a", True),
 ]
 BETAS = (0.05, 0.3, 1.5)
 
