@@ -383,13 +383,20 @@ def _factorised(parts: list[_Part], fallback: exp.Select) -> exp.Select:
 # rows with key k. Rows whose f or g is NULL compare to nothing and are left out; numeric NaN sorts above
 # every number and equals itself, as "<" says. The order is the type's own only when the sort and the
 # comparison use the same operator family: both sides must be exact numbers (integer or NUMERIC columns; the
-# UNION's common type is then an integer type or NUMERIC, exact for both) and each join pair the same type.
+# UNION's common type is then an integer type or NUMERIC, exact for both) and each join pair of one type
+# (or both integers), so that PARTITION BY groups exactly the values "=" equates.
 # The pass evaluates f and g on rows the join may never pair, so they must not be able to fail: a column
-# alone, or +, −, × of NUMERIC columns and number literals (no division, no integer overflow).
+# alone, or +, −, × of NUMERIC columns and number literals (no division, no integer overflow; a NUMERIC
+# product that could pass NUMERIC's range is refused before any data is read, sqldp.sensitivity.failures).
 # Groups with no pair appear with N(k) = 0, which leaves the maximum unchanged (COALESCE(MAX, 0) as before).
 
-_SORTS = {exp.LT: (True, False), exp.LTE: (True, True), exp.GT: (False, False), exp.GTE: (False, True)}
-_FLIP = {exp.LT: exp.GT, exp.LTE: exp.GTE, exp.GT: exp.LT, exp.GTE: exp.LTE}
+# comparison → (order by value descending, the counted side first among equal values)
+_SORTS: dict[type[exp.Expr], tuple[bool, bool]] = {
+    exp.LT: (True, False),
+    exp.LTE: (True, True),
+    exp.GT: (False, False),
+    exp.GTE: (False, True),
+}
 
 
 def _type_of(types: Types, use: TableUse, column: str) -> str | None:
