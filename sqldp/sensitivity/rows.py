@@ -700,6 +700,17 @@ class RowPlan(ExactUnfolded):
         return unify(maps), growths
 
 
+def _renamed(e: exp.Expr, alias: str) -> exp.Expr:
+    """``e`` with the columns of ``alias`` read from a placeholder alias: equal texts for two uses of a table."""
+
+    def rename(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Column) and node.table == alias:
+            return exp.column(node.name, table="_")
+        return node
+
+    return e.copy().transform(rename)
+
+
 def _local_conjuncts(form: AnalysisForm, alias: str) -> list[exp.Expr]:
     return [c.expr for c in form.conjuncts if c.columns and all(r.alias == alias for r in c.columns)]
 
@@ -735,10 +746,16 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
     needed = {o.alias for u in form.uses if u.table in private for o in form.uses if o.alias != u.alias}
     if semijoins:  # D's term counts outer rows: every outer use may grow
         needed |= {u.alias for u in form.uses}
+    asked: dict[tuple[str, tuple[str, ...]], int] = {}
     for u in form.uses:
         if u.alias in needed:  # n_j: the rows of use j that can join, for the growth of the others (A(k))
-            local[u.alias] = len(scalars)
-            scalars.append(_count_query([u], _local_conjuncts(form, u.alias), []))
+            own = _local_conjuncts(form, u.alias)
+            # two uses of one table with the same own conjuncts (Q17c's l1 and l2) have the same count: one scan
+            same = (u.table, tuple(sorted(_renamed(c, u.alias).sql(dialect="postgres") for c in own)))
+            if same not in asked:
+                asked[same] = len(scalars)
+                scalars.append(_count_query([u], own, []))
+            local[u.alias] = asked[same]
     counts_of_table = {t: len(form.uses_of(t)) for t in private}
     plans = []
     shared: list[tuple[exp.Select, dict[int, str]]] = []

@@ -247,3 +247,12 @@ def test_smoothing_is_monotone_in_the_count(growth: Growth, count: int, beta: fl
     low = min(float(count), growth.base())
     high = min(low + extra, growth.base())
     assert smooth_count(high, growth, beta)[0] >= smooth_count(low, growth, beta)[0] * (1 - 1e-12)
+
+
+def test_two_uses_with_the_same_own_conjuncts_share_one_count(catalog: Catalog, policy: Policy) -> None:
+    """n_j is the count of use j's rows passing its own conjuncts: two uses of one table with the same ones
+    (up to the alias) read one scalar, and different ones two (the brute force above covers the numbers)."""
+    same = _plan("SELECT COUNT(*) FROM r r1, s, r r2 WHERE r1.b = s.b AND r2.b = s.b AND r1.a < r2.a", catalog, policy)
+    assert same.local["r1"] == same.local["r2"]
+    other = _plan("SELECT COUNT(*) FROM r r1, s, r r2 WHERE r1.b = s.b AND r2.b = s.b AND r1.a > 0", catalog, policy)
+    assert other.local["r1"] != other.local["r2"]
