@@ -24,10 +24,13 @@ the count of outer rows that ψ ties to one row of D, by D's pattern, as for a u
 terms of a table add (NR §3.3.13.9, c′ + c_D·c′_D with c_D = 1).
 
 The plan runs one scalar query (all local counts and maxima, as scalar subqueries: one round trip) plus one
-grouped query per use of a self-joined private table. Two shapes are computed with less work and the same
-numbers: a use's local count and a maximum that groups the same use alone share one scan (``_shared_scan``),
-and a maximum whose pattern columns meet only at one equality class is computed per part of the join
-("splitting a component at a separator" below) instead of over the product of the parts.
+grouped query per use of a self-joined private table. Some shapes are computed with less work and the same
+numbers: a use's local count and a maximum that groups the same use alone share one scan (``_shared_scan``);
+two uses of one table with the same own conjuncts share their local count; a maximum whose pattern columns
+meet only at one equality class is computed per part of the join ("splitting a component at a separator"
+below) instead of over the product of the parts; and a maximum over two uses that meet at equalities and one
+comparison (Q17c's 5·l1.l_quantity < l2.l_quantity) by one sorted pass instead of over every pair ("counting
+pairs across one inequality" below).
 """
 
 from __future__ import annotations
