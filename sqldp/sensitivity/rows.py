@@ -327,10 +327,20 @@ def _col(ref: ColumnRef) -> exp.Column:
 def _factorised(parts: list[_Part], fallback: exp.Select) -> exp.Select:
     """CASE WHEN some part is functional THEN F ELSE ``fallback`` END (the derivation above)."""
     subs = []
+    keyless = [p for p in parts if not p.keys]
     for q, part in enumerate(parts):
         items = [exp.alias_(k.copy(), f"k{i}") for i, k in enumerate(part.keys)]
         items += [exp.alias_(part.rep.copy(), "v"), exp.alias_(exp.Count(this=exp.Star()), "n")]
-        a = where(from_uses(exp.select(*items), part.uses), part.conds)
+        conds = list(part.conds)
+        if part.keys and not part.checked:
+            # only the v that every keyless part holds survive F's inner join on v (Q5's nation ⋈ region: the 5
+            # nations of ASIA): A_q(k, v) at any other v never enters F, so those rows need not be grouped.
+            # A_q at the v kept is unchanged (its rows are all kept), and a checked part keeps every row: its
+            # functional check counts the v its keys meet over all of them, as before.
+            for other in keyless:
+                support = where(from_uses(exp.select(other.rep.copy()), other.uses), other.conds)
+                conds.append(exp.In(this=part.rep.copy(), query=exp.Subquery(this=support)))
+        a = where(from_uses(exp.select(*items), part.uses), conds)
         a = a.group_by(*(k.copy() for k in part.keys), part.rep.copy(), copy=False)
         source = exp.Subquery(this=a, alias=exp.TableAlias(this=exp.to_identifier("a")))
         items = [exp.column("v"), exp.alias_(exp.func("MAX", exp.column("n")), "n")]
