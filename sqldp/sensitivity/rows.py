@@ -175,7 +175,12 @@ Types = Mapping[str, Mapping[str, str]]  # table → column → its declared SQL
 
 
 def _max_count(
-    uses: list[TableUse], conds: list[exp.Expr], keys: list[exp.Expr], declared: Keys, types: Types
+    uses: list[TableUse],
+    conds: list[exp.Expr],
+    keys: list[exp.Expr],
+    declared: Keys,
+    types: Types,
+    private: frozenset[str],
 ) -> exp.Select:
     """max over the key values of the component's count: ``MAX(n)`` over its ``GROUP BY keys`` — or the same
     number without forming the product: per part when a separator splits the keys apart (:func:`_split`), by a
@@ -185,7 +190,7 @@ def _max_count(
         return pairs
     grouped = _max_of(_count_query(uses, conds, keys))
     split = _split(uses, conds, keys, declared)
-    return grouped if split is None else _factorised(split, grouped)
+    return grouped if split is None else _factorised(split, grouped, private)
 
 
 # -- splitting a component at a separator ------------------------------------------------------------
@@ -324,20 +329,22 @@ def _col(ref: ColumnRef) -> exp.Column:
     return exp.column(ref.column, table=ref.alias)
 
 
-def _factorised(parts: list[_Part], fallback: exp.Select) -> exp.Select:
+def _factorised(parts: list[_Part], fallback: exp.Select, private: frozenset[str]) -> exp.Select:
     """CASE WHEN some part is functional THEN F ELSE ``fallback`` END (the derivation above)."""
     subs = []
-    keyless = [p for p in parts if not p.keys]
+    # parts cheap to read whole: no keys, or public tables only (Q5's nation ⋈ region) — a guess about speed only
+    small = [p for p in parts if not p.keys or all(u.table not in private for u in p.uses)]
     for q, part in enumerate(parts):
         items = [exp.alias_(k.copy(), f"k{i}") for i, k in enumerate(part.keys)]
         items += [exp.alias_(part.rep.copy(), "v"), exp.alias_(exp.Count(this=exp.Star()), "n")]
         conds = list(part.conds)
         if part.keys and not part.checked:
-            # only the v that every keyless part holds survive F's inner join on v (Q5's nation ⋈ region: the 5
+            # only the v that every other part holds survive F's inner join on v (Q5's nation ⋈ region: the 5
             # nations of ASIA): A_q(k, v) at any other v never enters F, so those rows need not be grouped.
             # A_q at the v kept is unchanged (its rows are all kept), and a checked part keeps every row: its
-            # functional check counts the v its keys meet over all of them, as before.
-            for other in keyless:
+            # functional check counts the v its keys meet over all of them, as before. The supports read are
+            # those of the small parts (another's would cost a scan of its own).
+            for other in (p for p in small if p is not part):
                 support = where(from_uses(exp.select(other.rep.copy()), other.uses), other.conds)
                 conds.append(exp.In(this=part.rep.copy(), query=exp.Subquery(this=support)))
         a = where(from_uses(exp.select(*items), part.uses), conds)
@@ -792,7 +799,7 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
             else:
                 factors.append((len(scalars),))
                 scalars.append(
-                    _max_count(comp_uses, conds, [term.reps[k] for k in keys], declared, types) if keys else q
+                    _max_count(comp_uses, conds, [term.reps[k] for k in keys], declared, types, private) if keys else q
                 )
                 if keys and len(comp_uses) == 1 and comp_uses[0].alias in local and comp_uses[0].alias not in scanned:
                     scan = _shared_scan(conds, [term.reps[k] for k in keys], _local_conjuncts(form, comp_uses[0].alias))
