@@ -157,7 +157,13 @@ def _value_policy() -> Policy:  # NAPLES' metric: values only, rows public (as t
     return Policy.from_toml(text.replace('rows = "private"', 'rows = "public"'), source="tpch-values")
 
 
-POLICIES = {"tpch": lambda: Policy.from_file(datasets.dataset_path("tpch.toml")), "values": _value_policy}
+POLICIES = {
+    "tpch": lambda: Policy.from_file(datasets.dataset_path("tpch.toml")),
+    "values": _value_policy,
+    # the rows benchmark's policy (every table row-private): Q17c's derivative for part is the running count
+    # of sqldp.sensitivity.rows ("counting pairs across one inequality"), a window over a UNION ALL
+    "rows": lambda: Policy.from_file(ROOT / "benchmarks" / "tpch" / "policy_rows.toml"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +207,7 @@ def _figures(session: Session, sql: str) -> dict[str, Any]:
     return out
 
 
-CASES = [(p, "tpch") for p in ALL_QUERIES] + [(p, "values") for p in NAPLES]
+CASES = [(p, "tpch") for p in ALL_QUERIES] + [(p, "values") for p in NAPLES] + [(QUERIES / "rows" / "q17c.sql", "rows")]
 
 
 @pytest.mark.parametrize(("path", "policy"), CASES, ids=[f"{p.parent.name}/{p.stem}-{pol}" for p, pol in CASES])
