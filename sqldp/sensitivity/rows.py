@@ -24,10 +24,13 @@ the count of outer rows that ψ ties to one row of D, by D's pattern, as for a u
 terms of a table add (NR §3.3.13.9, c′ + c_D·c′_D with c_D = 1).
 
 The plan runs one scalar query (all local counts and maxima, as scalar subqueries: one round trip) plus one
-grouped query per use of a self-joined private table. Two shapes are computed with less work and the same
-numbers: a use's local count and a maximum that groups the same use alone share one scan (``_shared_scan``),
-and a maximum whose pattern columns meet only at one equality class is computed per part of the join
-("splitting a component at a separator" below) instead of over the product of the parts.
+grouped query per use of a self-joined private table. Some shapes are computed with less work and the same
+numbers: a use's local count and a maximum that groups the same use alone share one scan (``_shared_scan``);
+two uses of one table with the same own conjuncts share their local count; a maximum whose pattern columns
+meet only at one equality class is computed per part of the join ("splitting a component at a separator"
+below) instead of over the product of the parts; and a maximum over two uses that meet at equalities and one
+comparison (Q17c's 5·l1.l_quantity < l2.l_quantity) by one sorted pass instead of over every pair ("counting
+pairs across one inequality" below).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from scipy.cluster.hierarchy import DisjointSet
 from sqlglot import exp
 
 from sqldp import subqueries
-from sqldp.catalog import Catalog
+from sqldp.catalog import Catalog, kind_of
 from sqldp.errors import RefusedError
 from sqldp.form import Aggregate, AnalysisForm, ColumnRef, Conjunct, SemiJoin, TableUse
 from sqldp.policy import Policy
@@ -168,14 +171,26 @@ def _max_of(q: exp.Select) -> exp.Select:
 
 
 Keys = Mapping[str, tuple[tuple[str, ...], ...]]  # table → its declared primary and unique keys
+Types = Mapping[str, Mapping[str, str]]  # table → column → its declared SQL type (Catalog.sqlglot_schema)
 
 
-def _max_count(uses: list[TableUse], conds: list[exp.Expr], keys: list[exp.Expr], declared: Keys) -> exp.Select:
-    """max over the key values of the component's count: ``MAX(n)`` over its ``GROUP BY keys`` — or, when a
-    separator splits the keys apart, the same number without forming the product of the parts (:func:`_split`)."""
+def _max_count(
+    uses: list[TableUse],
+    conds: list[exp.Expr],
+    keys: list[exp.Expr],
+    declared: Keys,
+    types: Types,
+    private: frozenset[str],
+) -> exp.Select:
+    """max over the key values of the component's count: ``MAX(n)`` over its ``GROUP BY keys`` — or the same
+    number without forming the product: per part when a separator splits the keys apart (:func:`_split`), by a
+    running count when two uses meet at equalities and one inequality (:func:`_pair_count`)."""
+    pairs = _pair_count(uses, conds, keys, types)
+    if pairs is not None:
+        return pairs
     grouped = _max_of(_count_query(uses, conds, keys))
     split = _split(uses, conds, keys, declared)
-    return grouped if split is None else _factorised(split, grouped)
+    return grouped if split is None else _factorised(split, grouped, private)
 
 
 # -- splitting a component at a separator ------------------------------------------------------------
@@ -314,13 +329,25 @@ def _col(ref: ColumnRef) -> exp.Column:
     return exp.column(ref.column, table=ref.alias)
 
 
-def _factorised(parts: list[_Part], fallback: exp.Select) -> exp.Select:
+def _factorised(parts: list[_Part], fallback: exp.Select, private: frozenset[str]) -> exp.Select:
     """CASE WHEN some part is functional THEN F ELSE ``fallback`` END (the derivation above)."""
     subs = []
+    # parts cheap to read whole: no keys, or public tables only (Q5's nation ⋈ region) — a guess about speed only
+    small = [p for p in parts if not p.keys or all(u.table not in private for u in p.uses)]
     for q, part in enumerate(parts):
         items = [exp.alias_(k.copy(), f"k{i}") for i, k in enumerate(part.keys)]
         items += [exp.alias_(part.rep.copy(), "v"), exp.alias_(exp.Count(this=exp.Star()), "n")]
-        a = where(from_uses(exp.select(*items), part.uses), part.conds)
+        conds = list(part.conds)
+        if part.keys and not part.checked:
+            # only the v that every other part holds survive F's inner join on v (Q5's nation ⋈ region: the 5
+            # nations of ASIA): A_q(k, v) at any other v never enters F, so those rows need not be grouped.
+            # A_q at the v kept is unchanged (its rows are all kept), and a checked part keeps every row: its
+            # functional check counts the v its keys meet over all of them, as before. The supports read are
+            # those of the small parts (another's would cost a scan of its own).
+            for other in (p for p in small if p is not part):
+                support = where(from_uses(exp.select(other.rep.copy()), other.uses), other.conds)
+                conds.append(exp.In(this=part.rep.copy(), query=exp.Subquery(this=support)))
+        a = where(from_uses(exp.select(*items), part.uses), conds)
         a = a.group_by(*(k.copy() for k in part.keys), part.rep.copy(), copy=False)
         source = exp.Subquery(this=a, alias=exp.TableAlias(this=exp.to_identifier("a")))
         items = [exp.column("v"), exp.alias_(exp.func("MAX", exp.column("n")), "n")]
@@ -356,6 +383,154 @@ def _factorised(parts: list[_Part], fallback: exp.Select) -> exp.Select:
         on = exp.EQ(this=exp.column("v", table=f"m{q}"), expression=exp.column("v", table="m0"))
         out = out.join(subs[q], on=on, join_type="inner", copy=False)
     return out
+
+
+# -- counting pairs across one inequality -----------------------------------------------------------
+#
+# Q17c's derivative for part is max over k of the number of pairs (l1, l2) of lineitem rows with
+# l1.l_partkey = l2.l_partkey = k and 5·l1.l_quantity < l2.l_quantity: the GROUP BY forms every pair of a key
+# (quadratic in the rows per key). In general, a component of two uses X and Y whose conjuncts are X's own,
+# Y's own, equalities X.x_i = Y.y_i (the join, j) and one comparison f(X) op g(Y) counts, per key,
+#
+#     N(k) = Σ_{x ∈ X_k} #{y ∈ Y_k : f(x) op g(y)}
+#
+# where X_k are X's rows passing its own conjuncts with join values j (non-NULL: an equality never holds for
+# NULL) whose key columns are k, likewise Y_k. One sorted pass gives every term: put X's rows (value f, b = 0)
+# and Y's (value g, b = 1) in one list, partition it by j and order each partition so that the rows of Y
+# satisfying f(x) op g(y) are exactly those before x: for op = "<" by value descending with X first among
+# equal values (an equal g is not counted), "<=" the same with Y first, ">" and ">=" ascending likewise. The
+# running SUM(b) at x (a ROWS frame: x itself adds 0) is then x's term, and N(k) the sum of the terms of X's
+# rows with key k. Rows whose f or g is NULL compare to nothing and are left out; numeric NaN sorts above
+# every number and equals itself, as "<" says. The order is the type's own only when the sort and the
+# comparison use the same operator family: both sides must be exact numbers (integer or NUMERIC columns; the
+# UNION's common type is then an integer type or NUMERIC, exact for both) and each join pair of one type
+# (or both integers), so that PARTITION BY groups exactly the values "=" equates.
+# The pass evaluates f and g on rows the join may never pair, so they must not be able to fail: a column
+# alone, or +, −, × of NUMERIC columns and number literals (no division, no integer overflow; a NUMERIC
+# product that could pass NUMERIC's range is refused before any data is read, sqldp.sensitivity.failures).
+# Groups with no pair appear with N(k) = 0, which leaves the maximum unchanged (COALESCE(MAX, 0) as before).
+
+# comparison → (order by value descending, the counted side first among equal values)
+_SORTS: dict[type[exp.Expr], tuple[bool, bool]] = {
+    exp.LT: (True, False),
+    exp.LTE: (True, True),
+    exp.GT: (False, False),
+    exp.GTE: (False, True),
+}
+
+
+def _type_of(types: Types, use: TableUse, column: str) -> str | None:
+    return types.get(use.table, {}).get(column)
+
+
+def _exact_number(type_sql: str | None, *, numeric_only: bool = False) -> bool:
+    if type_sql is None:
+        return False
+    head = type_sql.upper().split("(")[0].strip()
+    if head in ("DECIMAL", "NUMERIC"):
+        return True
+    return not numeric_only and kind_of(type_sql) == "integer"
+
+
+def _safe_value(e: exp.Expr, use: TableUse, types: Types) -> bool:
+    """An exact-number expression over ``use`` that cannot raise: a column, or +, −, × of NUMERIC columns and
+    number literals."""
+    while isinstance(e, exp.Paren):
+        e = e.this
+    if isinstance(e, exp.Column):
+        return e.table == use.alias and _exact_number(_type_of(types, use, e.name))
+    arithmetic = False
+    for node in e.walk(prune=lambda n: isinstance(n, exp.Column)):
+        if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Neg)):
+            arithmetic = True
+        elif isinstance(node, exp.Column):
+            if node.table != use.alias or not _exact_number(_type_of(types, use, node.name), numeric_only=True):
+                return False
+        elif isinstance(node, exp.Literal):
+            if node.is_string:
+                return False
+        elif not isinstance(node, exp.Paren):
+            return False
+    return arithmetic
+
+
+def _pair_count(uses: list[TableUse], conds: list[exp.Expr], keys: list[exp.Expr], types: Types) -> exp.Select | None:
+    """The component's max over keys of its count, as one sorted pass (the derivation above), or None when the
+    component is not two uses meeting at equalities and one comparison of exact numbers."""
+    if len(uses) != 2 or not keys:
+        return None
+    byalias = {u.alias: u for u in uses}
+    own: dict[str, list[exp.Expr]] = {u.alias: [] for u in uses}
+    joins: list[tuple[ColumnRef, ColumnRef]] = []
+    comparison: tuple[type[exp.Expr], exp.Expr, exp.Expr] | None = None
+    for c in conds:
+        tables = {col.table for col in c.find_all(exp.Column)}
+        if len(tables) == 1 and tables <= own.keys():
+            own[next(iter(tables))].append(c)
+            continue
+        pair = _pair(c)
+        if pair is not None and {pair[0].alias, pair[1].alias} == own.keys():
+            joins.append(pair)
+            continue
+        e = c
+        while isinstance(e, exp.Paren):
+            e = e.this
+        if comparison is not None or type(e) not in _SORTS:
+            return None
+        left = {col.table for col in e.this.find_all(exp.Column)}
+        right = {col.table for col in e.expression.find_all(exp.Column)}
+        if len(left) != 1 or len(right) != 1 or left == right or not (left | right) <= own.keys():
+            return None
+        comparison = (type(e), e.this, e.expression)
+    if comparison is None or not joins:
+        return None
+    op, lhs, rhs = comparison
+    x = byalias[next(col.table for col in lhs.find_all(exp.Column))]
+    y = next(u for u in uses if u.alias != x.alias)
+    if not (_safe_value(lhs, x, types) and _safe_value(rhs, y, types)):
+        return None
+    # each join pair as (X's column, Y's column), of one type (or both integers)
+    sides = [(a, b) if a.alias == x.alias else (b, a) for a, b in joins]
+    for a, b in sides:
+        ta, tb = _type_of(types, x, a.column), _type_of(types, y, b.column)
+        if ta is None or tb is None or not (ta == tb or kind_of(ta) == kind_of(tb) == "integer"):
+            return None
+    positions = []
+    for k in keys:
+        if not isinstance(k, exp.Column):
+            return None
+        ref = ColumnRef(k.table, k.name)
+        found = [i for i, (a, b) in enumerate(sides) if ref in (a, b)]
+        if not found:
+            return None
+        positions.append(found[0])
+    descending, counted_first = _SORTS[op]
+
+    def branch(use: TableUse, columns: list[ColumnRef], value: exp.Expr, mark: int) -> exp.Select:
+        items = [exp.alias_(_col(r), f"j{i}") for i, r in enumerate(columns)]
+        items += [exp.alias_(value.copy(), "v"), exp.alias_(exp.Literal.number(mark), "b")]
+        present = [exp.Not(this=exp.Is(this=e, expression=exp.Null())) for e in (*map(_col, columns), value.copy())]
+        return where(from_uses(exp.select(*items), [use]), [*own[use.alias], *present])
+
+    union = exp.union(
+        branch(x, [a for a, _ in sides], lhs, 0), branch(y, [b for _, b in sides], rhs, 1), distinct=False
+    )
+    part = [exp.column(f"j{i}") for i in range(len(sides))]
+    order = [
+        exp.Ordered(this=exp.column("v"), desc=descending),
+        exp.Ordered(this=exp.column("b"), desc=counted_first),
+    ]
+    frame = exp.WindowSpec(kind="ROWS", start="UNBOUNDED", start_side="PRECEDING", end="CURRENT ROW")
+    running = exp.Window(
+        this=exp.func("SUM", exp.column("b")), partition_by=part, order=exp.Order(expressions=order), spec=frame
+    )
+    w = exp.select(*(exp.column(f"j{i}") for i in range(len(sides))), exp.column("b"), exp.alias_(running, "r"))
+    w = w.from_(exp.Subquery(this=union, alias=exp.TableAlias(this=exp.to_identifier("u"))))
+    per_key = exp.select(exp.alias_(exp.func("SUM", exp.column("r")), "n"))
+    per_key = per_key.from_(exp.Subquery(this=w, alias=exp.TableAlias(this=exp.to_identifier("w"))))
+    per_key = per_key.where(exp.EQ(this=exp.column("b"), expression=exp.Literal.number(0)))
+    per_key = per_key.group_by(*(exp.column(f"j{i}") for i in dict.fromkeys(positions)), copy=False)
+    return _max_of(per_key)
 
 
 # -- the plan --------------------------------------------------------------------------------------
@@ -544,6 +719,17 @@ class RowPlan(ExactUnfolded):
         return unify(maps), growths
 
 
+def _renamed(e: exp.Expr, alias: str) -> exp.Expr:
+    """``e`` with the columns of ``alias`` read from a placeholder alias: equal texts for two uses of a table."""
+
+    def rename(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Column) and node.table == alias:
+            return exp.column(node.name, table="_")
+        return node
+
+    return e.copy().transform(rename)
+
+
 def _local_conjuncts(form: AnalysisForm, alias: str) -> list[exp.Expr]:
     return [c.expr for c in form.conjuncts if c.columns and all(r.alias == alias for r in c.columns)]
 
@@ -572,16 +758,23 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
 
     classes = equality_classes(form.conjuncts)
     declared = {u.table: (catalog.table(u.table).primary_key, *catalog.table(u.table).unique) for u in form.uses}
+    types = {u.table: {c.name: c.type_sql for c in catalog.table(u.table).columns.values()} for u in form.uses}
     scalars: list[exp.Expr] = []
     grouped: list[exp.Select] = []
     local: dict[str, int] = {}
     needed = {o.alias for u in form.uses if u.table in private for o in form.uses if o.alias != u.alias}
     if semijoins:  # D's term counts outer rows: every outer use may grow
         needed |= {u.alias for u in form.uses}
+    asked: dict[tuple[str, tuple[str, ...]], int] = {}
     for u in form.uses:
         if u.alias in needed:  # n_j: the rows of use j that can join, for the growth of the others (A(k))
-            local[u.alias] = len(scalars)
-            scalars.append(_count_query([u], _local_conjuncts(form, u.alias), []))
+            own = _local_conjuncts(form, u.alias)
+            # two uses of one table with the same own conjuncts (Q17c's l1 and l2) have the same count: one scan
+            same = (u.table, tuple(sorted(_renamed(c, u.alias).sql(dialect="postgres") for c in own)))
+            if same not in asked:
+                asked[same] = len(scalars)
+                scalars.append(_count_query([u], own, []))
+            local[u.alias] = asked[same]
     counts_of_table = {t: len(form.uses_of(t)) for t in private}
     plans = []
     shared: list[tuple[exp.Select, dict[int, str]]] = []
@@ -604,7 +797,9 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
                 grouped.append(q)
             else:
                 factors.append((len(scalars),))
-                scalars.append(_max_count(comp_uses, conds, [term.reps[k] for k in keys], declared) if keys else q)
+                scalars.append(
+                    _max_count(comp_uses, conds, [term.reps[k] for k in keys], declared, types, private) if keys else q
+                )
                 if keys and len(comp_uses) == 1 and comp_uses[0].alias in local and comp_uses[0].alias not in scanned:
                     scan = _shared_scan(conds, [term.reps[k] for k in keys], _local_conjuncts(form, comp_uses[0].alias))
                     if scan is not None:

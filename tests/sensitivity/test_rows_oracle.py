@@ -67,6 +67,8 @@ QUERIES = [
     ("SELECT COUNT(*) FROM r r1, r r2, s WHERE r1.b = s.b AND r2.a = s.c", True),
     ("SELECT COUNT(*) FROM r r1, r r2, s s1, s s2 WHERE r1.a = s1.b AND r2.b = s1.c AND s2.b = r1.b", True),
     ("SELECT COUNT(*) FROM r r1, r r2 WHERE r1.a = r2.a AND r1.b = r2.b", True),
+    # Q17c's shape: s's derivative counts the pairs r1.a < r2.a per key by a running count (test_rows_pairs)
+    ("SELECT COUNT(*) FROM r r1, s, r r2 WHERE r1.b = s.b AND r2.b = s.b AND r1.a < r2.a", True),
 ]
 BETAS = (0.05, 0.3, 1.5)
 
@@ -245,3 +247,12 @@ def test_smoothing_is_monotone_in_the_count(growth: Growth, count: int, beta: fl
     low = min(float(count), growth.base())
     high = min(low + extra, growth.base())
     assert smooth_count(high, growth, beta)[0] >= smooth_count(low, growth, beta)[0] * (1 - 1e-12)
+
+
+def test_two_uses_with_the_same_own_conjuncts_share_one_count(catalog: Catalog, policy: Policy) -> None:
+    """n_j is the count of use j's rows passing its own conjuncts: two uses of one table with the same ones
+    (up to the alias) read one scalar, and different ones two (the brute force above covers the numbers)."""
+    same = _plan("SELECT COUNT(*) FROM r r1, s, r r2 WHERE r1.b = s.b AND r2.b = s.b AND r1.a < r2.a", catalog, policy)
+    assert same.local["r1"] == same.local["r2"]
+    other = _plan("SELECT COUNT(*) FROM r r1, s, r r2 WHERE r1.b = s.b AND r2.b = s.b AND r1.a > 0", catalog, policy)
+    assert other.local["r1"] != other.local["r2"]

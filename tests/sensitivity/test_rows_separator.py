@@ -210,3 +210,12 @@ def test_head_statement_equals_each_scalar_on_every_neighbour(
             got = [float(v or 0) for v in conn.execute(head).fetchone()]
             want = [float(conn.execute(q).fetchone()[0] or 0) for q in alone]
             assert got == want, (where, head)
+
+
+def test_parts_with_keys_read_only_the_keyless_parts_values(catalog: Catalog, policy: Policy) -> None:
+    """In Q5's shape n's part has no key: the unchecked parts with keys read only the v that n's part holds
+    (an IN over it), so the oracle above compares that restriction too (a mutant with NOT IN fails there)."""
+    plan = _plan(QUERIES[0], catalog, policy)
+    restricted = [s for s, _, _ in _pairs(plan) if any(isinstance(i.args.get("query"), exp.Subquery)
+                                                         for i in s.find_all(exp.In))]  # fmt: skip
+    assert restricted
