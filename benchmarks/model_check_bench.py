@@ -202,8 +202,8 @@ def main() -> None:
     lines = [
         "# Model-checking global sensitivity (NR §3.3.13)",
         "",
-        f"Machine: {machine()}, load average {os.getloadavg()[0]:.1f} at the start, {{end}} at the end (shared",
-        "with other work: 8 sessions on 2 cores; times are wall clock, so they carry the load).",
+        f"Machine: {machine()}, load average {os.getloadavg()[0]:.1f} at the start, {{end}} at the end (times",
+        "are wall clock, so they carry whatever else the machine runs).",
         "Command: `python benchmarks/model_check_bench.py --out benchmarks/results/model_check.md`. Per (query,",
         "table) time limit 5 s; a limit reached gives the bound proven by then (∞ if none) and says so.",
         "",
