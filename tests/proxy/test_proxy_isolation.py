@@ -33,7 +33,7 @@ def test_state_left_on_the_upstream_connection_does_not_reach_the_next_analyst(
     with pool.connection() as conn:  # what alice's statement could have done to the shared connection
         backend = conn.info.backend_pid
         # as the analyst role, which may SET but may not call set_config or take advisory locks (sqldp.db)
-        conn.execute("SET statement_timeout = 1")
+        conn.execute("SET statement_timeout = '42s'")  # not 1 ms: the next statements would time out under load
         conn.execute("SET search_path = nowhere")
         conn.execute("SET sqldp.note = 'from alice'")
     with psycopg.connect(client_dsn(one_connection_proxy.port, user="bob"), autocommit=True) as bob:
@@ -85,7 +85,7 @@ def test_the_reset_is_one_message_and_still_checks_the_role(pg_dsn: str) -> None
         fresh = conn.execute(settings).fetchone()
         assert fresh is not None and fresh[0] == "0" and fresh[3] == "on" and fresh[2] != "pg_read_all_data"
         for _ in range(3):  # the first is compared in full, the others check the role only
-            conn.execute("SET statement_timeout = 1")
+            conn.execute("SET statement_timeout = '42s'")  # not 1 ms: the next statements would time out under load
             conn.execute("SET search_path = nowhere")
             conn.execute("SET ROLE pg_read_all_data")
             iso.reset(conn)
