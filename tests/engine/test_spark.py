@@ -229,21 +229,57 @@ def test_spark_gives_postgresql_figures(engines: dict[str, tuple[Session, Sessio
 # -- the engine: snapshot, errors, CLI ---------------------------------------------------------------------
 
 
-def test_snapshot_keeps_the_rows_read_once(spark: Any, tmp_path: Path) -> None:
-    """Files rewritten while a query runs: its statements still read the copy taken when it started."""
-    from sqldp.engine.spark import SparkEngine
+def test_snapshot_copies_what_it_cannot_pin(spark: Any, tmp_path: Path) -> None:
+    """A table that is not a plain scan of its files (a filtered view over Parquet, an in-memory DataFrame) is
+    copied: files rewritten while a query runs, its statements still read the copy taken when it started."""
+    from sqldp.engine.spark import SparkEngine, pin
 
     path = str(tmp_path / "t.parquet")
     spark.range(5).write.parquet(path)
-    spark.read.parquet(path).createOrReplaceTempView("snap_t")
+    spark.sql(f"SELECT * FROM parquet.`{path}` WHERE id >= 0").createOrReplaceTempView("snap_t")
+    spark.range(7).createOrReplaceTempView("snap_m")
+    assert pin(spark, spark.table("snap_t")) is None and pin(spark, spark.table("snap_m")) is None
     engine = SparkEngine(spark)
-    with engine.snapshot(("snap_t",)) as prefix:
+    with engine.snapshot(("snap_t", "snap_m")) as prefix:
         spark.range(100).write.mode("overwrite").parquet(path)  # a writer replaces the table's files
         spark.catalog.refreshByPath(path)
-        spark.read.parquet(path).createOrReplaceTempView("snap_t")
+        spark.range(100).createOrReplaceTempView("snap_m")
         assert spark.sql(f"SELECT COUNT(*) FROM {prefix}snap_t").collect()[0][0] == 5
-        assert spark.sql("SELECT COUNT(*) FROM snap_t").collect()[0][0] == 100
+        assert spark.sql(f"SELECT COUNT(*) FROM {prefix}snap_m").collect()[0][0] == 7
+        assert spark.read.parquet(path).count() == 100  # what a reader now finds
     assert not [t for t in spark.catalog.listTables() if t.name.startswith(prefix)]  # views dropped
+
+
+def test_snapshot_pins_files_and_notices_a_change(spark: Any, tmp_path: Path) -> None:
+    """A plain Parquet table is pinned to its files, not copied: a file added while the query runs is not read
+    by its statements (they all read the listing taken when it started); a file rewritten or touched is
+    noticed when the statements are done (a mutant that copies every table, or never checks the listing
+    again, fails the second and third blocks)."""
+    import os
+
+    from sqldp.engine.spark import SnapshotChanged, SparkEngine, pin
+
+    path = tmp_path / "t.parquet"
+    spark.range(5).write.parquet(str(path))
+    spark.read.parquet(str(path)).createOrReplaceTempView("pin_t")
+    pinned = pin(spark, spark.table("pin_t"))
+    assert pinned is not None and len(pinned[1]) == len(list(path.glob("part-*.parquet")))
+    engine = SparkEngine(spark)
+    with engine.snapshot(("pin_t",)) as prefix:
+        spark.range(3).write.mode("append").parquet(str(path))  # another file: a new version of the table
+        spark.read.parquet(str(path)).createOrReplaceTempView("pin_t")  # the table as a new reader sees it
+        assert spark.sql(f"SELECT COUNT(*) FROM {prefix}pin_t").collect()[0][0] == 5  # the answer's version
+        assert spark.sql(f"SELECT SUM(id) FROM {prefix}pin_t").collect()[0][0] == 10  # and the bound's
+        assert spark.sql("SELECT COUNT(*) FROM pin_t").collect()[0][0] == 8
+    first = sorted(path.glob("part-*.parquet"))[0]
+    with pytest.raises(SnapshotChanged, match="'pin_t' changed"), engine.snapshot(("pin_t",)) as prefix:
+        assert spark.sql(f"SELECT COUNT(*) FROM {prefix}pin_t").collect()[0][0] == 8
+        stat = first.stat()
+        os.utime(first, ns=(stat.st_atime_ns, stat.st_mtime_ns + 5_000_000_000))  # rewritten in place
+    with pytest.raises(SnapshotChanged, match="'pin_t' changed"), engine.snapshot(("pin_t",)) as prefix:
+        spark.range(100).write.mode("overwrite").parquet(str(path))  # the files replaced: reading fails
+        spark.sql(f"SELECT COUNT(*) FROM {prefix}pin_t").collect()
+    assert not [t for t in spark.catalog.listTables() if t.name.startswith("__sqldp_")]  # views dropped
 
 
 def test_spark_failure_is_one_line_and_public_queries_are_refused(spark: Any) -> None:
