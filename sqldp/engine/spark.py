@@ -174,10 +174,35 @@ class SparkEngine:
         refuse before charging, serves PostgreSQL only."""
 
     def execute_public(self, sql: str) -> tuple[list[str], list[Row]]:
-        raise RefusedError(
-            "a query that reads only public tables is answered exactly on PostgreSQL; the Spark engine runs "
-            "analysed queries only"
-        )
+        """A statement over public tables, in Spark SQL that reads only snapshot names
+        (sqldp.spark_sql.public_statement, which the session applies before the run): its column names (as
+        Spark names them) and rows. A table name without the snapshot prefix is refused: only the tables the
+        statement was checked to read are bound."""
+        import sqlglot
+        from sqlglot import exp
+
+        tree = sqlglot.parse_one(sql, read=self.dialect)
+        ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+        names = {t.name for t in tree.find_all(exp.Table) if t.name.lower() not in ctes}
+        if any(not n.startswith(SNAPSHOT) for n in names):
+            raise RefusedError(
+                "the Spark engine runs public statements only as sqldp.spark_sql.public_statement writes them"
+            )
+        tables = tuple(sorted(n[len(SNAPSHOT) :] for n in names))
+        with self._lock:
+            for attempt in range(ATTEMPTS):
+                try:
+                    with self.snapshot(tables) as prefix:
+                        frame = self.spark.sql(sql.replace(SNAPSHOT, prefix))
+                        return list(frame.columns), [tuple(r) for r in frame.collect()]
+                except SnapshotChanged:
+                    if attempt == ATTEMPTS - 1:
+                        raise
+                except Exception as exc:
+                    if _spark_error(exc):
+                        raise database_error(exc) from exc
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
 
 def pin(spark: Any, frame: Any) -> tuple[Any, FileVersion] | None:
@@ -221,7 +246,7 @@ def pin(spark: Any, frame: Any) -> tuple[Any, FileVersion] | None:
 def file_version(spark: Any, files: FileVersion) -> FileVersion:
     """Each of ``files``' paths with its length and modification time now, from the table's file system
     (-1, -1 for a file that is gone)."""
-    from py4j.protocol import Py4JJavaError
+    from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
 
     jvm = spark._jvm
     conf = spark.sparkContext._jsc.hadoopConfiguration()
