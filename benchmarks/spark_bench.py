@@ -42,6 +42,7 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=0.1)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--queries", nargs="+", metavar="NAME", help="only these queries (a partial run)")
+    ap.add_argument("--budget", type=float, help="seconds: start no query after this (the rest are marked)")
     args = ap.parse_args()
     started = time.perf_counter()
     policy = value_policy()
@@ -73,6 +74,9 @@ def main() -> None:
     for suite, path in listed:
         name = f"{suite}/{path.stem}"
         pg, sk = sessions[suite]
+        if args.budget is not None and time.perf_counter() - started > args.budget:
+            rows.append([name, None, None, None, None, None, None, None, "not run: --budget spent"])
+            continue
         text = path.read_text(encoding="utf-8").rstrip().rstrip(";")
         spark_text = sqlglot.transpile(text, read="postgres", write="spark")[0]
         try:
@@ -94,10 +98,11 @@ def main() -> None:
             ratios[suite][0].append(n_sk / t_sk)
             ratios[suite][1].append(n_pg / t_pg)
         rows.append([name, t_sk * 1e3, n_sk * 1e3, n_sk / t_sk, t_pg * 1e3, n_pg * 1e3, n_pg / t_pg, same, ""])
-        print(f"# {name} done at {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+        print(f"# {rows[-1]} at {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     header = ["query", "Spark plain ms", "Spark noisy ms", "Spark ratio", "PG plain ms", "PG noisy ms", "PG ratio"]
     print(f"# NAPLES and rows queries on Spark local[2] and PostgreSQL, SF {args.scale:g}\n")
     command = f"python benchmarks/spark_bench.py --scale {args.scale:g} --repeat {args.repeat}"
+    command += f" --budget {args.budget:g}" if args.budget is not None else ""
     print(f"Machine: {machine()}. Command: `{command}`.\n")
     print(markdown_table([*header, "q_s equal", "note"], rows))
     for suite, (spark_ratios, pg_ratios) in ratios.items():
