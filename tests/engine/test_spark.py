@@ -265,7 +265,9 @@ def test_snapshot_pins_files_and_notices_a_change(spark: Any, tmp_path: Path) ->
     pinned = pin(spark, spark.table("pin_t"))
     assert pinned is not None and len(pinned[1]) == len(list(path.glob("part-*.parquet")))
     engine = SparkEngine(spark)
+    prefixes = []
     with engine.snapshot(("pin_t",)) as prefix:
+        prefixes.append(prefix)
         spark.range(3).write.mode("append").parquet(str(path))  # another file: a new version of the table
         spark.read.parquet(str(path)).createOrReplaceTempView("pin_t")  # the table as a new reader sees it
         assert spark.sql(f"SELECT COUNT(*) FROM {prefix}pin_t").collect()[0][0] == 5  # the answer's version
@@ -273,13 +275,15 @@ def test_snapshot_pins_files_and_notices_a_change(spark: Any, tmp_path: Path) ->
         assert spark.sql("SELECT COUNT(*) FROM pin_t").collect()[0][0] == 8
     first = sorted(path.glob("part-*.parquet"))[0]
     with pytest.raises(SnapshotChanged, match="'pin_t' changed"), engine.snapshot(("pin_t",)) as prefix:
+        prefixes.append(prefix)
         assert spark.sql(f"SELECT COUNT(*) FROM {prefix}pin_t").collect()[0][0] == 8
         stat = first.stat()
         os.utime(first, ns=(stat.st_atime_ns, stat.st_mtime_ns + 5_000_000_000))  # rewritten in place
     with pytest.raises(SnapshotChanged, match="'pin_t' changed"), engine.snapshot(("pin_t",)) as prefix:
+        prefixes.append(prefix)
         spark.range(100).write.mode("overwrite").parquet(str(path))  # the files replaced: reading fails
         spark.sql(f"SELECT COUNT(*) FROM {prefix}pin_t").collect()
-    assert not [t for t in spark.catalog.listTables() if t.name.startswith("__sqldp_")]  # views dropped
+    assert not [t for t in spark.catalog.listTables() if t.name.startswith(tuple(prefixes))]  # views dropped
 
 
 def test_spark_failure_is_one_line_and_unchecked_public_statements_are_refused(spark: Any) -> None:
