@@ -40,6 +40,7 @@ from sqldp.runner import Prepared, Workflow
 from sqldp.sensitivity.global_bound import GlobalPlan, declared_truncations
 from sqldp.sensitivity.plan import Plan
 from sqldp.sensitivity.units import UnitPlan, grouped_answer
+from sqldp.spark_sql import public_statement
 from sqldp.sqlgen import answer_query
 from sqldp.subqueries import ScalarStep
 
@@ -194,6 +195,10 @@ class Session:
         sql = parsed.sql
         form = normalize(parsed, self.catalog, self.policy)
         if isinstance(form, PublicRelease):
+            if self.dialect == "spark":  # the checked statement in Spark SQL, or refused before anything runs
+                form = dataclasses.replace(
+                    form, checked_sql=public_statement(form.checked_sql, self.catalog, self.policy)
+                )
             return Prepared(self.engine, self.noise, sql, form, None, (), (), None, t0)
         params = resolve_params(self.policy, outputs=max(1, len(form.aggregates)), **privacy)
         if form.nested is not None:  # a histogram of per-key counts (sqldp.nested): its own plan and SQL

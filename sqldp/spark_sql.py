@@ -29,17 +29,22 @@ LEAST and GREATEST skip NULLs in both, TANH/COSH/EXP/LN/SQRT/POWER agree on the 
 not fail (sqldp refuses expressions it may fail on), and COUNT(*) … FILTER, CASE, scalar subqueries and
 ORDER BY … NULLS LAST (which sqlglot writes out) are the same.
 
-Table names are written with :data:`SNAPSHOT` in front: the Spark engine binds them, per query, to the copy
-of each table it read once (sqldp.engine.spark), so the answer and its sensitivity read one version.
+Table names are written with :data:`SNAPSHOT` in front: the Spark engine binds them, per query, to each
+table pinned to its files or copied (sqldp.engine.spark), so the answer and its sensitivity read one version.
+A statement over public tables only goes through :func:`public_statement`, which adds the checks its
+arbitrary (allow-listed) expressions need.
 """
 
 from __future__ import annotations
 
+import sqlglot
 from sqlglot import exp
 
-from sqldp.errors import RefusedError
+from sqldp.catalog import Catalog
+from sqldp.errors import CatalogError, RefusedError
 from sqldp.form import ColumnRef
 from sqldp.pg_arithmetic import KindOf, integer_valued, rounds, truncates
+from sqldp.policy import Policy
 
 SNAPSHOT = "__sqldp_snapshot__"  # prefix of a table name in Spark statements; the engine replaces it
 _SAME_FIELDS = {"YEAR", "MONTH", "DAY", "QUARTER", "DOY"}
@@ -147,3 +152,81 @@ def to_spark(tree: exp.Expr, kind_of: KindOf) -> exp.Expr:
         else:
             node.replace(new)
     return root
+
+
+def _fractional(e: exp.Expr, kind_of: KindOf) -> bool:
+    """Whether PostgreSQL gives ``e`` a non-integer type for certain (so ``x / e`` and ``e / x`` divide
+    exactly on both engines): a NUMERIC or floating column, a literal with a point or an exponent, a cast to
+    one of those types, AVG, and arithmetic with such an operand."""
+    while isinstance(e, (exp.Paren, exp.Neg, exp.Abs)):
+        e = e.this
+    if isinstance(e, exp.Column):
+        return bool(e.table) and kind_of(ColumnRef(e.table, e.name)) == "numeric"
+    if isinstance(e, exp.Literal):
+        return not e.is_string and any(c in e.this.lower() for c in ".e")
+    if isinstance(e, exp.Cast):
+        return e.to.is_type(exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT, exp.DataType.Type.DECIMAL)
+    if isinstance(e, exp.Avg):
+        return True
+    if isinstance(e, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
+        return _fractional(e.this, kind_of) or _fractional(e.expression, kind_of)
+    return False
+
+
+def public_statement(sql: str, catalog: Catalog, policy: Policy) -> str:
+    """An exact statement over public tables (sqldp.normalize.PublicRelease, PostgreSQL text that passed the
+    allow-list) in Spark SQL with PostgreSQL's meaning, reading the per-query snapshot of each table (the Spark
+    engine binds :data:`SNAPSHOT` names only), or RefusedError — decided on the text, the catalog and the
+    policy only. Beyond :func:`to_spark`'s rules, which need each column's kind: the columns are qualified
+    against the catalog (sqlglot's ``qualify``), a column whose source the statement does not name
+    unambiguously has no kind, and a statement is refused where a kind it lacks could change the meaning —
+    such a column under arithmetic, a cast or a rounding function, and a division that is neither of two
+    integers (PostgreSQL truncates, :func:`to_spark` writes DIV) nor surely of a non-integer (e.g. COUNT(*) / 2
+    truncates in PostgreSQL: its types are not in the catalog's kinds, so it is refused)."""
+    from sqlglot.errors import OptimizeError
+    from sqlglot.optimizer.qualify import qualify
+
+    tree = sqlglot.parse_one(sql, read="postgres")
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    for table in tree.find_all(exp.Table):
+        name = table.name.lower()
+        if table.args.get("db") or table.args.get("catalog"):
+            raise RefusedError(f"{table.sql(dialect='postgres')}: a qualified name is not a table of the catalog")
+        if name in ctes:
+            continue
+        if name not in catalog.tables or not policy.table(name).public:
+            raise RefusedError(f"{name}: the Spark engine answers exactly only statements over public tables")
+    try:
+        tree = qualify(tree, schema=catalog.sqlglot_schema(), dialect="postgres", quote_identifiers=False)
+    except OptimizeError as exc:
+        raise RefusedError(f"the statement's columns cannot be resolved against the catalog: {exc}") from exc
+    sources: dict[str, set[str]] = {}
+    for table in tree.find_all(exp.Table):
+        sources.setdefault(table.alias_or_name.lower(), set()).add(
+            "" if table.name.lower() in ctes else table.name.lower()
+        )
+    for derived in tree.find_all(exp.Subquery, exp.CTE):
+        if derived.alias_or_name:
+            sources.setdefault(derived.alias_or_name.lower(), set()).add("")
+
+    def kind_of(ref: ColumnRef) -> str:
+        found = sources.get(ref.alias.lower(), set())
+        if len(found) != 1 or "" in found:
+            return "other"
+        try:
+            return catalog.table(next(iter(found))).column(ref.column).kind
+        except (KeyError, CatalogError):
+            return "other"
+
+    arithmetic = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Cast, exp.Round, exp.Ceil, exp.Floor)
+    for node in tree.find_all(*arithmetic):
+        for operand in (node.this, node.args.get("expression")):
+            e: exp.Expr | None = operand
+            while isinstance(e, (exp.Paren, exp.Neg)):
+                e = e.this
+            if isinstance(e, exp.Column) and kind_of(ColumnRef(e.table, e.name)) == "other":
+                raise _refuse(node, "a column of a subquery has no type sqldp knows here")
+        fractional = _fractional(node.this, kind_of) or _fractional(node.expression, kind_of)
+        if isinstance(node, exp.Div) and not truncates(node, kind_of) and not fractional:
+            raise _refuse(node, "a division that may be of integers the catalog's kinds do not show")
+    return to_spark(tree, kind_of).sql(dialect="spark")

@@ -2,13 +2,24 @@
 
 One snapshot per query. Spark has no transactions, and a table on a lake (Parquet files, a Hive table) can
 change between two statements, so the answer and its sensitivity would read different data. The engine
-therefore reads each table the statements name ONCE per query: ``localCheckpoint(eager=True)`` of the
-table's DataFrame materialises its rows in the executors' block stores, with no lineage back to the files,
-and every statement of the query reads that copy through a temporary view whose name is unique to the query
-(the statements name ``__sqldp_snapshot__<table>``, which :meth:`SparkEngine.execute` replaces). A lost
-executor then fails the query (an error, not another version of the data). The copy costs one scan of each
-table per query, a scan each statement would otherwise repeat; the views and the copies are dropped when the
-query ends. Queries of one engine run one at a time; the statements of a query run side by side.
+binds each table the statements name, once per query, to a temporary view whose name is unique to the query
+(the statements name ``__sqldp_snapshot__<table>``, which :meth:`SparkEngine.execute` replaces), in one of
+two ways:
+
+* **pinned files** — a table that is a plain scan of unpartitioned Parquet or ORC files (what ``sqldp load
+  tpch --engine spark`` registers, a Hive or data source table over such files): its version is the set of
+  its files with their sizes and modification times. The engine reads that listing once, builds the view
+  from exactly those files, and after the statements ran checks the listing again; when a file changed or
+  went, the query runs again on the new version (up to :data:`ATTEMPTS` times) and is then refused with the
+  table named. Nothing is copied: each statement scans the files, as a plain query would.
+* **a copy** — any other table (a view with a filter or a projection, an in-memory DataFrame, a partitioned
+  or bucketed table, Delta or Iceberg whose files are not the version, Spark Connect, which exposes no file
+  listing): ``localCheckpoint(eager=True)`` materialises its rows in the executors' block stores, with no
+  lineage back to the files, and every statement reads that copy. A lost executor then fails the query (an
+  error, not another version of the data).
+
+The views and copies are dropped when the query ends. Queries of one engine run one at a time; the
+statements of a query run side by side.
 
 Errors: a statement that fails raises :class:`sqldp.errors.DatabaseError` with Spark's error class only (the
 first line, without the SQL text or values).
@@ -31,6 +42,16 @@ from sqldp.rewrite import Statements
 from sqldp.spark_sql import SNAPSHOT
 
 WORKERS = 4  # statements of one query in flight at once
+ATTEMPTS = 3  # runs of a query whose pinned files changed while it ran, before it is refused
+# the file formats whose files are the whole table (Delta's and Iceberg's subclasses of ParquetFileFormat
+# read a transaction log too, so they are not listed: their tables are copied)
+_PINNED_FORMATS = {
+    "org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat": "parquet",
+    "org.apache.spark.sql.execution.datasources.orc.OrcFileFormat": "orc",
+}
+_LISTED_INDEX = "org.apache.spark.sql.execution.datasources.InMemoryFileIndex"  # a plain listing of files
+
+FileVersion = tuple[tuple[str, int, int], ...]  # (path, length in bytes, modification time in ms) per file
 
 
 def database_error(exc: Exception) -> DatabaseError:
@@ -39,6 +60,17 @@ def database_error(exc: Exception) -> DatabaseError:
     text = str(exc).strip()
     first = text.splitlines()[0] if text else type(exc).__name__
     return DatabaseError(f"Spark failed on the query: {first}")
+
+
+class SnapshotChanged(DatabaseError):
+    """A pinned table's files changed while a query's statements ran: they may have read two versions."""
+
+    def __init__(self, tables: Sequence[str]) -> None:
+        super().__init__(
+            f"the files of table {', '.join(repr(t) for t in tables)} changed while the query ran, so its answer "
+            "and its sensitivity could have read different versions of the data"
+        )
+        self.tables = tuple(tables)
 
 
 class SparkEngine:
@@ -59,16 +91,32 @@ class SparkEngine:
 
     @contextmanager
     def snapshot(self, tables: tuple[str, ...]) -> Iterator[str]:
-        """Each of ``tables`` read once into the executors and bound to a temporary view; yields the views'
-        name prefix (``<prefix><table>``). The views and the copies go when the block ends."""
+        """Each of ``tables`` pinned to its files or copied (module docstring) and bound to a temporary view;
+        yields the views' name prefix (``<prefix><table>``). Raises :class:`SnapshotChanged` at the end of
+        the block when a pinned table's files are no longer those the views read (also when the block failed:
+        a statement may fail because a file went). The views and the copies go when the block ends."""
         prefix = f"__sqldp_{self._tag}_{next(self._ids)}_"
         copies = []
+        pins: list[tuple[str, FileVersion]] = []
         try:
             for name in tables:
-                frame = self.spark.table(self.sources.get(name, name)).localCheckpoint(eager=True)
-                copies.append(frame)
+                frame = self.spark.table(self.sources.get(name, name))
+                pinned = pin(self.spark, frame)
+                if pinned is None:
+                    frame = frame.localCheckpoint(eager=True)
+                    copies.append(frame)
+                else:
+                    frame, version = pinned
+                    pins.append((name, version))
                 frame.createOrReplaceTempView(prefix + name)
-            yield prefix
+            try:
+                yield prefix
+            except Exception as exc:
+                if moved := [name for name, version in pins if file_version(self.spark, version) != version]:
+                    raise SnapshotChanged(moved) from exc
+                raise
+            if moved := [name for name, version in pins if file_version(self.spark, version) != version]:
+                raise SnapshotChanged(moved)
         finally:
             for name in tables:
                 self.spark.catalog.dropTempView(prefix + name)
@@ -82,29 +130,41 @@ class SparkEngine:
         if statements.dialect != self.dialect:
             raise RefusedError(f"these statements are {statements.dialect} SQL; the Spark engine runs Spark SQL")
         with self._lock:
-            try:
-                with self.snapshot(statements.tables) as prefix, ThreadPoolExecutor(WORKERS) as pool:
-                    # Spark runs concurrent jobs of one session side by side: the driver plans one statement
-                    # while the executors run another (half the wall time of a query's statements on local[2])
-                    t0 = time.perf_counter()
-                    done: dict[str, float] = {}
+            for attempt in range(ATTEMPTS):
+                try:
+                    return self._execute(statements, speed)
+                except SnapshotChanged:
+                    # a writer replaced files while the statements ran: run them again on the new version
+                    if attempt == ATTEMPTS - 1:
+                        raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
-                    def run(sql: str, name: str = "") -> list[Row]:
-                        rows = self._rows(sql, prefix)
-                        done[name] = time.perf_counter()
-                        return rows
+    def _execute(self, statements: Statements, speed: Speed) -> Fetched:
+        try:
+            with self.snapshot(statements.tables) as prefix, ThreadPoolExecutor(WORKERS) as pool:
+                # Spark runs concurrent jobs of one session side by side: the driver plans one statement
+                # while the executors run another (half the wall time of a query's statements on local[2])
+                t0 = time.perf_counter()
+                done: dict[str, float] = {}
 
-                    answer_job = pool.submit(run, statements.answer, "answer")
-                    jobs = [pool.submit(run, q) for q in statements.queries]
-                    domain_jobs = [None if q is None else pool.submit(run, q) for q in statements.domains]
-                    answer = answer_job.result()
-                    queries = [j.result() for j in jobs]
-                    domains = [None if j is None else tuple(r[0] for r in j.result()) for j in domain_jobs]
-                    t1, t2 = done["answer"], time.perf_counter()
-            except Exception as exc:
-                if _spark_error(exc):
-                    raise database_error(exc) from exc
-                raise
+                def run(sql: str, name: str = "") -> list[Row]:
+                    rows = self._rows(sql, prefix)
+                    done[name] = time.perf_counter()
+                    return rows
+
+                answer_job = pool.submit(run, statements.answer, "answer")
+                jobs = [pool.submit(run, q) for q in statements.queries]
+                domain_jobs = [None if q is None else pool.submit(run, q) for q in statements.domains]
+                answer = answer_job.result()
+                queries = [j.result() for j in jobs]
+                domains = [None if j is None else tuple(r[0] for r in j.result()) for j in domain_jobs]
+                t1, t2 = done["answer"], time.perf_counter()
+        except SnapshotChanged:
+            raise
+        except Exception as exc:
+            if _spark_error(exc):
+                raise database_error(exc) from exc
+            raise
         speed.last = t2 - t0
         return Fetched(answer, queries, domains, t1 - t0, t2 - t0)
 
@@ -114,10 +174,92 @@ class SparkEngine:
         refuse before charging, serves PostgreSQL only."""
 
     def execute_public(self, sql: str) -> tuple[list[str], list[Row]]:
-        raise RefusedError(
-            "a query that reads only public tables is answered exactly on PostgreSQL; the Spark engine runs "
-            "analysed queries only"
-        )
+        """A statement over public tables, in Spark SQL that reads only snapshot names
+        (sqldp.spark_sql.public_statement, which the session applies before the run): its column names (as
+        Spark names them) and rows. A table name without the snapshot prefix is refused: only the tables the
+        statement was checked to read are bound."""
+        import sqlglot
+        from sqlglot import exp
+
+        tree = sqlglot.parse_one(sql, read=self.dialect)
+        ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+        names = {t.name for t in tree.find_all(exp.Table) if t.name.lower() not in ctes}
+        if any(not n.startswith(SNAPSHOT) for n in names):
+            raise RefusedError(
+                "the Spark engine runs public statements only as sqldp.spark_sql.public_statement writes them"
+            )
+        tables = tuple(sorted(n[len(SNAPSHOT) :] for n in names))
+        with self._lock:
+            for attempt in range(ATTEMPTS):
+                try:
+                    with self.snapshot(tables) as prefix:
+                        frame = self.spark.sql(sql.replace(SNAPSHOT, prefix))
+                        return list(frame.columns), [tuple(r) for r in frame.collect()]
+                except SnapshotChanged:
+                    if attempt == ATTEMPTS - 1:
+                        raise
+                except Exception as exc:
+                    if _spark_error(exc):
+                        raise database_error(exc) from exc
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def pin(spark: Any, frame: Any) -> tuple[Any, FileVersion] | None:
+    """``frame`` read from exactly the files it reads now, and their version; None when its files are not the
+    whole of it (anything but a plain scan of unpartitioned, unbucketed Parquet or ORC files listed by path)
+    or the session exposes no file system (Spark Connect)."""
+    try:
+        plan = frame._jdf.queryExecution().optimizedPlan()
+    except AttributeError:  # a Spark Connect DataFrame: no JVM on this side
+        return None
+    if plan.getClass().getName() != "org.apache.spark.sql.execution.datasources.LogicalRelation":
+        return None
+    relation = plan.relation()
+    if relation.getClass().getName() != "org.apache.spark.sql.execution.datasources.HadoopFsRelation":
+        return None
+    fmt = _PINNED_FORMATS.get(relation.fileFormat().getClass().getName())
+    location = relation.location()
+    if (
+        fmt is None
+        or location.getClass().getName() != _LISTED_INDEX
+        or relation.partitionSchema().length() != 0
+        or relation.bucketSpec().isDefined()
+    ):
+        return None
+    options = {}
+    entries = relation.options().iterator()
+    while entries.hasNext():
+        entry = entries.next()
+        if entry._1().lower() not in ("path", "paths"):
+            options[entry._1()] = entry._2()
+    files = sorted(str(f) for f in location.inputFiles())
+    if not files:
+        return None
+    version = file_version(spark, tuple((f, -1, -1) for f in files))
+    if any(length < 0 for _, length, _ in version):  # a file went between the listing and now
+        return None
+    pinned = spark.read.format(fmt).schema(frame.schema).options(**options).load(files)
+    return pinned, version
+
+
+def file_version(spark: Any, files: FileVersion) -> FileVersion:
+    """Each of ``files``' paths with its length and modification time now, from the table's file system
+    (-1, -1 for a file that is gone)."""
+    from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+
+    jvm = spark._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    out = []
+    for path, _, _ in files:
+        hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+        try:
+            status = hadoop_path.getFileSystem(conf).getFileStatus(hadoop_path)
+        except Py4JJavaError:  # FileNotFoundException, or the file system cannot say: not the version pinned
+            out.append((path, -1, -1))
+            continue
+        out.append((path, int(status.getLen()), int(status.getModificationTime())))
+    return tuple(out)
 
 
 def _spark_error(exc: Exception) -> bool:
