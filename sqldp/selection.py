@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from sqlglot import exp
 
@@ -92,6 +92,10 @@ class Shape:
     table: str  # T
     where: str  # the IN's position
     why: str  # how B was obtained, for the notes
+
+    @property
+    def statement(self) -> str:
+        return self.witness_sql
 
 
 def _and(parts: list[exp.Expr]) -> exp.Expr | None:
@@ -477,15 +481,26 @@ def final_sql(shape: Shape, kept: list[Any]) -> str:
     return tree.sql(dialect="postgres")
 
 
+class _Shape(Protocol):
+    @property
+    def table(self) -> str: ...  # the private table its one statement reads
+
+    @property
+    def statement(self) -> str: ...  # that statement (PostgreSQL)
+
+
+S = TypeVar("S", bound=_Shape)
+
+
 @dataclass
-class Selection:
-    """A prepared selection (module docstring): the witness statement, the privacy parameters and the public
-    path for the final statement. Nothing has been read."""
+class _Chosen(Generic[S]):
+    """A selection or an argmax, prepared: its one statement over the private table, the privacy parameters and
+    the public path for the final statement. Nothing has been read."""
 
     engine: Engine
     noise: NoiseSource
     sql: str
-    shape: Shape
+    shape: S
     params: PrivacyParams
     public_path: Callable[[str], Any]  # final SQL → a prepared public statement (sqldp.runner.Prepared)
     started: float
@@ -499,7 +514,24 @@ class Selection:
 
     @property
     def statements(self) -> Statements:
-        return Statements(self.shape.witness_sql, (), (), {}, exp.select("1"), tables=(self.shape.table,))
+        return Statements(self.shape.statement, (), (), {}, exp.select("1"), tables=(self.shape.table,))
+
+    def run(self) -> Result:
+        return self._execute(noisy=True)
+
+    def analyze(self) -> Result:
+        """Audit mode: the true figures (witness counts or scores, the bound) and the rows they select exactly —
+        what the noisy release approximates: the un-noised pipeline."""
+        result = self._execute(noisy=False)
+        result.audit = True
+        return result
+
+    def _execute(self, *, noisy: bool) -> Result:
+        raise NotImplementedError
+
+
+class Selection(_Chosen[Shape]):
+    """A prepared selection (module docstring)."""
 
     @property
     def rho(self) -> float:
@@ -526,16 +558,6 @@ class Selection:
                 "groups": "full share (ℓ1 over the candidates, one Laplace release of the histogram; kept if > 0.5)",
             }
         ]
-        return result
-
-    def run(self) -> Result:
-        return self._execute(noisy=True)
-
-    def analyze(self) -> Result:
-        """Audit mode: the true witness counts, the sensitivity, and the rows the exact counts select (what the
-        noisy release approximates: the un-noised pipeline)."""
-        result = self._execute(noisy=False)
-        result.audit = True
         return result
 
     def _execute(self, *, noisy: bool) -> Result:
@@ -640,6 +662,10 @@ class ArgmaxShape:
     aggregate: str  # SUM(e) as written, for the notes
     where: str
     why: str
+
+    @property
+    def statement(self) -> str:
+        return self.score_sql
 
 
 def _cte(tree: exp.Select) -> tuple[str, exp.Select] | None:
@@ -906,28 +932,8 @@ def argmax_final_sql(shape: ArgmaxShape, chosen: Any, noisy: float | None) -> st
     return tree.sql(dialect="postgres")
 
 
-@dataclass
-class Argmax:
+class Argmax(_Chosen[ArgmaxShape]):
     """A prepared argmax (the comment above): nothing has been read."""
-
-    engine: Engine
-    noise: NoiseSource
-    sql: str
-    shape: ArgmaxShape
-    params: PrivacyParams
-    public_path: Callable[[str], Any]
-    started: float
-    speed: Speed = field(default_factory=Speed)
-
-    public = False
-
-    @property
-    def form(self) -> None:
-        return None
-
-    @property
-    def statements(self) -> Statements:
-        return Statements(self.shape.score_sql, (), (), {}, exp.select("1"), tables=(self.shape.table,))
 
     @property
     def rho(self) -> float:
@@ -957,15 +963,6 @@ class Argmax:
             {"aggregate": "argmax (exponential mechanism)", "epsilon": e1, "delta": None, "groups": "one choice"},
             {"aggregate": self.shape.aggregate, "epsilon": e2, "delta": None, "groups": "the chosen key"},
         ]
-        return result
-
-    def run(self) -> Result:
-        return self._execute(noisy=True)
-
-    def analyze(self) -> Result:
-        """Audit mode: the true scores, and the statement answered with the true argmax and its true total."""
-        result = self._execute(noisy=False)
-        result.audit = True
         return result
 
     def _execute(self, *, noisy: bool) -> Result:
