@@ -1026,19 +1026,9 @@ def _reads(item: exp.Expr, view: str, column: str) -> bool:
 
 
 def exponential(scores: list[tuple[Any, float]], rate: float, noise: NoiseSource) -> int:
-    """The index drawn with probability ∝ exp(rate·(s − max s)) (the exponential mechanism; rate = ε₁/Δ).
-    Drawn by inversion from the source's uniform variate: the output is a candidate, not a number, so the
-    floating-point rounding of the weights (relative 2⁻⁵²) moves each probability by a factor 1 ± 2⁻⁵⁰ at most
-    and leaks no digits of the scores (unlike an additive release, Mironov, CCS 2012)."""
-    top = max(s for _, s in scores)
-    weights = [1.0 if s == top else math.exp(rate * (s - top)) if math.isfinite(rate) else 0.0 for _, s in scores]
-    u = noise.uniform() * math.fsum(weights)
-    acc = 0.0
-    for i, w in enumerate(weights):
-        acc += w
-        if u < acc:
-            return i
-    return len(weights) - 1
+    """The index of the candidate chosen with probability ∝ exp(rate·s) (the exponential mechanism; rate = ε₁/Δ),
+    drawn exactly (sqldp.mechanisms.exponential_index)."""
+    return mechanisms.exponential_index([s for _, s in scores], rate, noise)
 
 
 def prepare_argmax(
