@@ -59,7 +59,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from sqlglot import exp
 
 from sqldp import mechanisms
-from sqldp.catalog import Catalog
+from sqldp.catalog import Catalog, Column
 from sqldp.engine import Engine, Speed
 from sqldp.errors import RefusedError
 from sqldp.form import ColumnRef
@@ -67,9 +67,11 @@ from sqldp.frontend import ParsedQuery, conjuncts, position
 from sqldp.mechanisms import NoiseSource
 from sqldp.params import PrivacyParams, resolve_params
 from sqldp.policy import Policy
+from sqldp.policy.tables import TablePolicy
 from sqldp.result import GLOBAL, Measurement, Result
 from sqldp.rewrite import Statements
 from sqldp.sensitivity import expressions
+from sqldp.sensitivity.columns import grain
 from sqldp.sensitivity.expressions import RangeOps, column_weights, dual
 from sqldp.sensitivity.intervals import Domain, clamp_columns, magnitude
 
@@ -353,8 +355,7 @@ def _per_row_bound(
                 where=at,
             )
         if v in filtered:
-            # a DATE moves by one day at least, in the column's unit
-            grid = 1.0 / tp.column(v).days_per_unit if col.kind == "date" else _grid(col.type_sql, col.kind) or 0.0
+            grid = _step(tp, col, v)
             if grid <= 0:
                 raise RefusedError(
                     f"selecting public rows: a filter on {t_name}.{v} ({col.type_sql}) can flip with an arbitrarily "
@@ -370,15 +371,10 @@ def _per_row_bound(
     return b, why
 
 
-def _grid(type_sql: str, kind: str) -> float | None:
-    """The smallest change of a value of the type: 1 for integers, 10^-s for DECIMAL(p, s); None otherwise."""
-    if kind == "integer":
-        return 1.0
-    upper = type_sql.upper()
-    if kind == "numeric" and "(" in upper and upper.startswith(("DECIMAL", "NUMERIC")):
-        args = upper[upper.index("(") + 1 : upper.rindex(")")].split(",")
-        return 10.0 ** -(int(args[1]) if len(args) > 1 else 0)
-    return None
+def _step(tp: TablePolicy, col: Column, v: str) -> float:
+    """The smallest change of value-sensitive column v of T (0: arbitrarily small): a DATE moves by one day at
+    least, in the column's unit; other types by their grain (sqldp.sensitivity.columns.grain)."""
+    return 1.0 / tp.column(v).days_per_unit if col.kind == "date" else grain(col.type_sql, col.kind) or 0.0
 
 
 def _witness_sql(
@@ -856,7 +852,7 @@ def _sum_bound(
         if w is None:
             continue
         col = catalog.table(t_name).column(v)
-        grid = 1.0 / tp.column(v).days_per_unit if col.kind == "date" else _grid(col.type_sql, col.kind) or 0.0
+        grid = _step(tp, col, v)
         if grid <= 0 or col.nullable:
             raise RefusedError(
                 f"the argmax over a WITH query: a filter on {t_name}.{v} ({col.type_sql}) can flip with an arbitrarily "

@@ -262,7 +262,9 @@ def _norm(policy: Policy, table: str) -> Norm:
     return norm
 
 
-def _grain(type_sql: str, kind: str) -> float | None:
+def grain(type_sql: str, kind: str) -> float | None:
+    """The smallest change of a value of the type: 1 for integers and dates (a day), 10^-s for DECIMAL(p, s);
+    None where a value can change by arbitrarily little."""
     if kind in ("integer", "date"):
         return 1.0
     if kind == "numeric" and "(" in type_sql and type_sql.upper().startswith(("DECIMAL", "NUMERIC")):
@@ -310,7 +312,7 @@ class _Scope:
         table = self.form.use(ref.alias).table
         col = self.catalog.table(table).column(ref.column)
         dpu = self.policy.table(table).column(ref.column).days_per_unit if col.kind == "date" else 1.0
-        return col.kind, _grain(col.type_sql, col.kind), dpu, self.weight(ref) is not None
+        return col.kind, grain(col.type_sql, col.kind), dpu, self.weight(ref) is not None
 
     def distinct(self, ref: ColumnRef) -> float:
         """How many values |ref| can take by the policy (a domain, or a range on the type's grid); only
@@ -320,10 +322,10 @@ class _Scope:
         if cp.domain is not None:
             return float(len(cp.domain))
         col = self.catalog.table(table).column(ref.column)
-        grain = _grain(col.type_sql, col.kind)
-        if cp.range is None or grain is None:
+        step = grain(col.type_sql, col.kind)
+        if cp.range is None or step is None:
             return math.inf
-        return (cp.range[1] - cp.range[0]) / grain + 1
+        return (cp.range[1] - cp.range[0]) / step + 1
 
     def bounded(self, u: TableUse, col: str) -> tuple[float, exp.Expr] | None:
         """A free key column's number of values, and the conjunct that keeps it in them (public columns)."""
