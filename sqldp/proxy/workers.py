@@ -221,24 +221,35 @@ class Supervisor:
                 index = sentinels[fd]
                 proc = self.procs[index]
                 proc.join()
-                now = time.monotonic()
-                self.deaths = [t for t in self.deaths if now - t < RESTART_WINDOW] + [now]
-                if len(self.deaths) > RESTARTS:
-                    _event(event="worker_exit", worker=index, exitcode=proc.exitcode, restarted=False)
-                    print(
-                        f"sqldp proxy: {len(self.deaths)} worker processes died within {RESTART_WINDOW:g} s "
-                        f"(the last, worker {index}, with exit code {proc.exitcode}); stopping",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+                if self._too_many_deaths(index, proc.exitcode, f"with exit code {proc.exitcode}"):
                     return 1
-                _event(event="worker_exit", worker=index, exitcode=proc.exitcode, restarted=True)
-                try:
-                    self.start(index)
-                except SqldpError as exc:
-                    print(f"sqldp proxy: worker {index} could not be restarted: {exc}", file=sys.stderr, flush=True)
-                    return 1
+                # A worker killed while it starts is one more death, not a reason to give up at once: only
+                # the count in the window decides, whether the workers die serving or starting.
+                while not self.stopping:
+                    try:
+                        self.start(index)
+                        break
+                    except SqldpError as exc:
+                        if self._too_many_deaths(index, self.procs[index].exitcode, f"while starting: {exc}"):
+                            return 1
         return 0
+
+    def _too_many_deaths(self, index: int, exitcode: int | None, how: str) -> bool:
+        """Record that worker ``index`` died; whether that makes more than ``RESTARTS`` in the window (then
+        say so: the proxy stops)."""
+        now = time.monotonic()
+        self.deaths = [t for t in self.deaths if now - t < RESTART_WINDOW] + [now]
+        if len(self.deaths) <= RESTARTS:
+            _event(event="worker_exit", worker=index, exitcode=exitcode, detail=how, restarted=True)
+            return False
+        _event(event="worker_exit", worker=index, exitcode=exitcode, detail=how, restarted=False)
+        print(
+            f"sqldp proxy: {len(self.deaths)} worker processes died within {RESTART_WINDOW:g} s "
+            f"(the last, worker {index}, {how}); stopping",
+            file=sys.stderr,
+            flush=True,
+        )
+        return True
 
     def stop(self) -> None:
         live = [p for p in self.procs if p is not None and p.is_alive()]

@@ -279,6 +279,31 @@ def test_a_worker_that_keeps_dying_stops_the_proxy_loudly(upstream: str, tmp_pat
     assert not any(alive(p) for p in killed)
 
 
+def test_a_worker_killed_while_it_starts_is_started_again(upstream: str, tmp_path: Path) -> None:
+    """A replacement killed before it reports ready counts as one more death (the proxy used to give up at
+    once with "could not be restarted"); below the limit the proxy starts it again and keeps serving."""
+    policy = write_policy(tmp_path / "p.toml", {"erin": {"epsilon_limit": 10.0}})
+    proc, port = start_proxy(upstream, policy, workers=N)
+    try:
+        first = workers_of(proc)
+        victim = min(first)
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        starting: set[int] = set()
+        while not starting and time.monotonic() < deadline:
+            starting = children(proc.pid) - first
+            time.sleep(0.005)
+        assert starting, "no replacement worker appeared"
+        os.kill(starting.pop(), signal.SIGKILL)  # spawn imports sqldp for ~1 s: it has not listened yet
+        again = workers_of(proc, gone=victim)
+        assert proc.poll() is None and len(again) == N
+        with psycopg.connect(client_dsn(port, user="erin"), autocommit=True) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        err = stop(proc)
+    assert err.count('"restarted": true') == 2 and "while starting" in err and "stopping" not in err
+
+
 def test_workers_option_is_checked(upstream: str, tmp_path: Path) -> None:
     policy = write_policy(tmp_path / "p.toml", {"erin": {"epsilon_limit": 10.0}})
     from sqldp.cli import main
