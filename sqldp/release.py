@@ -307,6 +307,7 @@ def templates(
                 terms=bound.tables,
                 mechanism=GAUSSIAN if joint else GLOBAL if plan.data_independent else cal.mechanism,
                 calibration=cal,
+                bound=plan.source if isinstance(plan, GlobalPlan) else None,
             )
         )
     return out
