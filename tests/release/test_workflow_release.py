@@ -147,6 +147,7 @@ def test_released_json_names_the_bound_and_the_mechanism(conn: psycopg.Connectio
     assert out["audit"] is False and out["mechanism"] == GLOBAL
     m = out["measurements"][0][0]
     assert m["mechanism"] == GLOBAL and m["bound"] == WORKFLOW_SOURCE and m["noise_scale"] == BOUNDS[EXISTS] / EPS
+    assert session.analyze(EXISTS, audit=False).to_json()["plan"][0]["bound"] == WORKFLOW_SOURCE  # nothing read
     # a data-dependent release names no bound and shows no scale
     smoothed = session.run("SELECT COUNT(*) FROM o, s WHERE o.g = s.w").to_json()["measurements"][0][0]
     assert not {"bound", "noise_scale"} & smoothed.keys()
