@@ -7,10 +7,11 @@ over {0, 1, 2}) or removes one, the released distributions on both sides are the
 from (``cell_probability``, the helper of test_global_mechanism), and their largest log-ratio is compared with ε;
 for GROUP BY, the joint loss of the vector (Σ_g |Δ_g| / scale, Laplace of one scale) is.
 
-The shapes (EXISTS, IN, a WITH query) tie the outer tables only through the subquery's derived table D (o.k =
-D.k = s.k): the outer product alone is a cross product, so the single-block bound is ∞ and only the workflow,
-which joins D as a table with its key, gives a finite one. In the first two, o is read inside too, so one row of
-o moves the count by 2 — its own join row and, through D, another outer row: c′ + c_D·r_D·S_D = 1 + 1·1·1.
+The shapes (EXISTS, IN, a WITH query, GROUP BY, a correlated scalar subquery) tie the outer tables only through
+the subquery's derived table D (o.k = D.k = s.k): the outer product alone is a cross product, so the single-block
+bound is ∞ and only the workflow, which joins D as a table with its key, gives a finite one. In the first two, o
+is read inside too, so one row of o moves the count by 2 — its own join row and, through D, another outer row:
+c′ + c_D·r_D·S_D = 1 + 1·1·1.
 
 Mutant killed: the composition without the steps' terms (c_D·r_D·S_D dropped, here by r_D = 0) releases shape
 1 at scale 1/ε, and a neighbour that moves the count by 2 then has privacy loss 2ε.
@@ -67,8 +68,13 @@ WITH = (
 GROUPED = (
     "SELECT s.w, COUNT(*) FROM o, s WHERE EXISTS (SELECT * FROM o o2 WHERE o2.g = o.k AND o2.g = s.k) GROUP BY s.w"
 )
-# per query: the composed bound (o: 1 + 1 for the first two; SUM(o.g) ≤ 2 per join row for the WITH query)
-BOUNDS = {EXISTS: 2.0, IN: 2.0, WITH: 2.0, GROUPED: 2.0}
+# a correlated scalar subquery: a step grouped by l.k (r_D = 2: a changed group is a row out and one in), which
+# ties o and s; one l row really flips one (o, s) pair, so the bound is not reached here
+SCALAR = "SELECT COUNT(*) FROM o, s WHERE o.g < (SELECT MAX(l.n) FROM l WHERE l.k = o.k AND l.k = s.k)"
+# per query: the composed bound (o: 1 + 1 for the first two; SUM(o.g) ≤ 2 per join row for the WITH query;
+# l: 1·2·1 for the scalar step) and the largest change a neighbour of BASE makes
+BOUNDS = {EXISTS: 2.0, IN: 2.0, WITH: 2.0, GROUPED: 2.0, SCALAR: 2.0}
+MOVED = {**BOUNDS, SCALAR: 1.0}
 
 
 @pytest.fixture
@@ -125,7 +131,7 @@ def _worst_loss(conn: psycopg.Connection, session: sqldp.session.Session, sql: s
     return worst, moved
 
 
-@pytest.mark.parametrize("sql", [EXISTS, IN, WITH, GROUPED])
+@pytest.mark.parametrize("sql", [EXISTS, IN, WITH, GROUPED, SCALAR])
 def test_every_neighbour_is_within_epsilon(conn: psycopg.Connection, pg_dsn: str, sql: str) -> None:
     session = sqldp.connect(pg_dsn, Policy.from_toml(POLICY))
     plan = session.prepare(sql).plans[0]  # type: ignore[union-attr]
@@ -137,7 +143,7 @@ def test_every_neighbour_is_within_epsilon(conn: psycopg.Connection, pg_dsn: str
     )
     worst, moved = _worst_loss(conn, session, sql)
     assert worst <= EPS * (1 + 1e-9), sql
-    assert moved == BOUNDS[sql] and worst > 0.5 * EPS  # a neighbour reaches the bound: it is not loose here
+    assert moved == MOVED[sql] and worst > 0.5 * MOVED[sql] / BOUNDS[sql] * EPS  # the neighbours use the budget
 
 
 def test_released_json_names_the_bound_and_the_mechanism(conn: psycopg.Connection, pg_dsn: str) -> None:
