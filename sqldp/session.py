@@ -373,7 +373,7 @@ def compile_form(
         nominal = params or PrivacyParams(d.epsilon or 1.0, d.delta, beta, d.mechanism, d.confidence)
         _, domains, plans, statements = nested.compile_histogram(form, catalog, policy, nominal, dialect)
         return domains, plans, statements
-    domains = tuple(key_domains(form, policy))
+    domains = tuple(key_domains(form, policy, catalog))
     plans = tuple(
         sensitivity.plan(single_aggregate(form, i), catalog, policy, beta) for i in range(len(form.aggregates))
     )
