@@ -215,9 +215,9 @@ _STRICT_AGGREGATES = (
 
 def rewrite_filters(tree: exp.Expr) -> exp.Expr:
     """``agg(x) FILTER (WHERE c)`` as ``agg(CASE WHEN c THEN x END)`` and ``COUNT(*) FILTER (WHERE c)`` as
-    ``COUNT(CASE WHEN c THEN 1 END)`` (NR §4.3.6.1, transformation (vii): a filter inside the aggregate is a
-    CASE of its argument), for the aggregates that skip NULLs, where the two are the same function of the
-    rows: FILTER keeps the rows where c is true, and the CASE is NULL exactly on the others (c false or
+    ``COUNT(CASE WHEN c THEN 1 END)`` — the CASE-in-aggregate form TPC-H's Q8, Q12 and Q14 use (NR §4.3.6.1
+    (vii)), which sqldp analyses — for the aggregates that skip NULLs, where the two are the same function of
+    the rows: FILTER keeps the rows where c is true, and the CASE is NULL exactly on the others (c false or
     NULL). ``COUNT(DISTINCT x) FILTER`` keeps its DISTINCT around the CASE (NULL is no distinct value). The
     rewritten tree is what every later step checks, analyses and runs (the public path too); a FILTER on any
     other aggregate, or on a window function, stays and the allow-list refuses it."""
