@@ -173,8 +173,9 @@ def fixed_domain(form: AnalysisForm, catalog: Catalog, key: exp.Expr) -> tuple[o
       (or ELSE NULL). The conditions may read any column of the row; each row is in exactly one group.
 
     As for a declared domain (NR §3.3.10.4), every group is released, with noise, even when no row has it, so
-    the released set depends on the query and the schema only; a neighbouring database (one row more or
-    less) changes one group, so the groups are disjoint for parallel composition. Under value-level privacy a
+    the released set depends on the query and the schema only. A row is in one group, so whether the groups
+    get parallel composition is decided as for any key computed from the private use's columns
+    (sqldp.sensitivity.rows, ``_disjoint``). Under value-level privacy a
     changed value may move a row between groups: sqldp.sensitivity.columns refuses such keys over
     value-sensitive columns (``_group_slopes``)."""
     if isinstance(key, exp.Extract) and isinstance(key.expression, exp.Column) and key.expression.table:

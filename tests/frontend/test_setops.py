@@ -168,3 +168,18 @@ def test_refusals(session: Session, sql: str, error: type[Exception], why: str) 
     with pytest.raises(error) as refusal:
         session.prepare(sql, epsilon=EPSILON)
     assert why in str(refusal.value)
+
+
+def test_explain_lists_each_branch(session: Session) -> None:
+    """``sqldp explain`` of a set operation: each branch as the query it runs as, reading no data."""
+    from sqldp.commands.explain import _text, explain
+
+    out = explain(
+        "SELECT COUNT(*) FROM t WHERE t.g = 'a' UNION ALL SELECT COUNT(*) FROM k", session.catalog, session.policy
+    )
+    first, second = out["set_operation"]["branches"]
+    assert first["branch"] == "SELECT COUNT(*) FROM t WHERE t.g = 'a'" and first["analysis"]["aggregates"] == [
+        "COUNT(*)"
+    ]
+    assert second["public"] and out["refused"] is None
+    assert "Branch 2: SELECT COUNT(*) FROM k" in _text(out)
