@@ -20,10 +20,12 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
 import sqlglot
+from proxy_support import client_dsn, make_tables, write_policy
 from sqlglot import exp
 from test_groups import joint_loss
 
@@ -31,6 +33,7 @@ import sqldp
 from sqldp import setops
 from sqldp.errors import BudgetExhaustedError, ForbiddenError, RefusedError
 from sqldp.policy import Policy
+from sqldp.proxy import ThreadedProxy, build, ledger
 from sqldp.session import Session
 
 EPSILON = 1.0
@@ -183,3 +186,19 @@ def test_explain_lists_each_branch(session: Session) -> None:
     ]
     assert second["public"] and out["refused"] is None
     assert "Branch 2: SELECT COUNT(*) FROM k" in _text(out)
+
+
+def test_the_proxy_answers_a_set_operation_charged_once(pg_dsn: str, tmp_path: Path) -> None:
+    """Through the Postgres-wire proxy: the analyst's ledger is charged the statement's ε once, the rows are the
+    released branches' (a noisy count, then the public table's exact count)."""
+    make_tables(pg_dsn)
+    policy = write_policy(tmp_path / "policy.toml", {"alice": {"epsilon_limit": 3.0}})
+    with (
+        ThreadedProxy(build(pg_dsn, policy)) as proxy,
+        psycopg.connect(client_dsn(proxy.port), autocommit=True) as conn,
+    ):
+        rows = conn.execute("SELECT COUNT(*) FROM visits UNION ALL SELECT COUNT(*) FROM nation").fetchall()
+    assert len(rows) == 2 and float(rows[1][0]) == 3.0 and float(rows[0][0]) != 200.0
+    with psycopg.connect(pg_dsn) as conn:
+        balance = ledger.balance(conn, "alice")
+    assert balance is not None and float(balance.epsilon_spent) == 1.0
