@@ -172,6 +172,7 @@ class Session:
                 top,
                 privacy,
                 lambda text: parse(text, self.catalog),
+                self.engine.check,
                 lambda branch, share: self._analysed(branch, time.perf_counter(), **share),
                 lambda n: resolve_params(self.policy, outputs=n, **privacy),
                 t0,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -233,12 +233,14 @@ def prepare(
     statement: exp.SetOperation,
     privacy: Mapping[str, Any],
     parse_branch: Callable[[str], ParsedQuery],
+    check: Callable[[Sequence[str]], None],
     analysed: Callable[[ParsedQuery, Mapping[str, Any]], Prepared],
     resolve: Callable[[int], PrivacyParams],
     started: float,
 ) -> SetRelease:
     """The set operation with each branch analysed at its share of ε (and δ), refusing before anything is
-    read what cannot be answered. ``parse_branch`` parses and qualifies one branch's text, ``analysed``
+    read what cannot be answered. ``parse_branch`` parses and qualifies one branch's text, ``check`` has the
+    engine parse and type statements without running them (sqldp.engine.Engine.check), ``analysed``
     analyses it at the given privacy arguments, ``resolve`` gives the statement's parameters for n
     measurements (the policy's defaults, an advantage target)."""
     root, branches = split(statement)
@@ -246,6 +248,11 @@ def prepare(
     names = [_outputs(p.tree) for p in parsed]
     if len({len(n) for n in names}) > 1:
         raise RefusedError("each branch of a set operation must have the same number of columns")
+    order = order_keys(statement, names[0])
+    # PostgreSQL's parse analysis of the whole statement (reads no row): the branches' column types must match
+    # as PostgreSQL matches them ("UNION types bigint and text cannot be matched"), refused here, on the text
+    # and the schema alone, before anything is charged
+    check([statement.sql(dialect="postgres")])
     first = [analysed(p, privacy) for p in parsed]
     counts = [0 if p.public else len(p.form.aggregates) for p in first]  # type: ignore[union-attr]
     total = sum(counts)
@@ -260,7 +267,6 @@ def prepare(
         return out
 
     prepared = tuple(p if p.public else analysed(q, share(c)) for q, p, c in zip(parsed, first, counts, strict=True))
-    order = order_keys(statement, names[0])
     shares = tuple(params.epsilon * c / total for c in counts)
     return SetRelease(
         sql, params, prepared, root, order, _count(statement, "limit"), _count(statement, "offset"), shares, started

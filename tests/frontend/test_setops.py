@@ -31,7 +31,7 @@ from test_groups import joint_loss
 
 import sqldp
 from sqldp import setops
-from sqldp.errors import BudgetExhaustedError, ForbiddenError, RefusedError
+from sqldp.errors import BudgetExhaustedError, ForbiddenError, RefusedError, StatementError
 from sqldp.policy import Policy
 from sqldp.proxy import ThreadedProxy, build, ledger
 from sqldp.session import Session
@@ -165,6 +165,8 @@ def test_the_budget_is_charged_once_for_all_branches(pg_dsn: str) -> None:
         ),
         ("SELECT COUNT(*) AS n FROM t UNION SELECT 1 FROM k ORDER BY n + 1", RefusedError, "must name an output"),
         ("SELECT t.g FROM t UNION SELECT k.name FROM k", ForbiddenError, "releases rows of private table"),
+        # PostgreSQL's own type check of the whole statement, before any charge
+        ("SELECT COUNT(*) FROM t UNION SELECT k.name FROM k", StatementError, "cannot be matched"),
     ],
 )
 def test_refusals(session: Session, sql: str, error: type[Exception], why: str) -> None:
