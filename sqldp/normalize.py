@@ -393,6 +393,13 @@ class Normalizer:
                 for i, (_, item) in enumerate(body.items):
                     if key == item:
                         index = i
+            if index is None and any(isinstance(n, exp.AggFunc) for n in key.walk()):
+                # sorting by it would need one more measurement, which the analyst did not ask to pay for
+                raise self.refuse(
+                    f"ORDER BY {key.sql(dialect='postgres')}: the aggregate is not an output of the query; add it "
+                    "to the SELECT list (only released values can order the rows)",
+                    key,
+                )
             if index is None or not 0 <= index < len(outputs):
                 raise self.refuse("ORDER BY must name an output column of the query", key)
             keys.append(OrderKey(index, desc))

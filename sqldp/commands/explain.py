@@ -19,11 +19,11 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
     # imported here, not at the top: every command module is imported for `sqldp --help`, which must not wait
     # for z3, scipy and the analyses
     from sqldp import algebra as ra
-    from sqldp import selection
+    from sqldp import selection, setops
     from sqldp.errors import InputError
     from sqldp.form import describe
     from sqldp.frontend import parse
-    from sqldp.normalize import PublicRelease, normalize
+    from sqldp.normalize import PublicRelease, normalize, relations_read
     from sqldp.params import resolve_params
     from sqldp.release import gaussian
     from sqldp.result import GAUSSIAN, GLOBAL, R2T, UNIT_HISTOGRAM
@@ -44,6 +44,21 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
         return out
     if chosen is not None:
         out.update(analysis=None, public=False, refused=None, selection=chosen, sql=chosen["sql"])
+        return out
+    top = setops.set_operation(parsed.statement) if parsed.statement is not None else None
+    if top is not None and any(not policy.table(t).public for t in relations_read(top, catalog)):
+        # a set operation over private tables (sqldp.setops): each branch is explained as the query it runs as
+        try:
+            _, branches = setops.split(top)
+        except RefusedError as err:
+            out.update(analysis=None, public=False, refused={"reason": err.message, "where": err.where})
+            return out
+        out.update(analysis=None, public=False, refused=None)
+        out["set_operation"] = {
+            "composition": "each branch released at its share of ε (sequential composition); the set operation, "
+            "ORDER BY and LIMIT on the released rows",
+            "branches": [{**explain(b.sql, catalog, policy), "branch": b.sql} for b in branches],
+        }
         return out
     try:
         form = normalize(parsed, catalog, policy)
@@ -150,6 +165,14 @@ def _text(out: dict[str, Any]) -> str:
         lines.append(f"  bound:      {chosen['why']}")
         lines.append("SQL that runs (one snapshot), then the statement over public tables with the chosen values:")
         lines.extend(f"  {q}" for q in chosen["sql"])
+    elif out.get("set_operation"):
+        setop = out["set_operation"]
+        lines.append(f"Set operation (docs/sql.md): {setop['composition']}")
+        for i, branch in enumerate(setop["branches"], 1):
+            lines.append("")
+            lines.append(f"Branch {i}: {branch['branch']}")
+            text = _text(branch).split("\n\n", 1)  # its own analysis, after its algebra
+            lines.extend(f"  {line}" for line in text[-1].splitlines())
     else:
         a = out["analysis"]
         lines.append("Analysis form:")
