@@ -105,6 +105,9 @@ class Normalizer:
         self.ctes = set(ctes_of(parsed.tree))
         # the subqueries (EXISTS, IN) made semi-joins: not refused by the check of the whole statement
         self.handled: list[exp.Expr] = []
+        # the uses of the right tables of LEFT JOINs left out (sqldp.subqueries.left_join): alias → why a column
+        # of theirs cannot be read
+        self.eliminated: dict[str, str] = {}
 
     # -- errors ---------------------------------------------------------------------------------
 
@@ -127,7 +130,10 @@ class Normalizer:
                 scope = exports.get(node.table)
                 if scope is None or node.name not in scope:
                     raise self.refuse(f"cannot resolve column {node.sql(dialect='postgres')}", node)
-                return scope[node.name].copy()
+                resolved = scope[node.name]
+                if isinstance(resolved, exp.Column) and resolved.table in self.eliminated:
+                    raise self.refuse(self.eliminated[resolved.table], node)
+                return resolved.copy()
             if isinstance(node, (exp.Subquery, exp.Exists)) or (isinstance(node, exp.In) and node.args.get("query")):
                 raise self.refuse(
                     "subqueries inside expressions (EXISTS, IN (SELECT …), scalar subqueries) are not supported",
@@ -137,7 +143,9 @@ class Normalizer:
 
         return e.copy().transform(swap)
 
-    def spj(self, node: ra.Node) -> _SPJ:
+    def spj(self, node: ra.Node, above: tuple[exp.Expr, ...] = ()) -> _SPJ:
+        """The block of ``node``; ``above`` are the WHERE conjuncts (as written) that filter its rows, for the
+        LEFT JOINs inside (sqldp.subqueries.left_join)."""
         if isinstance(node, ra.Relation):
             alias = self._fresh(node.alias)
             self.tables[alias] = node.table
@@ -146,7 +154,7 @@ class Normalizer:
             out.exports[node.alias] = {c: exp.column(c, table=alias) for c in table.columns}
             return out
         if isinstance(node, ra.Select):
-            inner = self.spj(node.child)
+            inner = self.spj(node.child, (*above, *split_and(node.condition)))
             for cond in split_and(node.condition):
                 # [NOT] EXISTS / [NOT] IN (SELECT …) conjuncts become semi-joins, comparisons with a correlated
                 # scalar subquery joins with a grouped derived table (sqldp.subqueries)
@@ -162,7 +170,7 @@ class Normalizer:
         if isinstance(node, ra.Product):
             out = _SPJ()
             for child in node.children:
-                part = self.spj(child)
+                part = self.spj(child, above)
                 out.uses += part.uses
                 out.conditions += part.conditions
                 out.semijoins += part.semijoins
@@ -179,11 +187,21 @@ class Normalizer:
             cols = {name: self._substitute(e, inner.exports) for name, e in child.items}
             self.notes.append(f"inlined derived table {node.alias}")
             return _SPJ(inner.uses, inner.conditions, {node.alias: cols}, inner.semijoins)
-        if isinstance(node, ra.OuterJoin):
-            raise self.refuse(
-                f"{node.kind} JOIN is not supported: only inner joins have a sensitivity analysis (NR §3.3.7.2)",
-                node.condition,
-            )
+        if isinstance(node, ra.OuterJoin):  # the inner join, or the left side alone (NR §4.3.6.1 (ix))
+            rewritten, eliminated = subqueries.left_join(self, node, above)
+            out = self.spj(rewritten, above)
+            if eliminated is not None:
+                if eliminated.alias in out.exports:
+                    raise self.refuse(f"the alias {eliminated.alias!r} is used twice in one FROM clause")
+                gone = self._fresh(eliminated.alias)
+                self.eliminated[gone] = (
+                    f"a column of {eliminated.table}, the right table of a LEFT JOIN on its key, is read outside "
+                    "the join's ON: the NULL-extended rows would count (the sum of the inner join and the "
+                    "unmatched rows, NR §4.3.6.1 (ix), is not analysed)"
+                )
+                table = self.catalog.table(eliminated.table)
+                out.exports[eliminated.alias] = {c: exp.column(c, table=gone) for c in table.columns}
+            return out
         raise self.refuse(_why_not_inlinable(node, None))
 
     # -- the whole query ------------------------------------------------------------------------
@@ -214,6 +232,8 @@ class Normalizer:
                 f"the query releases rows of private table {(released or private)[0]!r}; only aggregates "
                 f"({aggregates.supported()}) over private tables can be answered"
             )
+        # SUM/COUNT/AVG over a derived table grouped by one key: the aggregate of its rows it equals (sqldp.nested)
+        body = nested.flatten(self, body) or body
         histogram = nested.histogram(self, body, sort)
         if histogram is not None:  # an aggregate over a derived table that aggregates (TPC-H Q13)
             self._subqueries(statement, private)
@@ -368,9 +388,10 @@ class Normalizer:
 
     @staticmethod
     def _agg(agg: Aggregate, aggs: list[Aggregate], used: list[int]) -> exp.Column:
-        key = (agg.kind, agg.arg.sql(dialect="postgres") if agg.arg is not None else None)
+        # DISTINCT is part of the aggregate: COUNT(x) and COUNT(DISTINCT x) are two measurements
+        key = (agg.kind, agg.arg.sql(dialect="postgres") if agg.arg is not None else None, agg.distinct)
         for i, a in enumerate(aggs):
-            if (a.kind, a.arg.sql(dialect="postgres") if a.arg is not None else None) == key:
+            if (a.kind, a.arg.sql(dialect="postgres") if a.arg is not None else None, a.distinct) == key:
                 used.append(i)
                 return placeholder(i)
         aggs.append(agg)
