@@ -94,7 +94,9 @@ def split_and(e: exp.Expr) -> list[exp.Expr]:
 
 
 class Normalizer:
-    def __init__(self, parsed: ParsedQuery, catalog: Catalog, policy: Policy) -> None:
+    def __init__(
+        self, parsed: ParsedQuery, catalog: Catalog, policy: Policy, keep: frozenset[int] = frozenset()
+    ) -> None:
         self.parsed = parsed
         self.sql = parsed.sql
         self.catalog = catalog
@@ -107,7 +109,9 @@ class Normalizer:
         self.handled: list[exp.Expr] = []
         # the uses of the right tables of LEFT JOINs left out (sqldp.subqueries.left_join): alias → why a column
         # of theirs cannot be read
-        self.eliminated: dict[str, str] = {}
+        self.eliminated: dict[str, tuple[str, int]] = {}
+        self.keep = keep  # the LEFT JOINs (by id) not to leave out: their right table is read
+        self.null_extended: list[subqueries.NullExtended] = []  # LEFT JOINs analysed as inner joins, conditionally
 
     # -- errors ---------------------------------------------------------------------------------
 
@@ -132,7 +136,8 @@ class Normalizer:
                     raise self.refuse(f"cannot resolve column {node.sql(dialect='postgres')}", node)
                 resolved = scope[node.name]
                 if isinstance(resolved, exp.Column) and resolved.table in self.eliminated:
-                    raise self.refuse(self.eliminated[resolved.table], node)
+                    why, join = self.eliminated[resolved.table]
+                    raise subqueries.ReadsEliminated(why, position(self.sql, node), join)
                 return resolved.copy()
             if isinstance(node, (exp.Subquery, exp.Exists)) or (isinstance(node, exp.In) and node.args.get("query")):
                 raise self.refuse(
@@ -188,17 +193,19 @@ class Normalizer:
             self.notes.append(f"inlined derived table {node.alias}")
             return _SPJ(inner.uses, inner.conditions, {node.alias: cols}, inner.semijoins)
         if isinstance(node, ra.OuterJoin):  # the inner join, or the left side alone (NR §4.3.6.1 (ix))
-            rewritten, eliminated = subqueries.left_join(self, node, above)
+            rewritten, eliminated, conditional = subqueries.left_join(self, node, above, id(node) in self.keep)
             out = self.spj(rewritten, above)
+            if conditional:  # the right table's use: the form's aggregates must skip its NULL-extended rows
+                assert isinstance(node.right, ra.Relation)
+                (alias,) = {c.table for e in out.exports[node.right.alias].values() for c in e.find_all(exp.Column)}
+                where = position(self.sql, node.condition)
+                self.null_extended.append(subqueries.NullExtended(alias, node.kind, where))
             if eliminated is not None:
                 if eliminated.alias in out.exports:
                     raise self.refuse(f"the alias {eliminated.alias!r} is used twice in one FROM clause")
                 gone = self._fresh(eliminated.alias)
-                self.eliminated[gone] = (
-                    f"a column of {eliminated.table}, the right table of a LEFT JOIN on its key, is read outside "
-                    "the join's ON: the NULL-extended rows would count (the sum of the inner join and the "
-                    "unmatched rows, NR §4.3.6.1 (ix), is not analysed)"
-                )
+                # read after all: analysed again with the join kept (normalize)
+                self.eliminated[gone] = (f"a column of {eliminated.table} is read outside its LEFT JOIN's ON", id(node))
                 table = self.catalog.table(eliminated.table)
                 out.exports[eliminated.alias] = {c: exp.column(c, table=gone) for c in table.columns}
             return out
@@ -263,7 +270,7 @@ class Normalizer:
             self._check_post_processed(having, body.having, "HAVING may compare aggregates and numbers")
             self.notes.append("HAVING evaluated on the noisy aggregates (post-processing)")
         order_by, limit = self._order(sort, outputs, body) if sort is not None else ((), None)
-        return AnalysisForm(
+        form = AnalysisForm(
             uses=tuple(block.uses),
             conjuncts=tuple(conjuncts),
             aggregates=tuple(measured),
@@ -276,6 +283,8 @@ class Normalizer:
             distinct_rows=distinct_rows,
             semijoins=tuple(block.semijoins),
         )
+        subqueries.skips_unmatched(form, self.null_extended)
+        return form
 
     def _subqueries(self, statement: exp.Expr, private: list[str]) -> None:
         """Refuse subqueries in expressions other than the semi-joins made of WHERE conjuncts (``handled``): the
@@ -441,4 +450,11 @@ def _why_not_inlinable(node: ra.Node, alias: str | None) -> str:
 
 
 def normalize(parsed: ParsedQuery, catalog: Catalog, policy: Policy) -> AnalysisForm | PublicRelease:
-    return Normalizer(parsed, catalog, policy).run()
+    keep: frozenset[int] = frozenset()
+    while True:  # a LEFT JOIN left out whose right table is read: again with it kept (sqldp.subqueries.left_join)
+        try:
+            return Normalizer(parsed, catalog, policy, keep).run()
+        except subqueries.ReadsEliminated as err:
+            if err.join in keep:  # cannot happen (a kept join is not left out); fail closed all the same
+                raise RefusedError(str(err), where=err.where) from None
+            keep |= {err.join}

@@ -609,8 +609,50 @@ def _span(sql: str, sub: exp.Expr, spans: list[tuple[int, int]]) -> tuple[int, i
 # * c contains equalities l = r.k over a key of R (PRIMARY KEY or UNIQUE, enforced by PostgreSQL) and nothing
 #   outside c reads R: every row of L meets at most one row of R, so the union holds each row of L exactly once
 #   (matched or NULL-extended), and what the query reads of it is L's own columns: the query over L alone.
+# * the query has no GROUP BY and every aggregate's argument is NULL on the NULL-extended rows (SUM(r.x),
+#   COUNT(r.x), AVG(r.x + l.y), …; not COUNT(*), nor an aggregate of L's columns): SQL's aggregates skip NULLs,
+#   so the unmatched part adds nothing to any of them, and the answer is the inner join's (checked on the form
+#   by :func:`skips_unmatched`).
 #
 # Any other LEFT JOIN (both parts non-empty and read) is refused: the sum of the two parts' analyses is not built.
+
+
+class ReadsEliminated(RefusedError):
+    """A LEFT JOIN's right table left out (the second case above) is read after all: the normaliser analyses the
+    statement again with that join kept (the third case), which refuses if it does not apply either."""
+
+    def __init__(self, message: str, where: str, join: int) -> None:
+        super().__init__(message, where=where)
+        self.join = join
+
+
+GENERAL = (
+    "{kind} JOIN: analysed when WHERE rejects its NULL-extended rows (a condition on the right table that NULL "
+    "fails: it is then the inner join), when ON equates a key of the right table and nothing else reads that "
+    "table (the left side alone), or, without GROUP BY, when every aggregate reads a column of the right table "
+    "that makes it skip the NULL-extended rows (not COUNT(*)); the sum of the inner join and the unmatched rows "
+    "(NR §4.3.6.1 (ix)) is not analysed"
+)
+
+
+@dataclass(frozen=True)
+class NullExtended:
+    """A LEFT JOIN analysed as its inner join on the condition that the unmatched part adds nothing (the third
+    case above): ``alias`` is the right table's use in the form."""
+
+    alias: str
+    kind: str
+    where: str
+
+
+def skips_unmatched(form: AnalysisForm, joins: list[NullExtended]) -> None:
+    """Refuse unless every aggregate of ``form`` skips the NULL-extended rows of each join in ``joins`` and there
+    is no GROUP BY (a group of unmatched rows only would exist over the LEFT JOIN and not over the inner join)."""
+    for j in joins:
+        skipped = all(a.arg is not None and null_when(a.arg, frozenset({j.alias})) for a in form.aggregates)
+        if form.group_by or form.distinct_rows or not skipped:
+            raise RefusedError(GENERAL.format(kind=j.kind), where=j.where)
+
 
 # operators that yield NULL when this operand is NULL (PostgreSQL's strict operators over their operands)
 _STRICT_BINARY = (
@@ -667,11 +709,14 @@ def _exported(node: ra.Node) -> frozenset[str]:
     return frozenset(a for child in ra.children(node) for a in _exported(child))
 
 
-def left_join(n: Normalizer, node: ra.OuterJoin, above: tuple[exp.Expr, ...]) -> tuple[ra.Node, ra.Relation | None]:
-    """``(what to analyse, eliminated)`` for a LEFT OUTER JOIN under the WHERE conjuncts ``above`` (as written):
-    the inner join when one of them rejects the NULL-extended rows (``eliminated`` None); the left side alone when
-    the join meets at most one row of R per row of L (``eliminated`` is R: nothing may read it). Refused otherwise,
-    and for RIGHT, FULL and other joins. The argument is the comment above."""
+def left_join(
+    n: Normalizer, node: ra.OuterJoin, above: tuple[exp.Expr, ...], keep: bool
+) -> tuple[ra.Node, ra.Relation | None, bool]:
+    """``(what to analyse, eliminated, conditional)`` for a LEFT OUTER JOIN under the WHERE conjuncts ``above`` (as
+    written): the inner join when one of them rejects the NULL-extended rows; the left side alone when the join
+    meets at most one row of R per row of L and ``keep`` is False (``eliminated`` is R: nothing may read it); else,
+    when R is a table, the inner join with ``conditional`` True (the form must pass :func:`skips_unmatched`).
+    Refused for RIGHT, FULL and other joins. The argument is the comment above."""
     where = position(n.sql, node.condition) if node.condition is not None else "query"
     if node.kind.upper() not in ("LEFT", "LEFT OUTER"):
         raise RefusedError(
@@ -688,22 +733,24 @@ def left_join(n: Normalizer, node: ra.OuterJoin, above: tuple[exp.Expr, ...]) ->
         n.notes.append(
             f"LEFT JOIN → inner join: WHERE {rejecting.sql(dialect='postgres')} rejects its NULL-extended rows"
         )
-        left = node.left.children if isinstance(node.left, ra.Product) else (node.left,)
-        return ra.Select(node.condition, ra.Product((*left, node.right))), None
+        return _inner(node), None, False
     r = node.right
-    if isinstance(r, ra.Relation) and n.catalog.enforced and _at_most_one(n, node.left, r, on):
+    if not isinstance(r, ra.Relation):
+        raise RefusedError(GENERAL.format(kind=node.kind), where=where)
+    if not keep and n.catalog.enforced and _at_most_one(n, node.left, r, on):
         n.notes.append(
             f"LEFT JOIN {r.table} on a key of {r.table}: every row of the left side is kept once and nothing else "
             f"reads {r.table} → the left side alone"
         )
-        return node.left, r
-    raise RefusedError(
-        f"{node.kind} JOIN: analysed when WHERE rejects its NULL-extended rows (a condition on the right table "
-        "that NULL fails: it is then the inner join) or when ON equates a key of the right table and nothing "
-        "else reads that table (the left side alone); the sum of the inner join and the unmatched rows (NR "
-        "§4.3.6.1 (ix)) is not analysed",
-        where=where,
-    )
+        return node.left, r, False
+    n.notes.append(f"LEFT JOIN {r.table} → inner join: the aggregates skip its NULL-extended rows (no GROUP BY)")
+    return _inner(node), None, True
+
+
+def _inner(node: ra.OuterJoin) -> ra.Node:
+    assert node.condition is not None
+    left = node.left.children if isinstance(node.left, ra.Product) else (node.left,)
+    return ra.Select(node.condition, ra.Product((*left, node.right)))
 
 
 def _at_most_one(n: Normalizer, left: ra.Node, r: ra.Relation, on: list[exp.Expr]) -> bool:
