@@ -44,6 +44,16 @@ The histogram's keys (the counts) are private values without a declared domain. 
   domain and never released), pure ε;
 * else refused, naming both ways out.
 
+**One table** (``SELECT n, COUNT(*) FROM (SELECT a.k, COUNT(*) AS n FROM A a [WHERE ψ(a)] GROUP BY a.k) d GROUP BY
+n``): the lemma with B = A. A row of A belongs to its own key's group only and moves its count by one, so ℓ1 ≤ 2
+again; under ``max_rows_per = { k = τ }`` on A every group counts 1 … τ (it has a row), the domain released.
+
+**Aggregates of per-key aggregates** (:func:`flatten`: an outer query without GROUP BY over ``d = SELECT k,
+COUNT(x) AS n, SUM(y) AS s FROM … GROUP BY k``). On every database SUM(n) = COUNT(x) and SUM(s) = SUM(y) over d's
+FROM/WHERE (the groups partition the rows; both NULL over no row), COUNT(*) = COUNT(n) = COUNT(DISTINCT k) when
+k is a column declared NOT NULL (one row of d per key value), and AVG(n) = COUNT(x)/COUNT(DISTINCT k). The query is
+written as that flat query and analysed as any other; nothing here bounds it.
+
 Pure: no database. :func:`histogram` recognises the shape (on the front end's algebra) and builds the analysis
 form; :func:`compile_histogram` builds its plan, domain and SQL for :meth:`sqldp.session.Session.prepare`.
 """
@@ -193,7 +203,7 @@ def histogram(normalizer: Normalizer, body: ra.Aggregate, sort: ra.Sort | None) 
 
 def flatten(normalizer: Normalizer, body: ra.Aggregate) -> ra.Aggregate | None:
     """An aggregate without GROUP BY over a derived table grouped by one key, written as the aggregate of the
-    derived table's own rows it equals on every database (module docstring, "Aggregates of per-key aggregates"),
+    derived table's own rows it equals on every database (the module docstring, "Aggregates of per-key aggregates"),
     or None when ``body`` is not of that outer shape. The flat query is then analysed as any other. Refused with
     the reason when an outer aggregate has no such equal."""
     child = body.child

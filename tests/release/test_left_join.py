@@ -82,8 +82,8 @@ def _worst_loss(db: str, sql: str, session: sqldp.session.Session, nations_too: 
         assert len(plain) == len(result.measurements) == 1
         out = []
         for m, want in zip(result.measurements[0], plain[0], strict=True):
-            assert m.mechanism == "laplace-global"
             assert m.true_value == pytest.approx(float(want)), (rows, sql)
+            assert m.mechanism == "laplace-global"
             out.append((m.true_value, m.noise_scale))
         return out
 

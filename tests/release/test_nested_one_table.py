@@ -95,9 +95,9 @@ def test_sum_count_and_avg_of_per_key_counts_are_the_rows_aggregates(db: str) ->
         result = session.analyze(AGGREGATES, epsilon=EPSILON)
         ((s, k, a, kn),) = _plain(db, AGGREGATES)
         (ms,) = result.measurements
-        assert [m.aggregate for m in ms] == ["COUNT(*)", "COUNT(DISTINCT orders.ck)"]
         rows_, keys = (m.true_value for m in ms)
         assert (rows_, keys, kn) == (s, k, k)
+        assert [m.aggregate for m in ms] == ["COUNT(*)", "COUNT(DISTINCT orders.ck)"]
         assert rows_ / keys == pytest.approx(float(a))
         assert all(m.mechanism == "laplace-global" for m in ms)
         return [(m.true_value, m.noise_scale) for m in ms]
