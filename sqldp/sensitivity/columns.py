@@ -323,6 +323,12 @@ class _Scope:
         dpu = self.policy.table(table).column(ref.column).days_per_unit if col.kind == "date" else 1.0
         return col.kind, grain(col.type_sql, col.kind), dpu, self.weight(ref) is not None
 
+    def span(self, ref: ColumnRef) -> float | None:
+        """The width of a column's declared range (days for a DATE; None without one): it bounds the width
+        of a private filter's ramp (:func:`sqldp.sensitivity.filters.ramp_width`)."""
+        r = self.dom.range(ref)
+        return None if r is None else r[1] - r[0]
+
     def distinct(self, ref: ColumnRef) -> float:
         """How many values |ref| can take by the policy (a domain, or a range on the type's grid); only
         chooses how a maximum is computed, never what it is."""
@@ -370,7 +376,7 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
     private = [c for c in form.conjuncts if c.private]
     _check_steps(scope, agg, private)
     public = [c for c in form.conjuncts if not c.private] + _envelopes(scope, private)
-    filters = [(c, approximate(c.expr, scope.info)) for c in private]
+    filters = [(c, approximate(c.expr, scope.info, scope.span)) for c in private]
     slopes: dict[ColumnRef, float] = _group_slopes(scope)
     key_moves = bool(slopes)  # only the group keys' slopes so far
     for _, f in filters:
