@@ -93,6 +93,43 @@ def split_and(e: exp.Expr) -> list[exp.Expr]:
     return [e]
 
 
+def _branches(e: exp.Expr) -> list[exp.Expr]:
+    """The disjuncts of an OR, through parentheses."""
+    if isinstance(e, exp.Paren):
+        return _branches(e.this)
+    if isinstance(e, exp.Or):
+        return _branches(e.this) + _branches(e.expression)
+    return [e]
+
+
+def factor_or(e: exp.Expr) -> list[exp.Expr]:
+    """The conjuncts of ``e`` with the terms every branch of an OR shares moved out of it:
+    (A ∧ B) ∨ (A ∧ C) becomes A, B ∨ C. A WHERE keeps a row when its condition is TRUE, and the left side is
+    TRUE exactly when A is TRUE and B or C is (three-valued logic), so the rows kept are the same; the
+    continuous approximation of a private filter (AND = min, OR = max, NR §3.3.8.4) is the same function too,
+    max(min(a, b), min(a, c)) = min(a, max(b, c)). What changes is what the analyses see: TPC-H Q19 repeats
+    its join p_partkey = l_partkey in each branch, and only as a conjunct of its own does it make the product
+    a join (a lineitem row in one product row) instead of lineitem × part. Shared terms are recognised by
+    their SQL text."""
+    parts = split_and(e)
+    if len(parts) != 1 or not isinstance(e, (exp.Or, exp.Paren)) or len(_branches(e)) < 2:
+        return parts
+    branches = [split_and(b) for b in _branches(e)]
+    texts = [[p.sql(dialect="postgres") for p in b] for b in branches]
+    shared = [p for p, t in zip(branches[0], texts[0], strict=True) if all(t in other for other in texts[1:])]
+    if not shared:
+        return parts
+    common = {p.sql(dialect="postgres") for p in shared}
+    rest = [[p for p, t in zip(b, ts, strict=True) if t not in common] for b, ts in zip(branches, texts, strict=True)]
+    if any(not r for r in rest):  # a branch that is only shared terms: the OR holds whenever they do
+        return [p.copy() for p in shared]
+    ors = [exp.and_(*(p.copy() for p in r)) if len(r) > 1 else r[0].copy() for r in rest]
+    disjunction = ors[0]
+    for o in ors[1:]:
+        disjunction = exp.Or(this=disjunction, expression=o)
+    return [*(p.copy() for p in shared), exp.Paren(this=disjunction)]
+
+
 class Normalizer:
     def __init__(
         self, parsed: ParsedQuery, catalog: Catalog, policy: Policy, keep: frozenset[int] = frozenset()
@@ -249,7 +286,7 @@ class Normalizer:
         self._subqueries(statement, private)
         conjuncts = []
         for cond in block.conditions:
-            for part in split_and(cond):
+            for part in (q for p in split_and(cond) for q in factor_or(p)):
                 cols = columns_of(part)
                 reads_private = any(self._sensitive(block, c) for c in cols)
                 conjuncts.append(Conjunct(part, cols, reads_private))
