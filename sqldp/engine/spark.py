@@ -2,24 +2,26 @@
 
 One snapshot per query. Spark has no transactions, and a table on a lake (Parquet files, a Hive table) can
 change between two statements, so the answer and its sensitivity would read different data. The engine
-binds each table the statements name, once per query, to a temporary view whose name is unique to the query
-(the statements name ``__sqldp_snapshot__<table>``, which :meth:`SparkEngine.execute` replaces), in one of
-two ways:
+binds each table the statements name, once per query, to a temporary view (the statements name
+``__sqldp_snapshot__<table>``, which :meth:`SparkEngine.execute` replaces by the view's name, :func:`bind`),
+in one of two ways:
 
 * **pinned files** — a table that is a plain scan of unpartitioned Parquet or ORC files (what ``sqldp load
   tpch --engine spark`` registers, a Hive or data source table over such files): its version is the set of
   its files with their sizes and modification times. The engine reads that listing once, builds the view
   from exactly those files, and after the statements ran checks the listing again; when a file changed or
   went, the query runs again on the new version (up to :data:`ATTEMPTS` times) and is then refused with the
-  table named. Nothing is copied: each statement scans the files, as a plain query would.
+  table named. Nothing is copied: each statement scans the files, as a plain query would. The view over
+  those files is kept for the next query while they (and the format, schema, options) are the same.
 * **a copy** — any other table (a view with a filter or a projection, an in-memory DataFrame, a partitioned
   or bucketed table, Delta or Iceberg whose files are not the version, Spark Connect, which exposes no file
   listing): ``localCheckpoint(eager=True)`` materialises its rows in the executors' block stores, with no
   lineage back to the files, and every statement reads that copy. A lost executor then fails the query (an
   error, not another version of the data).
 
-The views and copies are dropped when the query ends. Queries of one engine run one at a time; the
-statements of a query run side by side.
+The copies and their views are dropped when the query ends. Queries of one engine run one at a time; the
+statements of a query run side by side. A CASE branch whose value is an uncorrelated subquery runs only when
+a row takes it, as on PostgreSQL (sqldp.spark_sql.defer_fallbacks, :meth:`SparkEngine._statement`).
 
 Errors: a statement that fails raises :class:`sqldp.errors.DatabaseError` with Spark's error class only (the
 first line, without the SQL text or values).
