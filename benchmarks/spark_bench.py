@@ -42,6 +42,7 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=0.1)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--queries", nargs="+", metavar="NAME", help="only these queries (a partial run)")
+    ap.add_argument("--suites", nargs="+", choices=("naples", "rows"), default=["naples", "rows"])
     ap.add_argument("--budget", type=float, help="seconds: start no query after this (the rest are marked)")
     args = ap.parse_args()
     started = time.perf_counter()
@@ -65,8 +66,7 @@ def main() -> None:
             Session(policy=rows_policy, schema=schema, seed=7, spark=spark, spark_tables=views),
         ),
     }
-    listed = [("naples", p) for p in sorted((QUERIES / "naples").glob("q*.sql"))]
-    listed += [("rows", p) for p in sorted((QUERIES / "rows").glob("q*.sql"))]
+    listed = [(suite, p) for suite in args.suites for p in sorted((QUERIES / suite).glob("q*.sql"))]
     if args.queries:
         listed = [(s, p) for s, p in listed if p.stem in args.queries or f"{s}/{p.stem}" in args.queries]
     rows: list[list[Any]] = []
@@ -103,6 +103,7 @@ def main() -> None:
     print(f"# NAPLES and rows queries on Spark local[2] and PostgreSQL, SF {args.scale:g}\n")
     command = f"python benchmarks/spark_bench.py --scale {args.scale:g} --repeat {args.repeat}"
     command += f" --budget {args.budget:g}" if args.budget is not None else ""
+    command += "" if args.suites == ["naples", "rows"] else " --suites " + " ".join(args.suites)
     print(f"Machine: {machine()}. Command: `{command}`.\n")
     print(markdown_table([*header, "q_s equal", "note"], rows))
     for suite, (spark_ratios, pg_ratios) in ratios.items():

@@ -37,6 +37,10 @@ arbitrary (allow-listed) expressions need.
 
 from __future__ import annotations
 
+import functools
+import re
+from dataclasses import dataclass
+
 import sqlglot
 from sqlglot import exp
 
@@ -47,6 +51,7 @@ from sqldp.pg_arithmetic import KindOf, integer_valued, rounds, truncates
 from sqldp.policy import Policy
 
 SNAPSHOT = "__sqldp_snapshot__"  # prefix of a table name in Spark statements; the engine replaces it
+FALLBACK = "__sqldp_fallback_"  # message of the RAISE_ERROR standing for a deferred CASE branch (defer_fallbacks)
 _SAME_FIELDS = {"YEAR", "MONTH", "DAY", "QUARTER", "DOY"}
 _INTEGER_TYPES = exp.DataType.INTEGER_TYPES
 
@@ -99,6 +104,8 @@ def to_spark(tree: exp.Expr, kind_of: KindOf) -> exp.Expr:
         division already written as DIV would no longer read as an integer to the division above it)."""
         if isinstance(node, exp.Literal) and node.is_string and SNAPSHOT in node.this:
             raise _refuse(node, f"the text {SNAPSHOT!r} names sqldp's table snapshots in Spark statements")
+        if isinstance(node, exp.Literal) and node.is_string and FALLBACK in node.this:
+            raise _refuse(node, f"the text {FALLBACK!r} marks sqldp's deferred subqueries in Spark statements")
         if isinstance(node, exp.Table) and node.name and node.name.lower() not in ctes:
             return "snapshot"
         if isinstance(node, exp.Div) and truncates(node, kind_of):
@@ -230,3 +237,90 @@ def public_statement(sql: str, catalog: Catalog, policy: Policy) -> str:
         if isinstance(node, exp.Div) and not truncates(node, kind_of) and not fractional:
             raise _refuse(node, "a division that may be of integers the catalog's kinds do not show")
     return to_spark(tree, kind_of).sql(dialect="spark")
+
+
+# -- CASE branches that PostgreSQL evaluates only when taken -----------------------------------------------
+#
+# PostgreSQL runs an uncorrelated scalar subquery in a CASE branch only when a row takes the branch (an
+# InitPlan is evaluated on first use); Spark computes every scalar subquery of a plan before the plan runs.
+# The row-level analysis relies on PostgreSQL's order: its separator statement (sqldp.sensitivity.rows,
+# _factorised) is CASE WHEN <a part is functional> THEN F ELSE (<the GROUP BY fallback>) END, and the
+# fallback is the expensive statement the check avoids (rows/q05: a five-table join grouped by two keys).
+# On Spark such a branch is split off: the statement runs with the branch replaced by RAISE_ERROR(<marker>),
+# which fails only when a row takes it; then, and only then, the fallback runs as its own statement
+# (``SELECT (<subquery>)``, so Spark's scalar-subquery rules — NULL for no row, an error for two — are the
+# same), its one value is bound to a view, and the statement runs again reading the value from it. The
+# value and its type are the subquery's own, so the numbers are those of the single statement.
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """A Spark statement with its deferred CASE branches: ``text`` has ``calls[i]`` (a RAISE_ERROR) where
+    branch i was, ``fallbacks[i]`` computes the branch's value as one row of one column."""
+
+    text: str
+    calls: tuple[str, ...]
+    fallbacks: tuple[str, ...]
+
+
+def _uncorrelated(query: exp.Expr) -> bool:
+    """Whether a subquery reads nothing of the query around it: every qualified column names a table or
+    derived table of its own, every unqualified one a column its own SELECTs name (sqldp qualifies every
+    column of a table; an unqualified name is a derived table's output, e.g. MAX(n))."""
+    aliases = {t.alias_or_name.lower() for t in query.find_all(exp.Table)}
+    aliases |= {s.alias.lower() for s in query.find_all(exp.Subquery) if s.alias}
+    aliases |= {c.alias_or_name.lower() for c in query.find_all(exp.CTE)}
+    names = {e.alias_or_name.lower() for s in query.find_all(exp.Select) for e in s.expressions}
+    for column in query.find_all(exp.Column):
+        if column.table.lower() not in aliases if column.table else column.name.lower() not in names:
+            return False
+    return True
+
+
+@functools.lru_cache(maxsize=256)
+def defer_fallbacks(text: str) -> Deferred | None:
+    """``text`` (Spark SQL as sqldp writes it) with each CASE's ELSE branch that is an uncorrelated scalar
+    subquery deferred (above), or None when it has none — or when sqlglot does not write the parsed text
+    back exactly, so that nothing but the branches can change. Pure and cached: a prepared query's statements
+    are parsed once."""
+    if "ELSE (SELECT" not in text:  # the cheap test: most statements have no such branch
+        return None
+    tree = sqlglot.parse_one(text, read="spark")
+    if tree.sql(dialect="spark") != text:
+        return None
+    branches = []
+    for case in tree.find_all(exp.Case):
+        default = case.args.get("default")
+        if isinstance(default, exp.Subquery) and not default.alias and _uncorrelated(default.this):
+            branches.append(default)
+    # a branch inside another deferred branch goes with its fallback statement (which is deferred in turn)
+    outer = [b for b in branches if not any(o is not b and _inside(b, o) for o in branches)]
+    if not outer:
+        return None
+    calls, fallbacks = [], []
+    for i, branch in enumerate(outer):
+        fallbacks.append(exp.select(exp.alias_(branch.copy(), "v")).sql(dialect="spark"))
+        call = exp.Anonymous(this="RAISE_ERROR", expressions=[exp.Literal.string(f"{FALLBACK}{i}__")])
+        calls.append(call.sql(dialect="spark"))
+        branch.replace(call)
+    return Deferred(tree.sql(dialect="spark"), tuple(calls), tuple(fallbacks))
+
+
+def _inside(node: exp.Expr, ancestor: exp.Expr) -> bool:
+    parent = node.parent
+    while parent is not None:
+        if parent is ancestor:
+            return True
+        parent = parent.parent
+    return False
+
+
+_RAISED = re.compile(r"\[USER_RAISED_EXCEPTION\] " + FALLBACK + r"(\d+)__")
+
+
+def raised_fallback(exc: BaseException) -> int | None:
+    """The deferred branch whose RAISE_ERROR ``exc`` is (a row took it), or None for any other error. Spark
+    reports it as USER_RAISED_EXCEPTION, wrapped (a Py4J error) when it fails inside a scalar subquery; only
+    :func:`defer_fallbacks` writes the marker (a literal holding it is refused)."""
+    found = _RAISED.search(str(exc))
+    return None if found is None else int(found.group(1))

@@ -2,24 +2,26 @@
 
 One snapshot per query. Spark has no transactions, and a table on a lake (Parquet files, a Hive table) can
 change between two statements, so the answer and its sensitivity would read different data. The engine
-binds each table the statements name, once per query, to a temporary view whose name is unique to the query
-(the statements name ``__sqldp_snapshot__<table>``, which :meth:`SparkEngine.execute` replaces), in one of
-two ways:
+binds each table the statements name, once per query, to a temporary view (the statements name
+``__sqldp_snapshot__<table>``, which :meth:`SparkEngine.execute` replaces by the view's name, :func:`bind`),
+in one of two ways:
 
 * **pinned files** — a table that is a plain scan of unpartitioned Parquet or ORC files (what ``sqldp load
   tpch --engine spark`` registers, a Hive or data source table over such files): its version is the set of
   its files with their sizes and modification times. The engine reads that listing once, builds the view
   from exactly those files, and after the statements ran checks the listing again; when a file changed or
   went, the query runs again on the new version (up to :data:`ATTEMPTS` times) and is then refused with the
-  table named. Nothing is copied: each statement scans the files, as a plain query would.
+  table named. Nothing is copied: each statement scans the files, as a plain query would. The view over
+  those files is kept for the next query while they (and the format, schema, options) are the same.
 * **a copy** — any other table (a view with a filter or a projection, an in-memory DataFrame, a partitioned
   or bucketed table, Delta or Iceberg whose files are not the version, Spark Connect, which exposes no file
   listing): ``localCheckpoint(eager=True)`` materialises its rows in the executors' block stores, with no
   lineage back to the files, and every statement reads that copy. A lost executor then fails the query (an
   error, not another version of the data).
 
-The views and copies are dropped when the query ends. Queries of one engine run one at a time; the
-statements of a query run side by side.
+The copies and their views are dropped when the query ends. Queries of one engine run one at a time; the
+statements of a query run side by side. A CASE branch whose value is an uncorrelated subquery runs only when
+a row takes it, as on PostgreSQL (sqldp.spark_sql.defer_fallbacks, :meth:`SparkEngine._statement`).
 
 Errors: a statement that fails raises :class:`sqldp.errors.DatabaseError` with Spark's error class only (the
 first line, without the SQL text or values).
@@ -28,6 +30,7 @@ first line, without the SQL text or values).
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 import time
 import uuid
@@ -39,7 +42,7 @@ from typing import Any
 from sqldp.engine import Fetched, Row, Speed
 from sqldp.errors import DatabaseError, RefusedError
 from sqldp.rewrite import Statements
-from sqldp.spark_sql import SNAPSHOT
+from sqldp.spark_sql import SNAPSHOT, defer_fallbacks, raised_fallback
 
 WORKERS = 4  # statements of one query in flight at once
 ATTEMPTS = 3  # runs of a query whose pinned files changed while it ran, before it is refused
@@ -85,37 +88,61 @@ class SparkEngine:
         self._lock = threading.Lock()
         self._ids = itertools.count()
         self._tag = uuid.uuid4().hex[:8]  # views of two engines on one SparkSession never collide
+        # table → (what its pinned view reads: format, schema, options, files; the view's name) (snapshot)
+        self._pinned: dict[str, tuple[tuple[Any, ...], str]] = {}
 
     def close(self) -> None:
-        """Nothing to close: the SparkSession is the caller's."""
+        """Drops the views kept of pinned tables; the SparkSession is the caller's."""
+        with self._lock:
+            for name in list(self._pinned):
+                self._forget(name)
 
     @contextmanager
-    def snapshot(self, tables: tuple[str, ...]) -> Iterator[str]:
+    def snapshot(self, tables: tuple[str, ...]) -> Iterator[dict[str, str]]:
         """Each of ``tables`` pinned to its files or copied (module docstring) and bound to a temporary view;
-        yields the views' name prefix (``<prefix><table>``). Raises :class:`SnapshotChanged` at the end of
-        the block when a pinned table's files are no longer those the views read (also when the block failed:
-        a statement may fail because a file went). The views and the copies go when the block ends."""
+        yields each table's view name. Raises :class:`SnapshotChanged` at the end of the block when a pinned
+        table's files are no longer those the views read (also when the block failed: a statement may fail
+        because a file went). The copies and their views go when the block ends; a pinned table's view is kept
+        for the next query while its files, format, schema and options are the same (building it — a file
+        index, an analysed plan — costs more than the statements of a small query), and dropped when they
+        change or the engine closes."""
         prefix = f"__sqldp_{self._tag}_{next(self._ids)}_"
         copies = []
         pins: list[tuple[str, FileVersion]] = []
+        views: dict[str, str] = {}
         try:
             for name in tables:
                 frame = self.spark.table(self.sources.get(name, name))
-                pinned = pin(self.spark, frame)
-                if pinned is None:
-                    frame = frame.localCheckpoint(eager=True)
+                listed = _listing(frame)
+                version = None if listed is None else file_version(self.spark, listed[3])
+                if listed is None or version is None or any(length < 0 for _, length, _ in version):
+                    frame = frame.localCheckpoint(eager=True)  # not its files alone, or a file just went: a copy
                     copies.append(frame)
-                else:
-                    frame, version = pinned
-                    pins.append((name, version))
-                frame.createOrReplaceTempView(prefix + name)
+                    views[name] = prefix + name
+                    frame.createOrReplaceTempView(views[name])
+                    continue
+                fmt, schema, options, _ = listed
+                key = (fmt, schema.json(), tuple(sorted(options.items())), version)
+                cached = self._pinned.get(name)
+                if cached is None or cached[0] != key:
+                    self._forget(name)
+                    view = f"__sqldp_{self._tag}_f{next(self._ids)}"  # never a per-query name (_<n>_<table>)
+                    reader = self.spark.read.format(fmt).schema(schema).options(**options)
+                    reader.load([path for path, _, _ in version]).createOrReplaceTempView(view)
+                    self._pinned[name] = cached = (key, view)
+                views[name] = cached[1]
+                pins.append((name, version))
             try:
-                yield prefix
+                yield views
             except Exception as exc:
                 if moved := [name for name, version in pins if file_version(self.spark, version) != version]:
+                    for name in moved:
+                        self._forget(name)
                     raise SnapshotChanged(moved) from exc
                 raise
             if moved := [name for name, version in pins if file_version(self.spark, version) != version]:
+                for name in moved:
+                    self._forget(name)
                 raise SnapshotChanged(moved)
         finally:
             for name in tables:
@@ -123,8 +150,43 @@ class SparkEngine:
             for frame in copies:
                 frame.unpersist()
 
-    def _rows(self, sql: str, prefix: str) -> list[Row]:
-        return [tuple(r) for r in self.spark.sql(sql.replace(SNAPSHOT, prefix)).collect()]
+    def _forget(self, name: str) -> None:
+        """Drop the kept view of table ``name``'s pinned files (they changed, or the engine closes)."""
+        cached = self._pinned.pop(name, None)
+        if cached is not None:
+            self.spark.catalog.dropTempView(cached[1])
+
+    def _rows(self, sql: str, views: Mapping[str, str]) -> list[Row]:
+        return [tuple(r) for r in self.spark.sql(bind(sql, views)).collect()]
+
+    def _statement(self, sql: str, views: Mapping[str, str]) -> list[Row]:
+        """One statement's rows, its deferred CASE branches (sqldp.spark_sql.defer_fallbacks) computed only
+        when a row takes one: as PostgreSQL, which evaluates such a subquery only then. The statement runs
+        with RAISE_ERROR in each branch; when one fires, that branch's subquery runs alone, its value (one
+        row, its own type) is bound to a view of this query, and the statement runs again reading it."""
+        deferred = defer_fallbacks(sql)
+        if deferred is None:
+            return self._rows(sql, views)
+        text = deferred.text
+        values: list[str] = []
+        try:
+            for _ in range(len(deferred.calls) + 1):
+                try:
+                    return self._rows(text, views)
+                except Exception as exc:
+                    i = raised_fallback(exc)
+                    if i is None or deferred.calls[i] not in text:
+                        raise
+                frame = self.spark.sql(bind(deferred.fallbacks[i], views))
+                value = self.spark.createDataFrame(frame.collect(), frame.schema)  # one row: Spark's scalar rules
+                view = f"__sqldp_{self._tag}_v{next(self._ids)}"  # never a snapshot name (those: _<n>_<table>)
+                value.createOrReplaceTempView(view)
+                values.append(view)
+                text = text.replace(deferred.calls[i], f"(SELECT v FROM {view})")
+            raise AssertionError("every deferred branch was bound")  # pragma: no cover
+        finally:
+            for view in values:
+                self.spark.catalog.dropTempView(view)
 
     def execute(self, statements: Statements, speed: Speed) -> Fetched:
         if statements.dialect != self.dialect:
@@ -141,14 +203,14 @@ class SparkEngine:
 
     def _execute(self, statements: Statements, speed: Speed) -> Fetched:
         try:
-            with self.snapshot(statements.tables) as prefix, ThreadPoolExecutor(WORKERS) as pool:
+            with self.snapshot(statements.tables) as views, ThreadPoolExecutor(WORKERS) as pool:
                 # Spark runs concurrent jobs of one session side by side: the driver plans one statement
                 # while the executors run another (half the wall time of a query's statements on local[2])
                 t0 = time.perf_counter()
                 done: dict[str, float] = {}
 
                 def run(sql: str, name: str = "") -> list[Row]:
-                    rows = self._rows(sql, prefix)
+                    rows = self._statement(sql, views)
                     done[name] = time.perf_counter()
                     return rows
 
@@ -192,8 +254,8 @@ class SparkEngine:
         with self._lock:
             for attempt in range(ATTEMPTS):
                 try:
-                    with self.snapshot(tables) as prefix:
-                        frame = self.spark.sql(sql.replace(SNAPSHOT, prefix))
+                    with self.snapshot(tables) as views:
+                        frame = self.spark.sql(bind(sql, views))
                         return list(frame.columns), [tuple(r) for r in frame.collect()]
                 except SnapshotChanged:
                     if attempt == ATTEMPTS - 1:
@@ -209,6 +271,20 @@ def pin(spark: Any, frame: Any) -> tuple[Any, FileVersion] | None:
     """``frame`` read from exactly the files it reads now, and their version; None when its files are not the
     whole of it (anything but a plain scan of unpartitioned, unbucketed Parquet or ORC files listed by path)
     or the session exposes no file system (Spark Connect)."""
+    listed = _listing(frame)
+    if listed is None:
+        return None
+    fmt, schema, options, files = listed
+    version = file_version(spark, files)
+    if any(length < 0 for _, length, _ in version):  # a file went between the listing and now
+        return None
+    pinned = spark.read.format(fmt).schema(schema).options(**options).load([path for path, _, _ in version])
+    return pinned, version
+
+
+def _listing(frame: Any) -> tuple[str, Any, dict[str, str], FileVersion] | None:
+    """What ``frame`` reads when it is a plain scan of files (:func:`pin`): the format, the schema, the
+    reader's options but the paths, and the files (sizes and times not yet read: -1); None otherwise."""
     try:
         plan = frame._jdf.queryExecution().optimizedPlan()
     except AttributeError:  # a Spark Connect DataFrame: no JVM on this side
@@ -236,11 +312,17 @@ def pin(spark: Any, frame: Any) -> tuple[Any, FileVersion] | None:
     files = sorted(str(f) for f in location.inputFiles())
     if not files:
         return None
-    version = file_version(spark, tuple((f, -1, -1) for f in files))
-    if any(length < 0 for _, length, _ in version):  # a file went between the listing and now
-        return None
-    pinned = spark.read.format(fmt).schema(frame.schema).options(**options).load(files)
-    return pinned, version
+    return fmt, frame.schema, options, tuple((f, -1, -1) for f in files)
+
+
+def bind(sql: str, views: Mapping[str, str]) -> str:
+    """``sql`` with each snapshot name (``__sqldp_snapshot__<table>``, sqldp.spark_sql) replaced by the view
+    the snapshot bound the table to; the longest name first, and only whole names, so ``order`` never
+    rewrites part of ``orders``."""
+    if not views:
+        return sql
+    names = "|".join(re.escape(n) for n in sorted(views, key=len, reverse=True))
+    return re.sub(re.escape(SNAPSHOT) + f"({names})(?![\\w$])", lambda m: views[m.group(1)], sql)
 
 
 def file_version(spark: Any, files: FileVersion) -> FileVersion:

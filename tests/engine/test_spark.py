@@ -242,21 +242,22 @@ def test_snapshot_copies_what_it_cannot_pin(spark: Any, tmp_path: Path) -> None:
     spark.range(7).createOrReplaceTempView("snap_m")
     assert pin(spark, spark.table("snap_t")) is None and pin(spark, spark.table("snap_m")) is None
     engine = SparkEngine(spark)
-    with engine.snapshot(("snap_t", "snap_m")) as prefix:
+    with engine.snapshot(("snap_t", "snap_m")) as views:
         spark.range(100).write.mode("overwrite").parquet(path)  # a writer replaces the table's files
         spark.catalog.refreshByPath(path)
         spark.range(100).createOrReplaceTempView("snap_m")
-        assert spark.sql(f"SELECT COUNT(*) FROM {prefix}snap_t").collect()[0][0] == 5
-        assert spark.sql(f"SELECT COUNT(*) FROM {prefix}snap_m").collect()[0][0] == 7
+        assert spark.sql(f"SELECT COUNT(*) FROM {views['snap_t']}").collect()[0][0] == 5
+        assert spark.sql(f"SELECT COUNT(*) FROM {views['snap_m']}").collect()[0][0] == 7
         assert spark.read.parquet(path).count() == 100  # what a reader now finds
-    assert not [t for t in spark.catalog.listTables() if t.name.startswith(prefix)]  # views dropped
+    assert not {t.name for t in spark.catalog.listTables()} & set(views.values())  # the copies' views dropped
 
 
 def test_snapshot_pins_files_and_notices_a_change(spark: Any, tmp_path: Path) -> None:
     """A plain Parquet table is pinned to its files, not copied: a file added while the query runs is not read
     by its statements (they all read the listing taken when it started); a file rewritten or touched is
     noticed when the statements are done (a mutant that copies every table, or never checks the listing
-    again, fails the second and third blocks)."""
+    again, fails the second and third blocks). The pinned view is kept for the next query while the files
+    are the same (a mutant that keeps it after they changed reads 5 rows in the second block)."""
     import os
 
     from sqldp.engine.spark import SnapshotChanged, SparkEngine, pin
@@ -267,25 +268,149 @@ def test_snapshot_pins_files_and_notices_a_change(spark: Any, tmp_path: Path) ->
     pinned = pin(spark, spark.table("pin_t"))
     assert pinned is not None and len(pinned[1]) == len(list(path.glob("part-*.parquet")))
     engine = SparkEngine(spark)
-    prefixes = []
-    with engine.snapshot(("pin_t",)) as prefix:
-        prefixes.append(prefix)
+    names = []
+    with engine.snapshot(("pin_t",)) as views:
+        names.append(views["pin_t"])
         spark.range(3).write.mode("append").parquet(str(path))  # another file: a new version of the table
+        assert spark.sql(f"SELECT COUNT(*) FROM {views['pin_t']}").collect()[0][0] == 5  # the answer's version
+        with engine.snapshot(("pin_t",)) as again:  # the table still names the same files: the view is kept
+            assert again == views
         spark.read.parquet(str(path)).createOrReplaceTempView("pin_t")  # the table as a new reader sees it
-        assert spark.sql(f"SELECT COUNT(*) FROM {prefix}pin_t").collect()[0][0] == 5  # the answer's version
-        assert spark.sql(f"SELECT SUM(id) FROM {prefix}pin_t").collect()[0][0] == 10  # and the bound's
+        assert spark.sql(f"SELECT SUM(id) FROM {views['pin_t']}").collect()[0][0] == 10  # and the bound's
         assert spark.sql("SELECT COUNT(*) FROM pin_t").collect()[0][0] == 8
     first = sorted(path.glob("part-*.parquet"))[0]
-    with pytest.raises(SnapshotChanged, match="'pin_t' changed"), engine.snapshot(("pin_t",)) as prefix:
-        prefixes.append(prefix)
-        assert spark.sql(f"SELECT COUNT(*) FROM {prefix}pin_t").collect()[0][0] == 8
+    with pytest.raises(SnapshotChanged, match="'pin_t' changed"), engine.snapshot(("pin_t",)) as views:
+        names.append(views["pin_t"])
+        assert spark.sql(f"SELECT COUNT(*) FROM {views['pin_t']}").collect()[0][0] == 8
         stat = first.stat()
         os.utime(first, ns=(stat.st_atime_ns, stat.st_mtime_ns + 5_000_000_000))  # rewritten in place
-    with pytest.raises(SnapshotChanged, match="'pin_t' changed"), engine.snapshot(("pin_t",)) as prefix:
-        prefixes.append(prefix)
+    with pytest.raises(SnapshotChanged, match="'pin_t' changed"), engine.snapshot(("pin_t",)) as views:
+        names.append(views["pin_t"])
         spark.range(100).write.mode("overwrite").parquet(str(path))  # the files replaced: reading fails
-        spark.sql(f"SELECT COUNT(*) FROM {prefix}pin_t").collect()
-    assert not [t for t in spark.catalog.listTables() if t.name.startswith(tuple(prefixes))]  # views dropped
+        spark.sql(f"SELECT COUNT(*) FROM {views['pin_t']}").collect()
+    assert len(set(names)) == 3  # a new view for each new listing
+    assert not {t.name for t in spark.catalog.listTables()} & set(names)  # a changed table's view dropped
+
+
+def _spark_statements(answer: str, *queries: str, tables: tuple[str, ...]) -> Any:
+    from sqldp.rewrite import Statements
+
+    def norm(sql: str) -> str:  # as sqldp writes its statements: sqlglot's Spark text
+        return sqlglot.parse_one(sql, read="spark").sql(dialect="spark")
+
+    return Statements(norm(answer), tuple(map(norm, queries)), (), {}, exp.select("1"), dialect="spark", tables=tables)
+
+
+def test_deferred_case_branch_runs_only_when_taken(spark: Any) -> None:
+    """PostgreSQL evaluates an uncorrelated subquery in a CASE branch only when a row takes the branch (the
+    row-level separator statement's fallback, sqldp.sensitivity.rows._factorised, relies on it); the Spark
+    engine defers such a branch (sqldp.spark_sql.defer_fallbacks). Not taken: a fallback that would fail
+    (1 DIV 0) is never run (a mutant that runs the statement as written fails with DIVIDE_BY_ZERO). Taken:
+    the value and its type are those of the statement as written, evaluated eagerly (the oracle; a mutant
+    binding the wrong branch's value or NULL gives another number)."""
+    from sqldp.engine import Speed
+    from sqldp.engine.spark import SparkEngine, bind
+    from sqldp.spark_sql import defer_fallbacks
+
+    spark.createDataFrame([(1, 2.5), (4, -1.0), (9, 0.25)], "id BIGINT, x DOUBLE").createOrReplaceTempView("defer_t")
+    engine = SparkEngine(spark)
+    t, u = f"{SNAPSHOT}defer_t AS t", f"{SNAPSHOT}defer_t AS u"
+    failing = f"(SELECT MAX(1 DIV (u.id - u.id)) FROM {u})"
+    not_taken = f"SELECT (SELECT CASE WHEN MAX(t.id) < 10 THEN MAX(t.id) ELSE {failing} END FROM {t}) AS v"
+    statements = _spark_statements(f"SELECT COUNT(*) FROM {t}", not_taken, tables=("defer_t",))
+    deferred = defer_fallbacks(statements.queries[0])
+    assert deferred is not None and len(deferred.fallbacks) == 1 and "DIV" not in deferred.text
+    assert engine.execute(statements, Speed()).queries == [[(9,)]]
+    fallbacks = [
+        f"(SELECT SUM(u.x) * 2 FROM {u})",  # DOUBLE: the CASE's type is DOUBLE
+        f"(SELECT CAST(SUM(u.id) AS DECIMAL(20, 3)) FROM {u} WHERE u.id > 1)",
+        f"(SELECT u.id FROM {u} WHERE u.id > 100)",  # no row: NULL, as Spark's scalar subquery gives
+    ]
+    for fallback in fallbacks:
+        taken = (
+            f"SELECT (SELECT CASE WHEN MAX(t.id) < 5 THEN MAX(t.id) ELSE {fallback} END FROM {t}) AS v, "
+            f"(SELECT COUNT(*) FROM {t} WHERE t.x > 0) AS w"
+        )
+        statements = _spark_statements(f"SELECT COUNT(*) FROM {t}", taken, tables=("defer_t",))
+        assert defer_fallbacks(statements.queries[0]) is not None
+        got = engine.execute(statements, Speed()).queries[0]
+        with engine.snapshot(("defer_t",)) as views:  # the oracle: the statement as written, run eagerly
+            expected = [tuple(r) for r in spark.sql(bind(statements.queries[0], views)).collect()]
+        assert got == expected and [type(v) for v in got[0]] == [type(v) for v in expected[0]], fallback
+        assert got[0][0] is None or got[0][0] != 9  # the fallback's value, not the THEN branch's
+    leftover = [v.name for v in spark.catalog.listTables() if v.name.startswith(f"__sqldp_{engine._tag}")]
+    assert not leftover  # the fallback values' views and the copies' views are dropped
+
+
+def test_defer_and_bind_leave_everything_else_alone() -> None:
+    """A correlated CASE branch is not deferred (its value depends on the row); a statement without such a
+    branch is not rewritten; binding replaces whole snapshot names only (``order`` is not part of ``orders``)."""
+    from sqldp.engine.spark import bind
+    from sqldp.spark_sql import defer_fallbacks
+
+    correlated = sqlglot.parse_one(
+        f"SELECT CASE WHEN t.a > 0 THEN 1 ELSE (SELECT MAX(u.b) FROM {SNAPSHOT}u AS u WHERE u.b = t.a) END "
+        f"FROM {SNAPSHOT}t AS t",
+        read="spark",
+    ).sql(dialect="spark")
+    assert defer_fallbacks(correlated) is None
+    assert defer_fallbacks(f"SELECT COUNT(*) FROM {SNAPSHOT}t AS t") is None
+    text = f"SELECT * FROM {SNAPSHOT}orders AS o, {SNAPSHOT}order AS x, `{SNAPSHOT}order`"
+    assert bind(text, {"order": "V1", "orders": "V2"}) == "SELECT * FROM V2 AS o, V1 AS x, `V1`"
+
+
+def test_query_reruns_when_its_files_change_and_is_refused_after_three_runs(spark: Any, tmp_path: Path) -> None:
+    """A whole query run (SparkEngine.execute): a writer rewrites a pinned table's file while the statements
+    run, so the answer and the sensitivity may have read two versions — the query runs again on the new
+    version, and both statements read it (9 rows, sum 36, not the 5 rows of the first version). A writer
+    that rewrites it during every run gets the query refused after three runs, naming the table. Mutants:
+    no check after the statements (answer 5 or a mix), no retry (refused at once), retrying forever or
+    more than ATTEMPTS times (the run count)."""
+    import os
+    import shutil
+
+    from sqldp.engine import Speed
+    from sqldp.engine.spark import ATTEMPTS, SnapshotChanged, SparkEngine
+
+    table, other = tmp_path / "t.parquet", tmp_path / "new.parquet"
+    spark.range(5).coalesce(1).write.parquet(str(table))
+    spark.range(9).coalesce(1).write.parquet(str(other))
+    for crc in tmp_path.rglob("*.crc"):  # Hadoop's checksums of the files: the writer below rewrites bytes
+        crc.unlink()
+    (part,) = table.glob("part-*.parquet")
+    versions = [next(other.glob("part-*.parquet")), tmp_path / "first-version"]  # outside the table
+    shutil.copyfile(part, versions[1])
+    spark.read.parquet(str(table)).createOrReplaceTempView("retry_t")
+
+    class Writer(SparkEngine):
+        """The engine with a writer that rewrites the table's one file while the answer runs."""
+
+        runs = 0
+        writes = 0
+
+        def _rows(self, sql: str, views: Any) -> list[Any]:
+            rows = super()._rows(sql, views)
+            if "COUNT" in sql:
+                self.runs += 1
+                if self.runs <= self.writes:
+                    stat = part.stat()
+                    shutil.copyfile(versions[self.runs % 2 == 0], part)  # 9 rows, then 5, then 9 …
+                    os.utime(part, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2_000_000_000 * self.runs))
+            return rows
+
+    r = f"{SNAPSHOT}retry_t AS r"
+    statements = _spark_statements(f"SELECT COUNT(*) FROM {r}", f"SELECT SUM(r.id) FROM {r}", tables=("retry_t",))
+    once = Writer(spark)
+    once.writes = 1
+    fetched = once.execute(statements, Speed())
+    assert once.runs == 2 and fetched.answer == [(9,)] and fetched.queries == [[(36,)]]
+    always = Writer(spark)
+    always.writes = 100
+    with pytest.raises(SnapshotChanged, match="'retry_t' changed"):
+        always.execute(statements, Speed())
+    assert always.runs == ATTEMPTS == 3
+    once.close()
+    always.close()
 
 
 def test_spark_failure_is_one_line_and_unchecked_public_statements_are_refused(spark: Any) -> None:
