@@ -60,7 +60,7 @@ FileVersion = tuple[tuple[str, int, int], ...]  # (path, length in bytes, modifi
 def database_error(exc: Exception) -> DatabaseError:
     """Spark's error condition (``[DIVIDE_BY_ZERO]`` …) and its first line; the SQL context Spark appends
     after it is dropped."""
-    text = str(exc).strip()
+    text = _message(exc).strip()
     first = text.splitlines()[0] if text else type(exc).__name__
     return DatabaseError(f"Spark failed on the query: {first}")
 
@@ -345,12 +345,32 @@ def file_version(spark: Any, files: FileVersion) -> FileVersion:
 
 
 def _spark_error(exc: Exception) -> bool:
-    """Whether ``exc`` is an error Spark raised (analysis or execution), not a bug of sqldp's."""
+    """Whether ``exc`` is an error Spark raised (analysis or execution), not a bug of sqldp's. An error inside
+    a scalar subquery reaches Python as py4j's Py4JJavaError, not as a PySparkException: both are Spark's."""
     try:
+        from py4j.protocol import Py4JJavaError
         from pyspark.errors import PySparkException
     except ImportError:  # pragma: no cover - pyspark is what gave us a session
         return False
-    return isinstance(exc, PySparkException)
+    return isinstance(exc, (PySparkException, Py4JJavaError))
+
+
+def _message(exc: Exception) -> str:
+    """Spark's own message: a Py4JJavaError's text starts with py4j's "An error occurred while calling
+    o123.collectToPython" and goes on with the Java stack; the Java exception's message is what failed."""
+    java = getattr(exc, "java_exception", None)
+    if java is None:
+        return str(exc)
+    try:
+        # the root cause is Spark's error ("[DIVIDE_BY_ZERO] …"); the wrappers above it say "awaitResult"
+        for _ in range(32):
+            cause = java.getCause()
+            if cause is None:
+                break
+            java = cause
+        return str(java.getMessage() or java.toString())
+    except Exception:  # the gateway is gone: say what kind of error it was, never the stack
+        return type(exc).__name__
 
 
 def spark_session(master: str | None = None) -> Any:

@@ -342,6 +342,26 @@ def test_deferred_case_branch_runs_only_when_taken(spark: Any) -> None:
     assert not leftover  # the fallback values' views and the copies' views are dropped
 
 
+def test_an_error_inside_a_scalar_subquery_is_one_line(spark: Any) -> None:
+    """Spark raises an error inside a scalar subquery as py4j's Py4JJavaError (not a PySparkException); it
+    reaches the caller as sqldp's one-line DatabaseError naming Spark's error condition, not a Java stack (a
+    mutant that recognises PySparkException only lets the Py4JJavaError through)."""
+    from sqldp.engine import Speed
+    from sqldp.engine.spark import SparkEngine
+    from sqldp.errors import DatabaseError
+
+    spark.createDataFrame([(1,), (2,)], "id BIGINT").createOrReplaceTempView("fail_t")
+    engine = SparkEngine(spark)
+    t, u = f"{SNAPSHOT}fail_t AS t", f"{SNAPSHOT}fail_t AS u"
+    failing = f"SELECT (SELECT MAX(1 DIV (u.id - u.id)) FROM {u}) AS v, (SELECT COUNT(*) FROM {t}) AS w"
+    statements = _spark_statements(f"SELECT COUNT(*) FROM {t}", failing, tables=("fail_t",))
+    with pytest.raises(DatabaseError) as caught:
+        engine.execute(statements, Speed())
+    message = str(caught.value)
+    assert message.startswith("Spark failed on the query:") and "\n" not in message
+    assert "DIVIDE_BY_ZERO" in message and "py4j" not in message.lower()
+
+
 def test_defer_and_bind_leave_everything_else_alone() -> None:
     """A correlated CASE branch is not deferred (its value depends on the row); a statement without such a
     branch is not rewritten; binding replaces whole snapshot names only (``order`` is not part of ``orders``)."""
