@@ -677,14 +677,23 @@ class _SemiPlan:
     semi: SemiJoin
     term: UseTerm
     factors: tuple[int, ...]
+    # as _UsePlan's: the outer uses a declared key determines for D's row, c_F's scalar queries, g
+    determined: frozenset[str] = frozenset()
+    free: tuple[int, ...] | None = None
+    gap: float = math.inf
+
+
+def semi_form(form: AnalysisForm, semi: SemiJoin) -> AnalysisForm:
+    """The outer query joined with D by ψ (sqldp.subqueries, argument 2), D a use of the product."""
+    conds = tuple(Conjunct(e, frozenset(ColumnRef(c.table, c.name) for c in e.find_all(exp.Column)), False)
+                  for e in semi.correlation)  # fmt: skip
+    return dataclasses.replace(form, uses=(*form.uses, semi.use), conjuncts=(*form.conjuncts, *conds), semijoins=())
 
 
 def semi_term(form: AnalysisForm, semi: SemiJoin) -> UseTerm:
-    """The use term of D's row: the outer query joined with D by ψ (sqldp.subqueries, argument 2). D's columns
-    that ψ's equalities tie to outer columns are its pattern; ψ's other conjuncts that read D are dropped."""
-    conds = tuple(Conjunct(e, frozenset(ColumnRef(c.table, c.name) for c in e.find_all(exp.Column)), False)
-                  for e in semi.correlation)  # fmt: skip
-    joined = dataclasses.replace(form, uses=(*form.uses, semi.use), conjuncts=(*form.conjuncts, *conds), semijoins=())
+    """The use term of D's row in :func:`semi_form`. D's columns that ψ's equalities tie to outer columns are its
+    pattern; ψ's other conjuncts that read D are dropped."""
+    joined = semi_form(form, semi)
     return use_term(joined, semi.use, equality_classes(joined.conjuncts))
 
 
@@ -738,6 +747,11 @@ class RowPlan(ExactUnfolded):
         uses = all(o.table not in self.private or o.alias in p.determined for p in self.uses for o in p.term.others)
         return uses and all(o.table not in self.private for s in self.semis for o in s.term.others)
 
+    @property
+    def keyed(self) -> bool:
+        """Whether a declared key determines a private use for some derivative (the bound relies on the keys)."""
+        return any(p.free is not None for p in self.uses) or any(s.free is not None for s in self.semis)
+
     def bind(self, results: Sequence[Rows]) -> Callable[[float], Bound]:
         """Read the query results once — the counts, the unified pattern maps of self-joined tables, the
         growth of the other uses, none of which depends on β — and return the bound as a function of β
@@ -748,9 +762,16 @@ class RowPlan(ExactUnfolded):
         for table in sorted(self.private):
             plans = [p for p in self.uses if p.term.use.table == table]
             vectors = self._vectors(plans, scal, grouped) if plans else [()]
-            smoothers = [self._smoother(p, scal) for p in plans]
+            static = self.data_independent
+            smoothers = [self._smoother(p.term, p.determined, p.free, p.gap, scal, static) for p in plans]
             mine = [s for s in self.semis if s.semi.use.table == table]
-            semis = [(math.prod(scal[i] for i in s.factors), self._growth(s.term, scal)) for s in mine]
+            semis = [
+                (
+                    math.prod(scal[i] for i in s.factors),
+                    self._smoother(s.term, s.determined, s.free, s.gap, scal, static),
+                )
+                for s in mine
+            ]
             per_table.append((table, plans, vectors, smoothers, mine, semis))
 
         def at(beta: float) -> Bound:
@@ -764,7 +785,7 @@ class RowPlan(ExactUnfolded):
                     if total >= smoothed:
                         smoothed, witness = total, vec
                 # the derived tables' terms add to the product's (sqldp.subqueries, arguments 2 and 3)
-                derived = {s.semi.use.alias: smooth_count(c, g, beta)[0] for s, (c, g) in zip(mine, semis, strict=True)}
+                derived = {s.semi.use.alias: smooth(c, beta) for s, (c, smooth) in zip(mine, semis, strict=True)}
                 smoothed += sum(derived.values())
                 witness += tuple(c for c, _ in semis)
                 g_t = self.weights[table]
@@ -818,19 +839,27 @@ class RowPlan(ExactUnfolded):
             out[table] = at
         return out
 
-    def _smoother(self, plan: _UsePlan, scal: list[float]) -> Callable[[float, float], float]:
-        """(c, β) ↦ the β-smooth bound of one use's count c. With determined uses: the keyed bound
-        (smooth_keyed), or the smaller NR bound that ignores the keys (both are β-smooth upper bounds on
-        databases that satisfy the keys, so their minimum is one); when the plan is data-independent and a
-        private use is determined, c_F, which counts public rows only."""
-        plain = self._growth(plan.term, scal)
-        if not plan.determined:
+    def _smoother(
+        self,
+        term: UseTerm,
+        determined: frozenset[str],
+        free_queries: tuple[int, ...] | None,
+        gap: float,
+        scal: list[float],
+        static: bool,
+    ) -> Callable[[float, float], float]:
+        """(c, β) ↦ the β-smooth bound of one use's (or derived table's) count c. With determined uses: the
+        keyed bound (smooth_keyed), or the smaller NR bound that ignores the keys (both are β-smooth upper
+        bounds on databases that satisfy the keys, so their minimum is one); when the plan is data-independent
+        and a private use is determined, c_F, which counts public rows only."""
+        plain = self._growth(term, scal)
+        if not determined:
             return lambda c, beta: smooth_count(c, plain, beta)[0]
-        keyed = self._growth(plan.term, scal, plan.determined)
-        free = math.prod(scal[i] for i in plan.free) if plan.free is not None else 0.0
-        if self.data_independent and plan.free is not None:
+        keyed = self._growth(term, scal, determined)
+        free = math.prod(scal[i] for i in free_queries) if free_queries is not None else 0.0
+        if static and free_queries is not None:
             return lambda c, beta: free
-        return lambda c, beta: min(smooth_keyed(c, free, plan.gap, keyed, beta), smooth_count(c, plain, beta)[0])
+        return lambda c, beta: min(smooth_keyed(c, free, gap, keyed, beta), smooth_count(c, plain, beta)[0])
 
     def _growth(self, term: UseTerm, scal: list[float], determined: frozenset[str] = frozenset()) -> Growth:
         """The free uses' growth: per private table of a free use (n_t, m_t, G_t), and P, the product of the
@@ -934,7 +963,8 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
 
     classes = equality_classes(form.conjuncts)
     declared = {u.table: (catalog.table(u.table).primary_key, *catalog.table(u.table).unique) for u in form.uses}
-    types = {u.table: {c.name: c.type_sql for c in catalog.table(u.table).columns.values()} for u in form.uses}
+    read = (*form.uses, *(s.use for s in form.semijoins))
+    types = {u.table: {c.name: c.type_sql for c in catalog.table(u.table).columns.values()} for u in read}
     # keys that determine uses: only those PostgreSQL enforces, so that every database the query may see, and
     # every neighbour the guarantee covers, satisfies them (a schema file's keys are claims)
     enforced = {u.table: tuple(keys_of(catalog.table(u.table))) for u in form.uses} if catalog.enforced else {}
@@ -956,6 +986,29 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
                 scalars.append(_count_query([u], own, []))
             local[u.alias] = asked[same]
     counts_of_table = {t: len(form.uses_of(t)) for t in private}
+
+    def keyed(
+        joined: AnalysisForm, use: TableUse, term: UseTerm, classes: DisjointSet
+    ) -> tuple[frozenset[str], tuple[int, ...] | None, float]:
+        """The other uses a declared key determines for ``use``'s row, the scalar queries whose product is c_F
+        (the free uses' count alone, the largest over their patterns; None when no private use is determined)
+        and g, the least weight of a determined private table."""
+        determined = determined_uses(joined, use, term.others, classes, enforced, types, private)
+        mine = [o for o in term.others if o.alias in determined and o.table in private]
+        if not mine:
+            return determined, None, math.inf
+        reduced = free_term(joined, use, classes, determined)
+        free = []
+        for comp_uses, conds, keys in _components(reduced) if reduced.others else []:
+            free.append(len(scalars))
+            reps: list[exp.Expr] = [reduced.reps[k] for k in keys]
+            scalars.append(
+                _max_count(comp_uses, conds, reps, declared, types, private)
+                if keys
+                else _count_query(comp_uses, conds, [])
+            )
+        return determined, tuple(free), min(weights[o.table] for o in mine)
+
     plans = []
     shared: list[tuple[exp.Select, dict[int, str]]] = []
     scanned: set[str] = set()
@@ -987,22 +1040,7 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
                         shared.append(
                             (scan(comp_uses[0]), {local[comp_uses[0].alias]: "total", len(scalars) - 1: "best"})
                         )
-        determined = determined_uses(form, u, term.others, classes, enforced, types, private)
-        gap = min(
-            (weights[o.table] for o in term.others if o.alias in determined and o.table in private), default=math.inf
-        )
-        free: tuple[int, ...] | None = None
-        if math.isfinite(gap):  # c_F: the free uses' count alone, the largest over their patterns
-            reduced = free_term(form, u, classes, determined)
-            free = ()
-            for comp_uses, conds, keys in _components(reduced) if reduced.others else []:
-                free += (len(scalars),)
-                reps: list[exp.Expr] = [reduced.reps[k] for k in keys]
-                scalars.append(
-                    _max_count(comp_uses, conds, reps, declared, types, private)
-                    if keys
-                    else _count_query(comp_uses, conds, [])
-                )
+        determined, free, gap = keyed(form, u, term, classes)
         plans.append(
             _UsePlan(term, tuple(factors), tuple(pattern_queries), tuple(pattern_columns), determined, free, gap)
         )
@@ -1014,7 +1052,10 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
             q = _count_query(comp_uses, conds, [term.reps[k] for k in keys])
             indices.append(len(scalars))
             scalars.append(_max_of(q) if keys else q)
-        semis.append(_SemiPlan(s, term, tuple(indices)))
+        joined = semi_form(form, s)
+        semis.append(
+            _SemiPlan(s, term, tuple(indices), *keyed(joined, s.use, term, equality_classes(joined.conjuncts)))
+        )
     return RowPlan(
         form=form,
         aggregate=released,
