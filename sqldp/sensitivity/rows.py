@@ -12,7 +12,9 @@ which can only increase the count). The counts per pattern are computed by Postg
 columns replaced by the column they are equal to, grouped by those columns. For a table used once only the
 largest count matters (the smoothing is increasing in the count); for a table used several times the
 pattern maps of its uses are unified (:mod:`sqldp.sensitivity.patterns`). The other uses may grow with the
-distance; :mod:`sqldp.sensitivity.smoothing` turns each count into its β-smooth bound max_k e^(−βk)·A(k).
+distance; :mod:`sqldp.sensitivity.smoothing` turns each count into its β-smooth bound max_k e^(−βk)·A(k). A use
+that an enforced key determines (at most one row per fixed key value) does not grow ("uses a declared key
+determines" below).
 
 Units: one row of T is at distance G_T (policy ``weight``), so the sensitivity w.r.t. the metric is the
 multiplicity derivative divided by G_T; the query's bound is the maximum over its private tables.
@@ -125,6 +127,10 @@ def _pair(e: exp.Expr) -> tuple[ColumnRef, ColumnRef] | None:
 # rows lowers all three; and A is increasing in c, c_F, n and k. A table with uses both free and determined
 # keeps those uses free (one row would be new in both). No private table is free for a derivative → the bound
 # is c_F on every database: public data only, a global sensitivity (``RowPlan.data_independent``).
+#
+# A semi-join's derived table D (its term counts the outer rows one row of D meets, sqldp.subqueries) is treated
+# the same way: D's row is the pattern, the outer uses the others (Q21: l2.l_orderkey = l1.l_orderkey fixes
+# orders' key, so only l1 grows).
 #
 # The neighbour relation this assumes: databases that satisfy the keys (NR §3.3.13, as the model checker's
 # global bound). It holds for a catalog read from PostgreSQL, which enforces its keys (``Catalog.enforced``);
