@@ -24,7 +24,8 @@ from sqldp.errors import ForbiddenError, RefusedError
 
 # Structure of a single read-only SELECT: clauses, names, literals, set operations and subqueries. Not here
 # (so refused): SELECT … INTO (creates a table), FOR UPDATE/SHARE (exp.Lock takes row locks), TABLESAMPLE,
-# LATERAL, table functions, aggregate FILTER clauses (the analyses do not model them), exp.Dot
+# LATERAL, table functions, aggregate FILTER clauses (the analyses do not model them; sqldp.frontend.rewrite_filters
+# writes those of the aggregates that skip NULLs as CASE first), exp.Dot
 # (schema-qualified functions and field selection), arrays and subscripts, parameters, and any construct a
 # future sqlglot adds.
 STRUCTURE: frozenset[type[exp.Expr]] = frozenset(

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from sqldp.catalog import Catalog
 from sqldp.errors import RefusedError
 from sqldp.form import Aggregate, AnalysisForm
 from sqldp.policy import EPOCH, Policy
@@ -81,7 +82,7 @@ def _undeclared_private(form: AnalysisForm, policy: Policy, key: exp.Expr) -> bo
     return tp.column(key.name).domain is None and not tp.public
 
 
-def key_domains(form: AnalysisForm, policy: Policy) -> tuple[KeyDomain, ...]:
+def key_domains(form: AnalysisForm, policy: Policy, catalog: Catalog | None = None) -> tuple[KeyDomain, ...]:
     if form.distinct_rows:
         # SELECT DISTINCT releases the rows present in the data, also over a declared or public key (which of
         # them occur with the private rows is private): every group is chosen by partition selection
@@ -98,12 +99,20 @@ def key_domains(form: AnalysisForm, policy: Policy) -> tuple[KeyDomain, ...]:
             out.append(KeyDomain(years, None))
             continue
         allowed = _constant_filter(form, key)
+        fixed = fixed_domain(form, catalog, key) if catalog is not None else None
+        if fixed is not None:
+            # a NULL key never equals a constant: WHERE key IN (…) leaves no NULL group
+            kept = fixed if allowed is None else tuple(v for v in fixed if v is not None and _matches(v, allowed))
+            out.append(KeyDomain(kept, None))
+            continue
         if not isinstance(key, exp.Column) or not key.table:
             if allowed is None or not _derived_key(key):
                 raise RefusedError(
                     f"GROUP BY {key.sql(dialect='postgres')}: only plain columns can be group keys (their domain "
-                    "must come from the policy or a public table), or an expression of columns that the WHERE "
-                    "clause restricts to constants (key IN (…))"
+                    "must come from the policy or a public table), an expression of columns that the WHERE "
+                    "clause restricts to constants (key IN (…)), EXTRACT of a field with a fixed set of values "
+                    f"({', '.join(EXTRACT_FIELDS)}) from a date or timestamp, or a CASE whose every branch is a "
+                    "constant"
                 )
             out.append(KeyDomain(listed_domain(allowed), None))
             continue
@@ -134,6 +143,65 @@ def key_domains(form: AnalysisForm, policy: Policy) -> tuple[KeyDomain, ...]:
                 "or allow δ > 0 (--mechanism laplace --delta D) for DP partition selection"
             )
     return tuple(out)
+
+
+# EXTRACT fields whose values form a set fixed by the calendar, whatever the data (PostgreSQL's documented
+# ranges), and the column types PostgreSQL computes them for (EXTRACT(HOUR FROM a DATE) is an error)
+EXTRACT_FIELDS: dict[str, tuple[range, frozenset[str]]] = {
+    "MONTH": (range(1, 13), frozenset({"date", "timestamp"})),
+    "QUARTER": (range(1, 5), frozenset({"date", "timestamp"})),
+    "DAY": (range(1, 32), frozenset({"date", "timestamp"})),
+    "DOW": (range(0, 7), frozenset({"date", "timestamp"})),
+    "ISODOW": (range(1, 8), frozenset({"date", "timestamp"})),
+    "DOY": (range(1, 367), frozenset({"date", "timestamp"})),
+    "WEEK": (range(1, 54), frozenset({"date", "timestamp"})),
+    "HOUR": (range(0, 24), frozenset({"timestamp"})),
+    "MINUTE": (range(0, 60), frozenset({"timestamp"})),
+}
+
+
+def fixed_domain(form: AnalysisForm, catalog: Catalog, key: exp.Expr) -> tuple[object, ...] | None:
+    """The groups of a key whose set of values the query text and the schema fix, whatever the data; None
+    for any other key.
+
+    * ``EXTRACT(f FROM d)`` of a DATE or TIMESTAMP column d for a field f of :data:`EXTRACT_FIELDS`: the
+      calendar's values of f (months 1 … 12, quarters 1 … 4, days of the week 0 … 6, …), and NULL when d is
+      nullable (EXTRACT of NULL is NULL; of ±infinity too, so on a NOT NULL column such rows fall in no
+      released group). YEAR needs d's declared range (:func:`_date_domain`).
+    * ``CASE WHEN c1 THEN k1 … [ELSE k0] END`` (or ``CASE x WHEN …``) whose every result is a constant, all
+      strings or all numbers: the constants, in the order written, each once, and NULL when there is no ELSE
+      (or ELSE NULL). The conditions may read any column of the row; each row is in exactly one group.
+
+    As for a declared domain (NR §3.3.10.4), every group is released, with noise, even when no row has it, so
+    the released set depends on the query and the schema only. A row is in one group, so whether the groups
+    get parallel composition is decided as for any key computed from the private use's columns
+    (sqldp.sensitivity.rows, ``_disjoint``). Under value-level privacy a
+    changed value may move a row between groups: sqldp.sensitivity.columns refuses such keys over
+    value-sensitive columns (``_group_slopes``)."""
+    if isinstance(key, exp.Extract) and isinstance(key.expression, exp.Column) and key.expression.table:
+        field = EXTRACT_FIELDS.get(key.this.name.upper())
+        column = key.expression
+        use = next((u for u in form.uses if u.alias == column.table), None)
+        if field is None or use is None:
+            return None
+        info = catalog.table(use.table).column(column.name)
+        kind = "timestamp" if info.type_sql.upper().startswith("TIMESTAMP") else info.kind
+        if kind not in field[1]:
+            return None
+        return (*field[0], *((None,) if info.nullable else ()))
+    if isinstance(key, exp.Case):
+        results = [branch.args.get("true") for branch in key.args.get("ifs") or ()]
+        default = key.args.get("default")
+        literals = [r for r in results if isinstance(r, exp.Literal)]
+        constant_default = default is None or isinstance(default, (exp.Literal, exp.Null))
+        if not results or len(literals) != len(results) or not constant_default:
+            return None
+        if isinstance(default, exp.Literal):
+            literals.append(default)
+        if len({lit.is_string for lit in literals}) != 1:
+            return None
+        return (*listed_domain(literals), *((None,) if not isinstance(default, exp.Literal) else ()))
+    return None
 
 
 def date_key(key: exp.Expr) -> exp.Column | None:
@@ -360,7 +428,9 @@ def match_groups(answer: exp.Select, domains: Sequence[KeyDomain]) -> exp.Select
         if d.values is not None:
             case = exp.Case()
             for i, v in enumerate(d.values):
-                case = case.when(exp.EQ(this=key.copy(), expression=_literal(v)), exp.Literal.number(i))
+                # the NULL group (fixed_domain): the rows whose key IS NULL, which no = matches
+                match = key.copy().is_(exp.null()) if v is None else exp.EQ(this=key.copy(), expression=_literal(v))
+                case = case.when(match, exp.Literal.number(i))
             items.append(exp.alias_(case, f"__group{j}"))
         else:
             assert d.query is not None

@@ -44,6 +44,16 @@ The histogram's keys (the counts) are private values without a declared domain. 
   domain and never released), pure ε;
 * else refused, naming both ways out.
 
+**One table** (``SELECT n, COUNT(*) FROM (SELECT a.k, COUNT(*) AS n FROM A a [WHERE ψ(a)] GROUP BY a.k) d GROUP BY
+n``): the lemma with B = A. A row of A belongs to its own key's group only and moves its count by one, so ℓ1 ≤ 2
+again; under ``max_rows_per = { k = τ }`` on A every group counts 1 … τ (it has a row), the domain released.
+
+**Aggregates of per-key aggregates** (:func:`flatten`: an outer query without GROUP BY over ``d = SELECT k,
+COUNT(x) AS n, SUM(y) AS s FROM … GROUP BY k``). On every database SUM(n) = COUNT(x) and SUM(s) = SUM(y) over d's
+FROM/WHERE (the groups partition the rows; both NULL over no row), COUNT(*) = COUNT(n) = COUNT(DISTINCT k) when
+k is a column declared NOT NULL (one row of d per key value), and AVG(n) = COUNT(x)/COUNT(DISTINCT k). The query is
+written as that flat query and analysed as any other; nothing here bounds it.
+
 Pure: no database. :func:`histogram` recognises the shape (on the front end's algebra) and builds the analysis
 form; :func:`compile_histogram` builds its plan, domain and SQL for :meth:`sqldp.session.Session.prepare`.
 """
@@ -97,6 +107,11 @@ class PerKeyCounts:
     count_arg: exp.Expr | None  # None: COUNT(*)
     outer: bool
     alias: str  # the derived table's name in the query
+    joined: bool = True  # False: one table counts its own rows per key (counted is preserved, foreign is key)
+
+    @property
+    def uses(self) -> tuple[TableUse, ...]:
+        return (self.preserved, self.counted) if self.joined else (self.preserved,)
 
     def inner(self) -> exp.Select:
         """The inner query as it runs: the analyst's, with its outputs renamed."""
@@ -106,13 +121,14 @@ class PerKeyCounts:
         q = exp.select(exp.alias_(key.copy(), KEY), exp.alias_(count, BUCKET)).from_(
             exp.alias_(exp.to_table(a.table), a.alias, table=True)
         )
-        on = exp.and_(exp.EQ(this=key.copy(), expression=exp.column(self.foreign, table=b.alias)), *self.on)
-        q = q.join(
-            exp.alias_(exp.to_table(b.table), b.alias, table=True),
-            on=on,
-            join_type="left outer" if self.outer else "inner",
-            copy=False,
-        )
+        if self.joined:
+            on = exp.and_(exp.EQ(this=key.copy(), expression=exp.column(self.foreign, table=b.alias)), *self.on)
+            q = q.join(
+                exp.alias_(exp.to_table(b.table), b.alias, table=True),
+                on=on,
+                join_type="left outer" if self.outer else "inner",
+                copy=False,
+            )
         if self.where:
             q = q.where(exp.and_(*(e.copy() for e in self.where)), copy=False)
         return q.group_by(key, copy=False)
@@ -173,7 +189,7 @@ def histogram(normalizer: Normalizer, body: ra.Aggregate, sort: ra.Sort | None) 
         "(sqldp.nested: one row moves one key group between two counts, ℓ1 ≤ 2)"
     )
     return AnalysisForm(
-        uses=(shape.preserved, shape.counted),
+        uses=shape.uses,
         conjuncts=(),
         aggregates=(Aggregate("count", None, frozenset()),),
         outputs=tuple(outputs),
@@ -185,12 +201,88 @@ def histogram(normalizer: Normalizer, body: ra.Aggregate, sort: ra.Sort | None) 
     )
 
 
+def flatten(normalizer: Normalizer, body: ra.Aggregate) -> ra.Aggregate | None:
+    """An aggregate without GROUP BY over a derived table grouped by one key, written as the aggregate of the
+    derived table's own rows it equals on every database (the module docstring, "Aggregates of per-key aggregates"),
+    or None when ``body`` is not of that outer shape. The flat query is then analysed as any other. Refused with
+    the reason when an outer aggregate has no such equal."""
+    child = body.child
+    if body.groups or not (isinstance(child, ra.Rename) and isinstance(child.child, ra.Aggregate)):
+        return None
+    inner, alias = child.child, child.alias
+    what = f"an aggregate over derived table {alias}, grouped by one key"
+    if inner.having is not None or len(inner.groups) != 1 or body.having is not None:
+        raise _refuse(f"{what}: the derived table must be GROUP BY one column, without HAVING (and no outer HAVING)")
+    (key,) = inner.groups
+    per_key: dict[str, exp.Expr | None] = {}  # the derived table's outputs: None for the key, else its aggregate
+    for name, e in inner.items:
+        if e == key:
+            per_key[name] = None
+        elif isinstance(e, (exp.Count, exp.Sum)) and not isinstance(e.this, exp.Distinct):
+            per_key[name] = e
+        else:
+            raise _refuse(f"{what}: its output {name!r} must be its key, a COUNT or a SUM")
+
+    def groups() -> exp.Expr:
+        # COUNT(*) over the derived table is its number of rows, one per key value: COUNT(DISTINCT key) when the
+        # key cannot be NULL (a NULL key is a group of its own that COUNT(DISTINCT) skips)
+        table = (
+            next((r.table for r in ra.relations(inner.child) if r.alias == key.table), None)
+            if isinstance(key, exp.Column)
+            else None
+        )
+        column = normalizer.catalog.table(table).columns.get(key.name) if table is not None else None
+        if column is None or column.nullable:
+            raise _refuse(
+                f"{what}: counting its rows needs the GROUP BY key to be a column declared NOT NULL (a NULL key "
+                "is a group COUNT(DISTINCT key) does not count)"
+            )
+        return exp.Count(this=exp.Distinct(expressions=[key.copy()]))
+
+    def swap(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Column) and node.table == alias:
+            raise _refuse(f"{what}: {node.sql(dialect='postgres')} is read outside an aggregate")
+        if not isinstance(node, exp.AggFunc):
+            return node
+        arg = node.this
+        shown = node.sql(dialect="postgres")
+        if isinstance(node, exp.Count) and (arg is None or isinstance(arg, exp.Star)):
+            return groups()
+        if not (isinstance(arg, exp.Column) and arg.table == alias and arg.name in per_key):
+            raise _refuse(f"{what}: {shown} must aggregate one output of the derived table")
+        per = per_key[arg.name]
+        if isinstance(node, exp.Count) and (per is None or isinstance(per, exp.Count)):
+            return groups()  # the key and a COUNT are never NULL: COUNT(t.n) counts every row of t
+        if isinstance(node, exp.Sum) and per is not None:
+            return per.copy()  # the sum over the keys of the sum (count) per key: the sum (count) of all rows
+        if isinstance(node, exp.Avg) and isinstance(per, exp.Count):
+            return exp.Paren(this=exp.Div(this=per.copy(), expression=groups()))
+        raise _refuse(
+            f"{what}: {shown} is not analysed (SUM, AVG and COUNT of a per-key COUNT, SUM of a per-key SUM, and "
+            "COUNT(*) are)"
+        )
+
+    items = tuple((name, e.copy().transform(swap)) for name, e in body.items)
+    normalizer.notes.append(
+        f"derived table {alias} grouped by {key.sql(dialect='postgres')}: its aggregates written over the rows it "
+        "groups (SUM of per-key counts = COUNT, COUNT(*) = COUNT(DISTINCT key); sqldp.nested)"
+    )
+    return ra.Aggregate((), items, None, inner.child)
+
+
 def _join(node: ra.Node, key: exp.Column, arg: exp.Expr | None, alias: str) -> PerKeyCounts:
     """The two table uses, the join condition and the filters of the derived table's FROM/WHERE."""
     where: list[exp.Expr] = []
     while isinstance(node, ra.Select):
         where += conjuncts(node.condition)
         node = node.child
+    if isinstance(node, ra.Relation):  # one table: each key group counts its own rows
+        a = TableUse(node.alias, node.table)
+        if key.table != a.alias:
+            raise _refuse("the GROUP BY key must be a column of the table")
+        if arg is not None and not (isinstance(arg, exp.Column) and arg.table == a.alias):
+            raise _refuse(f"COUNT({arg.sql(dialect='postgres')}): count a column of {a.table}, or COUNT(*)")
+        return PerKeyCounts(a, a, key.name, key.name, (), tuple(where), arg, False, alias, joined=False)
     if isinstance(node, ra.OuterJoin):
         if node.kind.upper() not in ("LEFT", "LEFT OUTER"):
             raise _refuse(f"{node.kind} JOIN: only LEFT OUTER JOIN (and the inner join) are analysed")
@@ -198,7 +290,7 @@ def _join(node: ra.Node, key: exp.Column, arg: exp.Expr | None, alias: str) -> P
     elif isinstance(node, ra.Product) and len(node.children) == 2:
         sides, on, outer = (node.children[0], node.children[1]), [], False
     else:
-        raise _refuse("the derived table must read two tables joined on its GROUP BY key")
+        raise _refuse("the derived table must read one table, or two tables joined on its GROUP BY key")
     if not all(isinstance(s, ra.Relation) for s in sides):
         raise _refuse("both sides of the join must be tables")
     a, b = (TableUse(s.alias, s.table) for s in sides)  # type: ignore[union-attr]
@@ -251,7 +343,7 @@ def _check(normalizer: Normalizer, shape: PerKeyCounts) -> None:
     NR §3.3.8), and expressions PostgreSQL may fail on (sqldp.sensitivity.failures: an error would answer for
     the data)."""
     policy, catalog = normalizer.policy, normalizer.catalog
-    by_alias = {u.alias: u.table for u in (shape.preserved, shape.counted)}
+    by_alias = {u.alias: u.table for u in shape.uses}
     read = {(shape.preserved.alias, shape.key), (shape.counted.alias, shape.foreign)}
     for e in (*shape.on, *shape.where, *((shape.count_arg,) if shape.count_arg is not None else ())):
         read |= _columns(e)
@@ -273,8 +365,9 @@ def _flat(shape: PerKeyCounts) -> AnalysisForm:
         this=exp.column(shape.key, table=shape.preserved.alias),
         expression=exp.column(shape.foreign, table=shape.counted.alias),
     )
-    conjuncts = tuple(Conjunct(c, frozenset(), False) for c in (key, *shape.on, *shape.where))
-    return AnalysisForm((shape.preserved, shape.counted), conjuncts, (), ())
+    keys = (key,) if shape.joined else ()
+    conjuncts = tuple(Conjunct(c, frozenset(), False) for c in (*keys, *shape.on, *shape.where))
+    return AnalysisForm(shape.uses, conjuncts, (), ())
 
 
 def compile_histogram(
@@ -317,9 +410,12 @@ def compile_histogram(
                 f"(tables.{shape.counted.table}.max_rows_per = {{ {shape.foreign} = τ }}) for the domain 0 … τ"
             )
         truncations = (Truncation(shape.counted.table, shape.foreign, tau),)
-        domains = (KeyDomain(tuple(range(tau + 1)), None),)
+        # a key group of one table has a row, so COUNT(*) is at least 1 there; through a join (or COUNT(x) of a
+        # column that may be NULL) a group may count 0
+        low = 1 if not shape.joined and shape.count_arg is None else 0
+        domains = (KeyDomain(tuple(range(low, tau + 1)), None),)
         form = dataclasses.replace(
-            form, notes=(*form.notes, f"counts released over 0 … {tau}: {truncations[0]} (declared max_rows_per)")
+            form, notes=(*form.notes, f"counts released over {low} … {tau}: {truncations[0]} (declared max_rows_per)")
         )
     if dialect != "postgres":  # after the refusals that do not depend on the engine: the same reason on both
         raise _refuse("runs on PostgreSQL only")

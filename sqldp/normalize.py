@@ -93,8 +93,47 @@ def split_and(e: exp.Expr) -> list[exp.Expr]:
     return [e]
 
 
+def _branches(e: exp.Expr) -> list[exp.Expr]:
+    """The disjuncts of an OR, through parentheses."""
+    if isinstance(e, exp.Paren):
+        return _branches(e.this)
+    if isinstance(e, exp.Or):
+        return _branches(e.this) + _branches(e.expression)
+    return [e]
+
+
+def factor_or(e: exp.Expr) -> list[exp.Expr]:
+    """The conjuncts of ``e`` with the terms every branch of an OR shares moved out of it:
+    (A ∧ B) ∨ (A ∧ C) becomes A, B ∨ C. A WHERE keeps a row when its condition is TRUE, and the left side is
+    TRUE exactly when A is TRUE and B or C is (three-valued logic), so the rows kept are the same; the
+    continuous approximation of a private filter (AND = min, OR = max, NR §3.3.8.4) is the same function too,
+    max(min(a, b), min(a, c)) = min(a, max(b, c)). What changes is what the analyses see: TPC-H Q19 repeats
+    its join p_partkey = l_partkey in each branch, and only as a conjunct of its own does it make the product
+    a join (a lineitem row in one product row) instead of lineitem × part. Shared terms are recognised by
+    their SQL text."""
+    parts = split_and(e)
+    if len(parts) != 1 or not isinstance(e, (exp.Or, exp.Paren)) or len(_branches(e)) < 2:
+        return parts
+    branches = [split_and(b) for b in _branches(e)]
+    texts = [[p.sql(dialect="postgres") for p in b] for b in branches]
+    shared = [p for p, t in zip(branches[0], texts[0], strict=True) if all(t in other for other in texts[1:])]
+    if not shared:
+        return parts
+    common = {p.sql(dialect="postgres") for p in shared}
+    rest = [[p for p, t in zip(b, ts, strict=True) if t not in common] for b, ts in zip(branches, texts, strict=True)]
+    if any(not r for r in rest):  # a branch that is only shared terms: the OR holds whenever they do
+        return [p.copy() for p in shared]
+    ors = [exp.and_(*(p.copy() for p in r)) if len(r) > 1 else r[0].copy() for r in rest]
+    disjunction = ors[0]
+    for o in ors[1:]:
+        disjunction = exp.Or(this=disjunction, expression=o)
+    return [*(p.copy() for p in shared), exp.Paren(this=disjunction)]
+
+
 class Normalizer:
-    def __init__(self, parsed: ParsedQuery, catalog: Catalog, policy: Policy) -> None:
+    def __init__(
+        self, parsed: ParsedQuery, catalog: Catalog, policy: Policy, keep: frozenset[int] = frozenset()
+    ) -> None:
         self.parsed = parsed
         self.sql = parsed.sql
         self.catalog = catalog
@@ -105,6 +144,11 @@ class Normalizer:
         self.ctes = set(ctes_of(parsed.tree))
         # the subqueries (EXISTS, IN) made semi-joins: not refused by the check of the whole statement
         self.handled: list[exp.Expr] = []
+        # the uses of the right tables of LEFT JOINs left out (sqldp.subqueries.left_join): alias → why a column
+        # of theirs cannot be read
+        self.eliminated: dict[str, tuple[str, int]] = {}
+        self.keep = keep  # the LEFT JOINs (by id) not to leave out: their right table is read
+        self.null_extended: list[subqueries.NullExtended] = []  # LEFT JOINs analysed as inner joins, conditionally
 
     # -- errors ---------------------------------------------------------------------------------
 
@@ -127,7 +171,11 @@ class Normalizer:
                 scope = exports.get(node.table)
                 if scope is None or node.name not in scope:
                     raise self.refuse(f"cannot resolve column {node.sql(dialect='postgres')}", node)
-                return scope[node.name].copy()
+                resolved = scope[node.name]
+                if isinstance(resolved, exp.Column) and resolved.table in self.eliminated:
+                    why, join = self.eliminated[resolved.table]
+                    raise subqueries.ReadsEliminated(why, position(self.sql, node), join)
+                return resolved.copy()
             if isinstance(node, (exp.Subquery, exp.Exists)) or (isinstance(node, exp.In) and node.args.get("query")):
                 raise self.refuse(
                     "subqueries inside expressions (EXISTS, IN (SELECT …), scalar subqueries) are not supported",
@@ -137,7 +185,9 @@ class Normalizer:
 
         return e.copy().transform(swap)
 
-    def spj(self, node: ra.Node) -> _SPJ:
+    def spj(self, node: ra.Node, above: tuple[exp.Expr, ...] = ()) -> _SPJ:
+        """The block of ``node``; ``above`` are the WHERE conjuncts (as written) that filter its rows, for the
+        LEFT JOINs inside (sqldp.subqueries.left_join)."""
         if isinstance(node, ra.Relation):
             alias = self._fresh(node.alias)
             self.tables[alias] = node.table
@@ -146,7 +196,7 @@ class Normalizer:
             out.exports[node.alias] = {c: exp.column(c, table=alias) for c in table.columns}
             return out
         if isinstance(node, ra.Select):
-            inner = self.spj(node.child)
+            inner = self.spj(node.child, (*above, *split_and(node.condition)))
             for cond in split_and(node.condition):
                 # [NOT] EXISTS / [NOT] IN (SELECT …) conjuncts become semi-joins, comparisons with a correlated
                 # scalar subquery joins with a grouped derived table (sqldp.subqueries)
@@ -162,7 +212,7 @@ class Normalizer:
         if isinstance(node, ra.Product):
             out = _SPJ()
             for child in node.children:
-                part = self.spj(child)
+                part = self.spj(child, above)
                 out.uses += part.uses
                 out.conditions += part.conditions
                 out.semijoins += part.semijoins
@@ -179,11 +229,23 @@ class Normalizer:
             cols = {name: self._substitute(e, inner.exports) for name, e in child.items}
             self.notes.append(f"inlined derived table {node.alias}")
             return _SPJ(inner.uses, inner.conditions, {node.alias: cols}, inner.semijoins)
-        if isinstance(node, ra.OuterJoin):
-            raise self.refuse(
-                f"{node.kind} JOIN is not supported: only inner joins have a sensitivity analysis (NR §3.3.7.2)",
-                node.condition,
-            )
+        if isinstance(node, ra.OuterJoin):  # the inner join, or the left side alone (NR §4.3.6.1 (ix))
+            rewritten, eliminated, conditional = subqueries.left_join(self, node, above, id(node) in self.keep)
+            out = self.spj(rewritten, above)
+            if conditional:  # the right table's use: the form's aggregates must skip its NULL-extended rows
+                assert isinstance(node.right, ra.Relation)
+                (alias,) = {c.table for e in out.exports[node.right.alias].values() for c in e.find_all(exp.Column)}
+                where = position(self.sql, node.condition)
+                self.null_extended.append(subqueries.NullExtended(alias, node.kind, where))
+            if eliminated is not None:
+                if eliminated.alias in out.exports:
+                    raise self.refuse(f"the alias {eliminated.alias!r} is used twice in one FROM clause")
+                gone = self._fresh(eliminated.alias)
+                # read after all: analysed again with the join kept (normalize)
+                self.eliminated[gone] = (f"a column of {eliminated.table} is read outside its LEFT JOIN's ON", id(node))
+                table = self.catalog.table(eliminated.table)
+                out.exports[eliminated.alias] = {c: exp.column(c, table=gone) for c in table.columns}
+            return out
         raise self.refuse(_why_not_inlinable(node, None))
 
     # -- the whole query ------------------------------------------------------------------------
@@ -214,6 +276,8 @@ class Normalizer:
                 f"the query releases rows of private table {(released or private)[0]!r}; only aggregates "
                 f"({aggregates.supported()}) over private tables can be answered"
             )
+        # SUM/COUNT/AVG over a derived table grouped by one key: the aggregate of its rows it equals (sqldp.nested)
+        body = nested.flatten(self, body) or body
         histogram = nested.histogram(self, body, sort)
         if histogram is not None:  # an aggregate over a derived table that aggregates (TPC-H Q13)
             self._subqueries(statement, private)
@@ -222,7 +286,7 @@ class Normalizer:
         self._subqueries(statement, private)
         conjuncts = []
         for cond in block.conditions:
-            for part in split_and(cond):
+            for part in (q for p in split_and(cond) for q in factor_or(p)):
                 cols = columns_of(part)
                 reads_private = any(self._sensitive(block, c) for c in cols)
                 conjuncts.append(Conjunct(part, cols, reads_private))
@@ -243,7 +307,7 @@ class Normalizer:
             self._check_post_processed(having, body.having, "HAVING may compare aggregates and numbers")
             self.notes.append("HAVING evaluated on the noisy aggregates (post-processing)")
         order_by, limit = self._order(sort, outputs, body) if sort is not None else ((), None)
-        return AnalysisForm(
+        form = AnalysisForm(
             uses=tuple(block.uses),
             conjuncts=tuple(conjuncts),
             aggregates=tuple(measured),
@@ -256,6 +320,8 @@ class Normalizer:
             distinct_rows=distinct_rows,
             semijoins=tuple(block.semijoins),
         )
+        subqueries.skips_unmatched(form, self.null_extended)
+        return form
 
     def _subqueries(self, statement: exp.Expr, private: list[str]) -> None:
         """Refuse subqueries in expressions other than the semi-joins made of WHERE conjuncts (``handled``): the
@@ -368,9 +434,10 @@ class Normalizer:
 
     @staticmethod
     def _agg(agg: Aggregate, aggs: list[Aggregate], used: list[int]) -> exp.Column:
-        key = (agg.kind, agg.arg.sql(dialect="postgres") if agg.arg is not None else None)
+        # DISTINCT is part of the aggregate: COUNT(x) and COUNT(DISTINCT x) are two measurements
+        key = (agg.kind, agg.arg.sql(dialect="postgres") if agg.arg is not None else None, agg.distinct)
         for i, a in enumerate(aggs):
-            if (a.kind, a.arg.sql(dialect="postgres") if a.arg is not None else None) == key:
+            if (a.kind, a.arg.sql(dialect="postgres") if a.arg is not None else None, a.distinct) == key:
                 used.append(i)
                 return placeholder(i)
         aggs.append(agg)
@@ -393,6 +460,13 @@ class Normalizer:
                 for i, (_, item) in enumerate(body.items):
                     if key == item:
                         index = i
+            if index is None and any(isinstance(n, exp.AggFunc) for n in key.walk()):
+                # sorting by it would need one more measurement, which the analyst did not ask to pay for
+                raise self.refuse(
+                    f"ORDER BY {key.sql(dialect='postgres')}: the aggregate is not an output of the query; add it "
+                    "to the SELECT list (only released values can order the rows)",
+                    key,
+                )
             if index is None or not 0 <= index < len(outputs):
                 raise self.refuse("ORDER BY must name an output column of the query", key)
             keys.append(OrderKey(index, desc))
@@ -413,4 +487,11 @@ def _why_not_inlinable(node: ra.Node, alias: str | None) -> str:
 
 
 def normalize(parsed: ParsedQuery, catalog: Catalog, policy: Policy) -> AnalysisForm | PublicRelease:
-    return Normalizer(parsed, catalog, policy).run()
+    keep: frozenset[int] = frozenset()
+    while True:  # a LEFT JOIN left out whose right table is read: again with it kept (sqldp.subqueries.left_join)
+        try:
+            return Normalizer(parsed, catalog, policy, keep).run()
+        except subqueries.ReadsEliminated as err:
+            if err.join in keep:  # cannot happen (a kept join is not left out); fail closed all the same
+                raise RefusedError(str(err), where=err.where) from None
+            keep |= {err.join}

@@ -307,6 +307,7 @@ def templates(
                 terms=bound.tables,
                 mechanism=GAUSSIAN if joint else GLOBAL if plan.data_independent else cal.mechanism,
                 calibration=cal,
+                bound=plan.source if isinstance(plan, GlobalPlan) else None,
             )
         )
     return out
@@ -629,6 +630,8 @@ def describe(
             eps = params.epsilon / len(plans)
         delta = share[1] if share else None
         entry: dict[str, Any] = {"aggregate": agg.sql, "groups": how, "epsilon": eps, "delta": delta}
+        if isinstance(plan, GlobalPlan):  # which global bound (the query, the schema and the policy decide it)
+            entry["bound"] = plan.source
         if isinstance(plan, UnitPlan):
             entry["unit"] = plan.describe()
         out.append(entry)

@@ -52,6 +52,9 @@ class Measurement:
     truncated: tuple[float, ...] = field(default=(), repr=False)
     # GROUP BY under a privacy unit: this group's ℓ1 mass of the truncated contributions at each τ_j (audit only)
     mass: tuple[float, ...] = field(default=(), repr=False)
+    # which data-independent bound the noise is calibrated to (sqldp.sensitivity.global_bound.GlobalPlan.source,
+    # e.g. the schema's keys, a workflow's composition): a function of the query, the schema and the policy
+    bound: str | None = None
 
     @functools.cached_property
     def tables(self) -> dict[str, Any]:
@@ -68,6 +71,8 @@ class Measurement:
                 # a global bound is a function of the query, the policy and public data: so are its noise
                 # scale and error bar, which the analyst may see
                 out["noise_scale"], out["half_width"] = self.noise_scale, self.half_width
+                if self.bound is not None:
+                    out["bound"] = self.bound
             if self.unit is not None:
                 out["unit"] = dict(self.unit)
             return out

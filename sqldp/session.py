@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from sqldp import allowlist, db, nested, selection, sensitivity, subqueries
+from sqldp import allowlist, db, nested, selection, sensitivity, setops, subqueries
 from sqldp.catalog import Catalog
 from sqldp.context import load_catalog, load_policy
 from sqldp.db import connect, resolve_dsn
@@ -40,6 +40,7 @@ from sqldp.runner import Prepared, Workflow
 from sqldp.sensitivity.global_bound import GlobalPlan, declared_truncations
 from sqldp.sensitivity.plan import Plan
 from sqldp.sensitivity.units import UnitPlan, grouped_answer
+from sqldp.setops import SetRelease
 from sqldp.spark_sql import public_statement
 from sqldp.sqlgen import answer_query
 from sqldp.subqueries import ScalarStep
@@ -110,9 +111,9 @@ class Session:
         # policy, so a repeated query skips parsing and analysis; the proxy's connections share one session,
         # hence one cache. It holds for the policy and catalog it was filled under (_cached_for): replacing
         # either (a policy reload) empties it
-        self._prepared: OrderedDict[tuple[str, tuple[tuple[str, Any], ...]], Prepared | Workflow | selection.Chosen] = (
-            OrderedDict()
-        )
+        self._prepared: OrderedDict[
+            tuple[str, tuple[tuple[str, Any], ...]], Prepared | Workflow | selection.Chosen | SetRelease
+        ] = OrderedDict()
         self._cached_for: tuple[Policy, Catalog] = (self.policy, self.catalog)
 
     @property
@@ -131,7 +132,7 @@ class Session:
     def close(self) -> None:
         self.engine.close()
 
-    def prepare(self, sql: str, **privacy: Any) -> Prepared | Workflow | selection.Chosen:
+    def prepare(self, sql: str, **privacy: Any) -> Prepared | Workflow | selection.Chosen | SetRelease:
         """Parse, normalise, plan and resolve the privacy parameters, refusing what cannot be analysed.
         Reads no data: the proxy charges the analyst's budget between this and :meth:`Prepared.run`."""
         t0 = time.perf_counter()
@@ -158,8 +159,24 @@ class Session:
                 self._prepared.popitem(last=False)
         return prepared
 
-    def _prepare(self, sql: str, t0: float, **privacy: Any) -> Prepared | Workflow | selection.Chosen:
+    def _prepare(self, sql: str, t0: float, **privacy: Any) -> Prepared | Workflow | selection.Chosen | SetRelease:
         parsed = parse(sql, self.catalog)
+        top = setops.set_operation(parsed.statement) if parsed.statement is not None else None
+        if top is not None and any(not self.policy.table(t).public for t in relations_read(top, self.catalog)):
+            # UNION / INTERSECT / EXCEPT of queries over private tables: each branch released, the set
+            # operation on the released rows (sqldp.setops); over public tables only it runs exactly as written
+            assert parsed.statement is not None
+            allowlist.check(sql, parsed.statement)
+            return setops.prepare(
+                sql,
+                top,
+                privacy,
+                lambda text: parse(text, self.catalog),
+                self.engine.check,
+                lambda branch, share: self._analysed(branch, time.perf_counter(), **share),
+                lambda n: resolve_params(self.policy, outputs=n, **privacy),
+                t0,
+            )
         chosen = self._selection(parsed, t0, **privacy)
         if chosen is not None:
             return chosen
@@ -373,7 +390,7 @@ def compile_form(
         nominal = params or PrivacyParams(d.epsilon or 1.0, d.delta, beta, d.mechanism, d.confidence)
         _, domains, plans, statements = nested.compile_histogram(form, catalog, policy, nominal, dialect)
         return domains, plans, statements
-    domains = tuple(key_domains(form, policy))
+    domains = tuple(key_domains(form, policy, catalog))
     plans = tuple(
         sensitivity.plan(single_aggregate(form, i), catalog, policy, beta) for i in range(len(form.aggregates))
     )

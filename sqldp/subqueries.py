@@ -66,6 +66,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
+from sqldp import algebra as ra
 from sqldp.catalog import Catalog
 from sqldp.errors import RefusedError
 from sqldp.form import SCALAR_VALUE, AnalysisForm, ColumnRef, Conjunct, SemiJoin, TableUse
@@ -593,3 +594,185 @@ def _span(sql: str, sub: exp.Expr, spans: list[tuple[int, int]]) -> tuple[int, i
     except (ParseError, TokenError):
         return None
     return (start, end) if again == sub.unnest() else None
+
+
+# -- LEFT OUTER JOIN (NR §4.3.6.1 (ix)) --------------------------------------------------------------------------
+#
+# (ix) writes ``L LEFT JOIN R ON c`` as the inner join σ_c(L × R) plus the unmatched rows of L (L AND NOT EXISTS
+# (SELECT … FROM R WHERE c)) extended with NULLs for R's columns. Two cases make one of the two parts vanish on
+# every database, so the query is one of the flat forms the analyses already cover (docs/subqueries.md, "LEFT
+# OUTER JOIN"):
+#
+# * the enclosing WHERE rejects the NULL-extended rows: a conjunct that is NULL or false whenever R's columns are
+#   all NULL (strict in a column of R, as PostgreSQL's planner reduces outer joins, reduce_outer_joins). Every
+#   unmatched row fails it, so the union is the inner join alone: σ_c(L × R) under that WHERE.
+# * c contains equalities l = r.k over a key of R (PRIMARY KEY or UNIQUE, enforced by PostgreSQL) and nothing
+#   outside c reads R: every row of L meets at most one row of R, so the union holds each row of L exactly once
+#   (matched or NULL-extended), and what the query reads of it is L's own columns: the query over L alone.
+# * the query has no GROUP BY and every aggregate's argument is NULL on the NULL-extended rows (SUM(r.x),
+#   COUNT(r.x), AVG(r.x + l.y), …; not COUNT(*), nor an aggregate of L's columns): SQL's aggregates skip NULLs,
+#   so the unmatched part adds nothing to any of them, and the answer is the inner join's (checked on the form
+#   by :func:`skips_unmatched`).
+#
+# Any other LEFT JOIN (both parts non-empty and read) is refused: the sum of the two parts' analyses is not built.
+
+
+class ReadsEliminated(RefusedError):
+    """A LEFT JOIN's right table left out (the second case above) is read after all: the normaliser analyses the
+    statement again with that join kept (the third case), which refuses if it does not apply either."""
+
+    def __init__(self, message: str, where: str, join: int) -> None:
+        super().__init__(message, where=where)
+        self.join = join
+
+
+GENERAL = (
+    "{kind} JOIN: analysed when WHERE rejects its NULL-extended rows (a condition on the right table that NULL "
+    "fails: it is then the inner join), when ON equates a key of the right table and nothing else reads that "
+    "table (the left side alone), or, without GROUP BY, when every aggregate reads a column of the right table "
+    "that makes it skip the NULL-extended rows (not COUNT(*)); the sum of the inner join and the unmatched rows "
+    "(NR §4.3.6.1 (ix)) is not analysed"
+)
+
+
+@dataclass(frozen=True)
+class NullExtended:
+    """A LEFT JOIN analysed as its inner join on the condition that the unmatched part adds nothing (the third
+    case above): ``alias`` is the right table's use in the form."""
+
+    alias: str
+    kind: str
+    where: str
+
+
+def skips_unmatched(form: AnalysisForm, joins: list[NullExtended]) -> None:
+    """Refuse unless every aggregate of ``form`` skips the NULL-extended rows of each join in ``joins`` and there
+    is no GROUP BY (a group of unmatched rows only would exist over the LEFT JOIN and not over the inner join)."""
+    for j in joins:
+        skipped = all(a.arg is not None and null_when(a.arg, frozenset({j.alias})) for a in form.aggregates)
+        if form.group_by or form.distinct_rows or not skipped:
+            raise RefusedError(GENERAL.format(kind=j.kind), where=j.where)
+
+
+# operators that yield NULL when this operand is NULL (PostgreSQL's strict operators over their operands)
+_STRICT_BINARY = (
+    exp.EQ,
+    exp.NEQ,
+    exp.LT,
+    exp.LTE,
+    exp.GT,
+    exp.GTE,
+    exp.Add,
+    exp.Sub,
+    exp.Mul,
+    exp.Div,
+    exp.Mod,
+    exp.Like,
+    exp.ILike,
+    exp.DPipe,
+)
+
+
+def null_when(e: exp.Expr, aliases: frozenset[str]) -> bool:
+    """Whether ``e`` is NULL whenever every column of the uses ``aliases`` is NULL (conservative: False for
+    anything not listed, e.g. IS NULL, COALESCE, CASE, functions, OR)."""
+    while isinstance(e, exp.Paren):
+        e = e.this
+    if isinstance(e, exp.Column):
+        return e.table in aliases
+    if isinstance(e, _STRICT_BINARY):
+        return null_when(e.this, aliases) or null_when(e.expression, aliases)
+    if isinstance(e, (exp.Neg, exp.Not, exp.Cast, exp.Between)):
+        # BETWEEN is NULL when its operand is; a NULL bound may give false instead (then NOT would pass the row)
+        return null_when(e.this, aliases)
+    if isinstance(e, exp.In) and e.args.get("query") is None and not e.args.get("unnest"):
+        return null_when(e.this, aliases)
+    return False
+
+
+def rejects_null(e: exp.Expr, aliases: frozenset[str]) -> bool:
+    """Whether the WHERE conjunct ``e`` is never true when every column of ``aliases`` is NULL."""
+    e = e.unnest()
+    if isinstance(e, exp.And):
+        return rejects_null(e.this, aliases) or rejects_null(e.expression, aliases)
+    if isinstance(e, exp.Or):
+        return rejects_null(e.this, aliases) and rejects_null(e.expression, aliases)
+    return null_when(e, aliases)
+
+
+def _exported(node: ra.Node) -> frozenset[str]:
+    """The aliases a FROM item shows the enclosing query (the columns a LEFT JOIN NULL-extends)."""
+    if isinstance(node, (ra.Relation, ra.Rename)):
+        return frozenset({node.alias})
+    if isinstance(node, ra.OuterJoin):
+        return _exported(node.left) | _exported(node.right)
+    return frozenset(a for child in ra.children(node) for a in _exported(child))
+
+
+def left_join(
+    n: Normalizer, node: ra.OuterJoin, above: tuple[exp.Expr, ...], keep: bool
+) -> tuple[ra.Node, ra.Relation | None, bool]:
+    """``(what to analyse, eliminated, conditional)`` for a LEFT OUTER JOIN under the WHERE conjuncts ``above`` (as
+    written): the inner join when one of them rejects the NULL-extended rows; the left side alone when the join
+    meets at most one row of R per row of L and ``keep`` is False (``eliminated`` is R: nothing may read it); else,
+    when R is a table, the inner join with ``conditional`` True (the form must pass :func:`skips_unmatched`).
+    Refused for RIGHT, FULL and other joins. The argument is the comment above."""
+    where = position(n.sql, node.condition) if node.condition is not None else "query"
+    if node.kind.upper() not in ("LEFT", "LEFT OUTER"):
+        raise RefusedError(
+            f"{node.kind} JOIN is not supported: inner joins and LEFT [OUTER] JOIN have a sensitivity analysis "
+            "(NR §3.3.7.2, §4.3.6.1 (ix))",
+            where=where,
+        )
+    if node.condition is None:
+        raise RefusedError("LEFT JOIN without ON is not supported", where=where)
+    on = _split(node.condition)
+    right = _exported(node.right)
+    rejecting = next((c for c in above if rejects_null(c, right)), None)
+    if rejecting is not None:
+        n.notes.append(
+            f"LEFT JOIN → inner join: WHERE {rejecting.sql(dialect='postgres')} rejects its NULL-extended rows"
+        )
+        return _inner(node), None, False
+    r = node.right
+    if not isinstance(r, ra.Relation):
+        raise RefusedError(GENERAL.format(kind=node.kind), where=where)
+    if not keep and n.catalog.enforced and _at_most_one(n, node.left, r, on):
+        n.notes.append(
+            f"LEFT JOIN {r.table} on a key of {r.table}: every row of the left side is kept once and nothing else "
+            f"reads {r.table} → the left side alone"
+        )
+        return node.left, r, False
+    n.notes.append(f"LEFT JOIN {r.table} → inner join: the aggregates skip its NULL-extended rows (no GROUP BY)")
+    return _inner(node), None, True
+
+
+def _inner(node: ra.OuterJoin) -> ra.Node:
+    assert node.condition is not None
+    left = node.left.children if isinstance(node.left, ra.Product) else (node.left,)
+    return ra.Select(node.condition, ra.Product((*left, node.right)))
+
+
+def _at_most_one(n: Normalizer, left: ra.Node, r: ra.Relation, on: list[exp.Expr]) -> bool:
+    """Whether the conjuncts ``on`` equate every column of a key of R (its PRIMARY KEY or a UNIQUE constraint)
+    with a column of the left side of the same type: then a row of the left side matches at most one row of R.
+    Same type, no COLLATE: an equality that casts R's key (bigint to double precision) or compares it under
+    another collation could match two distinct keys."""
+    table = n.catalog.table(r.table)
+    by_alias = {x.alias: x.table for x in ra.relations(left) if x.alias in _exported(left)}
+    keyed: set[str] = set()
+    for c in on:
+        e = c.unnest()
+        if not isinstance(e, exp.EQ):
+            continue
+        for mine, other in ((e.this, e.expression), (e.expression, e.this)):
+            if not (isinstance(mine, exp.Column) and mine.table == r.alias and isinstance(other, exp.Column)):
+                continue
+            source = by_alias.get(other.table)
+            if source is None or other.name not in n.catalog.table(source).columns:
+                continue
+            theirs = n.catalog.table(source).column(other.name)
+            if mine.name in table.columns and theirs.type_sql.upper() == table.column(mine.name).type_sql.upper():
+                keyed.add(mine.name)
+    keys = [k for k in (table.primary_key, *table.unique) if k]
+    return any(set(k) <= keyed for k in keys)

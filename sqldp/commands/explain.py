@@ -19,20 +19,24 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
     # imported here, not at the top: every command module is imported for `sqldp --help`, which must not wait
     # for z3, scipy and the analyses
     from sqldp import algebra as ra
-    from sqldp import selection
+    from sqldp import selection, setops
     from sqldp.errors import InputError
     from sqldp.form import describe
     from sqldp.frontend import parse
-    from sqldp.normalize import PublicRelease, normalize
+    from sqldp.normalize import PublicRelease, normalize, relations_read
     from sqldp.params import resolve_params
     from sqldp.release import gaussian
     from sqldp.result import GAUSSIAN, GLOBAL, R2T, UNIT_HISTOGRAM
     from sqldp.sensitivity import model_check
+    from sqldp.sensitivity.global_bound import GlobalPlan
     from sqldp.sensitivity.units import UnitPlan
     from sqldp.session import compile_form
 
     parsed = parse(sql, catalog)
     out: dict[str, Any] = {"algebra": ra.to_json(parsed.algebra), "algebra_text": ra.render(parsed.algebra)}
+    composed = _workflow(parsed.tree, catalog, policy)
+    if composed is not None:
+        out["workflow_sensitivity"] = composed
     try:  # public rows picked by private data (TPC-H Q20, Q15): a DP choice, then the public path
         chosen = selection.explain(parsed, catalog, policy)
     except RefusedError as err:
@@ -40,6 +44,21 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
         return out
     if chosen is not None:
         out.update(analysis=None, public=False, refused=None, selection=chosen, sql=chosen["sql"])
+        return out
+    top = setops.set_operation(parsed.statement) if parsed.statement is not None else None
+    if top is not None and any(not policy.table(t).public for t in relations_read(top, catalog)):
+        # a set operation over private tables (sqldp.setops): each branch is explained as the query it runs as
+        try:
+            _, branches = setops.split(top)
+        except RefusedError as err:
+            out.update(analysis=None, public=False, refused={"reason": err.message, "where": err.where})
+            return out
+        out.update(analysis=None, public=False, refused=None)
+        out["set_operation"] = {
+            "composition": "each branch released at its share of ε (sequential composition); the set operation, "
+            "ORDER BY and LIMIT on the released rows",
+            "branches": [{**explain(b.sql, catalog, policy), "branch": b.sql} for b in branches],
+        }
         return out
     try:
         form = normalize(parsed, catalog, policy)
@@ -90,6 +109,10 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
             return GAUSSIAN if joint else GLOBAL if p.data_independent else default
 
         out["mechanisms"] = {agg.sql: mechanism(p) for agg, p in zip(form.aggregates, plans, strict=True)}
+        # which global bound each aggregate's noise would be calibrated to (the release's "bound")
+        bounds = {agg.sql: p.source for agg, p in zip(form.aggregates, plans, strict=True) if isinstance(p, GlobalPlan)}
+        if bounds:
+            out["bounds"] = bounds
         # under a privacy unit: the unit, GS_Q and the number of races (policy and query only); the row-level
         # global sensitivity above is not what protects these tables then
         units = {
@@ -101,10 +124,37 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
     return out
 
 
+def _workflow(tree: Any, catalog: Any, policy: Any) -> dict[str, Any] | None:
+    """For a query with subqueries, WITH or aggregating derived tables: its steps and the composed global
+    sensitivity per table (NR §3.3.13.9, Prop. 3.2; :mod:`sqldp.sensitivity.model_check_workflow`), in join rows
+    of the main step (what its COUNT or SUM moves, ℓ1 over its groups), with the reason where it is ∞ or the
+    query does not decompose. From the schema's keys alone: data-independent, so anyone may see it. None for a
+    single block (its figures are ``global_sensitivity``)."""
+    from sqlglot import exp
+
+    from sqldp.sensitivity import model_check_workflow as mw
+    from sqldp.sensitivity.global_bound import TIMEOUT
+
+    if not any(isinstance(n, (exp.Subquery, exp.With, exp.Exists)) for n in tree.walk()) and not any(
+        isinstance(n, exp.In) and n.args.get("query") is not None for n in tree.walk()
+    ):
+        return None
+    private = sorted(t for t in catalog.tables if policy.table(t).rows_private)
+    # the release relies on the keys only when PostgreSQL enforces them (a catalog read from the database)
+    base: dict[str, Any] = {"private": private, "enforced": catalog.enforced}
+    try:
+        found = mw.workflow(tree, catalog, timeout=TIMEOUT, measure="join")
+    except ValueError as err:
+        return {**base, "refused": str(err)}
+    return {**base, **found.to_json()}
+
+
 def _text(out: dict[str, Any]) -> str:
     from sqldp.sensitivity.units import BASE  # after the analysis, which imported it anyway
 
     lines = ["Relational algebra:", out["algebra_text"], ""]
+    if out.get("workflow_sensitivity") and not out.get("public"):
+        lines += _workflow_text(out["workflow_sensitivity"])
     if out["refused"]:
         lines.append(f"Refused ({out['refused']['where']}): {out['refused']['reason']}")
     elif out["public"]:
@@ -115,6 +165,14 @@ def _text(out: dict[str, Any]) -> str:
         lines.append(f"  bound:      {chosen['why']}")
         lines.append("SQL that runs (one snapshot), then the statement over public tables with the chosen values:")
         lines.extend(f"  {q}" for q in chosen["sql"])
+    elif out.get("set_operation"):
+        setop = out["set_operation"]
+        lines.append(f"Set operation (docs/sql.md): {setop['composition']}")
+        for i, branch in enumerate(setop["branches"], 1):
+            lines.append("")
+            lines.append(f"Branch {i}: {branch['branch']}")
+            text = _text(branch).split("\n\n", 1)  # its own analysis, after its algebra
+            lines.extend(f"  {line}" for line in text[-1].splitlines())
     else:
         a = out["analysis"]
         lines.append("Analysis form:")
@@ -131,7 +189,8 @@ def _text(out: dict[str, Any]) -> str:
         if a["rewrites"]:
             lines.append("  rewrites:   " + "; ".join(a["rewrites"]))
         for agg, mech in out.get("mechanisms", {}).items():
-            lines.append(f"  noise:      {agg} → {mech}")
+            bound = out.get("bounds", {}).get(agg)
+            lines.append(f"  noise:      {agg} → {mech}" + (f" (global bound: {bound})" if bound else ""))
         for agg, u in out.get("units", {}).items():
             lines.append(
                 f"  unit:       {agg}: {u['unit']} ({u['table']}.{u['key']}), GS {u['gs']:g}, {u['races']} races "
@@ -164,6 +223,35 @@ def _text(out: dict[str, Any]) -> str:
             lines.append("SQL that runs (one snapshot):")
             lines.extend(f"  {q}" for q in out["sql"])
     return "\n".join(lines)
+
+
+def _workflow_text(w: dict[str, Any]) -> list[str]:
+    head = "Global sensitivity as a workflow (NR §3.3.13.9, Prop. 3.2; schema keys, data-independent):"
+    if w.get("refused"):
+        return [head, f"  not decomposed: {w['refused']}", ""]
+    lines = [head]
+    for step in w["steps"]:
+        key = f", key {', '.join(step['key'])}" if step["key"] else ""
+        direct = ", ".join(f"{t} {_value(g['sensitivity'])}" for t, g in step["direct"].items())
+        unit = "join rows" if step["kind"] == "main" and w["measure"] == "join" else "rows"
+        lines.append(f"  step {step['name']} ({step['kind']}{key}): {unit} per row of {direct or '-'}")
+    lines.append("  composed, join rows per row of each private table (c′ + Σ c_D·r_D·S_D):")
+    for table, value in w["total"].items():
+        if table not in w["private"]:
+            continue
+        why = f" ({w['why'][table]})" if table in w["why"] else ""
+        lines.append(f"    {table}: {_value(value)}{why}")
+    released = [s["name"] for s in w["steps"] if s["kind"] == "released"]
+    if released:
+        lines.append(f"  released first, charged apart (not composed): {', '.join(released)}")
+    if not w["enforced"]:
+        lines.append("  (keys read from a schema file, not enforced by PostgreSQL: the release does not rely on them)")
+    lines.append("")
+    return lines
+
+
+def _value(v: Any) -> str:
+    return "∞" if v == "inf" else f"{v:g}"
 
 
 def _global(g: dict[str, Any]) -> str:

@@ -50,6 +50,7 @@ if typing.TYPE_CHECKING:
     from sqldp.runner import Prepared, Workflow
     from sqldp.selection import Chosen
     from sqldp.session import Session
+    from sqldp.setops import SetRelease
 
 log = logging.getLogger("sqldp.proxy")
 T = typing.TypeVar("T")
@@ -104,7 +105,7 @@ class Outcome:
     notice: bytes = b""  # a NoticeResponse sent with the answer (what a private answer cost, its error bars)
 
 
-def prepare_query(session: Session, sql: str, privacy: Mapping[str, Any]) -> Prepared | Workflow | Chosen:
+def prepare_query(session: Session, sql: str, privacy: Mapping[str, Any]) -> Prepared | Workflow | Chosen | SetRelease:
     """The runner's two-step API: analyse now (no private data), run later."""
     try:
         return session.prepare(sql, **privacy)
@@ -175,7 +176,7 @@ class ProxyServer:
             raise ForbiddenError(f"analyst {analyst!r} has no budget in the ledger")
         return budget_outcome(b)
 
-    def check(self, prepared: Prepared | Workflow | Chosen) -> None:
+    def check(self, prepared: Prepared | Workflow | Chosen | SetRelease) -> None:
         """PostgreSQL's parse analysis of a private query's statements before the charge (reads no row): a
         type error found there is a free refusal with PostgreSQL's own SQLSTATE, not a charged failure. Once
         per answer text: the schema does not change under a running proxy."""

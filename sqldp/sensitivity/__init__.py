@@ -34,7 +34,7 @@ from sqldp.form import AnalysisForm, ColumnRef
 from sqldp.policy import Policy
 from sqldp.sensitivity import failures
 from sqldp.sensitivity.columns import ColumnPlan, plan_columns
-from sqldp.sensitivity.global_bound import GlobalPlan, Truncation, global_plan, truncated_plan
+from sqldp.sensitivity.global_bound import GlobalPlan, Truncation, global_plan, truncated_plan, workflow_plan
 from sqldp.sensitivity.intervals import domain
 from sqldp.sensitivity.plan import Bound, Plan
 from sqldp.sensitivity.rows import RowPlan, plan_rows
@@ -95,6 +95,11 @@ def plan(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | Non
         # too when the row plan is data-independent through keys: the model checker counts a self-join's row
         # once (k a ⋈ k b on the key: 1), the row plan once per use (2)
         chosen = global_plan(rows, catalog) or rows
+        # with semi-joins, the workflow's composition too (NR §3.3.13.9, Prop. 3.2): both bounds hold on every
+        # database, so the smaller one is used (a choice from the query and the schema only)
+        composed = workflow_plan(rows, catalog)
+        if composed is not None and (not isinstance(chosen, GlobalPlan) or composed.bound < chosen.bound):
+            chosen = composed
     if distinct and not chosen.data_independent:
         # A neighbouring change adds or removes product rows, each of which changes the distinct count by at most
         # one: |ΔCOUNT(DISTINCT e)| ≤ |ΔCOUNT(*)|, so a global bound of COUNT(*) is one of COUNT(DISTINCT e)

@@ -123,7 +123,8 @@ class ColumnPlan:
     # uses> WHERE <scan_conjuncts> GROUP BY <keys>) AS per_row``, so the rewriter may compute the answer per group
     grouped_scan: tuple[bool, ...] = ()
     scan_conjuncts: tuple[Conjunct, ...] = ()
-    data_independent: bool = False  # q_m and q_s are read from the data (NR §3.3.8)
+    # q_m and q_s are read from the data (NR §3.3.8); the combined bound can be global (_data_independent)
+    data_independent: bool = False
     # subqueries whose answer moves with a sensitive value (docs/subqueries.md, "Under value-level privacy"):
     # per semi-join, its per-row factor; their per-key counts of outer rows come from ``semi_plan``
     subquery_terms: tuple[SubqueryTerm, ...] = ()
@@ -193,6 +194,12 @@ class ColumnPlan:
             return total, factors, shown
 
         def at(beta: float) -> Bound:
+            if self.data_independent:
+                # the bound (c1 and c3·c4) is the same at every β; the data-dependent c0 and column terms are
+                # shown (audit only) at the reference β, where the grid has them
+                if None not in cache:
+                    cache[None] = evaluate(self.reference_beta)
+                return cache[None]
             if row_at is None and semi_at is None:
                 idx = self.grid_index(beta)
                 if idx not in cache:
@@ -237,7 +244,9 @@ class ColumnPlan:
                     c0_i = c3_i * c4_i + sub.get(i, 0.0)
                     terms = [c0_i]
                     for j, g_j in self.weights.items():
-                        if j != i:
+                        # a global c4 bounds #{r ∋ t} on every database, so a row added to j cannot raise
+                        # ĉ0_i: no growth term (and no β) in a data-independent bound (see _data_independent)
+                        if j != i and not self.data_independent:
                             reach = (c3_i + sub_factors.get(i, 0.0)) * c4.get(j, 0.0)
                             terms.append(math.exp(-beta * g_j) * (c0_i + reach))
                     c2[i] = max(terms)
@@ -314,6 +323,12 @@ class _Scope:
         dpu = self.policy.table(table).column(ref.column).days_per_unit if col.kind == "date" else 1.0
         return col.kind, grain(col.type_sql, col.kind), dpu, self.weight(ref) is not None
 
+    def span(self, ref: ColumnRef) -> float | None:
+        """The width of a column's declared range (days for a DATE; None without one): it bounds the width
+        of a private filter's ramp (:func:`sqldp.sensitivity.filters.ramp_width`)."""
+        r = self.dom.range(ref)
+        return None if r is None else r[1] - r[0]
+
     def distinct(self, ref: ColumnRef) -> float:
         """How many values |ref| can take by the policy (a domain, or a range on the type's grid); only
         chooses how a maximum is computed, never what it is."""
@@ -361,7 +376,7 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
     private = [c for c in form.conjuncts if c.private]
     _check_steps(scope, agg, private)
     public = [c for c in form.conjuncts if not c.private] + _envelopes(scope, private)
-    filters = [(c, approximate(c.expr, scope.info)) for c in private]
+    filters = [(c, approximate(c.expr, scope.info, scope.span)) for c in private]
     slopes: dict[ColumnRef, float] = _group_slopes(scope)
     key_moves = bool(slopes)  # only the group keys' slopes so far
     for _, f in filters:
@@ -479,6 +494,7 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
         grouped = [False] * len(grouped)
 
     return ColumnPlan(
+        data_independent=_data_independent(row_plan, count_plan, stepped, key_moves),
         form=form,
         aggregate=released,
         conjuncts=tuple(kept),
@@ -497,6 +513,38 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
         key_moves=key_moves,
         subquery_terms=tuple(subquery_terms),
         semi_plan=semi_plan,
+    )
+
+
+def _data_independent(
+    row_plan: RowPlan | None, count_plan: RowPlan | None, stepped: Sequence[Any], key_moves: bool
+) -> bool:
+    """Whether the combined bound c = max(c1, max_i c3_i·c4_i) is a global sensitivity (NR §3.3.9.3 with
+    constant parts), so that the release adds Laplace noise at c/ε (Dwork, McSherry, Nissim and Smith, TCC
+    2006) instead of smoothing a constant, where generalized Cauchy costs c/(ε/(γ + 1) − β) ≥ 5c/ε.
+
+    It is when c1 and c4 are (``RowPlan.data_independent``: every derivative counts public rows only, the
+    same on every database that differs in private rows or values), there is no subquery term (its smoothed
+    outer rows per key read private rows) and no group key reads a sensitive value. Then, on every database:
+
+    * adding or removing a row of T moves the answer by at most c1 (the row-level bound, of the function
+      with the private filters dropped: |e·s| ≤ |e| for s ∈ [0, 1], e clamped to its declared ranges);
+    * a value change of row t of T_i at distance d moves it by at most d·Σ_{r ∋ t} D_i(r) ≤ d·c4_i·c3_i: c3_i
+      bounds D_i over the declared ranges (the summed columns are clamped to them), and c4_i, a global bound
+      of the count's derivative, bounds #{r ∋ t} on every database along the change's path, which moves no
+      key;
+    * over the groups of a GROUP BY on public keys, each product row is in one group that the change does not
+      move, so both bounds cover the ℓ1 norm of the histogram's change (the global bound's whole share,
+      ``sqldp.release.shares``). A key on a sensitive date moves rows between groups: not global here.
+
+    Decided from the query's shape and the policy only, never from the data."""
+    return (
+        row_plan is not None
+        and count_plan is not None
+        and row_plan.data_independent
+        and count_plan.data_independent
+        and not stepped
+        and not key_moves
     )
 
 

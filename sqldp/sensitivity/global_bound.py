@@ -34,6 +34,15 @@ declaration). Hence, with values of the aggregand in [lo, hi] (|e| ≤ M):
 * GROUP BY (ℓ1 over the groups): a and b may land in different groups, ≤ 2·N_t·M.
 
 A table that is not truncated changes by one row: N_t·M, as :func:`global_plan`.
+
+Workflows (:func:`workflow_plan`, NR §3.3.13.9 Proposition 3.2): the same semi-joins and decorrelated scalar
+subqueries as steps of :mod:`sqldp.sensitivity.model_check_workflow`, whose derived tables D may be grouped
+(r_D = 2: a changed group is a row out and a row in) and whose own sensitivity S_D(t) comes from the model
+checker too; the main step joins the EXISTS / IN steps as tables (the keys D has as a set may tie the outer
+tables together where the outer product alone does not), and drops the anti-joins (their indicator is in
+[0, 1]; :mod:`sqldp.subqueries`, argument 1). Per table t, c′_t + Σ_D c_D·r_D·S_D(t) with c′_t and c_D the
+main step's join rows: |ΔSUM(e)| ≤ M·that, ℓ1 over the groups. The release takes the smaller of this and
+:func:`global_plan`'s bound (both hold on every database); each plan names its source.
 """
 
 from __future__ import annotations
@@ -47,7 +56,7 @@ from typing import Any
 from sqlglot import exp
 
 from sqldp.catalog import Catalog, Column, Table
-from sqldp.form import Aggregate, AnalysisForm, SemiJoin
+from sqldp.form import SCALAR_VALUE, Aggregate, AnalysisForm, SemiJoin
 from sqldp.policy import Policy
 from sqldp.policy.tables import resolve_name
 from sqldp.sensitivity import model_check
@@ -92,6 +101,8 @@ class GlobalPlan(ExactUnfolded):
     terms: dict[str, Any] = field(default_factory=dict)
     disjoint_groups: bool = False
     truncations: tuple[Truncation, ...] = ()  # the declared bounds the bound relies on (the rewrite enforces them)
+    # which global bound this is (released: it depends on the query, the schema and the policy only)
+    source: str = "schema keys (NR §3.3.13)"
 
     queries: tuple[exp.Select, ...] = ()
     data_independent: bool = True
@@ -259,4 +270,87 @@ def truncated_plan(
             terms[table].update(truncated=str(cut[table]), swap=factor)
     # a truncated private table moves two rows, which may sit in two groups: no parallel composition
     disjoint = rows.disjoint_groups and not (cut.keys() & rows.private)
-    return GlobalPlan(rows.form, rows.aggregate, bound, terms, disjoint, truncations)
+    return GlobalPlan(
+        rows.form,
+        rows.aggregate,
+        bound,
+        terms,
+        disjoint,
+        truncations,
+        source="declared contribution bounds (NR §3.3.13)",
+    )
+
+
+# -- workflows (NR §3.3.13.9, Proposition 3.2) -------------------------------------------------------------
+
+WORKFLOW_SOURCE = "schema keys, workflow composition (NR §3.3.13.9, Prop. 3.2)"
+_workflow_cache: dict[tuple[Any, ...], Any] = {}
+
+
+def form_select(form: AnalysisForm) -> exp.Select:
+    """The join–filter query the release answers, as one qualified SELECT: the product's uses, θ's conjuncts and
+    each semi-join as the predicate the answer's WHERE holds (:meth:`sqldp.form.SemiJoin.predicate`: EXISTS over
+    D = SELECT DISTINCT …), a decorrelated scalar subquery as the comparison it came from (the workflow makes it
+    a step grouped by the correlation keys, which keeps those keys a key of D)."""
+    first, *rest = form.uses
+    select = exp.select(exp.Literal.number(1)).from_(exp.alias_(exp.to_table(first.table), first.alias, table=True))
+    for u in rest:
+        select = select.join(exp.alias_(exp.to_table(u.table), u.alias, table=True), copy=False)
+    parts = [c.expr.copy() for c in form.conjuncts]
+    parts += [_scalar(s) if s.scalar and not s.anti else s.predicate() for s in form.semijoins]
+    if parts:
+        select = select.where(exp.and_(*parts), copy=False)
+    return select
+
+
+def _scalar(semi: SemiJoin) -> exp.Expr:
+    """``compare`` with D's value column replaced by the scalar subquery over the use (φ ∧ ψ in its WHERE): the
+    comparison the analyst wrote (an empty subquery is NULL and fails it, as the join with D has no row)."""
+    assert semi.value is not None and semi.compare is not None
+    body = exp.select(semi.value.copy()).from_(exp.alias_(exp.to_table(semi.use.table), semi.use.alias, table=True))
+    conditions = [*semi.inner, *semi.correlation]
+    if conditions:
+        body = body.where(exp.and_(*(e.copy() for e in conditions)), copy=False)
+
+    def swap(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Column) and node.table == semi.use.alias and node.name == SCALAR_VALUE:
+            return exp.Subquery(this=body.copy())
+        return node
+
+    return semi.compare.copy().transform(swap)
+
+
+def workflow_plan(rows: RowPlan, catalog: Catalog, *, timeout: float = TIMEOUT) -> GlobalPlan | None:
+    """The global bound of a row-level plan with semi-joins from the workflow's composition (module docstring),
+    or None: constraints PostgreSQL does not enforce, a shape the workflow does not decompose (an uncorrelated
+    EXISTS: one row flips every outer row), a private table whose composed term is ∞, or a step out of time."""
+    from sqldp.sensitivity import model_check_workflow as mw  # z3-heavy: only for forms with semi-joins
+
+    if not catalog.enforced or not rows.private or not rows.form.semijoins or rows.form.nested is not None:
+        return None
+    tree = form_select(rows.form)
+    tables = {u.table for u in (*rows.form.uses, *(s.use for s in rows.form.semijoins))}
+    key = (_schema(catalog, tables), tree.sql(dialect="postgres"))
+    found = _workflow_cache.get(key)
+    if found is None:
+        try:
+            found = mw.workflow(tree, catalog, timeout=timeout, measure="join")
+        except ValueError:
+            return None
+        if any(s.kind == "released" for s in found.steps):
+            return None  # no released step in a form's WHERE (sqldp.session answers those first); fail closed
+        if len(_workflow_cache) > 1024:
+            _workflow_cache.clear()
+        if not found.timed_out:  # a busy machine's timeout is not the query's answer: tried again next time
+            _workflow_cache[key] = found
+    terms: dict[str, Any] = {}
+    bound = 0.0
+    for table in sorted(rows.private):
+        n = found.total.get(table)
+        if n is None or not math.isfinite(n):
+            return None
+        weight = rows.weights[table]
+        sens = rows.multiplier * n / weight
+        bound = max(bound, sens)
+        terms[table] = {"global_join_rows": n, "weight": weight, "sensitivity": sens, "method": "NR §3.3.13.9"}
+    return GlobalPlan(rows.form, rows.aggregate, bound, terms, rows.disjoint_groups, source=WORKFLOW_SOURCE)

@@ -30,6 +30,12 @@ An ungrouped aggregate returns one row, so its sensitivities are at most 1, befo
 The measure is NR §4.3.6's: the result rows one added or removed row changes (groups for GROUP BY, Ψ over the
 keys, Theorem 3.111; the select list for DISTINCT, Theorem 3.110; the rows for a join–filter query, Φ). ORDER BY
 and LIMIT are ignored, as NR §4.3.6.1's rewrites drop them.
+
+``measure="join"`` measures the main step in *join rows* instead (Φ over its product, its steps joined as
+tables, no set semantics and no one-row cap): what a COUNT or SUM over the main step moves, in ℓ1 over its
+groups, since every join row lies in one group. The inner steps keep their result rows (a step's rows are what
+the step after it reads). The release uses this measure (:func:`sqldp.sensitivity.global_bound.workflow_plan`):
+|Δ SUM(e)| ≤ max|e| · (c′_t + Σ_D c_D · r_D · S_D(t)) with c′_t and c_D in join rows of the main step.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from sqldp.sensitivity import model_check as mc
 from sqldp.subqueries import recognise
 
 StepKind = Literal["main", "distinct", "grouped", "released"]
+Measure = Literal["rows", "join"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,14 @@ class WorkflowSensitivity:
     total: dict[str, float]
     seconds: float
     catalog: Catalog | None = field(default=None, compare=False)  # with every step's result as a table
+    # per base table whose total is ∞: the step and the table or step it reads whose term is ∞, and why
+    why: dict[str, str] = field(default_factory=dict, compare=False)
+    measure: Measure = field(default="rows", compare=False)
+
+    @property
+    def timed_out(self) -> bool:
+        """Whether a time limit ended some step's search (its figure is then what was proven by then)."""
+        return any(g.timed_out for s in self.steps for g in s.direct.values())
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -93,6 +108,8 @@ class WorkflowSensitivity:
                 for s in self.steps
             ],
             "total": {t: v if math.isfinite(v) else "inf" for t, v in self.total.items()},
+            "why": dict(self.why),
+            "measure": self.measure,
             "seconds": round(self.seconds, 4),
         }
 
@@ -102,9 +119,10 @@ def _times(a: float, b: float) -> float:
 
 
 class _Builder:
-    def __init__(self, catalog: Catalog, timeout: float, cap: int) -> None:
+    def __init__(self, catalog: Catalog, timeout: float, cap: int, measure: Measure = "rows") -> None:
         self.catalog = catalog
         self.timeout, self.cap = timeout, cap
+        self.measure = measure
         self.steps: list[Step] = []
         self.count = 0
 
@@ -180,7 +198,9 @@ class _Builder:
             direct,
             tuple(dict.fromkeys(reads)),
             time.perf_counter() - t0,
-            base.args.get("group") is None and any(e.find(exp.AggFunc) is not None for e in base.expressions),
+            not (kind == "main" and self.measure == "join")
+            and base.args.get("group") is None
+            and any(e.find(exp.AggFunc) is not None for e in base.expressions),
             queries,
         )
         self.steps.append(step)
@@ -192,6 +212,11 @@ class _Builder:
 
     def _measure(self, tree: exp.Select, table: str, kind: StepKind) -> mc.GlobalSensitivity:
         spj = mc.from_select(tree)
+        if kind == "main" and self.measure == "join":
+            # the join rows of the main step (module docstring): what its COUNT or SUM moves, ℓ1 over its groups
+            return mc.sensitivity(
+                mc.SPJ(spj.uses, spj.conditions), self.catalog, table, timeout=self.timeout, cap=self.cap
+            )
         if kind == "grouped" or (spj.semantics == "set"):
             return mc.sensitivity(spj, self.catalog, table, timeout=self.timeout, cap=self.cap)
         bag = mc.SPJ(spj.uses, spj.conditions)
@@ -522,37 +547,59 @@ def _correlated(sub: exp.Expr) -> bool:
 
 
 def workflow(
-    tree: exp.Expr, catalog: Catalog, *, timeout: float = mc.DEFAULT_TIMEOUT, cap: int = mc.DEFAULT_CAP
+    tree: exp.Expr,
+    catalog: Catalog,
+    *,
+    timeout: float = mc.DEFAULT_TIMEOUT,
+    cap: int = mc.DEFAULT_CAP,
+    measure: Measure = "rows",
 ) -> WorkflowSensitivity:
     """The steps of a qualified query (:func:`sqldp.frontend.parse`), their sensitivities, and the composed
     sensitivity w.r.t. every base table (NR §3.3.13.9, Proposition 3.2). Raises ValueError for shapes it does
-    not decompose (outer joins, set operations of steps, …) with the reason."""
+    not decompose (outer joins, set operations of steps, …) with the reason. ``measure``: the main step's result
+    rows (NR §4.3.6, Table 21) or its join rows (module docstring)."""
     t0 = time.perf_counter()
-    builder = _Builder(catalog, timeout, cap)
+    builder = _Builder(catalog, timeout, cap, measure)
     main = builder.query(tree, "main", "main")
     by_name = {s.name: s for s in builder.steps}
     base = set(catalog.tables)
-    memo: dict[str, dict[str, float]] = {}
+    memo: dict[str, tuple[dict[str, float], dict[str, str]]] = {}
 
-    def composed(step: Step) -> dict[str, float]:
+    def composed(step: Step) -> tuple[dict[str, float], dict[str, str]]:
         if step.name in memo:
             return memo[step.name]
         out: dict[str, float] = {}
+        why: dict[str, str] = {}  # per table whose term is ∞: the first ∞ factor met and its method
         for t, g in step.direct.items():
             if t in base:
                 out[t] = out.get(t, 0.0) + g.value
+                if math.isinf(g.value):
+                    why.setdefault(t, f"{step.name} w.r.t. {t}: {_reason(g)}")
         for d in step.reads:
             child = by_name[d]
             if child.kind == "released":
                 continue
-            inner = composed(child)
-            c = step.direct[d].value if d in step.direct else 0.0
+            inner, inner_why = composed(child)
+            found = step.direct.get(d)
+            c = found.value if found is not None else 0.0
             for t, v in inner.items():
-                out[t] = out.get(t, 0.0) + _times(c, _times(child.rows_per_group, v))
+                term = _times(c, _times(child.rows_per_group, v))
+                out[t] = out.get(t, 0.0) + term
+                if math.isinf(term):
+                    # c_D · r_D · S_D(t) is ∞ through c_D (the step's rows D reaches) or through S_D(t)
+                    if math.isinf(c) and found is not None:
+                        why.setdefault(t, f"{step.name} w.r.t. step {d}: {_reason(found)}")
+                    else:
+                        why.setdefault(t, inner_why.get(t, f"step {d} w.r.t. {t}"))
         if step.one_row:
             out = {t: min(v, 1.0) for t, v in out.items()}
-        memo[step.name] = out
-        return out
+        why = {t: w for t, w in why.items() if math.isinf(out.get(t, 0.0))}
+        memo[step.name] = (out, why)
+        return out, why
 
-    total = composed(main)
-    return WorkflowSensitivity(tuple(builder.steps), total, time.perf_counter() - t0, builder.catalog)
+    total, why = composed(main)
+    return WorkflowSensitivity(tuple(builder.steps), total, time.perf_counter() - t0, builder.catalog, why, measure)
+
+
+def _reason(g: mc.GlobalSensitivity) -> str:
+    return f"{g.method}{' (time limit reached)' if g.timed_out else ''}"

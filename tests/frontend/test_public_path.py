@@ -252,7 +252,8 @@ def test_ordinary_statements_fit_the_bounds() -> None:
 @pytest.mark.parametrize(
     ("sql", "why"),
     [
-        ("SELECT COUNT(*) FILTER (WHERE 1 = 0) FROM priv", "FILTER is not supported"),
+        # a FILTER on an aggregate that does not skip NULLs (others are the CASE form, sqldp.frontend.rewrite_filters)
+        ("SELECT STRING_AGG(name, ',') FILTER (WHERE 1 = 0) FROM pub", "FILTER is not supported"),
         ("SELECT pg_catalog.lower(name) FROM pub", "DOT is not supported"),
         ("SELECT CAST(k AS oid) FROM pub", "the OID type reads the system catalogs"),
         ("SELECT COUNT(*) FROM priv WHERE CAST(x AS TEXT) ~ '1'", "function regexp_like() is not on"),
