@@ -90,8 +90,10 @@ def plan(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | Non
     # a table with public rows and private values contributes nothing when none of its values is read
     rows = plan_rows(form, catalog, policy)
     chosen: Plan = rows
-    if not rows.data_independent:
-        # the schema's keys may bound the join on every database (NR §3.3.13): then no smoothing is needed
+    if not rows.data_independent or rows.keyed:
+        # the schema's keys may bound the join on every database (NR §3.3.13): then no smoothing is needed. Tried
+        # too when the row plan is data-independent through keys: the model checker counts a self-join's row
+        # once (k a ⋈ k b on the key: 1), the row plan once per use (2)
         chosen = global_plan(rows, catalog) or rows
         # with semi-joins, the workflow's composition too (NR §3.3.13.9, Prop. 3.2): both bounds hold on every
         # database, so the smaller one is used (a choice from the query and the schema only)

@@ -12,7 +12,9 @@ which can only increase the count). The counts per pattern are computed by Postg
 columns replaced by the column they are equal to, grouped by those columns. For a table used once only the
 largest count matters (the smoothing is increasing in the count); for a table used several times the
 pattern maps of its uses are unified (:mod:`sqldp.sensitivity.patterns`). The other uses may grow with the
-distance; :mod:`sqldp.sensitivity.smoothing` turns each count into its β-smooth bound max_k e^(−βk)·A(k).
+distance; :mod:`sqldp.sensitivity.smoothing` turns each count into its β-smooth bound max_k e^(−βk)·A(k). A use
+that an enforced key determines (at most one row per fixed key value) does not grow ("uses a declared key
+determines" below).
 
 Units: one row of T is at distance G_T (policy ``weight``), so the sensitivity w.r.t. the metric is the
 multiplicity derivative divided by G_T; the query's bound is the maximum over its private tables.
@@ -51,9 +53,10 @@ from sqldp.errors import RefusedError
 from sqldp.form import Aggregate, AnalysisForm, ColumnRef, Conjunct, SemiJoin, TableUse
 from sqldp.policy import Policy
 from sqldp.sensitivity.intervals import clamp_columns, domain, magnitude
+from sqldp.sensitivity.model_check import keys_of
 from sqldp.sensitivity.patterns import PatternMap, unify
 from sqldp.sensitivity.plan import Bound, ExactUnfolded, Rows
-from sqldp.sensitivity.smoothing import Growth, smooth_count
+from sqldp.sensitivity.smoothing import Growth, reach, reach_keyed, smooth_count, smooth_keyed
 from sqldp.sqlgen import from_uses, where
 
 MAX_PRODUCT_PATTERNS = 200_000  # beyond this, a self-join's pattern map is bounded use by use (still sound)
@@ -93,6 +96,128 @@ def _pair(e: exp.Expr) -> tuple[ColumnRef, ColumnRef] | None:
         if a.table and b.table:
             return ColumnRef(a.table, a.name), ColumnRef(b.table, b.name)
     return None
+
+
+# -- uses a declared key determines -------------------------------------------------------------------
+#
+# NR's A(k) = c + ∏_{j≠i}(n_j + k_j) − ∏ n_j lets every other private use grow with the distance. A use j
+# whose declared key (PRIMARY KEY, or UNIQUE over NOT NULL columns: model_check.keys_of) has all its columns
+# in equality classes of θ that are *fixed* — by the pattern p of the derivative's row (a class holding a
+# column of Ti) or by a column of a use already fixed — has at most one row per fixed value on every database
+# that satisfies the keys (an equality is never true on NULL, and all members of the class have one type, so
+# "=" is the key's own equality). Closing this from p, after choosing some uses F as free (each a use whose
+# key cannot be fixed, else the public ones first), every other use K is *determined*: a tuple of the
+# derivative's product is a function of its F-part, so for a fixed p
+#
+#     Count_{D′}(p) ≤ #F-tuples_{D′}(p)  and, while every K row is an old one,
+#     Count_{D′}(p) ≤ c + P·(∏_F (n_j + k_j) − ∏_F n_j),
+#
+# with P the public free uses' counts (a public determined use: min(n_j, 1)). A new row of a private
+# determined use costs at least g = the least weight G_t of their tables; then Count_{D′}(p) ≤ c_F + P·(∏_F
+# (n_j + k_j) − ∏_F n_j) at the remaining distance k − g, where c_F ≥ max_p #F-tuples_D(p) is the count of the
+# free uses alone under the conjuncts that read no determined use (plus the equalities θ implies between free
+# columns). So
+#
+#     A(k) = c + P·X(k) − P·Y                                  for k < g,
+#     A(k) = max(c + P·X(k) − P·Y, c_F + P·X(k − g) − P·Y)     for k ≥ g        (X, Y: the free uses only)
+#
+# and the β-smooth bound is max(S(c), e^(−βg)·S(c_F)) with S the water-filling smoothing of the free uses
+# (sqldp.sensitivity.smoothing.smooth_keyed). It is β-smooth on the same argument as NR §3.3.7.3's: adding a
+# free row moves c, c_F and n as in NR; adding a determined row leaves n and c_F and puts c ≤ c_F; removing
+# rows lowers all three; and A is increasing in c, c_F, n and k. A table with uses both free and determined
+# keeps those uses free (one row would be new in both). No private table is free for a derivative → the bound
+# is c_F on every database: public data only, a global sensitivity (``RowPlan.data_independent``).
+#
+# A semi-join's derived table D (its term counts the outer rows one row of D meets, sqldp.subqueries) is treated
+# the same way: D's row is the pattern, the outer uses the others (Q21: l2.l_orderkey = l1.l_orderkey fixes
+# orders' key, so only l1 grows).
+#
+# The neighbour relation this assumes: databases that satisfy the keys (NR §3.3.13, as the model checker's
+# global bound). It holds for a catalog read from PostgreSQL, which enforces its keys (``Catalog.enforced``);
+# a schema file's keys are claims nothing checks against the data, so they determine nothing here.
+
+
+def _uniform(form: AnalysisForm, classes: DisjointSet, ref: ColumnRef, types: Types) -> bool:
+    """Every column θ makes equal to ``ref`` has one declared type (or all are integers): then θ's "=" on them is
+    the type's own equality, the one the key's uniqueness is defined by."""
+    found = {_type_of(types, form.use(m.alias), m.column) for m in _equal_to(classes, ref)}
+    if None in found:
+        return False
+    return len(found) == 1 or all(kind_of(t) == "integer" for t in found if t is not None)
+
+
+def determined_uses(
+    form: AnalysisForm,
+    use: TableUse,
+    others: Sequence[TableUse],
+    classes: DisjointSet,
+    keys: Keys,
+    types: Types,
+    private: frozenset[str],
+) -> frozenset[str]:
+    """The aliases of ``others`` that the pattern of ``use`` and the free uses determine through declared keys
+    (the derivation above). ``keys`` holds only keys the database enforces."""
+    mine = {a: [r for r in classes if r.alias == a] for a in {use.alias, *(u.alias for u in others)}}
+
+    def keyed(u: TableUse, fixed: set[ColumnRef]) -> bool:
+        for key in keys.get(u.table, ()):
+            refs = [ColumnRef(u.alias, c) for c in key]
+            if all(r in classes and classes[r] in fixed and _uniform(form, classes, r, types) for r in refs):
+                return True
+        return False
+
+    everything = {classes[r] for refs in mine.values() for r in refs}
+
+    def assign(banned: set[str]) -> tuple[list[str], list[str]]:
+        fixed = {classes[r] for r in mine[use.alias]}
+        known: list[str] = []
+        free: list[str] = []
+        while True:
+            progress = True
+            while progress:  # close: every use whose key the fixed classes hold is determined
+                progress = False
+                for u in others:
+                    if u.alias in known or u.alias in free or u.alias in banned or not keyed(u, fixed):
+                        continue
+                    known.append(u.alias)
+                    fixed.update(classes[r] for r in mine[u.alias])
+                    progress = True
+            rest = [u for u in others if u.alias not in known and u.alias not in free]
+            if not rest:
+                return known, free
+            # free first a use no assignment can determine (Q5's lineitem: l_linenumber is in no class), then a
+            # public one (it never grows), then by alias — any choice is sound, this one keeps F small
+            pick = min(
+                rest, key=lambda u: (u.alias not in banned and keyed(u, everything), u.table in private, u.alias)
+            )
+            free.append(pick.alias)
+            fixed.update(classes[r] for r in mine[pick.alias])
+
+    banned: set[str] = set()
+    while True:
+        known, free = assign(banned)
+        free_tables = {u.table for u in others if u.alias in free and u.table in private}
+        clash = {u.alias for u in others if u.alias in known and u.table in free_tables}
+        if not clash:
+            return frozenset(known)
+        banned |= clash
+
+
+def free_term(form: AnalysisForm, use: TableUse, classes: DisjointSet, determined: frozenset[str]) -> UseTerm:
+    """The derivative's term over the free uses alone (c_F above): the conjuncts that read no determined use,
+    plus, per equality class, the equalities θ implies between its members outside the determined uses (Q9's
+    l_suppkey = ps_suppkey when s_suppkey, between them, is determined). Its count bounds the free parts of
+    the full term's tuples."""
+    kept = [c for c in form.conjuncts if not any(r.alias in determined for r in c.columns)]
+    present = {frozenset(pair) for c in kept if (pair := _equality(c))}
+    for members in classes.subsets():
+        rest = sorted((m for m in members if m.alias not in determined), key=str)
+        for a, b in itertools.pairwise(rest):
+            if frozenset((a, b)) not in present:
+                kept.append(Conjunct(exp.EQ(this=_col(a), expression=_col(b)), frozenset((a, b)), False))
+    uses = tuple(u for u in form.uses if u.alias not in determined)
+    reduced = dataclasses.replace(form, uses=uses, conjuncts=tuple(kept), semijoins=())
+    return use_term(reduced, use, equality_classes(reduced.conjuncts))
 
 
 # -- the per-use derivative query --------------------------------------------------------------------
@@ -542,6 +667,12 @@ class _UsePlan:
     factors: tuple[tuple[int, ...], ...]  # per component: indices of its scalar query (max count) or pattern query
     pattern_queries: tuple[int, ...] = ()  # for self-joins: indices into the plan's grouped queries
     pattern_columns: tuple[tuple[int, ...], ...] = ()  # per pattern query: which pattern columns it returns
+    # the other uses a declared key determines (determined_uses), the scalar queries whose product is c_F (the
+    # free uses' count alone; None when no private use is determined) and g, the least weight of a determined
+    # private table (∞: none)
+    determined: frozenset[str] = frozenset()
+    free: tuple[int, ...] | None = None
+    gap: float = math.inf
 
 
 @dataclass(frozen=True)
@@ -552,14 +683,23 @@ class _SemiPlan:
     semi: SemiJoin
     term: UseTerm
     factors: tuple[int, ...]
+    # as _UsePlan's: the outer uses a declared key determines for D's row, c_F's scalar queries, g
+    determined: frozenset[str] = frozenset()
+    free: tuple[int, ...] | None = None
+    gap: float = math.inf
+
+
+def semi_form(form: AnalysisForm, semi: SemiJoin) -> AnalysisForm:
+    """The outer query joined with D by ψ (sqldp.subqueries, argument 2), D a use of the product."""
+    conds = tuple(Conjunct(e, frozenset(ColumnRef(c.table, c.name) for c in e.find_all(exp.Column)), False)
+                  for e in semi.correlation)  # fmt: skip
+    return dataclasses.replace(form, uses=(*form.uses, semi.use), conjuncts=(*form.conjuncts, *conds), semijoins=())
 
 
 def semi_term(form: AnalysisForm, semi: SemiJoin) -> UseTerm:
-    """The use term of D's row: the outer query joined with D by ψ (sqldp.subqueries, argument 2). D's columns
-    that ψ's equalities tie to outer columns are its pattern; ψ's other conjuncts that read D are dropped."""
-    conds = tuple(Conjunct(e, frozenset(ColumnRef(c.table, c.name) for c in e.find_all(exp.Column)), False)
-                  for e in semi.correlation)  # fmt: skip
-    joined = dataclasses.replace(form, uses=(*form.uses, semi.use), conjuncts=(*form.conjuncts, *conds), semijoins=())
+    """The use term of D's row in :func:`semi_form`. D's columns that ψ's equalities tie to outer columns are its
+    pattern; ψ's other conjuncts that read D are dropped."""
+    joined = semi_form(form, semi)
     return use_term(joined, semi.use, equality_classes(joined.conjuncts))
 
 
@@ -603,12 +743,20 @@ class RowPlan(ExactUnfolded):
 
     @property
     def data_independent(self) -> bool:
-        """True when no private use's derivative reads another private use: then every derivative counts
-        public rows only (or is 1), no growth term exists (``Growth.static``), and the bound is the same on
-        every database that differs in private rows — a global sensitivity, which needs no smoothing
-        (NR §3.3.7.3 with A(k) constant). Decided from the query's shape and the policy, never the data."""
-        terms = [p.term for p in self.uses] + [s.term for s in self.semis]
-        return all(o.table not in self.private for t in terms for o in t.others)
+        """True when no private use's derivative reads another private use that a declared key does not
+        determine: then every derivative counts public rows only (or is 1) or is bounded by c_F, the count of
+        its free uses alone, which are all public ("uses a declared key determines" above: the count is at most
+        c_F on every database that satisfies the keys); no growth term exists (``Growth.static``), and the bound
+        is the same on every database that differs in private rows — a global sensitivity, which needs no
+        smoothing (NR §3.3.7.3 with A(k) constant). Decided from the query's shape, the policy and the
+        enforced keys, never the data."""
+        uses = all(o.table not in self.private or o.alias in p.determined for p in self.uses for o in p.term.others)
+        return uses and all(o.table not in self.private for s in self.semis for o in s.term.others)
+
+    @property
+    def keyed(self) -> bool:
+        """Whether a declared key determines a private use for some derivative (the bound relies on the keys)."""
+        return any(p.free is not None for p in self.uses) or any(s.free is not None for s in self.semis)
 
     def bind(self, results: Sequence[Rows]) -> Callable[[float], Bound]:
         """Read the query results once — the counts, the unified pattern maps of self-joined tables, the
@@ -619,23 +767,31 @@ class RowPlan(ExactUnfolded):
         per_table = []
         for table in sorted(self.private):
             plans = [p for p in self.uses if p.term.use.table == table]
-            vectors, growths = self._vectors(plans, scal, grouped) if plans else ([()], [])
+            vectors = self._vectors(plans, scal, grouped) if plans else [()]
+            static = self.data_independent
+            smoothers = [self._smoother(p.term, p.determined, p.free, p.gap, scal, static) for p in plans]
             mine = [s for s in self.semis if s.semi.use.table == table]
-            semis = [(math.prod(scal[i] for i in s.factors), self._growth(s.term, scal)) for s in mine]
-            per_table.append((table, plans, vectors, growths, mine, semis))
+            semis = [
+                (
+                    math.prod(scal[i] for i in s.factors),
+                    self._smoother(s.term, s.determined, s.free, s.gap, scal, static),
+                )
+                for s in mine
+            ]
+            per_table.append((table, plans, vectors, smoothers, mine, semis))
 
         def at(beta: float) -> Bound:
             terms: dict[str, dict[str, Any]] = {}
             best = 0.0
-            for table, plans, vectors, growths, mine, semis in per_table:
+            for table, plans, vectors, smoothers, mine, semis in per_table:
                 smoothed = 0.0
                 witness: tuple[float, ...] = ()
                 for vec in vectors:
-                    total = sum(smooth_count(c, g, beta)[0] for c, g in zip(vec, growths, strict=True))
+                    total = sum(smooth(c, beta) for c, smooth in zip(vec, smoothers, strict=True))
                     if total >= smoothed:
                         smoothed, witness = total, vec
                 # the derived tables' terms add to the product's (sqldp.subqueries, arguments 2 and 3)
-                derived = {s.semi.use.alias: smooth_count(c, g, beta)[0] for s, (c, g) in zip(mine, semis, strict=True)}
+                derived = {s.semi.use.alias: smooth(c, beta) for s, (c, smooth) in zip(mine, semis, strict=True)}
                 smoothed += sum(derived.values())
                 witness += tuple(c for c, _ in semis)
                 g_t = self.weights[table]
@@ -658,26 +814,81 @@ class RowPlan(ExactUnfolded):
         """The bound at one β; it does not depend on the group, it is an upper bound for every group."""
         return self.bind(results)(beta)
 
-    def _growth(self, term: UseTerm, scal: list[float]) -> Growth:
+    def reach(self, results: Sequence[Rows]) -> dict[str, Callable[[float], float]]:
+        """Per private table, k ↦ the bound on its count derivative at distance k whose e^(−βk)-weighted maximum is
+        the smooth bound (NR §3.3.7.3's A(k); with determined uses the smaller of the keyed and the plain one), each
+        use at its largest count; semi-joins' derived tables are left out. The brute-force tests compare it with
+        the local sensitivity at distance k."""
+        scal = [float(v or 0) for v in results[0][0]] if self.scalars else []
+        grouped = results[1:] if self.scalars else results
+        out: dict[str, Callable[[float], float]] = {}
+        for table in sorted(self.private):
+            plans = [p for p in self.uses if p.term.use.table == table]
+            vectors = self._vectors(plans, scal, grouped) if plans else [()]
+            counts = [max((v[i] for v in vectors), default=0.0) for i in range(len(plans))]
+            parts = []
+            for p, c in zip(plans, counts, strict=True):
+                plain = self._growth(p.term, scal)
+                keyed = self._growth(p.term, scal, p.determined)
+                free = math.prod(scal[i] for i in p.free) if p.free is not None else 0.0
+                parts.append((p, c, plain, keyed, free))
+
+            def at(k: float, parts: list[tuple[_UsePlan, float, Growth, Growth, float]] = parts) -> float:
+                total = 0.0
+                for p, c, plain, keyed, free in parts:
+                    a = reach(c, plain, k)
+                    if p.determined:
+                        a = min(a, reach_keyed(c, free, p.gap, keyed, k))
+                    total += a
+                return total
+
+            out[table] = at
+        return out
+
+    def _smoother(
+        self,
+        term: UseTerm,
+        determined: frozenset[str],
+        free_queries: tuple[int, ...] | None,
+        gap: float,
+        scal: list[float],
+        static: bool,
+    ) -> Callable[[float, float], float]:
+        """(c, β) ↦ the β-smooth bound of one use's (or derived table's) count c. With determined uses: the
+        keyed bound (smooth_keyed), or the smaller NR bound that ignores the keys (both are β-smooth upper
+        bounds on databases that satisfy the keys, so their minimum is one); when the plan is data-independent
+        and a private use is determined, c_F, which counts public rows only."""
+        plain = self._growth(term, scal)
+        if not determined:
+            return lambda c, beta: smooth_count(c, plain, beta)[0]
+        keyed = self._growth(term, scal, determined)
+        free = math.prod(scal[i] for i in free_queries) if free_queries is not None else 0.0
+        if static and free_queries is not None:
+            return lambda c, beta: free
+        return lambda c, beta: min(smooth_keyed(c, free, gap, keyed, beta), smooth_count(c, plain, beta)[0])
+
+    def _growth(self, term: UseTerm, scal: list[float], determined: frozenset[str] = frozenset()) -> Growth:
+        """The free uses' growth: per private table of a free use (n_t, m_t, G_t), and P, the product of the
+        public free uses' counts and min(n_j, 1) per public determined use (at most one row per fixed key)."""
         by_table: dict[str, list[float]] = {}
         public = 1.0
         for u in term.others:
             n = scal[self.local[u.alias]]
-            if u.table in self.private:
+            if u.alias in determined:
+                if u.table not in self.private:
+                    public *= min(n, 1.0)
+            elif u.table in self.private:
                 by_table.setdefault(u.table, []).append(n)
             else:
                 public *= n
         tables = tuple((max(ns), len(ns), self.weights[t]) for t, ns in sorted(by_table.items()))
         return Growth(tables, public)
 
-    def _vectors(
-        self, plans: list[_UsePlan], scal: list[float], grouped: Sequence[Rows]
-    ) -> tuple[list[tuple[float, ...]], list[Growth]]:
-        growths = [self._growth(p.term, scal) for p in plans]
+    def _vectors(self, plans: list[_UsePlan], scal: list[float], grouped: Sequence[Rows]) -> list[tuple[float, ...]]:
         if len(plans) == 1:
             p = plans[0]
             count = 1.0 if not p.term.others else math.prod(scal[i] for f in p.factors for i in f)
-            return [(count,)], growths
+            return [(count,)]
         maps = []
         bounded_each = False
         for p in plans:
@@ -715,8 +926,8 @@ class RowPlan(ExactUnfolded):
                 for q in p.pattern_queries:
                     constant *= max((float(r[-1]) for r in grouped[q]), default=0.0)
                 maxima.append(constant)
-            return [tuple(maxima)], growths
-        return unify(maps), growths
+            return [tuple(maxima)]
+        return unify(maps)
 
 
 def _renamed(e: exp.Expr, alias: str) -> exp.Expr:
@@ -758,7 +969,12 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
 
     classes = equality_classes(form.conjuncts)
     declared = {u.table: (catalog.table(u.table).primary_key, *catalog.table(u.table).unique) for u in form.uses}
-    types = {u.table: {c.name: c.type_sql for c in catalog.table(u.table).columns.values()} for u in form.uses}
+    read = (*form.uses, *(s.use for s in form.semijoins))
+    types = {u.table: {c.name: c.type_sql for c in catalog.table(u.table).columns.values()} for u in read}
+    # keys that determine uses: only those PostgreSQL enforces, so that every database the query may see, and
+    # every neighbour the guarantee covers, satisfies them (a schema file's keys are claims)
+    enforced = {u.table: tuple(keys_of(catalog.table(u.table))) for u in form.uses} if catalog.enforced else {}
+    weights = {t: policy.table(t).weight for t in private}
     scalars: list[exp.Expr] = []
     grouped: list[exp.Select] = []
     local: dict[str, int] = {}
@@ -776,6 +992,29 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
                 scalars.append(_count_query([u], own, []))
             local[u.alias] = asked[same]
     counts_of_table = {t: len(form.uses_of(t)) for t in private}
+
+    def keyed(
+        joined: AnalysisForm, use: TableUse, term: UseTerm, classes: DisjointSet
+    ) -> tuple[frozenset[str], tuple[int, ...] | None, float]:
+        """The other uses a declared key determines for ``use``'s row, the scalar queries whose product is c_F
+        (the free uses' count alone, the largest over their patterns; None when no private use is determined)
+        and g, the least weight of a determined private table."""
+        determined = determined_uses(joined, use, term.others, classes, enforced, types, private)
+        mine = [o for o in term.others if o.alias in determined and o.table in private]
+        if not mine:
+            return determined, None, math.inf
+        reduced = free_term(joined, use, classes, determined)
+        free = []
+        for comp_uses, conds, keys in _components(reduced) if reduced.others else []:
+            free.append(len(scalars))
+            reps: list[exp.Expr] = [reduced.reps[k] for k in keys]
+            scalars.append(
+                _max_count(comp_uses, conds, reps, declared, types, private)
+                if keys
+                else _count_query(comp_uses, conds, [])
+            )
+        return determined, tuple(free), min(weights[o.table] for o in mine)
+
     plans = []
     shared: list[tuple[exp.Select, dict[int, str]]] = []
     scanned: set[str] = set()
@@ -807,7 +1046,10 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
                         shared.append(
                             (scan(comp_uses[0]), {local[comp_uses[0].alias]: "total", len(scalars) - 1: "best"})
                         )
-        plans.append(_UsePlan(term, tuple(factors), tuple(pattern_queries), tuple(pattern_columns)))
+        determined, free, gap = keyed(form, u, term, classes)
+        plans.append(
+            _UsePlan(term, tuple(factors), tuple(pattern_queries), tuple(pattern_columns), determined, free, gap)
+        )
     semis = []
     for s in semijoins:
         term = semi_term(form, s)
@@ -816,7 +1058,10 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
             q = _count_query(comp_uses, conds, [term.reps[k] for k in keys])
             indices.append(len(scalars))
             scalars.append(_max_of(q) if keys else q)
-        semis.append(_SemiPlan(s, term, tuple(indices)))
+        joined = semi_form(form, s)
+        semis.append(
+            _SemiPlan(s, term, tuple(indices), *keyed(joined, s.use, term, equality_classes(joined.conjuncts)))
+        )
     return RowPlan(
         form=form,
         aggregate=released,
@@ -825,7 +1070,7 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
         grouped=tuple(grouped),
         uses=tuple(plans),
         local=local,
-        weights={t: policy.table(t).weight for t in private},
+        weights=weights,
         private=private,
         # a row of a derived table flips outer rows of any group: one ℓ1 bound over the groups
         disjoint_groups=_disjoint(form, private, classes) and not semijoins,

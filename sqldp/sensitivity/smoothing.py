@@ -109,3 +109,29 @@ def smooth_count(count: float, growth: Growth, beta: float) -> tuple[float, floa
             break
     k = 0.5 * (lo + hi)
     return math.exp(-beta * k) * (count + growth.level(k)[2]), k
+
+
+def reach(count: float, growth: Growth, k: float) -> float:
+    """A(k) = c + P·∏(n_t + k_t)^(m_t) − P·∏ n_t^(m_t) at the water-filling k_t: what ``smooth_count`` weighs by
+    e^(−βk) (the brute-force tests compare it with the local sensitivity at distance k)."""
+    return count if growth.static else count + growth.level(k)[2]
+
+
+def reach_keyed(count: float, free: float, gap: float, growth: Growth, k: float) -> float:
+    """A(k) when declared keys determine some of the other uses (sqldp.sensitivity.rows, "uses a declared key
+    determines"): ``growth`` holds the free uses only, ``free`` is c_F (the free uses' count alone) and ``gap`` g
+    the least weight of a determined private table (∞: none). Below g no determined row can be new; from g on
+    one can, and the count is then at most the free uses' count at the remaining distance."""
+    out = reach(count, growth, k)
+    if k >= gap:
+        out = max(out, reach(free, growth, k - gap))
+    return out
+
+
+def smooth_keyed(count: float, free: float, gap: float, growth: Growth, beta: float) -> float:
+    """max_k e^(−βk)·reach_keyed(k) = max(S(c), e^(−βg)·S(c_F)), S the smoothing above (k − g ranges over [0, ∞)
+    like k)."""
+    out = smooth_count(count, growth, beta)[0]
+    if math.isfinite(gap):
+        out = max(out, math.exp(-beta * gap) * smooth_count(free, growth, beta)[0])
+    return out
