@@ -9,7 +9,7 @@ Spark :mod:`sqldp.engine.spark` (its statements in Spark SQL, :mod:`sqldp.spark_
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sqldp.rewrite import Statements
@@ -35,6 +35,9 @@ class Speed:
     by the copies of a prepared query."""
 
     last: float = 0.0
+    # seconds each statement (or part of one, sqldp.engine.postgres.parts) took when last run on a connection
+    # of its own: the two-connection path starts the longest first
+    each: dict[str, float] = field(default_factory=dict)
 
 
 class Engine(Protocol):

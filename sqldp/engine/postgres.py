@@ -10,15 +10,19 @@ than running them when the plain query takes a millisecond.
 from __future__ import annotations
 
 import contextvars
+import functools
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import psycopg
 import psycopg.sql
+import sqlglot
+from sqlglot import exp
 
 from sqldp.db import connect
 from sqldp.engine import Fetched, Row, Speed
@@ -32,6 +36,32 @@ READ_ONLY = "SET default_transaction_read_only = on"
 NO_TIMEOUT = "SET statement_timeout = 0"
 SETUP = (READ_ONLY, NO_TIMEOUT)  # what configure() sets, also sent by the proxy's reset (sqldp.proxy.upstream)
 BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+
+
+@functools.lru_cache(maxsize=256)
+def parts(text: str) -> tuple[str, ...]:
+    """The statements that compute ``text``'s one row in pieces, for the two connections to share: a SELECT
+    without FROM whose items are all scalar subqueries (the row-sensitivity statement of
+    sqldp.sensitivity.rows asks one per table and per join pattern) is one ``SELECT (<subquery>) AS <name>``
+    per item. An item of a SELECT without FROM is evaluated once, reads nothing of the others, and a scalar
+    subquery gives one value (or fails, alone as within the whole): in one snapshot the parts' values side by
+    side are the whole statement's row. Anything else stays whole, and so does a text sqlglot would not write
+    back exactly as it reads it (each part is then the very SQL of its item). Cached: parsing a statement of
+    many subqueries costs milliseconds, and a prepared query runs the same texts every time."""
+    if not text.startswith("SELECT ("):  # cheap: most statements read a FROM
+        return (text,)
+    try:
+        tree = sqlglot.parse_one(text, read="postgres")
+    except sqlglot.errors.SqlglotError:
+        return (text,)
+    if not isinstance(tree, exp.Select) or any(v for k, v in tree.args.items() if k != "expressions"):
+        return (text,)
+    items = tree.expressions
+    if len(items) < 2 or not all(isinstance(e.unalias(), exp.Subquery) for e in items):
+        return (text,)
+    if tree.sql(dialect="postgres") != text:
+        return (text,)
+    return tuple(exp.Select(expressions=[e.copy()]).sql(dialect="postgres") for e in items)
 
 
 def configure(conn: psycopg.Connection) -> None:
@@ -288,7 +318,10 @@ class PostgresEngine:
         the last run of this query took: small queries are pipelined on one connection (one round trip for all
         of them; the fixed cost of a second connection, a thread and a snapshot export would dominate); larger
         ones are shared between this connection and a spare one that imports the snapshot
-        (pg_export_snapshot / SET TRANSACTION SNAPSHOT), so the wall time is about the longer half."""
+        (pg_export_snapshot / SET TRANSACTION SNAPSHOT, PostgreSQL manual §9.28.5), so the wall time is about
+        the longer half: both take the next statement from one queue, the longest last time first, and a
+        statement of several independent scalar subqueries is run as one statement per subquery (``parts``).
+        If one fails, neither connection starts another and the release fails with the first error."""
         queries, answer = list(statements.queries), statements.answer
         serial = not queries or speed.last < SERIAL_BELOW
         spare = None if serial else self._spare_connection()
@@ -310,31 +343,67 @@ class PostgresEngine:
             return out, elapsed, elapsed  # pipelined: they ran together
         conn.execute(BEGIN)
         snapshot = conn.execute("SELECT pg_export_snapshot()").fetchone()[0]  # type: ignore[index]
-        # round robin: the spare connection takes the first query, this one the answer and then the second …
-        mine, theirs = queries[1::2], queries[0::2]
+        # the units of work: the answer, then each query's parts (the query itself unless ``parts`` splits it)
+        split = [parts(q) for q in queries]
+        units = [answer, *(text for texts in split for text in texts)]
+        # a queue both connections take from, the longest last time first (LPT: the wall time is then at most
+        # 4/3 of the best split); a unit never timed yet keeps its place after the timed ones
+        order = sorted(range(len(units)), key=lambda u: -speed.each.get(units[u], 0.0))
+        rows: list[list[Row] | None] = [None] * len(units)
+        took: dict[int, float] = {}
+        lock = threading.Lock()
+        stop = threading.Event()  # a unit failed: neither connection starts another
         done: dict[str, float] = {}
 
-        def side() -> list[list[Row]]:
-            started = time.perf_counter()
-            with spare as other:
-                other.execute(BEGIN)
-                other.execute(psycopg.sql.SQL("SET TRANSACTION SNAPSHOT {}").format(psycopg.sql.Literal(snapshot)))
-                rows = [other.execute(q).fetchall() for q in theirs]
-                other.execute("COMMIT")
-                done["sens"] = time.perf_counter()
-                done["side"] = done["sens"] - started
-                return rows
+        def work(on: psycopg.Connection) -> None:
+            while not stop.is_set():
+                with lock:
+                    if not order:
+                        return
+                    u = order.pop(0)
+                started = time.perf_counter()
+                try:
+                    rows[u] = on.execute(units[u]).fetchall()
+                except BaseException:
+                    stop.set()
+                    raise
+                took[u] = time.perf_counter() - started
+                if u == 0:
+                    done["answer"] = time.perf_counter()
+
+        def side() -> None:
+            try:
+                with spare as other:
+                    other.execute(BEGIN)
+                    other.execute(psycopg.sql.SQL("SET TRANSACTION SNAPSHOT {}").format(psycopg.sql.Literal(snapshot)))
+                    work(other)
+                    other.execute("COMMIT")
+            except BaseException:
+                stop.set()
+                raise
 
         with ThreadPoolExecutor(max_workers=1) as pool:
             future = pool.submit(side)
             try:
-                answer_rows = conn.execute(answer).fetchall()
-                done["answer"] = time.perf_counter()
-                own = [conn.execute(q).fetchall() for q in mine]
-            finally:
-                other_rows = future.result()  # the snapshot must outlive the side transaction's import
-        # what the queries would take one after the other: this connection's share plus the spare's
-        speed.last = time.perf_counter() - t0 + done["side"]
-        sens: list[list[Row]] = [[] for _ in queries]
-        sens[0::2], sens[1::2] = other_rows, own
-        return [answer_rows, *sens], done["answer"] - t0, max(done["sens"], time.perf_counter()) - t0
+                work(conn)
+            except BaseException:
+                stop.set()
+                futures.wait([future])  # the snapshot must outlive the side transaction's import; its error, if
+                raise  # any, is the second one: this connection's is raised, as before
+            future.result()
+        t_end = time.perf_counter()
+        for u, seconds in took.items():
+            speed.each[units[u]] = seconds
+        # what the units would take one after the other
+        speed.last = sum(took.values())
+        got_all = [r for r in rows if r is not None]
+        if len(got_all) != len(units):  # every unit ran when neither connection failed
+            raise RuntimeError("a statement of the snapshot was not run")
+        fetched: list[list[Row]] = [got_all[0]]
+        at = 1
+        for texts in split:
+            got = got_all[at : at + len(texts)]
+            at += len(texts)
+            # a split query: its one row is its parts' one-row answers side by side
+            fetched.append(got[0] if len(texts) == 1 else [tuple(v for r in got for v in r[0])])
+        return fetched, done["answer"] - t0, t_end - t0
