@@ -68,3 +68,11 @@ def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(fmt(v) for v in r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def report(text: str, out: str | None) -> None:
+    """Print a benchmark's results and, with ``--out``, write them to that file (benchmarks/results/*.md)."""
+    if out:
+        with open(out, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    print(text)

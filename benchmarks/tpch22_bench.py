@@ -27,7 +27,7 @@ from typing import Any
 import psycopg
 
 import sqldp
-from benchmarks.common import QUERIES, machine, markdown_table, median_time, tpch_database
+from benchmarks.common import QUERIES, machine, markdown_table, median_time, report, tpch_database
 from sqldp.errors import RefusedError
 
 POLICIES = ("tpch", "tpch_catalog")
@@ -145,10 +145,7 @@ def main() -> None:
             f"noisy/plain median {statistics.median(ratios):.3g} over {len(ratios)} answered.",
         ]
     )
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-    print(text)
+    report(text, args.out)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from typing import Any
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import QUERIES, machine, markdown_table, tpch_database
+from common import QUERIES, machine, markdown_table, report, tpch_database
 
 import sqldp
 from sqldp.form import AnalysisForm
@@ -139,10 +139,7 @@ def main() -> None:
             markdown_table(header, rows),
         ]
     )
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-    print(text)
+    report(text, args.out)
 
 
 if __name__ == "__main__":

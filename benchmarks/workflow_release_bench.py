@@ -26,7 +26,7 @@ from typing import Any
 import psycopg
 
 import sqldp
-from benchmarks.common import QUERIES, ROOT, machine, markdown_table, tpch_database
+from benchmarks.common import QUERIES, ROOT, machine, markdown_table, report, tpch_database
 from benchmarks.tpch22_bench import DELTA, _errors, _plain_value
 from sqldp import sensitivity
 from sqldp.errors import RefusedError
@@ -167,10 +167,7 @@ def main() -> None:
             f"Released with the workflow's bound now: {', '.join(changed) or 'none'}.",
         ]
     )
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-    print(text)
+    report(text, args.out)
 
 
 if __name__ == "__main__":
