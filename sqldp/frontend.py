@@ -381,6 +381,16 @@ def _output_name(item: exp.Expr) -> str:
     return "?column?"
 
 
+def inside(node: exp.Expr, ancestor: exp.Expr) -> bool:
+    """Whether ``ancestor`` is a proper ancestor of ``node`` in its tree (by identity, not equality)."""
+    parent = node.parent
+    while parent is not None:
+        if parent is ancestor:
+            return True
+        parent = parent.parent
+    return False
+
+
 def conjuncts(e: exp.Expr | None) -> list[exp.Expr]:
     """The AND-ed terms of a condition (none for no condition), each with its parentheses removed (unlike
     :func:`sqldp.normalize.split_and`, which keeps a term as written, for the positions of its error messages)."""

@@ -47,6 +47,7 @@ from sqlglot import exp
 from sqldp.catalog import Catalog
 from sqldp.errors import CatalogError, RefusedError
 from sqldp.form import ColumnRef
+from sqldp.frontend import inside
 from sqldp.pg_arithmetic import KindOf, integer_valued, rounds, truncates
 from sqldp.policy import Policy
 
@@ -294,7 +295,7 @@ def defer_fallbacks(text: str) -> Deferred | None:
         if isinstance(default, exp.Subquery) and not default.alias and _uncorrelated(default.this):
             branches.append(default)
     # a branch inside another deferred branch goes with its fallback statement (which is deferred in turn)
-    outer = [b for b in branches if not any(o is not b and _inside(b, o) for o in branches)]
+    outer = [b for b in branches if not any(o is not b and inside(b, o) for o in branches)]
     if not outer:
         return None
     calls, fallbacks = [], []
@@ -304,15 +305,6 @@ def defer_fallbacks(text: str) -> Deferred | None:
         calls.append(call.sql(dialect="spark"))
         branch.replace(call)
     return Deferred(tree.sql(dialect="spark"), tuple(calls), tuple(fallbacks))
-
-
-def _inside(node: exp.Expr, ancestor: exp.Expr) -> bool:
-    parent = node.parent
-    while parent is not None:
-        if parent is ancestor:
-            return True
-        parent = parent.parent
-    return False
 
 
 _RAISED = re.compile(r"\[USER_RAISED_EXCEPTION\] " + FALLBACK + r"(\d+)__")

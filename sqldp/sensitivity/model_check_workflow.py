@@ -50,6 +50,7 @@ from typing import Any, Literal
 from sqlglot import exp
 
 from sqldp.catalog import Catalog, Column, Table
+from sqldp.frontend import inside
 from sqldp.sensitivity import model_check as mc
 from sqldp.subqueries import recognise
 
@@ -505,18 +506,9 @@ def _blocks(tree: exp.Select) -> list[exp.Select]:
 def _subqueries(e: exp.Expr) -> list[exp.Expr]:
     found: list[exp.Expr] = []
     for node in e.walk():
-        if isinstance(node, exp.Subquery) and not any(_inside(node, f) for f in found):
+        if isinstance(node, exp.Subquery) and not any(inside(node, f) for f in found):
             found.append(node)
     return found
-
-
-def _inside(node: exp.Expr, outer: exp.Expr) -> bool:
-    parent = node.parent
-    while parent is not None:
-        if parent is outer:
-            return True
-        parent = parent.parent
-    return False
 
 
 def _subqueries_outside_where(tree: exp.Select) -> list[exp.Expr]:
