@@ -12,6 +12,15 @@ from sqldp.errors import RefusedError
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("explain", parents=[common_options()], help="show the algebra and analysis form")
+    # what the analysis decides depends on these (δ > 0 allows DP partition selection; the mechanism picks
+    # the release), so explain takes them as `run` does and tells what `run` with the same flags would do
+    g = p.add_argument_group("privacy (default: the policy's [defaults])")
+    g.add_argument("--epsilon", type=float, help="privacy level ε")
+    g.add_argument("--delta", type=float, help="δ of (ε, δ)-DP (Laplace mechanism)")
+    g.add_argument("--beta", type=float, help="smoothing β (default: chosen to minimise the noise)")
+    g.add_argument(
+        "--mechanism", choices=("cauchy", "laplace"), help="generalized Cauchy (ε-DP) or Laplace ((ε, δ)-DP)"
+    )
     p.set_defaults(func=run)
 
 
@@ -23,6 +32,7 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
     from sqldp.errors import InputError
     from sqldp.form import describe
     from sqldp.frontend import parse
+    from sqldp.groups import partition_selection
     from sqldp.normalize import PublicRelease, normalize, relations_read
     from sqldp.params import resolve_params
     from sqldp.release import gaussian
@@ -79,6 +89,8 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
         # the rest of what `run` decides before reading data: the groups and each aggregate's plan, which
         # refuse what the analyses do not cover, and the mechanism each aggregate would get
         try:
+            if form.nested is None:  # a group key of a private table with no declared domain, when δ > 0
+                form = partition_selection(form, policy, policy.defaults.delta)
             _, plans, statements = compile_form(form, catalog, policy, policy.defaults.beta)
         except RefusedError as err:
             out["refused"] = {"reason": err.message, "where": err.where}
@@ -156,7 +168,8 @@ def _text(out: dict[str, Any]) -> str:
     if out.get("workflow_sensitivity") and not out.get("public"):
         lines += _workflow_text(out["workflow_sensitivity"])
     if out["refused"]:
-        lines.append(f"Refused ({out['refused']['where']}): {out['refused']['reason']}")
+        where = out["refused"]["where"]
+        lines.append(f"Refused{f' ({where})' if where else ''}: {out['refused']['reason']}")
     elif out["public"]:
         lines.append(f"Public: reads only public tables ({', '.join(out['tables'])}); answered exactly.")
     elif out.get("selection"):
@@ -259,6 +272,24 @@ def _global(g: dict[str, Any]) -> str:
     return value if g["exact"] else f"≤ {value}"
 
 
+def _with_flags(policy: Any, args: argparse.Namespace) -> Any:
+    """The policy with the command line's ε, δ, β and mechanism as its defaults, checked as `run` checks
+    them (a bad value is the same one-line error)."""
+    flags = {k: getattr(args, k) for k in ("epsilon", "delta", "beta", "mechanism")}
+    if all(v is None for v in flags.values()):
+        return policy
+    from dataclasses import replace
+
+    from sqldp.params import resolve_params
+
+    d = policy.defaults
+    # the analysis needs no ε: without one anywhere the flags are checked at a nominal ε and none is set
+    nominal = flags["epsilon"] is None and d.epsilon is None and d.advantage is None
+    p = resolve_params(policy, **{**flags, "epsilon": 1.0} if nominal else flags)
+    epsilon = d.epsilon if nominal else p.epsilon
+    return replace(policy, defaults=replace(d, epsilon=epsilon, delta=p.delta, beta=p.beta, mechanism=p.mechanism))
+
+
 def run(args: argparse.Namespace) -> int:
     sql = read_query(args)
     from sqldp.context import load_context
@@ -266,7 +297,7 @@ def run(args: argparse.Namespace) -> int:
     ctx = load_context(
         dsn=args.dsn, data_dir=args.data_dir, schema=args.schema, policy=args.policy, need_database=False
     )
-    out = explain(sql, ctx.catalog, ctx.policy)
+    out = explain(sql, ctx.catalog, _with_flags(ctx.policy, args))
     payload = dict(out)
     payload.pop("algebra_text")
     emit(args, payload, lambda _: _text(out))

@@ -67,6 +67,22 @@ def test_refused_query_is_explained_with_reason(schema: Path) -> None:
     assert ok.returncode == 0 and json.loads(ok.stdout)["mechanisms"] == {"COUNT(*)": "laplace-global"}
 
 
+def test_explain_takes_the_flags_its_refusal_names(schema: Path) -> None:
+    """The refusal says "allow δ > 0 (--mechanism laplace --delta D)"; explain takes those flags and then shows
+    what `run` with them would do (DP partition selection), not the refusal again."""
+    query = "SELECT faculty, COUNT(*) FROM t GROUP BY faculty"
+    refused = sqldp("explain", "--schema", str(schema), query)
+    assert refused.returncode == 2 and "--mechanism laplace --delta D" in refused.stdout
+    assert "Refused: " in refused.stdout  # no "(None)" where the refusal has no position
+    flags = ("--mechanism", "laplace", "--delta", "1e-6")
+    r = sqldp("explain", "--schema", str(schema), "--format", "json", *flags, query)
+    assert r.returncode == 0, r.stdout
+    out = json.loads(r.stdout)
+    assert out["refused"] is None and set(out["mechanisms"].values()) <= {"laplace", "laplace-global"}
+    # checked as run checks them: a bad value is the same one-line error
+    assert "--epsilon" in one_line_error(sqldp("explain", "--schema", str(schema), "--epsilon", "1e9", query))
+
+
 @pytest.mark.parametrize(
     ("query", "expected"),
     [
