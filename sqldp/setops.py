@@ -212,7 +212,21 @@ class SetRelease:
         result = Result(self.sql, self.params, notes=self._notes(), grouped=True, released=True)
         result.columns = list(columns)
         result.test_mode = any(r.test_mode for r in results)
-        result.rows = [{"key": {}, "values": dict(zip(columns, row, strict=True))} for row in rows]
+        # each released value keeps its branch's data-independent error bar (README, "Answers"), under the set
+        # operation's column names; a row found in several branches takes its first occurrence's, as `combine`
+        # keeps its first occurrence (equal noisy values from two branches are improbable; exact rows have none)
+        bars: dict[Row, dict[str, float]] = {}
+        for r, (names, branch_rows) in zip(results, tables, strict=True):
+            for values, record in zip(branch_rows, r.rows, strict=True):
+                own = record.get("errors", {})
+                named = {columns[i]: own[n] for i, n in enumerate(names) if n in own}
+                bars.setdefault(tuple(values), named)
+        result.rows = []
+        for row in rows:
+            out: dict[str, Any] = {"key": {}, "values": dict(zip(columns, row, strict=True))}
+            if bars.get(row):
+                out["errors"] = bars[row]
+            result.rows.append(out)
         result.measurements = [g for r in results for g in r.measurements]
         result.steps = results
         result.timings = {"total": time.perf_counter() - self.started}

@@ -144,6 +144,24 @@ def test_order_and_limit_apply_to_the_released_rows(session: Session) -> None:
     assert len(distinct.table()[1]) == 2  # UNION removed the repeated public row
 
 
+def test_released_rows_keep_their_branch_error_bars(session: Session) -> None:
+    """Each released value carries the error bar its branch gave it, under the set operation's column names;
+    an exact public row has none (README, "Answers": every released value carries its own error bar)."""
+    sql = (
+        "SELECT t.g, COUNT(*) AS n FROM t WHERE t.g IN ('a', 'b') GROUP BY 1 "
+        "UNION ALL SELECT t.g AS h, COUNT(*) AS c FROM t WHERE t.g = 'c' GROUP BY 1 "
+        "UNION ALL SELECT k.name, 10 FROM k"
+    )
+    result = session.run(sql, epsilon=EPSILON)
+    alone = session.run("SELECT t.g, COUNT(*) AS n FROM t WHERE t.g IN ('a', 'b') GROUP BY 1", epsilon=EPSILON / 2)
+    (bar,) = {e["n"] for e in (r["errors"] for r in alone.rows)}
+    noisy = [r for r in result.rows if r["values"]["n"] != 10]
+    assert len(noisy) == 3 and all(r["errors"] == {"n": bar} for r in noisy)  # ε/2 each, the branch's own bar
+    assert all("errors" not in r for r in result.rows if r["values"]["n"] == 10)
+    records = result.records()
+    assert {rec.get("n_error") for rec in records} == {bar, None}
+
+
 def test_the_budget_is_charged_once_for_all_branches(pg_dsn: str) -> None:
     _load(pg_dsn, ROWS)
     session = sqldp.connect(pg_dsn, Policy.from_toml(POLICY), budget=1.5)
