@@ -1392,6 +1392,17 @@ def describe(session: Session, query: str, types: tuple[int, ...], privacy: Mapp
         upstream = tuple(d.ftype(i) for i in range(d.nfields))
     if prepared.public:
         return Description(params, names, upstream)
+    branches = getattr(prepared, "branches", None)
+    if branches is not None:  # a set operation (sqldp.setops): a column is noisy if any measured branch's is
+        noisy = [False] * len(upstream)
+        for branch in branches:
+            if branch.public:
+                continue
+            outputs = getattr(branch.form, "outputs", None)
+            if outputs is None or len(outputs) != len(upstream):
+                return None
+            noisy = [n or not o.is_key for n, o in zip(noisy, outputs, strict=True)]
+        return Description(params, names, tuple(v.FLOAT8 if n else u for u, n in zip(upstream, noisy, strict=True)))
     outputs = getattr(getattr(prepared, "form", None), "outputs", None)
     if outputs is None or len(outputs) != len(upstream):
         return None
