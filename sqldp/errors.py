@@ -23,6 +23,9 @@ class SqldpError(Exception):
     # sends it as the ErrorResponse's P field, so psql draws its caret); None: no position
     position: int | None = None
     hint: str | None = None  # what the user can do about it (the proxy's H field; psql prints HINT:)
+    # the query's part the problem is about, when it was found on a rewritten tree that keeps no positions (a
+    # group key of the analysis form): the front end locates it in the text (sqldp.frontend.locate)
+    subject: object | None = None
 
     def __init__(self, message: str, *, where: str | None = None) -> None:
         super().__init__(message)
@@ -32,6 +35,12 @@ class SqldpError(Exception):
     def __str__(self) -> str:
         text = " ".join(self.message.split())  # always one line
         return f"{self.where}: {text}" if self.where else text
+
+
+def about(subject: object, err: SqldpError) -> SqldpError:
+    """``err`` with the query part it is about (:attr:`SqldpError.subject`), for the front end to locate."""
+    err.subject = subject
+    return err
 
 
 class InputError(SqldpError):

@@ -56,18 +56,29 @@ class ParsedQuery:
 
 def position(sql: str, node: exp.Expr | None) -> str:
     """``query:LINE:COL`` of a node's first character, or ``query`` when sqlglot kept no position."""
-    meta = None
-    # sqlglot keeps positions on identifiers and literals; take the first one inside the node
-    for candidate in node.walk(bfs=False) if node is not None else ():
-        if candidate.meta.get("start") is not None:
-            meta = candidate.meta
-            break
-    if meta is None:
+    # sqlglot keeps positions on identifiers and literals; the node starts at the first of them in the text
+    # (not the first in tree order: `t.d` holds `d` before `t`)
+    starts = [c.meta["start"] for c in (node.walk() if node is not None else ()) if c.meta.get("start") is not None]
+    if not starts:
         return WHERE
-    start = meta["start"]
+    start = min(starts)
     line = sql.count("\n", 0, start) + 1
     col = start - (sql.rfind("\n", 0, start) + 1) + 1
     return f"{WHERE}:{line}:{col}"
+
+
+def locate(sql: str, statement: exp.Expr | None, subject: object) -> str:
+    """``query:LINE:COL`` of the GROUP BY item, in the statement as written, that a key of the analysis form
+    (qualified, rewritten: no positions kept) stands for — the first item that reads the key's columns, else
+    the first GROUP BY item; ``query`` when there is none."""
+    if statement is None or not isinstance(subject, exp.Expr):
+        return WHERE
+    names = {c.name for c in subject.find_all(exp.Column)}
+    items = [item for group in statement.find_all(exp.Group) for item in group.expressions]
+    for item in items:
+        if names and names <= {c.name for c in item.find_all(exp.Column)}:
+            return position(sql, item)
+    return position(sql, items[0]) if items else WHERE
 
 
 def too_deep() -> InputError:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from sqldp.catalog import Catalog
-from sqldp.errors import RefusedError
+from sqldp.errors import RefusedError, about
 from sqldp.form import Aggregate, AnalysisForm
 from sqldp.policy import EPOCH, Policy
 
@@ -107,12 +107,15 @@ def key_domains(form: AnalysisForm, policy: Policy, catalog: Catalog | None = No
             continue
         if not isinstance(key, exp.Column) or not key.table:
             if allowed is None or not _derived_key(key):
-                raise RefusedError(
-                    f"GROUP BY {key.sql(dialect='postgres')}: only plain columns can be group keys (their domain "
-                    "must come from the policy or a public table), an expression of columns that the WHERE "
-                    "clause restricts to constants (key IN (…)), EXTRACT of a field with a fixed set of values "
-                    f"({', '.join(EXTRACT_FIELDS)}) from a date or timestamp, or a CASE whose every branch is a "
-                    "constant"
+                raise about(
+                    key,
+                    RefusedError(
+                        f"GROUP BY {key.sql(dialect='postgres')}: only plain columns can be group keys (their "
+                        "domain must come from the policy or a public table), an expression of columns that the "
+                        "WHERE clause restricts to constants (key IN (…)), EXTRACT of a field with a fixed set of "
+                        f"values ({', '.join(EXTRACT_FIELDS)}) from a date or timestamp, or a CASE whose every "
+                        "branch is a constant",
+                    ),
                 )
             out.append(KeyDomain(listed_domain(allowed), None))
             continue
@@ -137,10 +140,13 @@ def key_domains(form: AnalysisForm, policy: Policy, catalog: Catalog | None = No
         elif form.select_by is not None:
             out.append(KeyDomain(None, None, private=True))
         else:
-            raise RefusedError(
-                f"GROUP BY {key.sql(dialect='postgres')}: which groups exist in private table {table!r} would "
-                f"leak; declare the column's domain in the policy (tables.{table}.columns.{key.name}.domain), "
-                "or allow δ > 0 (--mechanism laplace --delta D) for DP partition selection"
+            raise about(
+                key,
+                RefusedError(
+                    f"GROUP BY {key.sql(dialect='postgres')}: which groups exist in private table {table!r} would "
+                    f"leak; declare the column's domain in the policy (tables.{table}.columns.{key.name}.domain), "
+                    "or allow δ > 0 (--mechanism laplace --delta D) for DP partition selection",
+                ),
             )
     return tuple(out)
 

@@ -27,7 +27,7 @@ from sqldp.engine import Engine
 from sqldp.engine.postgres import PostgresEngine
 from sqldp.errors import BudgetExhaustedError, InputError, RefusedError
 from sqldp.form import AnalysisForm, single_aggregate
-from sqldp.frontend import ParsedQuery, parse, parse_statement, too_deep
+from sqldp.frontend import ParsedQuery, locate, parse, parse_statement, too_deep
 from sqldp.groups import KeyDomain, key_domains, partition_selection
 from sqldp.mechanisms import NoiseSource, zcdp_epsilon
 from sqldp.normalize import PublicRelease, normalize, relations_read
@@ -223,10 +223,15 @@ class Session:
                 form, self.catalog, self.policy, params, self.dialect
             )
             return Prepared(self.engine, self.noise, sql, form, params, plans, domains, statements, t0)
-        form = partition_selection(form, self.policy, params.delta)
-        domains, plans, statements = compile_form(
-            form, self.catalog, self.policy, params.beta, self.dialect, params=params
-        )
+        try:
+            form = partition_selection(form, self.policy, params.delta)
+            domains, plans, statements = compile_form(
+                form, self.catalog, self.policy, params.beta, self.dialect, params=params
+            )
+        except RefusedError as err:
+            if err.where is None and err.subject is not None:  # a group key: where it is in the text
+                err.where = locate(sql, parsed.statement, err.subject)
+            raise
         if statements.notes:  # what the SQL that runs does beyond the query (a truncation): data-independent
             form = dataclasses.replace(form, notes=(*form.notes, *statements.notes))
         # every refusal that does not need the data happens here, before the proxy charges: a fixed β too

@@ -31,7 +31,7 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
     from sqldp import selection, setops
     from sqldp.errors import InputError
     from sqldp.form import describe
-    from sqldp.frontend import parse
+    from sqldp.frontend import locate, parse
     from sqldp.groups import partition_selection
     from sqldp.normalize import PublicRelease, normalize, relations_read
     from sqldp.params import resolve_params
@@ -93,7 +93,8 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
                 form = partition_selection(form, policy, policy.defaults.delta)
             _, plans, statements = compile_form(form, catalog, policy, policy.defaults.beta)
         except RefusedError as err:
-            out["refused"] = {"reason": err.message, "where": err.where}
+            where = err.where or (locate(sql, parsed.statement, err.subject) if err.subject is not None else None)
+            out["refused"] = {"reason": err.message, "where": where}
             return out
         # the statements `run` sends, after the rewriter's rules (sqldp.rewrite); they depend on the query and
         # the policy only

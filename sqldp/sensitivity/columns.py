@@ -70,7 +70,7 @@ from sqlglot import exp
 
 from sqldp import subqueries
 from sqldp.catalog import Catalog
-from sqldp.errors import RefusedError
+from sqldp.errors import RefusedError, about
 from sqldp.form import Aggregate, AnalysisForm, ColumnRef, Conjunct, TableUse
 from sqldp.groups import date_key
 from sqldp.policy import EPOCH, Norm, Policy
@@ -685,10 +685,13 @@ def _group_slopes(scope: _Scope) -> dict[ColumnRef, float]:
                 continue
             kind, _, days_per_unit, _ = scope.info(ref)
             if year_of is None or kind != "date":
-                raise RefusedError(
-                    f"GROUP BY {g.sql(dialect='postgres')} reads value-sensitive column {ref}; groups would leak "
-                    "it (only EXTRACT(YEAR FROM d) of a DATE column d with a declared range is analysed, as an exact "
-                    "step filter on d per year)"
+                raise about(
+                    g,
+                    RefusedError(
+                        f"GROUP BY {g.sql(dialect='postgres')} reads value-sensitive column {ref}; groups would "
+                        "leak it (only EXTRACT(YEAR FROM d) of a DATE column d with a declared range is analysed, "
+                        "as an exact step filter on d per year)",
+                    ),
                 )
             # one day of change costs 1/days_per_unit in the norm: the step's slope per unit is days_per_unit
             out[ref] = max(out.get(ref, 0.0), days_per_unit)

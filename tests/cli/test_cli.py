@@ -73,7 +73,7 @@ def test_explain_takes_the_flags_its_refusal_names(schema: Path) -> None:
     query = "SELECT faculty, COUNT(*) FROM t GROUP BY faculty"
     refused = sqldp("explain", "--schema", str(schema), query)
     assert refused.returncode == 2 and "--mechanism laplace --delta D" in refused.stdout
-    assert "Refused: " in refused.stdout  # no "(None)" where the refusal has no position
+    assert "Refused (query:1:" in refused.stdout  # the GROUP BY item's line and column
     flags = ("--mechanism", "laplace", "--delta", "1e-6")
     r = sqldp("explain", "--schema", str(schema), "--format", "json", *flags, query)
     assert r.returncode == 0, r.stdout

@@ -224,6 +224,21 @@ def test_steps_of_sensitive_values_are_refused_with_the_reason(pg_dsn: str, quer
     assert why in str(refusal.value) and "\n" not in str(refusal.value)
 
 
+def test_a_refused_group_key_is_located_in_the_text(pg_dsn: str) -> None:
+    """The refusal points at the GROUP BY item as written (line and column), though the analysis found it on
+    the qualified form, which keeps no positions."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+    session = sqldp.connect(pg_dsn, policy=_policy("public"))
+    for query, where in (
+        ("SELECT COUNT(*)\nFROM t\nGROUP BY t.k,\n  a", "query:4:3"),  # value-sensitive
+        ("SELECT COUNT(*) FROM t GROUP BY\n   t.d + 1", "query:2:4"),  # not a plain column
+    ):
+        with pytest.raises(RefusedError) as refusal:
+            session.analyze(query, epsilon=1.0)
+        assert refusal.value.where == where, (query, str(refusal.value))
+
+
 def test_explain_says_when_a_run_time_group_count_decides_the_histogram_release(pg_dsn: str) -> None:
     """A year key beside a public table's key: the group count is read at run time, and a key-moving histogram
     is one release only above histogram_factor groups, so what explain shows before the run says both cases."""
