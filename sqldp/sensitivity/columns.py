@@ -72,7 +72,7 @@ from sqldp import subqueries
 from sqldp.catalog import Catalog
 from sqldp.errors import RefusedError, about
 from sqldp.form import Aggregate, AnalysisForm, ColumnRef, Conjunct, TableUse
-from sqldp.groups import date_key
+from sqldp.groups import EXTRACT_FIELDS, date_key
 from sqldp.policy import EPOCH, Norm, Policy
 from sqldp.sensitivity import failures, operators
 from sqldp.sensitivity.expressions import RangeOps, SqlOps, bound, column_weights, dual, norm_separates
@@ -667,7 +667,8 @@ def _group_slopes(scope: _Scope) -> dict[ColumnRef, float]:
     """The slopes the group keys add, per value-sensitive column they read (NR §3.3.8.4, §3.3.8.5).
 
     A key that reads a value-sensitive column is allowed when it is ``EXTRACT(YEAR FROM d)`` of a DATE column
-    d (:func:`sqldp.groups.date_key`): group g is then the rows whose d lies in one year [a_g, b_g), and its
+    d (:func:`sqldp.groups.date_key`; another calendar field, :func:`_calendar_field`, makes g a union of such
+    intervals, with the same slope): group g is then the rows whose d lies in one year [a_g, b_g), and its
     answer is the aggregate with the filter ``d >= a_g AND d < b_g`` added, an exact step filter on the
     one-day grid of dates (min of two ramps of slope 1 per day, equal to the indicator on every date, NR
     §3.3.8.5 "integer" steps). Its slope does not depend on g, so one plan bounds every group: per row, the
@@ -678,24 +679,38 @@ def _group_slopes(scope: _Scope) -> dict[ColumnRef, float]:
     value-sensitive columns are refused."""
     out: dict[ColumnRef, float] = {}
     for g in scope.form.group_by:
-        year_of = date_key(g)
+        of_day = date_key(g) is not None or _calendar_field(g)
         refs = [ColumnRef(c.table, c.name) for c in g.find_all(exp.Column) if c.table]
         for ref in refs:
             if scope.weight(ref) is None:
                 continue
             kind, _, days_per_unit, _ = scope.info(ref)
-            if year_of is None or kind != "date":
+            if not of_day or kind != "date":
                 raise about(
                     g,
                     RefusedError(
                         f"GROUP BY {g.sql(dialect='postgres')} reads value-sensitive column {ref}; groups would "
-                        "leak it (only EXTRACT(YEAR FROM d) of a DATE column d with a declared range is analysed, "
-                        "as an exact step filter on d per year)",
+                        "leak it (only EXTRACT(field FROM d), date_trunc('year' | 'month', d) of a DATE column d "
+                        "are analysed, as exact step filters on d's one-day grid)",
                     ),
                 )
             # one day of change costs 1/days_per_unit in the norm: the step's slope per unit is days_per_unit
             out[ref] = max(out.get(ref, 0.0), days_per_unit)
     return out
+
+
+def _calendar_field(key: exp.Expr) -> bool:
+    """Whether a key is ``EXTRACT(f FROM d)`` for a calendar field f of :data:`sqldp.groups.EXTRACT_FIELDS`
+    (month, quarter, day, day of week, day of year, week): like the year, a function of the day alone, so on
+    the one-day grid of a DATE its group's indicator is a step filter of slope 1 per day — a union of day
+    intervals (month m of every year) rather than one, which changes neither the slope nor the fact that a
+    changed d moves a row between two groups only (the docstring of :func:`_group_slopes`)."""
+    return (
+        isinstance(key, exp.Extract)
+        and key.this.name.upper() in EXTRACT_FIELDS
+        and isinstance(key.expression, exp.Column)
+        and bool(key.expression.table)
+    )
 
 
 def _check_steps(scope: _Scope, agg: Aggregate, private: Sequence[Conjunct]) -> None:
