@@ -377,6 +377,8 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
     _check_steps(scope, agg, private)
     public = [c for c in form.conjuncts if not c.private] + _envelopes(scope, private)
     filters = [(c, approximate(c.expr, scope.info, scope.span)) for c in private]
+    if agg.distinct:
+        check_distinct(agg, filters)
     slopes: dict[ColumnRef, float] = _group_slopes(scope)
     key_moves = bool(slopes)  # only the group keys' slopes so far
     for _, f in filters:
@@ -638,6 +640,58 @@ def _check_aggregate(form: AnalysisForm, catalog: Catalog, agg: Aggregate) -> No
         )
 
 
+def check_distinct(agg: Aggregate, filters: Sequence[tuple[Conjunct, Filter]]) -> None:
+    """COUNT(DISTINCT e) under value-level privacy, e reading no column of any norm
+    (:func:`sqldp.sensitivity.plan` refuses the others): analysed as COUNT(e), whose bounds hold for it.
+    Refused here when a private filter is not an exact step (its released function would not be the count).
+
+    Proof. Write the function the analyses bound for COUNT(e) in group g as F_g = Σ_r w_r, over the product
+    rows r passing the public conjuncts, with w_r = m(r)·s(r) for e(r) not NULL: m(r) the product of its rows'
+    multiplicities (NR §3.3.7.3; semi- and anti-joins as the row analysis models them), s(r) ∈ [0, 1] the
+    private filters' continuous approximation and the group key's step (NR §3.3.8.4; AND = min, a key on a
+    sensitive value is one more step, :func:`_group_slopes`). Define
+
+        C_g = Σ_v min(1, max_{r: e(r) = v} w_r)        (v over e's non-NULL values).
+
+    (a) It is the released answer. e reads no value in a norm, so the partition of the product rows by e(r)
+    does not move under value changes (NR §3.3.8.2: only the norm's columns move), and a row enters or leaves
+    a class only with its multiplicity. On a database the multiplicities are integers and the values lie on
+    their grids, where every filter and key step here is exact (equal to its indicator; a soft one is refused
+    below): w_r ∈ {0} ∪ [1, ∞), so min(1, max) is 1 exactly when some row with e = v passes, and C_g is
+    COUNT(DISTINCT e) in g — what the answer query computes, its exact step conjuncts in its WHERE.
+
+    (b) Its derivatives are dominated by F_g's. C_g is a finite composition of min, max and the w_r (products
+    of multiplicities and ramps), locally Lipschitz, so along any path of the metric its one-sided derivative
+    exists almost everywhere and is that of an active piece: |dC_g| ≤ Σ_v |dw_{r*(v)}| ≤ Σ_r |dw_r| for one
+    maximising row r*(v) per value (min(1, ·) only sets some terms to 0). Per coordinate z (a multiplicity or a
+    sensitive value of one row t), |∂C_g/∂z| ≤ Σ_{r ∋ t} |∂w_r/∂z|, and over the groups Σ_g |∂C_g/∂z| ≤
+    Σ_g Σ_{r ∈ g, r ∋ t} |∂w_r/∂z|. These sums of per-product-row absolute derivatives are what every bound
+    of COUNT(e) here bounds: NR §3.3.8.2's Σ_{r ∋ t} D_i(r), D_i the dual norm (monotone in the components'
+    absolute values, Lemmas 3.64–3.66) of per-column bounds of |∂w_r|; the row analysis's counts of product
+    rows containing t (§3.3.7.3, a multilinear polynomial with non-negative terms) and of outer rows one
+    derived row flips (semi-joins); and the combined c of §3.3.9.3 built from them. So each of those bounds,
+    global or β-smooth, bounds C_g's derivative sensitivity, per group and in ℓ1 over the groups
+    (:func:`sqldp.release.dilated`; twice when a key moves a row between groups, as for COUNT).
+
+    (c) The mechanisms. NR Theorem 3.53's (and 3.56's) proof integrates |dC_g| along a path between neighbours
+    and uses only the bound of (b) and the β-smoothness of the bound, which is COUNT(e)'s own: it applies to
+    C_g as it applies to the ramps (min/max of linear pieces, NR §3.3.8.5) and to MIN/MAX (§3.3.8.3 "Min /
+    max") that the analysis already releases. For a discrete neighbour (a row added or removed, a value moved
+    by any amount) (b) integrates to |ΔC_g| ≤ Σ_r |Δw_r|: each product row a neighbour adds or removes moves
+    the distinct count by at most 1, as the row-level argument for COUNT(DISTINCT) has it (sqldp.sensitivity).
+
+    A soft filter (a sigmoid, or a ramp wider than its grid) is in (0, 1) on some databases, where C_g is not
+    COUNT(DISTINCT e) (it is Σ_v max s, which the released query does not compute): refused."""
+    soft = [c for c, f in filters if not f.exact]
+    if soft:
+        raise RefusedError(
+            f"{agg.sql} under value-level privacy needs every private filter to be an exact step on its grid "
+            f"(an integer, a date, a narrow NUMERIC(p, s) range; docs/columns.md); "
+            f"{soft[0].expr.sql(dialect='postgres')} is approximated continuously, and a distinct count of "
+            "weighted rows is not the count the query computes"
+        )
+
+
 def _extremum_shift(scope: _Scope, agg: Aggregate) -> float:
     """MIN/MAX with a private filter: the Δ of NR §3.3.8.4 (f + (1 − σ)·Δ), from the declared ranges; 0 for
     other aggregates. MIN/MAX over private rows is refused (NR §3.3.9 covers COUNT, SUM and AVG only)."""
@@ -685,13 +739,19 @@ def _group_slopes(scope: _Scope) -> dict[ColumnRef, float]:
             if scope.weight(ref) is None:
                 continue
             kind, _, days_per_unit, _ = scope.info(ref)
+            if not of_day and _integer_key(scope, g, ref):
+                # group v is the rows with k = v: the exact step 1 − min(1, |k − v|) on the integer grid (NR
+                # §3.3.8.5), slope 1 per unit of k whatever v is (see _integer_key)
+                out[ref] = max(out.get(ref, 0.0), 1.0)
+                continue
             if not of_day or kind != "date":
                 raise about(
                     g,
                     RefusedError(
                         f"GROUP BY {g.sql(dialect='postgres')} reads value-sensitive column {ref}; groups would "
                         "leak it (only EXTRACT(field FROM d), date_trunc('year' | 'month', d) of a DATE column d "
-                        "are analysed, as exact step filters on d's one-day grid)",
+                        "are analysed, as exact step filters on d's one-day grid, and for COUNT and SUM an INTEGER "
+                        "column with a declared domain of integers, as an exact step per value)",
                     ),
                 )
             # one day of change costs 1/days_per_unit in the norm: the step's slope per unit is days_per_unit
@@ -711,6 +771,32 @@ def _calendar_field(key: exp.Expr) -> bool:
         and isinstance(key.expression, exp.Column)
         and bool(key.expression.table)
     )
+
+
+def _integer_key(scope: _Scope, key: exp.Expr, ref: ColumnRef) -> bool:
+    """Whether ``GROUP BY k`` of a value-sensitive column k is analysed as one exact step filter per group:
+    k is the key itself, an INTEGER column, with a declared ``domain`` of integers (TPC-H Q16's p_size).
+
+    The groups are the domain's values (:func:`sqldp.groups.key_domains`, never the data's), and group v's
+    answer is the aggregate with the private filter ``k = v`` added. On the integer grid (grain 1, NR
+    §3.3.8.5 "integer" steps) that filter is the ramp 1 − min(1, |k − v|), which equals the indicator on every
+    integer k and v, so the answer the query computes is the continuous function's; its slope is 1 per unit
+    of k for every v, so, as for a year of a date (above), one bound covers every group: the slope is added to
+    the private filters' as one more AND (min) would be. A changed k moves a row from one group to another,
+    so the groups are not disjoint (``key_moves``: each group its share of ε, or one histogram whose ℓ1 change
+    is twice the bound, :func:`sqldp.release.dilated`). A non-integer declared value v would make the ramp
+    0.5 at integers next to it, not the indicator: refused, as are keys without a declared domain. COUNT and
+    SUM only: MIN/MAX release each group's extreme of its own rows with no step for the key (whether a group
+    has a row at all would jump with k)."""
+    if scope.form.aggregates[0].kind not in ("count", "sum"):
+        return False
+    if not isinstance(key, exp.Column) or ColumnRef(key.table, key.name) != ref:
+        return False
+    table = scope.form.use(ref.alias).table
+    if scope.catalog.table(table).column(ref.column).kind != "integer":
+        return False
+    values = scope.policy.table(table).column(ref.column).domain
+    return values is not None and all(isinstance(v, int) and not isinstance(v, bool) for v in values)
 
 
 def _check_steps(scope: _Scope, agg: Aggregate, private: Sequence[Conjunct]) -> None:
