@@ -211,7 +211,9 @@ def test_group_key_domains_come_from_the_declared_range(pg_dsn: str) -> None:
     ("query", "why"),
     [
         ("SELECT SUM(CASE WHEN t.a > 1 THEN t.x ELSE 0 END) FROM t", "reads a value-sensitive column"),
-        ("SELECT t.a, COUNT(*) FROM t GROUP BY t.a", "reads value-sensitive column t.a"),
+        # an INTEGER key with a declared domain is a step per value for COUNT and SUM (columns._integer_key,
+        # tests/sensitivity/test_distinct_value_oracle.py), not for MIN/MAX
+        ("SELECT t.a, MIN(t.x) FROM t GROUP BY t.a", "reads value-sensitive column t.a"),
         ("SELECT EXTRACT(MONTH FROM t.x), COUNT(*) FROM t GROUP BY EXTRACT(MONTH FROM t.x)", "t.x"),
         ("SELECT DATE_TRUNC('week', t.d), COUNT(*) FROM t GROUP BY DATE_TRUNC('week', t.d)", "only plain columns"),
         ("SELECT DATE_TRUNC('year', t.d) FROM t", "releases rows of private table"),
