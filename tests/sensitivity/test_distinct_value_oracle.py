@@ -21,8 +21,10 @@ the key: the row-level part c1 alone, histogram factor 1) is refuted by the p_si
 Σ r in place of Σ max r (COUNT(x), not COUNT(DISTINCT x)) differs from the answer on some database. The
 norm weighs p_size by 0.1, so one grid step of p_size is a distance of 0.1 and the value part dominates.
 
-The release here is not global (part's rows join partsupp's without a key bound), so the smooth bound's
-conditions are checked; refusals stay for x inside a norm and for filters that are not exact steps."""
+The release of these is not global (part's rows join partsupp's without a key bound), so the smooth bound's
+conditions are checked. Over one table the combined bound is global and the release Laplace at c/ε, whose
+exact privacy loss |f − f′|·ε/c must stay ≤ ε·d on every neighbour (p_size and ps_availqty changes too).
+Refusals stay for x inside a norm and for filters that are not exact steps."""
 
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ import sqldp
 from sqldp.errors import RefusedError
 from sqldp.policy import Policy
 from sqldp.release import histogram_factor
+from sqldp.result import GLOBAL
 from sqldp.sensitivity.columns import ColumnPlan
 from sqldp.session import Session
 
@@ -92,7 +95,7 @@ QUERIES = [
     "SELECT p_brand, p_size, SUM(ps_availqty) FROM partsupp, part WHERE p_partkey = ps_partkey "
     "GROUP BY p_brand, p_size",
 ]
-DISTINCT = "COUNT(DISTINCT ps_suppkey)"
+DISTINCT = "COUNT(DISTINCT "
 
 Db = dict[str, list[tuple[Any, ...]]]
 Answer = dict[tuple[Any, ...], float]
@@ -135,7 +138,7 @@ def _state(conn: psycopg.Connection, q: Compiled) -> State:
     plain = _answer(conn, q.sql, q.keys)
     released = {k: v for k, v in _answer(conn, q.answer, q.keys).items() if v}
     assert released == {k: v for k, v in plain.items() if v}, (q.sql, released, plain)  # (d)
-    summed = _answer(conn, q.sql.replace(DISTINCT, "COUNT(ps_suppkey)"), q.keys)
+    summed = _answer(conn, q.sql.replace(DISTINCT, "COUNT("), q.keys)
     at = q.plan.bind([conn.execute(s).fetchall() for s in q.queries])
     bounds = {}
     for beta in BETAS:
@@ -197,6 +200,15 @@ def _neighbours(db: Db, rng: random.Random) -> Iterator[Neighbour]:
         yield Neighbour(
             f"remove partsupp {r}", "DELETE FROM partsupp WHERE ps_partkey = %s AND ps_suppkey = %s", r[:2], 1.0, "row"
         )
+        for step in (-2, -1, 1, 2):  # ps_availqty, weight 1 in partsupp's norm, inside its range [0, 3]
+            if 0 <= r[2] + step <= 3:
+                yield Neighbour(
+                    f"partsupp {r}: ps_availqty {r[2]} → {r[2] + step}",
+                    "UPDATE partsupp SET ps_availqty = %s WHERE ps_partkey = %s AND ps_suppkey = %s",
+                    (r[2] + step, *r[:2]),
+                    float(abs(step)),
+                    "value",
+                )
     for s in db["supplier"]:
         yield Neighbour(f"remove supplier {s}", "DELETE FROM supplier WHERE s_suppkey = %s", (s[0],), 1.0, "row")
     keys = [p[0] for p in db["part"]]
@@ -313,3 +325,48 @@ def test_q16_group_key_moves_rows(oracle_db: tuple[psycopg.Connection, Session])
 def test_refusals(oracle_db: tuple[psycopg.Connection, Session], sql: str, reason: str) -> None:
     with pytest.raises(RefusedError, match=reason.replace("(", r"\(").replace(")", r"\)")):
         oracle_db[1].prepare(sql, epsilon=EPSILON)
+
+
+# single tables: c1, c4 and c3 are data-independent, so the release is Laplace at c/ε (columns._data_independent)
+# (query, whether the ramps-as-indicators bound c1 is below c): c = max(c1, c3·c4)
+GLOBAL_QUERIES = [
+    ("SELECT COUNT(DISTINCT ps_suppkey) FROM partsupp WHERE ps_availqty >= 2", False),  # c = max(1, 1·1)
+    ("SELECT COUNT(DISTINCT p_brand) FROM part WHERE p_size IN (2, 3)", True),  # c = max(1, 1/0.1): one step is 0.1
+]
+
+
+@pytest.mark.parametrize(("sql", "value_part_dominates"), GLOBAL_QUERIES)
+def test_global_distinct_release_loses_at_most_epsilon_d(
+    oracle_db: tuple[psycopg.Connection, Session], sql: str, value_part_dominates: bool
+) -> None:
+    """Laplace at c/ε around f and f′ loses exactly |f − f′|·ε/c (the scale is the same on every database):
+    at most ε·d on every neighbour. The ramps as indicators (c1 alone) lose more somewhere, and so would a
+    released Σ r (COUNT without DISTINCT) where two rows share a value."""
+    conn, session = oracle_db
+    q = Compiled.of(session, sql)
+    assert q.plan.data_independent
+    rng = random.Random(sql)
+    bound = None
+    refuted = sum_differs = checked = 0
+    for i in range(DATABASES):
+        db = SHARED if i == 0 else _random_db(rng)
+        _load(conn, db)
+        base = _state(conn, q)
+        sum_differs += base.summed != base.distinct
+        m = session.analyze(sql, epsilon=1.0).measurements[0][0]
+        c, c1 = base.bounds[BETAS[0]]
+        assert m.mechanism == GLOBAL and m.noise_scale == pytest.approx(c, rel=1e-12), (sql, m)
+        bound = c if bound is None else bound
+        assert c == bound, (sql, db)
+        for nb in _neighbours(db, rng):
+            conn.execute("BEGIN")
+            conn.execute(nb.statement, nb.params)
+            other = _state(conn, q)
+            conn.execute("ROLLBACK")
+            assert other.bounds[BETAS[0]][0] == bound, (sql, db, nb.what)
+            change = max(_changes(base.distinct, other.distinct), default=0.0)
+            assert change / bound <= nb.dist * (1 + 1e-9), (sql, db, nb.what, change, bound)  # loss / ε
+            checked += 1
+            refuted += change / c1 > nb.dist * (1 + 1e-9)
+    assert checked > 20 and sum_differs > 0, (checked, sum_differs)
+    assert (refuted > 0) == value_part_dominates, refuted
