@@ -229,6 +229,9 @@ def determined_uses(
 # β-smooth upper bounds on databases that satisfy the keys).
 
 Ranges = Mapping[ColumnRef, float]  # column → how many integers a conjunct of θ keeps it among
+# a declared range or domain with more values is not added to a query: its fan-out would not beat the plain
+# choice, and a long IN list would slow the statement
+MAX_RANGED_VALUES = 1000
 
 
 def _integer(e: exp.Expr) -> int | None:
@@ -311,10 +314,13 @@ def _declared_range(ref: ColumnRef, use: TableUse, catalog: Catalog, policy: Pol
     cp = tp.column(ref.column)
     col = exp.column(ref.column, table=ref.alias)
     if cp.domain is not None and cp.domain and all(type(v) is int for v in cp.domain):
-        expr: exp.Expr = exp.In(this=col, expressions=[exp.Literal.number(v) for v in sorted(set(cp.domain))])
+        values = sorted(set(cp.domain))
+        if len(values) > MAX_RANGED_VALUES:
+            return None
+        expr: exp.Expr = exp.In(this=col, expressions=[exp.Literal.number(v) for v in values])
     elif cp.range is not None and all(math.isfinite(x) for x in cp.range):
         lo, hi = math.ceil(cp.range[0]), math.floor(cp.range[1])
-        if hi < lo:
+        if hi < lo or hi - lo + 1 > MAX_RANGED_VALUES:
             return None
         expr = exp.Between(this=col, low=exp.Literal.number(lo), high=exp.Literal.number(hi))
     else:

@@ -336,8 +336,35 @@ def test_the_range_is_added_only_where_a_key_can_use_it() -> None:
     assert RANGED not in _conjuncts(joined, enforced=False)
     assert RANGED not in _conjuncts("SELECT COUNT(*) FROM l")
     assert RANGED not in _conjuncts(joined, POLICY.replace("[tables.l.columns.l_n]\nrange = [1, 2]\n", ""))
+    assert "l.l_n BETWEEN 1 AND 1000" in _conjuncts(joined, POLICY.replace("range = [1, 2]", "range = [1, 1000]"))
+    assert "BETWEEN" not in " ".join(_conjuncts(joined, POLICY.replace("range = [1, 2]", "range = [1, 1001]")))
+    assert "l.l_n IN (1, 3)" in _conjuncts(joined, POLICY.replace("range = [1, 2]", "domain = [3, 1]"))
     assert RANGED not in _conjuncts(joined, POLICY.replace("[tables.l]\n", '[tables.l]\nnorm = "l1(l_n)"\n'))
     assert RANGED not in _conjuncts(joined, POLICY.replace("[tables.l]\nweight = 1.0", '[tables.l]\nrows = "public"'))
     # a range the query already reads is not added twice, and a column θ ties is no free column
     assert _conjuncts(joined + " AND " + RANGED).count(RANGED) == 1
     assert RANGED not in _conjuncts("SELECT COUNT(*) FROM o, l WHERE o.o_key = l.l_o AND o.o_c = l.l_n")
+
+
+def test_key_ranges_counts_the_integers_a_conjunct_keeps() -> None:
+    """BETWEEN lo AND hi keeps hi − lo + 1 integers, IN its distinct literals; NOT BETWEEN, a bound that is no
+    integer literal, a non-integer column or BETWEEN SYMMETRIC (its bounds may come in either order) keep no
+    counted set."""
+    catalog = dataclasses.replace(Catalog.from_ddl(DDL.replace("o_c INT", "o_c NUMERIC(5, 2)")), enforced=True)
+    pol = Policy.from_toml(POLICY)
+    types = {t: {c.name: c.type_sql for c in catalog.table(t).columns.values()} for t in COLUMNS}
+
+    def ranges(cond: str) -> dict[str, float]:
+        form = normalize(parse(f"SELECT COUNT(*) FROM o, l WHERE o.o_key = l.l_o AND {cond}", catalog), catalog, pol)
+        assert isinstance(form, AnalysisForm)
+        return {str(r): n for r, n in rows_module.key_ranges(form, types).items()}
+
+    assert list(ranges("l.l_n BETWEEN 1 AND 2").values()) == [2.0]
+    assert list(ranges("l.l_n BETWEEN -1 AND 2").values()) == [4.0]
+    assert list(ranges("l.l_n BETWEEN 3 AND 2").values()) == [0.0]
+    assert list(ranges("l.l_n IN (1, 3, 3)").values()) == [2.0]
+    assert ranges("l.l_n NOT BETWEEN 1 AND 2") == {}
+    assert ranges("l.l_n BETWEEN 1 AND o.o_key") == {}
+    assert ranges("l.l_n BETWEEN 1.5 AND 2") == {}
+    assert ranges("o.o_c BETWEEN 1 AND 2") == {}
+    assert ranges("l.l_n BETWEEN SYMMETRIC 2 AND 1") == {}
