@@ -37,7 +37,7 @@ from sqldp.sensitivity.columns import ColumnPlan, plan_columns
 from sqldp.sensitivity.global_bound import GlobalPlan, Truncation, global_plan, truncated_plan, workflow_plan
 from sqldp.sensitivity.intervals import domain
 from sqldp.sensitivity.plan import Bound, Plan
-from sqldp.sensitivity.rows import RowPlan, plan_rows
+from sqldp.sensitivity.rows import RowPlan, plan_rows, with_key_ranges
 from sqldp.sensitivity.units import UnitPlan, plan_units, unit_tables
 
 __all__ = [
@@ -77,6 +77,10 @@ def plan(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | Non
             raise RefusedError("COUNT(DISTINCT …) under a privacy unit is not supported")
         failures.check(form, domain(form, catalog, policy), bounded_sum=True)
         return plan_units(form, catalog, policy)
+    # a key column θ leaves free but the policy bounds gets its range in WHERE, so that the row analysis may
+    # take its table as determined with a fan-out (sqldp.sensitivity.rows, "key columns a conjunct keeps among
+    # a few integers"); a conjunct on a column outside every norm, read by every plan and the answer alike
+    form = with_key_ranges(form, catalog, policy)
     reads = _reads(checked)
     values = _reads_values(checked, policy, reads)
     # a data-dependent error would answer without noise: refused first (failures.py)

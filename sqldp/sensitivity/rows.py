@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -201,6 +202,242 @@ def determined_uses(
         if not clash:
             return frozenset(known)
         banned |= clash
+
+
+# -- key columns a conjunct keeps among a few integers ----------------------------------------------------
+#
+# TPC-H's lineitem has the key (l_orderkey, l_linenumber): θ ties l_orderkey to orders' key, never l_linenumber,
+# so above lineitem is determined by nothing and stays free (it grows with the distance, and c_F counts all of
+# its rows). A conjunct ``l_linenumber BETWEEN 1 AND 7`` of θ changes that: on every database that satisfies the
+# key, once the key's other columns are fixed at most 7 rows of lineitem pass θ (one per integer value of
+# l_linenumber), on the data and on every neighbour alike, since the conjunct is part of the query that is
+# answered. A use whose key has all its columns fixed but such *ranged* ones, with f_K the product of their
+# numbers of values, is determined with fan-out f_K: for a fixed F-part a tuple of the derivative's product is
+# one of at most Π_K f_K (choose each determined use's row in closing order; each choice fixes its classes),
+# so with f = Π_{K private} f_K · Π_{K public} min(n_K, f_K) the derivation above (NR §3.3.7.3's A(k), the keys
+# as NR §3.3.13's Dis_r) holds with P·f for P and f·c_F for c_F:
+#
+#     A(k) = c + f·P·(X(k) − Y)                                   for k < g,
+#     A(k) = max(c + f·P·(X(k) − Y), f·c_F + f·P·(X(k − g) − Y))    for k ≥ g,
+#
+# β-smooth on the same argument (adding a determined row puts c ≤ f·c_F; f reads public rows only). The policy
+# supplies the conjunct (``with_key_ranges``): a key column that θ does not fix, of integer type, outside the
+# table's norm, with a declared range (or integer domain), gets ``col BETWEEN lo AND hi`` in the query's WHERE —
+# the same bias as clamping a SUM's argument to its declared range (no row outside it is counted), none on
+# data that keeps the declaration. Which uses are free is then chosen among all sets of them
+# (``fanout_assignment``); the bound is the smaller of that choice's and the one without fan-outs (both are
+# β-smooth upper bounds on databases that satisfy the keys).
+
+Ranges = Mapping[ColumnRef, float]  # column → how many integers a conjunct of θ keeps it among
+# a declared range or domain with more values is not added to a query: its fan-out would not beat the plain
+# choice, and a long IN list would slow the statement
+MAX_RANGED_VALUES = 1000
+
+
+def _integer(e: exp.Expr) -> int | None:
+    """The value of an integer literal (``-3`` included), else None."""
+    negative = False
+    while isinstance(e, (exp.Paren, exp.Neg)):
+        negative ^= isinstance(e, exp.Neg)
+        e = e.this
+    if isinstance(e, exp.Literal) and e.is_number and re.fullmatch(r"[0-9]+", e.this):
+        return -int(e.this) if negative else int(e.this)
+    return None
+
+
+def key_ranges(form: AnalysisForm, types: Types) -> dict[ColumnRef, float]:
+    """The integer columns a conjunct of θ keeps among finitely many values: ``c BETWEEN lo AND hi`` (hi − lo + 1
+    values) or ``c IN (v1, …)`` (the distinct values), with integer literals. NULL passes neither."""
+    out: dict[ColumnRef, float] = {}
+    for conj in form.conjuncts:
+        e = conj.expr
+        while isinstance(e, exp.Paren):
+            e = e.this
+        if not isinstance(e, (exp.Between, exp.In)) or not isinstance(e.this, exp.Column) or not e.this.table:
+            continue
+        ref = ColumnRef(e.this.table, e.this.name)
+        if kind_of(_type_of(types, form.use(ref.alias), ref.column) or "") != "integer":
+            continue
+        if isinstance(e, exp.Between):
+            if e.args.get("symmetric"):
+                continue
+            lo, hi = _integer(e.args["low"]), _integer(e.args["high"])
+            if lo is None or hi is None:
+                continue
+            n = float(max(hi - lo + 1, 0))
+        else:
+            if e.args.get("query") is not None or e.args.get("unnest") is not None or e.args.get("field") is not None:
+                continue
+            values = [_integer(v) for v in e.expressions]
+            if not values or any(v is None for v in values):
+                continue
+            n = float(len(set(values)))
+        out[ref] = min(out.get(ref, math.inf), n)
+    return out
+
+
+def with_key_ranges(form: AnalysisForm, catalog: Catalog, policy: Policy) -> AnalysisForm:
+    """The form with ``col BETWEEN lo AND hi`` (or ``col IN (…)``) for each column of an enforced key of a
+    private-row table that θ's equalities leave free while they tie another column of that key, when the
+    policy bounds the column (a declared range or integer domain), it is of integer type and outside the
+    table's norm ("key columns a conjunct keeps among a few integers" above). Decided from the query's shape,
+    the policy and the catalog, never the data; unchanged without enforced keys."""
+    if not catalog.enforced:
+        return form
+    classes = equality_classes(form.conjuncts)
+    types = {u.table: {c.name: c.type_sql for c in catalog.table(u.table).columns.values()} for u in form.uses}
+    have = key_ranges(form, types)
+    added: dict[ColumnRef, Conjunct] = {}
+    for u in form.uses:
+        tp = policy.table(u.table)
+        if not tp.rows_private:
+            continue
+        for key in keys_of(catalog.table(u.table)):
+            refs = [ColumnRef(u.alias, c) for c in key]
+            loose = [r for r in refs if r not in classes and r not in have]
+            if not loose or len(loose) == len(refs) or not any(r in classes for r in refs):
+                continue
+            conds = {r: _declared_range(r, u, catalog, policy) for r in loose}
+            if all(c is not None for c in conds.values()):
+                added.update({r: c for r, c in conds.items() if c is not None})
+    if not added:
+        return form
+    return dataclasses.replace(form, conjuncts=(*form.conjuncts, *(added[r] for r in sorted(added, key=str))))
+
+
+def _declared_range(ref: ColumnRef, use: TableUse, catalog: Catalog, policy: Policy) -> Conjunct | None:
+    """``col IN (domain)`` or ``col BETWEEN lo AND hi`` from the policy's declaration of an integer column outside
+    the table's norm (a value-sensitive column would make the conjunct a private filter)."""
+    tp = policy.table(use.table)
+    if ref.column in tp.sensitive_columns or catalog.table(use.table).column(ref.column).kind != "integer":
+        return None
+    cp = tp.column(ref.column)
+    col = exp.column(ref.column, table=ref.alias)
+    if cp.domain is not None and cp.domain and all(type(v) is int for v in cp.domain):
+        values = sorted(set(cp.domain))
+        if len(values) > MAX_RANGED_VALUES:
+            return None
+        expr: exp.Expr = exp.In(this=col, expressions=[exp.Literal.number(v) for v in values])
+    elif cp.range is not None and all(math.isfinite(x) for x in cp.range):
+        lo, hi = math.ceil(cp.range[0]), math.floor(cp.range[1])
+        if hi < lo or hi - lo + 1 > MAX_RANGED_VALUES:
+            return None
+        expr = exp.Between(this=col, low=exp.Literal.number(lo), high=exp.Literal.number(hi))
+    else:
+        return None
+    return Conjunct(expr, frozenset({ref}), False)
+
+
+@dataclass(frozen=True)
+class Fanned:
+    """A choice of free uses with fan-outs ("key columns a conjunct keeps among a few integers"): the determined
+    uses and their f_K, the scalar queries whose product is c_F (None: no private use determined), and g."""
+
+    fanout: Mapping[str, float]
+    free: tuple[int, ...] | None
+    gap: float
+
+    @property
+    def determined(self) -> frozenset[str]:
+        return frozenset(self.fanout)
+
+
+MAX_FANOUT_CHOICES = 12  # other uses beyond this: no search over the sets of free uses (the plain choice stays)
+
+
+def fanout_assignment(
+    form: AnalysisForm,
+    use: TableUse,
+    others: Sequence[TableUse],
+    classes: DisjointSet,
+    keys: Keys,
+    types: Types,
+    private: frozenset[str],
+    ranges: Ranges,
+) -> dict[str, float] | None:
+    """The determined uses and their fan-outs for the best set F of free uses, or None when no ranged key column
+    helps. Every set F is tried: its closure (a use whose key's columns are all in fixed classes or ranged is
+    determined, with f_K the product of its ranged unfixed columns' counts) must reach every other use, and no
+    private table may have uses both free and determined. The least F by (free private uses that no equality ties
+    to ``use``'s row — their c_F counts all their rows —, free private uses, free public uses, Π f_K, aliases)
+    wins: a choice from the query's shape only."""
+    if not ranges or len(others) > MAX_FANOUT_CHOICES:
+        return None
+    if not any(ColumnRef(u.alias, c) in ranges for u in others for key in keys.get(u.table, ()) for c in key):
+        return None
+    mine = {a: {classes[r] for r in classes if r.alias == a} for a in {use.alias, *(u.alias for u in others)}}
+    # per use and key, per column: the class that fixes it (None: none may, see _uniform) and its range's count
+    cells = {
+        u.alias: [
+            [
+                (
+                    classes[r] if r in classes and _uniform(form, classes, r, types) else None,
+                    ranges.get(r),
+                )
+                for r in (ColumnRef(u.alias, c) for c in key)
+            ]
+            for key in keys.get(u.table, ())
+        ]
+        for u in others
+    }
+
+    def fan(u: TableUse, fixed: set[Any]) -> tuple[float, bool] | None:
+        """(f_K, whether a ranged column counts in it) for the key with the least f_K, or None."""
+        best = None
+        for key in cells[u.alias]:
+            f, ranged = 1.0, False
+            for cls, count in key:
+                if cls is not None and cls in fixed:
+                    continue
+                if count is not None:
+                    f, ranged = f * count, True
+                    continue
+                break
+            else:
+                best = (f, ranged) if best is None else min(best, (f, ranged))
+        return best
+
+    tied = mine[use.alias]
+    best: tuple[tuple[Any, ...], dict[str, float]] | None = None  # (cost, fan-outs)
+    for size in range(len(others) + 1):
+        for chosen in itertools.combinations(others, size):
+            free = {u.alias for u in chosen}
+            fixed = set(tied)
+            for u in chosen:
+                fixed |= mine[u.alias]
+            known: dict[str, float] = {}
+            ranged = False
+            progress = True
+            while progress:
+                progress = False
+                for u in others:
+                    if u.alias in free or u.alias in known:
+                        continue
+                    found = fan(u, fixed)
+                    if found is not None:
+                        known[u.alias] = found[0]
+                        ranged |= found[1]
+                        fixed |= mine[u.alias]
+                        progress = True
+            if len(known) + len(free) < len(others):
+                continue
+            free_tables = {u.table for u in chosen if u.table in private}
+            if any(u.alias in known and u.table in free_tables for u in others):
+                continue
+            untied = sum(1 for u in chosen if u.table in private and not mine[u.alias] & tied)
+            cost = (
+                not ranged,  # the plain choice covers those without a ranged column
+                untied,
+                sum(1 for u in chosen if u.table in private),
+                sum(1 for u in chosen if u.table not in private),
+                math.prod(known.values()),
+                sorted(free),
+            )
+            if best is None or cost < best[0]:
+                best = (cost, known)
+    if best is None or best[0][0]:
+        return None  # no ranged column in any closure: the plain choice covers it
+    return best[1]
 
 
 def free_term(form: AnalysisForm, use: TableUse, classes: DisjointSet, determined: frozenset[str]) -> UseTerm:
@@ -673,6 +910,7 @@ class _UsePlan:
     determined: frozenset[str] = frozenset()
     free: tuple[int, ...] | None = None
     gap: float = math.inf
+    fanned: Fanned | None = None  # the choice with ranged key columns, when it differs
 
 
 @dataclass(frozen=True)
@@ -687,6 +925,7 @@ class _SemiPlan:
     determined: frozenset[str] = frozenset()
     free: tuple[int, ...] | None = None
     gap: float = math.inf
+    fanned: Fanned | None = None
 
 
 def semi_form(form: AnalysisForm, semi: SemiJoin) -> AnalysisForm:
@@ -750,13 +989,14 @@ class RowPlan(ExactUnfolded):
         is the same on every database that differs in private rows — a global sensitivity, which needs no
         smoothing (NR §3.3.7.3 with A(k) constant). Decided from the query's shape, the policy and the
         enforced keys, never the data."""
-        uses = all(o.table not in self.private or o.alias in p.determined for p in self.uses for o in p.term.others)
+        uses = all(_covering(p, self.private) for p in self.uses)
         return uses and all(o.table not in self.private for s in self.semis for o in s.term.others)
 
     @property
     def keyed(self) -> bool:
         """Whether a declared key determines a private use for some derivative (the bound relies on the keys)."""
-        return any(p.free is not None for p in self.uses) or any(s.free is not None for s in self.semis)
+        plans: list[_UsePlan | _SemiPlan] = [*self.uses, *self.semis]
+        return any(p.free is not None or p.fanned is not None for p in plans)
 
     def bind(self, results: Sequence[Rows]) -> Callable[[float], Bound]:
         """Read the query results once — the counts, the unified pattern maps of self-joined tables, the
@@ -769,12 +1009,12 @@ class RowPlan(ExactUnfolded):
             plans = [p for p in self.uses if p.term.use.table == table]
             vectors = self._vectors(plans, scal, grouped) if plans else [()]
             static = self.data_independent
-            smoothers = [self._smoother(p.term, p.determined, p.free, p.gap, scal, static) for p in plans]
+            smoothers = [self._smoother(p, scal, static) for p in plans]
             mine = [s for s in self.semis if s.semi.use.table == table]
             semis = [
                 (
                     math.prod(scal[i] for i in s.factors),
-                    self._smoother(s.term, s.determined, s.free, s.gap, scal, static),
+                    self._smoother(s, scal, static),
                 )
                 for s in mine
             ]
@@ -829,54 +1069,68 @@ class RowPlan(ExactUnfolded):
             parts = []
             for p, c in zip(plans, counts, strict=True):
                 plain = self._growth(p.term, scal)
-                keyed = self._growth(p.term, scal, p.determined)
-                free = math.prod(scal[i] for i in p.free) if p.free is not None else 0.0
-                parts.append((p, c, plain, keyed, free))
+                choices = [self._keyed(p.term, choice, scal) for choice in _choices(p)]
+                parts.append((c, plain, choices))
 
-            def at(k: float, parts: list[tuple[_UsePlan, float, Growth, Growth, float]] = parts) -> float:
+            def at(k: float, parts: list[tuple[float, Growth, list[tuple[Growth, float, float]]]] = parts) -> float:
                 total = 0.0
-                for p, c, plain, keyed, free in parts:
+                for c, plain, choices in parts:
                     a = reach(c, plain, k)
-                    if p.determined:
-                        a = min(a, reach_keyed(c, free, p.gap, keyed, k))
+                    for keyed, free, gap in choices:
+                        a = min(a, reach_keyed(c, free, gap, keyed, k))
                     total += a
                 return total
 
             out[table] = at
         return out
 
-    def _smoother(
+    def _smoother(self, p: _UsePlan | _SemiPlan, scal: list[float], static: bool) -> Callable[[float, float], float]:
+        """(c, β) ↦ the β-smooth bound of one use's (or derived table's) count c. With determined uses: the
+        keyed bound (smooth_keyed) of each choice of free uses (without and with fan-outs), or the NR bound that
+        ignores the keys, the smallest (all are β-smooth upper bounds on databases that satisfy the keys, so their
+        minimum is one); when the plan is data-independent, f·c_F of the choice that determines every private
+        use, which counts public rows only."""
+        plain = self._growth(p.term, scal)
+        covering = [choice for choice in _covering(p, self.private) if choice.free is not None]
+        if static and covering:
+            least = min(self._keyed(p.term, choice, scal)[1] for choice in covering)
+            return lambda c, beta: least
+        choices = [self._keyed(p.term, choice, scal) for choice in _choices(p)]
+        if not choices:
+            return lambda c, beta: smooth_count(c, plain, beta)[0]
+        return lambda c, beta: min(
+            smooth_count(c, plain, beta)[0], *(smooth_keyed(c, free, gap, keyed, beta) for keyed, free, gap in choices)
+        )
+
+    def _keyed(self, term: UseTerm, choice: Fanned, scal: list[float]) -> tuple[Growth, float, float]:
+        """One choice's growth of the free uses (P times f), f·c_F and g."""
+        keyed = self._growth(term, scal, choice.determined, choice.fanout)
+        free = math.prod(scal[i] for i in choice.free) if choice.free is not None else 0.0
+        # f: at most this many tuples per F-tuple (public determined uses: at most their rows, and their fan-out)
+        fan = 1.0
+        for u in term.others:
+            if u.alias in choice.fanout:
+                f = choice.fanout[u.alias]
+                fan *= min(scal[self.local[u.alias]], f) if u.table not in self.private else f
+        return keyed, free * fan, choice.gap
+
+    def _growth(
         self,
         term: UseTerm,
-        determined: frozenset[str],
-        free_queries: tuple[int, ...] | None,
-        gap: float,
         scal: list[float],
-        static: bool,
-    ) -> Callable[[float, float], float]:
-        """(c, β) ↦ the β-smooth bound of one use's (or derived table's) count c. With determined uses: the
-        keyed bound (smooth_keyed), or the smaller NR bound that ignores the keys (both are β-smooth upper
-        bounds on databases that satisfy the keys, so their minimum is one); when the plan is data-independent
-        and a private use is determined, c_F, which counts public rows only."""
-        plain = self._growth(term, scal)
-        if not determined:
-            return lambda c, beta: smooth_count(c, plain, beta)[0]
-        keyed = self._growth(term, scal, determined)
-        free = math.prod(scal[i] for i in free_queries) if free_queries is not None else 0.0
-        if static and free_queries is not None:
-            return lambda c, beta: free
-        return lambda c, beta: min(smooth_keyed(c, free, gap, keyed, beta), smooth_count(c, plain, beta)[0])
-
-    def _growth(self, term: UseTerm, scal: list[float], determined: frozenset[str] = frozenset()) -> Growth:
+        determined: frozenset[str] = frozenset(),
+        fanout: Mapping[str, float] | None = None,
+    ) -> Growth:
         """The free uses' growth: per private table of a free use (n_t, m_t, G_t), and P, the product of the
-        public free uses' counts and min(n_j, 1) per public determined use (at most one row per fixed key)."""
+        public free uses' counts and min(n_j, 1) per public determined use (at most one row per fixed key) —
+        with fan-outs, f_j per private determined use and min(n_j, f_j) per public one."""
         by_table: dict[str, list[float]] = {}
         public = 1.0
         for u in term.others:
             n = scal[self.local[u.alias]]
             if u.alias in determined:
-                if u.table not in self.private:
-                    public *= min(n, 1.0)
+                f = fanout.get(u.alias, 1.0) if fanout is not None else 1.0
+                public *= min(n, f) if u.table not in self.private else f
             elif u.table in self.private:
                 by_table.setdefault(u.table, []).append(n)
             else:
@@ -928,6 +1182,21 @@ class RowPlan(ExactUnfolded):
                 maxima.append(constant)
             return [tuple(maxima)]
         return unify(maps)
+
+
+def _choices(p: _UsePlan | _SemiPlan) -> list[Fanned]:
+    """The choices of free uses a use's bound takes the least of: the plain one (when it determines a use) and
+    the one with fan-outs."""
+    out = [Fanned(dict.fromkeys(p.determined, 1.0), p.free, p.gap)] if p.determined else []
+    return out + ([p.fanned] if p.fanned is not None else [])
+
+
+def _covering(p: _UsePlan | _SemiPlan, private: frozenset[str]) -> list[Fanned]:
+    """The choices that determine every private use besides ``p``'s own (then its count is at most f·c_F on every
+    database that satisfies the keys: no growth); a use with no private other is covered by nothing to choose."""
+    if all(o.table not in private for o in p.term.others):
+        return [Fanned({}, None, math.inf)]
+    return [c for c in _choices(p) if all(o.table not in private or o.alias in c.fanout for o in p.term.others)]
 
 
 def _renamed(e: exp.Expr, alias: str) -> exp.Expr:
@@ -1000,9 +1269,15 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
         (the free uses' count alone, the largest over their patterns; None when no private use is determined)
         and g, the least weight of a determined private table."""
         determined = determined_uses(joined, use, term.others, classes, enforced, types, private)
+        return (determined, *free_queries(joined, use, term, classes, determined))
+
+    def free_queries(
+        joined: AnalysisForm, use: TableUse, term: UseTerm, classes: DisjointSet, determined: frozenset[str]
+    ) -> tuple[tuple[int, ...] | None, float]:
+        """c_F's scalar queries (None when no private use is determined) and g."""
         mine = [o for o in term.others if o.alias in determined and o.table in private]
         if not mine:
-            return determined, None, math.inf
+            return None, math.inf
         reduced = free_term(joined, use, classes, determined)
         free = []
         for comp_uses, conds, keys in _components(reduced) if reduced.others else []:
@@ -1013,7 +1288,16 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
                 if keys
                 else _count_query(comp_uses, conds, [])
             )
-        return determined, tuple(free), min(weights[o.table] for o in mine)
+        return tuple(free), min(weights[o.table] for o in mine)
+
+    def fanned(joined: AnalysisForm, use: TableUse, term: UseTerm, classes: DisjointSet) -> Fanned | None:
+        """The choice of free uses with ranged key columns ("key columns a conjunct keeps among a few
+        integers"), when one determines a use with a fan-out."""
+        ranges = key_ranges(joined, types) if enforced else {}
+        fan = fanout_assignment(joined, use, term.others, classes, enforced, types, private, ranges)
+        if fan is None:
+            return None
+        return Fanned(fan, *free_queries(joined, use, term, classes, frozenset(fan)))
 
     plans = []
     shared: list[tuple[exp.Select, dict[int, str]]] = []
@@ -1048,7 +1332,16 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
                         )
         determined, free, gap = keyed(form, u, term, classes)
         plans.append(
-            _UsePlan(term, tuple(factors), tuple(pattern_queries), tuple(pattern_columns), determined, free, gap)
+            _UsePlan(
+                term,
+                tuple(factors),
+                tuple(pattern_queries),
+                tuple(pattern_columns),
+                determined,
+                free,
+                gap,
+                fanned(form, u, term, classes),
+            )
         )
     semis = []
     for s in semijoins:
@@ -1059,8 +1352,15 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
             indices.append(len(scalars))
             scalars.append(_max_of(q) if keys else q)
         joined = semi_form(form, s)
+        joined_classes = equality_classes(joined.conjuncts)
         semis.append(
-            _SemiPlan(s, term, tuple(indices), *keyed(joined, s.use, term, equality_classes(joined.conjuncts)))
+            _SemiPlan(
+                s,
+                term,
+                tuple(indices),
+                *keyed(joined, s.use, term, joined_classes),
+                fanned(joined, s.use, term, joined_classes),
+            )
         )
     return RowPlan(
         form=form,
