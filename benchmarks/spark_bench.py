@@ -31,7 +31,7 @@ from rows_bench import POLICY as ROWS_POLICY
 import sqldp
 from sqldp import datasets
 from sqldp.db import connect, default_home
-from sqldp.engine.spark import spark_session
+from sqldp.engine.spark import local_settings, spark_session
 from sqldp.errors import SqldpError
 from sqldp.policy import Policy
 from sqldp.session import Session
@@ -44,6 +44,11 @@ def main() -> None:
     ap.add_argument("--queries", nargs="+", metavar="NAME", help="only these queries (a partial run)")
     ap.add_argument("--suites", nargs="+", choices=("naples", "rows"), default=["naples", "rows"])
     ap.add_argument("--budget", type=float, help="seconds: start no query after this (the rest are marked)")
+    ap.add_argument(
+        "--spark-defaults",
+        action="store_true",
+        help="Spark's own settings instead of the ones sqldp gives a local session (sqldp.engine.spark.local_settings)",
+    )
     args = ap.parse_args()
     started = time.perf_counter()
     policy = value_policy()
@@ -52,6 +57,11 @@ def main() -> None:
     conn = connect(dsn)
     directory = default_home() / f"spark-bench-sf{args.scale:g}".replace(".", "_")
     spark = spark_session("local[2]")
+    if args.spark_defaults:  # the comparison in docs/spark.md, "Session settings"
+        for key in local_settings("local[2]"):
+            spark.conf.unset(key)
+    settings = {k: spark.conf.get(k) for k in local_settings("local[2]")}
+    print(f"# Spark settings: {settings}", file=sys.stderr, flush=True)
     if not (directory / datasets.SPARK_SCHEMA).is_file():
         datasets.load_tpch_spark(spark, args.scale, directory)
     views = datasets.register_parquet(spark, directory)
@@ -101,9 +111,11 @@ def main() -> None:
         print(f"# {rows[-1]} at {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     header = ["query", "Spark plain ms", "Spark noisy ms", "Spark ratio", "PG plain ms", "PG noisy ms", "PG ratio"]
     print(f"# NAPLES and rows queries on Spark local[2] and PostgreSQL, SF {args.scale:g}\n")
+    print(f"Spark settings: {', '.join(f'`{k}` = {v}' for k, v in settings.items())}.\n")
     command = f"python benchmarks/spark_bench.py --scale {args.scale:g} --repeat {args.repeat}"
     command += f" --budget {args.budget:g}" if args.budget is not None else ""
     command += "" if args.suites == ["naples", "rows"] else " --suites " + " ".join(args.suites)
+    command += " --spark-defaults" if args.spark_defaults else ""
     print(f"Machine: {machine()}. Command: `{command}`.\n")
     print(markdown_table([*header, "q_s equal", "note"], rows))
     for suite, (spark_ratios, pg_ratios) in ratios.items():

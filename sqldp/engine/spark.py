@@ -30,6 +30,7 @@ first line, without the SQL text or values).
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import threading
 import time
@@ -373,11 +374,32 @@ def _message(exc: Exception) -> str:
         return type(exc).__name__
 
 
+def local_settings(master: str) -> dict[str, str]:
+    """The settings sqldp gives a SparkSession it starts itself on a local master (``local``, ``local[N]``,
+    ``local[*]``, ``local[N,F]``); none for a cluster's master or Spark Connect, whose operators size them.
+
+    Spark's defaults are sized for a cluster: 200 shuffle partitions are 200 tasks per shuffle, run a few at a
+    time on a machine's cores, and adaptive query execution (AQE) plans each stage again after the one before
+    it, which for sqldp's statements (the folded bounds are long expressions) is planning time that local data
+    sizes never win back. Measured on the NAPLES queries at SF 0.1 on ``local[2]`` (docs/spark.md, "Session
+    settings"): 2 × cores shuffle partitions and AQE off lower the noisy times and do not raise the plain
+    ones."""
+    match = re.fullmatch(r"local(?:\[\s*(\d+|\*)\s*(?:,\s*\d+\s*)?\])?", master.strip())
+    if match is None:
+        return {}
+    threads = match.group(1)
+    cores = 1 if threads is None else (os.cpu_count() or 1) if threads == "*" else max(int(threads), 1)
+    return {"spark.sql.shuffle.partitions": str(2 * cores), "spark.sql.adaptive.enabled": "false"}
+
+
 def spark_session(master: str | None = None) -> Any:
     """A SparkSession for the CLI: ``local[*]`` by default, a cluster's master URL (``spark://…``,
     ``yarn``, …), or Spark Connect for ``sc://…`` URLs. ANSI mode is required (sqldp.spark_sql relies on
-    Spark failing where PostgreSQL fails, e.g. on overflow) and set."""
+    Spark failing where PostgreSQL fails, e.g. on overflow) and set. A local session sqldp starts gets
+    :func:`local_settings`; when this process already runs a SparkContext, ``getOrCreate`` returns the
+    session of whoever started it, and its settings are left as they are."""
     try:
+        from pyspark import SparkContext
         from pyspark.sql import SparkSession
     except ImportError:
         from sqldp.errors import InputError
@@ -387,6 +409,9 @@ def spark_session(master: str | None = None) -> Any:
     builder = SparkSession.builder.appName("sqldp")
     builder = builder.remote(url) if url.startswith("sc://") else builder.master(url)
     spark = builder.config("spark.ui.showConsoleProgress", "false").config("spark.sql.ansi.enabled", "true")
+    if SparkContext._active_spark_context is None:  # sqldp starts the session: not someone else's to tune
+        for key, value in local_settings(url).items():
+            spark = spark.config(key, value)
     session = spark.getOrCreate()
     if not url.startswith("sc://"):
         session.sparkContext.setLogLevel("ERROR")

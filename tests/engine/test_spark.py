@@ -515,3 +515,61 @@ def test_public_statement_refused_where_meaning_is_unknown(
     assert pg.run(sql).released  # PostgreSQL answers it; Spark refuses it before reading anything
     with pytest.raises(RefusedError, match=reason):
         spark.prepare(sql)
+
+
+@pytest.mark.parametrize(
+    ("master", "partitions"),
+    [("local", "2"), ("local[2]", "4"), ("local[3, 2]", "6"), ("local[*]", None), ("spark://h:7077", ""), ("yarn", "")],
+)
+def test_local_settings_only_for_local_masters(master: str, partitions: str | None) -> None:
+    """A local master gets 2 × its threads shuffle partitions and AQE off (docs/spark.md, "Session settings");
+    a cluster's master nothing: its operators size the session."""
+    import os
+
+    from sqldp.engine.spark import local_settings
+
+    settings = local_settings(master)
+    if partitions == "":
+        assert settings == {}
+        return
+    expected = partitions or str(2 * (os.cpu_count() or 1))
+    assert settings == {"spark.sql.shuffle.partitions": expected, "spark.sql.adaptive.enabled": "false"}
+
+
+def test_a_session_sqldp_did_not_start_keeps_its_settings(spark: Any) -> None:
+    """The CLI's spark_session in a process that already runs Spark gets that session back (getOrCreate):
+    its shuffle partitions and AQE stay the owner's, and the engine running on it changes neither."""
+    from sqldp.engine.spark import spark_session
+
+    keys = ("spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled")
+    before = {k: spark.conf.get(k) for k in keys}
+    assert before["spark.sql.shuffle.partitions"] == "2"  # tests/conftest.py's, not local_settings' "4"
+    assert spark_session("local[2]").sparkContext is spark.sparkContext
+    assert {k: spark.conf.get(k) for k in keys} == before
+    from sqldp.engine.spark import SparkEngine
+
+    spark.range(3).createOrReplaceTempView("conf_t")
+    engine = SparkEngine(spark)
+    with engine.snapshot(("conf_t",)) as views:
+        assert spark.sql(f"SELECT COUNT(*) FROM {views['conf_t']}").collect()[0][0] == 3
+    engine.close()
+    assert {k: spark.conf.get(k) for k in keys} == before
+
+
+def test_a_session_sqldp_starts_on_a_local_master_gets_the_local_settings() -> None:
+    """In a process of its own (one SparkContext per process): the session spark_session starts on local[2]."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("java") is None and not __import__("os").environ.get("JAVA_HOME"):
+        pytest.skip("no Java runtime: Spark cannot start")
+    code = (
+        "from sqldp.engine.spark import spark_session\n"
+        "s = spark_session('local[2]')\n"
+        "print(s.conf.get('spark.sql.shuffle.partitions'), s.conf.get('spark.sql.adaptive.enabled'),"
+        " s.conf.get('spark.sql.ansi.enabled'))\n"
+        "s.stop()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.split()[-3:] == ["4", "false", "true"]
