@@ -63,14 +63,15 @@ def answer_query(form: AnalysisForm) -> exp.Select:
     conditions: list[Conjunct | exp.Expr] = list(form.conjuncts)
     for semi in form.semijoins:
         # a semi-join whose derived table's columns are all tied to outer columns is an inner join with it (a
-        # set: one row per outer row at most); the others run as [NOT] EXISTS over it (sqldp.subqueries)
+        # set: one row per outer row at most); the others run as [NOT] EXISTS over the subquery's table, which
+        # has the same value as over D (SemiJoin.exists; sqldp.subqueries)
         if semi.joinable:
             select = select.join(semi.derived(), join_type="cross", copy=False)
             conditions += semi.correlation
             if semi.compare is not None:  # a decorrelated scalar subquery: the comparison with D's value
                 conditions.append(semi.compare)
         else:
-            conditions.append(semi.predicate())
+            conditions.append(semi.exists())
     select = where(select, conditions)
     if form.group_by:
         select = select.group_by(*(g.copy() for g in form.group_by), copy=False)
