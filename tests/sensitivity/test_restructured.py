@@ -6,6 +6,8 @@ new text gives other rows), so the comparison is not vacuous.
 
 * The answer's [NOT] EXISTS over the subquery's table (sqldp.form.SemiJoin.exists) against [NOT] EXISTS over
   the derived table D = SELECT DISTINCT … (SemiJoin.predicate, what the answer ran before).
+* One-row bounds over the same scan run as one statement (sqldp.rewrite.merge_scans) against each on its own:
+  every figure of the run is the same.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
+import sqlglot
 from sqlglot import exp
 
-from sqldp import sqlgen
+import sqldp
+from sqldp import rewrite, sqlgen
 from sqldp.catalog import Catalog
 from sqldp.datasets import dataset_path
 from sqldp.form import AnalysisForm, SemiJoin
@@ -94,3 +98,66 @@ def test_exists_keeps_d_for_a_scalar_subquery(catalog: Catalog, policy: Policy) 
     form = _form((QUERIES / "q17.sql").read_text(encoding="utf-8"), catalog, policy)
     (semi,) = form.semijoins
     assert semi.scalar and semi.exists().sql() == SemiJoin.predicate(semi).sql()
+
+
+# -- one-row statements over one scan run as one (sqldp.rewrite.merge_scans) ------------------------------------
+
+
+def _figures(dsn: str, sql: str) -> dict[str, object]:
+    """Everything a run derives before the noise: the measurements' bounds, scales and true values."""
+    session = sqldp.connect(dsn, policy="tpch_catalog")
+    result = session.analyze(sql)
+    out = result.to_json(audit=True)
+    out.pop("timings_ms", None)
+    out["true_values"] = [[m.true_value for m in group] for group in result.measurements]
+    return out
+
+
+def test_merged_scans_give_the_figures_of_the_separate_statements(
+    tpch_dsn: tuple[str, dict[str, int], object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TPC-H Q1: five one-row bounds over lineitem run as one statement; every figure of the run equals the run's
+    with each statement on its own (the rewrite before merging)."""
+    dsn = tpch_dsn[0]
+    sql = (QUERIES / "q01.sql").read_text(encoding="utf-8")
+    prepared = sqldp.connect(dsn, policy="tpch_catalog").prepare(sql, epsilon=1.0)
+    statements = prepared.statements
+    assert sum(c is not None for c in statements.columns) == 5  # five queries read their columns of one row
+    merged = _figures(dsn, sql)
+
+    def apart(queries: list[exp.Select]) -> tuple[list[tuple[exp.Select, list[int]]], list[tuple[int, None]]]:
+        return [(q, [i]) for i, q in enumerate(queries)], [(i, None) for i in range(len(queries))]
+
+    monkeypatch.setattr(rewrite, "merge_scans", apart)
+    alone = sqldp.connect(dsn, policy="tpch_catalog").prepare(sql, epsilon=1.0).statements
+    assert len(alone.queries) == len(statements.queries) + 4 and not any(alone.columns)
+    assert _figures(dsn, sql) == merged
+
+
+def test_merge_scans_keeps_what_is_not_one_row_over_the_same_scan() -> None:
+    """Only aggregates with no GROUP BY, LIMIT, window or column outside an aggregate, over the same FROM and
+    WHERE, share a statement; each query's columns are its own items in order."""
+
+    def q(text: str) -> exp.Select:
+        parsed = sqlglot.parse_one(text, read="postgres")
+        assert isinstance(parsed, exp.Select)
+        return parsed
+
+    queries = [
+        q("SELECT MAX(t.a) AS v0, COUNT(*) AS v1 FROM t WHERE t.b > 0"),
+        q("SELECT MAX(t.a) AS v0 FROM t WHERE t.b > 1"),  # another WHERE
+        q("SELECT t.b, MAX(t.a) AS v0 FROM t WHERE t.b > 0 GROUP BY t.b"),  # many rows
+        q("SELECT 1 AS v0 FROM t WHERE t.b > 0 LIMIT 1"),  # no aggregate
+        q("SELECT SUM(t.a) OVER () AS v0 FROM t WHERE t.b > 0"),  # a window: a row per row
+        q("SELECT CASE WHEN COUNT(*) > 0 THEN MIN(t.a) END AS v0, SUM(t.c) FILTER (WHERE t.a > 2) AS v1 FROM t "
+          "WHERE t.b > 0"),
+    ]  # fmt: skip
+    statements, where_is = rewrite.merge_scans(queries)
+    assert [members for _, members in statements] == [[0, 5], [1], [2], [3], [4]]
+    assert where_is == [(0, (0, 2)), (1, None), (2, None), (3, None), (4, None), (0, (2, 4))]
+    assert [e.unalias().sql() for e in statements[0][0].expressions] == [
+        "MAX(t.a)",
+        "COUNT(*)",
+        "CASE WHEN COUNT(*) > 0 THEN MIN(t.a) END",
+        "SUM(t.c) FILTER(WHERE t.a > 2)",
+    ]
