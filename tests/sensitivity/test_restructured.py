@@ -9,6 +9,8 @@ new text gives other rows), so the comparison is not vacuous.
   inner join with D that an EXISTS or IN whose D is joinable ran as (TPC-H Q4).
 * One-row bounds over the same scan run as one statement (sqldp.rewrite.merge_scans) against each on its own:
   every figure of the run is the same.
+* The largest count per value of a key PostgreSQL enforces as a COUNT capped at 1 (sqldp.sensitivity.rows)
+  against the GROUP BY it replaces: every figure of the run is the same.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from sqldp.form import AnalysisForm, SemiJoin
 from sqldp.frontend import parse
 from sqldp.normalize import normalize
 from sqldp.policy import Policy
+from sqldp.runner import Prepared
+from sqldp.sensitivity import rows
 
 ROOT = Path(__file__).resolve().parents[2]
 QUERIES = ROOT / "benchmarks" / "tpch" / "queries"
@@ -51,6 +55,16 @@ def _form(sql: str, catalog: Catalog, policy: Policy) -> AnalysisForm:
     form = normalize(parse(sql, catalog), catalog, policy)
     assert isinstance(form, AnalysisForm)
     return form
+
+
+def _statements(dsn: str, sql: str, policy: str) -> rewrite.Statements:
+    session = sqldp.connect(dsn, policy=policy)
+    try:
+        prepared = session.prepare(sql, epsilon=1.0)
+        assert isinstance(prepared, Prepared)
+        return prepared.statements
+    finally:
+        session.close()
 
 
 def _rows(dsn: str, query: exp.Select) -> list[tuple[object, ...]]:
@@ -137,10 +151,13 @@ def test_exists_keeps_d_for_a_scalar_subquery(catalog: Catalog, policy: Policy) 
 # -- one-row statements over one scan run as one (sqldp.rewrite.merge_scans) ------------------------------------
 
 
-def _figures(dsn: str, sql: str) -> dict[str, object]:
+def _figures(dsn: str, sql: str, policy: str = "tpch_catalog") -> dict[str, object]:
     """Everything a run derives before the noise: the measurements' bounds, scales and true values."""
-    session = sqldp.connect(dsn, policy="tpch_catalog")
-    result = session.analyze(sql)
+    session = sqldp.connect(dsn, policy=policy)
+    try:
+        result = session.analyze(sql)
+    finally:
+        session.close()
     out = result.to_json(audit=True)
     out.pop("timings_ms", None)
     out["true_values"] = [[m.true_value for m in group] for group in result.measurements]
@@ -154,8 +171,7 @@ def test_merged_scans_give_the_figures_of_the_separate_statements(
     with each statement on its own (the rewrite before merging)."""
     dsn = tpch_dsn[0]
     sql = (QUERIES / "q01.sql").read_text(encoding="utf-8")
-    prepared = sqldp.connect(dsn, policy="tpch_catalog").prepare(sql, epsilon=1.0)
-    statements = prepared.statements
+    statements = _statements(dsn, sql, "tpch_catalog")
     assert sum(c is not None for c in statements.columns) == 5  # five queries read their columns of one row
     merged = _figures(dsn, sql)
 
@@ -163,7 +179,7 @@ def test_merged_scans_give_the_figures_of_the_separate_statements(
         return [(q, [i]) for i, q in enumerate(queries)], [(i, None) for i in range(len(queries))]
 
     monkeypatch.setattr(rewrite, "merge_scans", apart)
-    alone = sqldp.connect(dsn, policy="tpch_catalog").prepare(sql, epsilon=1.0).statements
+    alone = _statements(dsn, sql, "tpch_catalog")
     assert len(alone.queries) == len(statements.queries) + 4 and not any(alone.columns)
     assert _figures(dsn, sql) == merged
 
@@ -195,3 +211,26 @@ def test_merge_scans_keeps_what_is_not_one_row_over_the_same_scan() -> None:
         "CASE WHEN COUNT(*) > 0 THEN MIN(t.a) END",
         "SUM(t.c) FILTER(WHERE t.a > 2)",
     ]
+
+
+# -- a GROUP BY over an enforced key is one row per group (sqldp.sensitivity.rows._unique) -----------------------
+
+KEYED = [("q04", "tpch_catalog"), ("q12", "tpch_catalog"), ("q14", "tpch"), ("q17", "tpch_catalog"), ("q19", "tpch")]
+KEYED += [("q21", "tpch_catalog"), ("q08", "tpch_catalog"), ("q12", "tpch")]
+
+
+@pytest.mark.parametrize(("query", "policy_name"), KEYED, ids=[f"{q}-{p}" for q, p in KEYED])
+def test_counts_over_an_enforced_key_give_the_figures_of_the_group_by(
+    tpch_dsn: tuple[str, dict[str, int], object], monkeypatch: pytest.MonkeyPatch, query: str, policy_name: str
+) -> None:
+    """The largest count per value of an enforced key (Q12's orders per o_orderkey, Q14's part per p_partkey)
+    as a COUNT capped at 1 instead of a GROUP BY: every figure of the run equals the run's with the GROUP BY."""
+    dsn = tpch_dsn[0]
+    sql = (QUERIES / f"{query}.sql").read_text(encoding="utf-8")
+    statements = _statements(dsn, sql, policy_name)
+    assert any("LEAST(COUNT(*)" in q for q in statements.queries)  # the catalog read from PostgreSQL is enforced
+    keyed = _figures(dsn, sql, policy_name)
+    monkeypatch.setattr(rows, "_unique", lambda uses, keys, enforced: False)
+    grouped = _statements(dsn, sql, policy_name)
+    assert not any("LEAST(COUNT(*)" in q for q in grouped.queries)
+    assert _figures(dsn, sql, policy_name) == keyed
