@@ -11,6 +11,9 @@ new text gives other rows), so the comparison is not vacuous.
   every figure of the run is the same.
 * The largest count per value of a key PostgreSQL enforces as a COUNT capped at 1 (sqldp.sensitivity.rows)
   against the GROUP BY it replaces: every figure of the run is the same.
+* A row statement with shared scans run in pieces on the two connections, each distinct piece once
+  (sqldp.engine.postgres.layout): the pieces give the statement's row (the figures of every TPC-H query on one
+  and on two connections are compared in tests/engine/test_snapshot_queue.py).
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from sqlglot import exp
 import sqldp
 from sqldp import rewrite, sqlgen
 from sqldp.catalog import Catalog
+from sqldp.commands.explain import explain
 from sqldp.datasets import dataset_path
+from sqldp.engine import postgres
 from sqldp.form import AnalysisForm, SemiJoin
 from sqldp.frontend import parse
 from sqldp.normalize import normalize
@@ -234,3 +239,50 @@ def test_counts_over_an_enforced_key_give_the_figures_of_the_group_by(
     grouped = _statements(dsn, sql, policy_name)
     assert not any("LEAST(COUNT(*)" in q for q in grouped.queries)
     assert _figures(dsn, sql, policy_name) == keyed
+
+
+# -- the row statement's shared scans split into pieces (sqldp.engine.postgres.layout) --------------------------
+
+
+def test_pieces_of_a_statement_with_shared_scans_give_its_row(pg_dsn: str) -> None:
+    """A SELECT of scalar subqueries and columns of one-row FROM subqueries (Q21's row statement) is run as one
+    piece per subquery and one for the columns; reassembled in the statement's order, the pieces' row is the
+    whole statement's. A FROM that is not one row, or a subquery reading the FROM, keeps it whole."""
+    whole = (
+        "SELECT (SELECT COUNT(*) FROM t) AS v0, g0.total AS v1, (SELECT MAX(x) FROM t WHERE x > 1) AS v2, "
+        "g0.best AS v3 FROM (SELECT COUNT(*) AS total, LEAST(COUNT(*) FILTER(WHERE t.x < 5), 1) AS best FROM t "
+        "WHERE t.x > 10) AS g0"
+    )
+    texts, columns = postgres.layout(whole)
+    assert texts == (
+        "SELECT (SELECT COUNT(*) FROM t) AS v0",
+        "SELECT (SELECT MAX(x) FROM t WHERE x > 1) AS v2",
+        "SELECT g0.total AS v1, g0.best AS v3 FROM (SELECT COUNT(*) AS total, LEAST(COUNT(*) FILTER(WHERE t.x < 5), "
+        "1) AS best FROM t WHERE t.x > 10) AS g0",
+    )
+    assert columns == (0, 2, 1, 3)
+    for kept in (
+        whole.replace("FROM t WHERE t.x > 10) AS g0", "FROM t WHERE t.x > 10 GROUP BY t.x) AS g0"),  # many rows
+        whole.replace("(SELECT MAX(x) FROM t WHERE x > 1)", "(SELECT MAX(x) FROM t WHERE x > g0.total)"),
+        whole.replace("FROM (SELECT COUNT(*)", "FROM t CROSS JOIN (SELECT COUNT(*)"),  # a table in the FROM
+    ):
+        assert postgres.layout(kept) == ((kept,), None), kept
+    assert postgres._unaliased(texts[0]) == postgres._unaliased("SELECT (SELECT COUNT(*) FROM t) AS v7")
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (x INT); INSERT INTO t SELECT g FROM generate_series(1, 50) g")
+        row = conn.execute(whole).fetchall()
+        got = tuple(v for p in texts for v in conn.execute(p).fetchall()[0])
+    assert [tuple(got[k] for k in columns)] == row == [(50, 40, 50, 0)]
+    assert [got] != row  # side by side without the order the row differs: the order is needed
+
+
+def test_q21_runs_its_row_statements_in_pieces_once_each(catalog: Catalog) -> None:
+    """Q21 (tpch_catalog): both row statements split (they read a shared scan), and the pieces they share —
+    the same count under another alias — are one unit each (test_snapshot_queue checks the figures)."""
+    tpch_catalog = Policy.from_file(ROOT / "sqldp" / "data" / "schemas" / "tpch_catalog.toml")
+    enforced = dataclasses.replace(catalog, enforced=True)
+    statements = explain((QUERIES / "q21.sql").read_text(encoding="utf-8"), enforced, tpch_catalog)["sql"]
+    split = [postgres.layout(s) for s in statements[1:]]
+    assert sum(len(texts) > 1 and columns is not None for texts, columns in split) == 2
+    every = [t for texts, _ in split for t in texts]
+    assert len({postgres._unaliased(t) for t in every}) < len(every) - 5
