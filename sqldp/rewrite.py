@@ -172,6 +172,9 @@ class Statements:
     source: exp.Select  # the answer query before the rules: the released aggregates over the form's scan
     # per plan query that is not folded (in plan order), the index of its text in ``queries``
     order: tuple[int, ...] = ()
+    # per plan query that is not folded, the columns of its statement's one row that are its own (``merge_scans``
+    # ran it with others over the same scan), or None: the statement is the query itself
+    columns: tuple[tuple[int, int] | None, ...] = ()
     dialect: str = "postgres"  # the SQL dialect of the texts (DIALECTS)
     tables: tuple[str, ...] = ()  # the catalog tables the statements read, sorted
     truncations: tuple[Truncation, ...] = ()  # tables read truncated to their declared bound (``truncate``)
@@ -217,9 +220,15 @@ def rewrite(
 
     answer_sql = apply(answer, ANSWER_RULES)  # fold sets scope.folded
     every = [q for plan in plans for q in plan.queries]
-    texts = [apply(q, QUERY_RULES) for i, q in enumerate(every) if i not in scope.folded]
-    queries = tuple(dict.fromkeys(texts))  # a statement is deterministic in one snapshot: run it once
-    order = tuple(queries.index(t) for t in texts)
+    unfolded = [q for i, q in enumerate(every) if i not in scope.folded]
+    texts = [apply(q, QUERY_RULES) for q in unfolded]
+    distinct = list(dict.fromkeys(texts))  # a statement is deterministic in one snapshot: run it once
+    # one-row statements over the same scan run as one (``merge_scans``): each text's statement and columns
+    trees = {t: q for t, q in zip(texts, unfolded, strict=True)}
+    merged, where_is = merge_scans([trees[t] for t in distinct])
+    queries = tuple(apply(q, QUERY_RULES) if len(members) > 1 else distinct[members[0]] for q, members in merged)
+    order = tuple(where_is[distinct.index(t)][0] for t in texts)
+    columns = tuple(where_is[distinct.index(t)][1] for t in texts)
     ordered = []
     for d in domains:
         query = d.ordered
@@ -231,10 +240,82 @@ def rewrite(
         scope.folded,
         answer,
         order,
+        columns=columns,
         dialect=dialect,
         tables=tuple(sorted(read)),
         truncations=truncations,
     )
+
+
+def _one_row(q: exp.Select) -> bool:
+    """An aggregate over a scan with no GROUP BY, HAVING, DISTINCT, window, ORDER BY, LIMIT or WITH: exactly one
+    row, whatever the scan holds (SQL's aggregate of no rows is one row), each item an expression of
+    aggregates over the scan's rows."""
+    if not isinstance(q, exp.Select) or q.args.get("from_") is None or not q.expressions:
+        return False
+    if any(q.args.get(k) for k in ("group", "having", "distinct", "order", "limit", "offset", "with_", "with")):
+        return False
+    if any(q.args.get(k) for k in ("qualify", "windows", "locks", "sample", "laterals")):
+        return False
+    for item in q.expressions:
+        own = [n for n in item.walk(prune=lambda n: isinstance(n, exp.Subquery)) if not isinstance(n, exp.Subquery)]
+        if any(isinstance(n, exp.Window) for n in own) or not any(isinstance(n, exp.AggFunc) for n in own):
+            return False
+        # a column outside every aggregate (not valid SQL without GROUP BY, but never merged)
+        if any(isinstance(n, exp.Column) and not n.find_ancestor(exp.AggFunc, exp.Filter, exp.Subquery) for n in own):
+            return False
+    return True
+
+
+def _scan_key(q: exp.Select) -> str:
+    """The statement's scan: FROM, joins and WHERE, as text."""
+    scan = q.copy()
+    scan.set("expressions", [exp.Literal.number(1)])
+    return scan.sql(dialect="postgres")
+
+
+def merge_scans(
+    queries: Sequence[exp.Select],
+) -> tuple[list[tuple[exp.Select, list[int]]], list[tuple[int, tuple[int, int] | None]]]:
+    """Statements to run for ``queries`` (distinct texts): one-row aggregates over the same scan — the same
+    FROM, joins and WHERE (:func:`_one_row`) — as one statement whose items are theirs side by side, the others
+    as they are. TPC-H Q1's five bounds over lineitem (each a MAX and a COUNT over the whole table) are one
+    scan instead of five.
+
+    Same values: an aggregate is a function of the rows of its scan, and the scans are one; the items of a
+    SELECT are evaluated apart. Same errors: an item that fails fails the statement, as it failed its own, and
+    the release fails either way (nothing is released when one statement fails). Returns each statement with
+    the indices of the queries it computes, and per query (statement index, its columns (start, stop) of the
+    one row, or None when the statement is the query itself)."""
+    groups: dict[str, list[int]] = {}
+    singles: list[int] = []
+    for i, q in enumerate(queries):
+        if _one_row(q):
+            groups.setdefault(_scan_key(q), []).append(i)
+        else:
+            singles.append(i)
+    out: list[tuple[exp.Select, list[int]]] = []
+    where_is: list[tuple[int, tuple[int, int] | None]] = [(0, None)] * len(queries)
+    first = {members[0]: members for members in groups.values()}
+    for i, q in enumerate(queries):
+        members = first.get(i)
+        if members is None and i not in singles:
+            continue  # merged into the statement of its group's first query
+        if members is None or len(members) == 1:
+            where_is[i] = (len(out), None)
+            out.append((q, [i]))
+            continue
+        items: list[exp.Expr] = []
+        for m in members:
+            start = len(items)
+            items += [
+                exp.alias_(e.unalias().copy(), f"m{len(items) + k}") for k, e in enumerate(queries[m].expressions)
+            ]
+            where_is[m] = (len(out), (start, len(items)))
+        merged = q.copy()
+        merged.set("expressions", items)
+        out.append((merged, members))
+    return out, where_is
 
 
 def _fold(

@@ -104,7 +104,12 @@ class Prepared:
     ) -> tuple[list[Any], list[list[Any]]]:
         """The answer rows and, per plan, its queries' rows: a folded query's one row is cut out of the answer's
         (sqldp.rewrite.fold), the others in plan order, a text asked by several plans read once."""
-        flat = [flat[j] for j in statements.order]
+        columns = statements.columns or (None,) * len(statements.order)
+        # a query merged with others over one scan (sqldp.rewrite.merge_scans): its columns of the one row
+        flat = [
+            flat[j] if cut is None else [tuple(flat[j][0][cut[0] : cut[1]])]
+            for j, cut in zip(statements.order, columns, strict=True)
+        ]
         if statements.folded:  # one row (no GROUP BY): the answer's aggregates, then the folded queries' items
             row = answer_rows[0]
             for i in sorted(statements.folded):

@@ -62,15 +62,18 @@ def answer_query(form: AnalysisForm) -> exp.Select:
     select = from_uses(exp.select(*items), form.uses)
     conditions: list[Conjunct | exp.Expr] = list(form.conjuncts)
     for semi in form.semijoins:
-        # a semi-join whose derived table's columns are all tied to outer columns is an inner join with it (a
-        # set: one row per outer row at most); the others run as [NOT] EXISTS over it (sqldp.subqueries)
-        if semi.joinable:
+        # a decorrelated scalar subquery whose derived table's columns are all tied to outer columns is an inner
+        # join with D (grouped by those columns: one row per outer row at most), compared on D's value; the
+        # others run as [NOT] EXISTS over the subquery's table, which has the same value as over D
+        # (SemiJoin.exists; sqldp.subqueries). That includes an EXISTS or IN whose D is joinable (Q4): the
+        # join with the set D multiplies each outer row by 0 or 1, the indicator EXISTS gives, and PostgreSQL
+        # then probes the subquery's table per outer key instead of deduplicating all of it first
+        if semi.joinable and semi.compare is not None:
             select = select.join(semi.derived(), join_type="cross", copy=False)
             conditions += semi.correlation
-            if semi.compare is not None:  # a decorrelated scalar subquery: the comparison with D's value
-                conditions.append(semi.compare)
+            conditions.append(semi.compare)
         else:
-            conditions.append(semi.predicate())
+            conditions.append(semi.exists())
     select = where(select, conditions)
     if form.group_by:
         select = select.group_by(*(g.copy() for g in form.group_by), copy=False)

@@ -16,9 +16,11 @@ is NOT EXISTS (… AND k = x) only when neither x nor k can be NULL (a NULL k ma
 NULL x false whenever the subquery has a row): answered when the catalog declares both NOT NULL, refused
 otherwise (NR's (v) asks for a foreign key; NOT NULL is what the equivalence needs).
 
-The SQL that runs says exactly this (:meth:`sqldp.form.SemiJoin.predicate`): ``EXISTS (SELECT 1 FROM (SELECT
-DISTINCT …) AS u WHERE ψ)``, or, when ψ ties every column of D to the outer uses by equalities (Q4, IN), an
-inner join with D — a set, so each outer row meets at most one of its rows and the join multiplies nothing.
+The SQL that runs computes exactly this: ``EXISTS (SELECT 1 FROM T AS u WHERE φ AND ψ)``, equal to EXISTS over
+D on every database since ψ reads only D's columns (:meth:`sqldp.form.SemiJoin.exists`; the analysis reads
+:meth:`~sqldp.form.SemiJoin.predicate`, over D), or, when ψ ties every column of D to the outer uses by
+equalities (Q4, IN), an inner join with D — a set, so each outer row meets at most one of its rows and the join
+multiplies nothing.
 
 The sensitivity argument (row-level privacy, NR §3.3.7; the workflow rule c′ + Σ cᵢ·c′ᵢ of NR §3.3.13.9).
 Write the query's value as f = Σ_{outer rows o} w(o)·[∃ d ∈ D: ψ(d, o)] (for NOT EXISTS, [∄ …]) with w(o) the

@@ -543,16 +543,39 @@ def _max_count(
     declared: Keys,
     types: Types,
     private: frozenset[str],
+    enforced: Keys | None = None,
 ) -> exp.Select:
     """max over the key values of the component's count: ``MAX(n)`` over its ``GROUP BY keys`` — or the same
     number without forming the product: per part when a separator splits the keys apart (:func:`_split`), by a
-    running count when two uses meet at equalities and one inequality (:func:`_pair_count`)."""
+    running count when two uses meet at equalities and one inequality (:func:`_pair_count`), by a COUNT capped
+    at 1 when the keys hold a key PostgreSQL enforces on the one use (``enforced``, :func:`_unique`)."""
     pairs = _pair_count(uses, conds, keys, types)
     if pairs is not None:
         return pairs
+    if _unique(uses, keys, enforced or {}):
+        # every group of the GROUP BY is one row (the keys hold an enforced key of the one use): its largest
+        # count is 1 when some row passes the conjuncts, else 0 — one COUNT instead of a GROUP BY
+        return where(from_uses(exp.select(_at_most_one(exp.Count(this=exp.Star()))), uses), conds)
     grouped = _max_of(_count_query(uses, conds, keys))
     split = _split(uses, conds, keys, declared)
     return grouped if split is None else _factorised(split, grouped, private)
+
+
+def _unique(uses: Sequence[TableUse], keys: Sequence[exp.Expr], enforced: Keys) -> bool:
+    """One use whose GROUP BY ``keys`` hold all the columns of a key PostgreSQL enforces on its table (PRIMARY KEY,
+    or UNIQUE over NOT NULL columns: model_check.keys_of). No two rows then agree on the key under its own
+    equality, which is GROUP BY's on the same columns, and no key column is NULL: every group is one row, on every
+    database the server accepts (the neighbours the guarantee covers satisfy the keys too, "uses a declared key
+    determines" above)."""
+    if len(uses) != 1 or not keys or not all(isinstance(k, exp.Column) and k.table == uses[0].alias for k in keys):
+        return False
+    names = {k.name for k in keys}
+    return any(set(key) <= names for key in enforced.get(uses[0].table, ()))
+
+
+def _at_most_one(count: exp.Expr) -> exp.Expr:
+    """LEAST(count, 1): the largest group count when every group is one row (1 if any, else 0)."""
+    return exp.func("LEAST", count, exp.Literal.number(1))
 
 
 # -- splitting a component at a separator ------------------------------------------------------------
@@ -1284,7 +1307,7 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
             free.append(len(scalars))
             reps: list[exp.Expr] = [reduced.reps[k] for k in keys]
             scalars.append(
-                _max_count(comp_uses, conds, reps, declared, types, private)
+                _max_count(comp_uses, conds, reps, declared, types, private, enforced)
                 if keys
                 else _count_query(comp_uses, conds, [])
             )
@@ -1321,10 +1344,14 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
             else:
                 factors.append((len(scalars),))
                 scalars.append(
-                    _max_count(comp_uses, conds, [term.reps[k] for k in keys], declared, types, private) if keys else q
+                    _max_count(comp_uses, conds, [term.reps[k] for k in keys], declared, types, private, enforced)
+                    if keys
+                    else q
                 )
                 if keys and len(comp_uses) == 1 and comp_uses[0].alias in local and comp_uses[0].alias not in scanned:
-                    scan = _shared_scan(conds, [term.reps[k] for k in keys], _local_conjuncts(form, comp_uses[0].alias))
+                    bound: list[exp.Expr] = [term.reps[k] for k in keys]
+                    own = _local_conjuncts(form, comp_uses[0].alias)
+                    scan = _shared_scan(conds, bound, own, _unique(comp_uses, bound, enforced))
                     if scan is not None:
                         scanned.add(comp_uses[0].alias)
                         shared.append(
@@ -1348,8 +1375,13 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
         term = semi_term(form, s)
         indices = []
         for comp_uses, conds, keys in _components(term):
-            q = _count_query(comp_uses, conds, [term.reps[k] for k in keys])
+            outer: list[exp.Expr] = [term.reps[k] for k in keys]
+            q = _count_query(comp_uses, conds, outer)
             indices.append(len(scalars))
+            if _unique(comp_uses, outer, enforced):  # one row per group (Q4's orders by o_orderkey): a COUNT
+                q = where(from_uses(exp.select(_at_most_one(exp.Count(this=exp.Star()))), comp_uses), conds)
+                scalars.append(q)
+                continue
             scalars.append(_max_of(q) if keys else q)
         joined = semi_form(form, s)
         joined_classes = equality_classes(joined.conjuncts)
@@ -1380,7 +1412,7 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
 
 
 def _shared_scan(
-    conds: list[exp.Expr], keys: list[exp.Expr], own: list[exp.Expr]
+    conds: list[exp.Expr], keys: list[exp.Expr], own: list[exp.Expr], unique: bool = False
 ) -> Callable[[TableUse], exp.Select] | None:
     """One scan for a use's local count n_j and a derivative that groups the same use alone (Q17's for part:
     max over l_partkey of lineitem's rows). The derivative's conjuncts are the use's own plus ``k = k`` for
@@ -1390,7 +1422,12 @@ def _shared_scan(
         FROM (SELECT keys AS p_i, COUNT(*) AS n FROM T WHERE own GROUP BY keys)
 
     total is COUNT(*) over ``own`` (the groups partition those rows) and best the largest group whose keys
-    pass the ``k = k`` conjuncts: both the numbers the two statements give. None for any other shape."""
+    pass the ``k = k`` conjuncts: both the numbers the two statements give. None for any other shape.
+
+    When every group is one row (``unique``: the keys hold a key PostgreSQL enforces, :func:`_unique`) the same
+    two numbers need no GROUP BY (Q12's derivative for lineitem: max over o_orderkey of orders' rows):
+
+        SELECT COUNT(*) AS total, LEAST(COUNT(*) FILTER (WHERE k_i = k_i …), 1) AS best FROM T WHERE own"""
     own_text = {c.sql(dialect="postgres") for c in own}
     keyed = {k.sql(dialect="postgres"): i for i, k in enumerate(keys)}
     selfeq: list[int] = []
@@ -1408,6 +1445,14 @@ def _shared_scan(
     if own_text - {c.sql(dialect="postgres") for c in conds} or not all(isinstance(k, exp.Column) for k in keys):
         return None
 
+    def flat(use: TableUse) -> exp.Select:
+        count: exp.Expr = exp.Count(this=exp.Star())
+        passing = [exp.EQ(this=keys[i].copy(), expression=keys[i].copy()) for i in selfeq]
+        if passing:
+            count = exp.Filter(this=count, expression=exp.Where(this=exp.and_(*passing)))
+        items = [exp.alias_(exp.Count(this=exp.Star()), "total"), exp.alias_(_at_most_one(count), "best")]
+        return where(from_uses(exp.select(*items), [use]), own)
+
     def scan(use: TableUse) -> exp.Select:
         inner = _count_query([use], own, keys)
         best: exp.Expr = exp.func("MAX", exp.column("n"))
@@ -1420,7 +1465,7 @@ def _shared_scan(
             exp.alias_(exp.func("COALESCE", best, zero.copy()), "best"),
         ).from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("s"))))
 
-    return scan
+    return flat if unique else scan
 
 
 def _disjoint(form: AnalysisForm, private: frozenset[str], classes: DisjointSet) -> bool:
