@@ -173,23 +173,32 @@ def _public_domain(
     as with the whole column (NR §3.3.10.4: the released set must not depend on private data). Fewer groups
     leave more budget per group or a larger β."""
     public = {u.alias for u in form.uses if policy.table(u.table).public}
-    conjuncts = [
-        c.expr.copy()
+    candidates = [
+        (c.expr, {r.alias for r in c.columns})
         for c in form.conjuncts
         if c.columns and {r.alias for r in c.columns} <= public and not c.expr.find(exp.Subquery, exp.Exists)
     ]
+    # only conjuncts linked to the key's table through other such conjuncts narrow its values; a filter on an
+    # unlinked public table would only multiply the rows the DISTINCT reads (a cross product)
+    aliases: dict[str, None] = {key.table: None}
+    conjuncts: list[exp.Expr] = []
+    grown = True
+    while grown:
+        grown = False
+        for expr, reads in candidates:
+            if not any(expr is c for c in conjuncts) and reads & aliases.keys():
+                conjuncts.append(expr)
+                aliases.update(dict.fromkeys(sorted(reads)))
+                grown = True
     if not conjuncts:
         return None
-    aliases = dict.fromkeys(
-        [key.table, *(r.alias for c in form.conjuncts if c.expr in conjuncts for r in c.columns)]
-    )
     q = exp.select(key.copy()).distinct()
     for i, alias in enumerate(aliases):
         source = exp.to_table(form.use(alias).table).as_(alias)
         q = q.from_(source) if i == 0 else q.join(source, join_type="cross")
     q = q.where(key.copy().is_(exp.null()).not_())
     for c in conjuncts:
-        q = q.where(c)
+        q = q.where(c.copy())
     if declared is not None:
         q = q.where(key.copy().isin(*(exp.convert(v) for v in declared if v is not None)))
     return q

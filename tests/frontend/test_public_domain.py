@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+from sqlglot import exp
 
 import sqldp
 from sqldp.policy import Policy
@@ -52,3 +53,25 @@ def test_public_conjuncts_narrow_the_groups_whatever_the_private_rows(
             with psycopg.connect(pg_dsn) as conn:
                 plain = dict(conn.execute(QUERY.format(extra=extra)).fetchall())
             assert {k: v for k, v in got.items() if v} == {k: float(n) for k, n in plain.items() if k in expected}
+
+
+def test_only_public_conjuncts_linked_to_the_key_narrow_it(pg_dsn: str) -> None:
+    """A filter on a public table the key's table is not joined to (through public conjuncts) does not narrow
+    the key's values; the domain statement leaves it out rather than reading a cross product."""
+    from sqldp import groups
+    from sqldp.catalog import Catalog
+    from sqldp.form import AnalysisForm
+    from sqldp.frontend import parse
+    from sqldp.normalize import normalize
+
+    _load(pg_dsn, [(1, 1, 5)])
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS e; CREATE TABLE e (z INT PRIMARY KEY); INSERT INTO e VALUES (1), (2)")
+        catalog = Catalog.from_database(conn)
+    policy = Policy.from_toml(POLICY + '[tables.e]\nrows = "public"\n')
+    sql = "SELECT d.name, COUNT(*) FROM f, d, e WHERE f.k = d.k AND d.region = 'east' AND e.z = 1 GROUP BY d.name"
+    form = normalize(parse(sql, catalog), catalog, policy)
+    assert isinstance(form, AnalysisForm)
+    (domain,) = groups.key_domains(form, policy, catalog)
+    assert domain.query is not None
+    assert {t.name for t in domain.query.find_all(exp.Table)} == {"d"}
