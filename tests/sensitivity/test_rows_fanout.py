@@ -33,6 +33,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from test_rows_keys import local_at_distance
 
 import sqldp
 from sqldp.catalog import Catalog
@@ -182,30 +183,7 @@ def _local(db: DB, tables: tuple[str, ...], where: Check, table: str) -> int:
 
 def _local_at_distance(db: DB, tables: tuple[str, ...], where: Check, table: str) -> list[int]:
     """For k = 0 … MAX_K: the largest local sensitivity over every database within distance k."""
-    private = sorted(WEIGHTS)
-    best: dict[tuple[tuple[str, tuple[Row, ...]], ...], float] = {}
-    start = tuple(sorted(db.items()))
-    best[start] = 0.0
-    frontier = [start]
-    while frontier:
-        nxt = []
-        for state in frontier:
-            cost = best[state]
-            for t in private:
-                if cost + WEIGHTS[t] > MAX_K:
-                    continue
-                for other in _moves(dict(state), t):
-                    key = tuple(sorted(other.items()))
-                    if key not in best or best[key] > cost + WEIGHTS[t]:
-                        best[key] = cost + WEIGHTS[t]
-                        nxt.append(key)
-        frontier = nxt
-    out = [0] * (MAX_K + 1)
-    for state, cost in best.items():
-        ls = _local(dict(state), tables, where, table)
-        for k in range(math.ceil(cost), MAX_K + 1):
-            out[k] = max(out[k], ls)
-    return out
+    return local_at_distance(db, sorted(WEIGHTS), WEIGHTS, _moves, lambda d: _local(d, tables, where, table), MAX_K)
 
 
 def _statistics(conn: psycopg.Connection, plan: RowPlan) -> list[Any]:

@@ -161,10 +161,17 @@ def _local(db: DB, tables: tuple[str, ...], where: Check, table: str) -> int:
     return max((abs(_count(other, tables, where) - here) for other in _moves(db, table)), default=0)
 
 
-def _local_at_distance(db: DB, tables: tuple[str, ...], where: Check, table: str) -> list[int]:
-    """For k = 0 … MAX_K: the largest local sensitivity over every database within distance k (each change of
-    a row of t costs G_t), by a search over key-respecting changes."""
-    private = [t for t in tables if t in WEIGHTS]
+def local_at_distance(
+    db: DB,
+    private: list[str],
+    weights: dict[str, float],
+    moves: Callable[[DB, str], list[DB]],
+    local: Callable[[DB], int],
+    max_k: int,
+) -> list[int]:
+    """For k = 0 … max_k: the largest local sensitivity (``local``) over every database within distance k, by a
+    search over the changes ``moves`` makes to rows of the ``private`` tables, each costing the table's weight
+    G_t. Shared by the key oracles (here and tests/sensitivity/test_rows_fanout.py)."""
     best: dict[tuple[tuple[str, tuple[Row, ...]], ...], float] = {}
     start = tuple(sorted(db.items()))
     best[start] = 0.0
@@ -174,20 +181,27 @@ def _local_at_distance(db: DB, tables: tuple[str, ...], where: Check, table: str
         for state in frontier:
             cost = best[state]
             for t in private:
-                if cost + WEIGHTS[t] > MAX_K:
+                if cost + weights[t] > max_k:
                     continue
-                for other in _moves(dict(state), t):
+                for other in moves(dict(state), t):
                     key = tuple(sorted(other.items()))
-                    if key not in best or best[key] > cost + WEIGHTS[t]:
-                        best[key] = cost + WEIGHTS[t]
+                    if key not in best or best[key] > cost + weights[t]:
+                        best[key] = cost + weights[t]
                         nxt.append(key)
         frontier = nxt
-    out = [0] * (MAX_K + 1)
+    out = [0] * (max_k + 1)
     for state, cost in best.items():
-        ls = _local(dict(state), tables, where, table)
-        for k in range(math.ceil(cost), MAX_K + 1):
+        ls = local(dict(state))
+        for k in range(math.ceil(cost), max_k + 1):
             out[k] = max(out[k], ls)
     return out
+
+
+def _local_at_distance(db: DB, tables: tuple[str, ...], where: Check, table: str) -> list[int]:
+    """For k = 0 … MAX_K: the largest local sensitivity over every database within distance k (each change of
+    a row of t costs G_t), by a search over key-respecting changes."""
+    private = [t for t in tables if t in WEIGHTS]
+    return local_at_distance(db, private, WEIGHTS, _moves, lambda d: _local(d, tables, where, table), MAX_K)
 
 
 def _statistics(conn: psycopg.Connection, plan: RowPlan) -> list[Any]:
