@@ -21,7 +21,15 @@ from sqlglot.tokens import TokenType
 from sqldp import algebra as ra
 from sqldp import dates
 from sqldp.catalog import Catalog
-from sqldp.errors import CatalogError, ForbiddenError, InputError, RefusedError, SqlSyntaxError, syntax_error
+from sqldp.errors import (
+    CatalogError,
+    ForbiddenError,
+    InputError,
+    RefusedError,
+    SqldpError,
+    SqlSyntaxError,
+    syntax_error,
+)
 
 WHERE = "query"
 
@@ -67,10 +75,14 @@ def position(sql: str, node: exp.Expr | None) -> str:
     return f"{WHERE}:{line}:{col}"
 
 
-def locate(sql: str, statement: exp.Expr | None, subject: object) -> str:
-    """``query:LINE:COL`` of the GROUP BY item, in the statement as written, that a key of the analysis form
-    (qualified, rewritten: no positions kept) stands for — the first item that reads the key's columns, else
-    the first GROUP BY item; ``query`` when there is none."""
+def locate(sql: str, statement: exp.Expr | None, err: SqldpError) -> str | None:
+    """Where ``err`` is in the text: its own ``where`` if it has one, else, for an error about a key of the
+    analysis form (``err.subject``: qualified, rewritten, no positions kept), ``query:LINE:COL`` of the GROUP BY
+    item in the statement as written that stands for it — the first item that reads the key's columns, else the
+    first GROUP BY item, ``query`` when there is none; None without either."""
+    subject = err.subject
+    if err.where is not None or subject is None:
+        return err.where
     if statement is None or not isinstance(subject, exp.Expr):
         return WHERE
     names = {c.name for c in subject.find_all(exp.Column)}

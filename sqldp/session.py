@@ -234,8 +234,7 @@ class Session:
                 form, self.catalog, self.policy, params.beta, self.dialect, params=params
             )
         except RefusedError as err:
-            if err.where is None and err.subject is not None:  # a group key: where it is in the text
-                err.where = locate(sql, parsed.statement, err.subject)
+            err.where = locate(sql, parsed.statement, err)  # a group key: where it is in the text
             raise
         if statements.notes:  # what the SQL that runs does beyond the query (a truncation): data-independent
             form = dataclasses.replace(form, notes=(*form.notes, *statements.notes))

@@ -21,16 +21,26 @@ if TYPE_CHECKING:
     from sqldp.session import Session
 
 
-def privacy_options() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
+def privacy_group(p: argparse.ArgumentParser, *, advantage: bool = True) -> argparse._ArgumentGroup:
+    """The flags that decide what the analysis does (ε, δ, β, the mechanism; and the advantage target ε may
+    come from), as `run`, `analyze` and `explain` take them."""
     g = p.add_argument_group("privacy (default: the policy's [defaults])")
     g.add_argument("--epsilon", type=float, help="privacy level ε")
-    g.add_argument("--advantage", type=float, help="guessing-advantage target; ε is derived from the policy's goals")
+    if advantage:
+        g.add_argument(
+            "--advantage", type=float, help="guessing-advantage target; ε is derived from the policy's goals"
+        )
     g.add_argument("--delta", type=float, help="δ of (ε, δ)-DP (Laplace mechanism)")
     g.add_argument("--beta", type=float, help="smoothing β (default: chosen to minimise the noise)")
     g.add_argument(
         "--mechanism", choices=("cauchy", "laplace"), help="generalized Cauchy (ε-DP) or Laplace ((ε, δ)-DP)"
     )
+    return g
+
+
+def privacy_options() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    g = privacy_group(p)
     g.add_argument("--confidence", type=float, help="confidence level of the reported error (default 0.78)")
     g.add_argument("--seed", type=int, help="TEST MODE: seed the noise (output is marked test_mode)")
     g.add_argument(

@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from sqldp.cli import common_options, emit, read_query
+from sqldp.commands.analyze import privacy_group
 from sqldp.errors import RefusedError
 
 
@@ -14,13 +15,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("explain", parents=[common_options()], help="show the algebra and analysis form")
     # what the analysis decides depends on these (δ > 0 allows DP partition selection; the mechanism picks
     # the release), so explain takes them as `run` does and tells what `run` with the same flags would do
-    g = p.add_argument_group("privacy (default: the policy's [defaults])")
-    g.add_argument("--epsilon", type=float, help="privacy level ε")
-    g.add_argument("--delta", type=float, help="δ of (ε, δ)-DP (Laplace mechanism)")
-    g.add_argument("--beta", type=float, help="smoothing β (default: chosen to minimise the noise)")
-    g.add_argument(
-        "--mechanism", choices=("cauchy", "laplace"), help="generalized Cauchy (ε-DP) or Laplace ((ε, δ)-DP)"
-    )
+    privacy_group(p, advantage=False)
     p.set_defaults(func=run)
 
 
@@ -93,8 +88,7 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
                 form = partition_selection(form, policy, policy.defaults.delta)
             _, plans, statements = compile_form(form, catalog, policy, policy.defaults.beta)
         except RefusedError as err:
-            where = err.where or (locate(sql, parsed.statement, err.subject) if err.subject is not None else None)
-            out["refused"] = {"reason": err.message, "where": where}
+            out["refused"] = {"reason": err.message, "where": locate(sql, parsed.statement, err)}
             return out
         # the statements `run` sends, after the rewriter's rules (sqldp.rewrite); they depend on the query and
         # the policy only
