@@ -1392,23 +1392,17 @@ def describe(session: Session, query: str, types: tuple[int, ...], privacy: Mapp
         upstream = tuple(d.ftype(i) for i in range(d.nfields))
     if prepared.public:
         return Description(params, names, upstream)
+    # the measured statements: the query's own, or each measured branch of a set operation (sqldp.setops); a
+    # column is noisy if any of them releases it with noise
     branches = getattr(prepared, "branches", None)
-    if branches is not None:  # a set operation (sqldp.setops): a column is noisy if any measured branch's is
-        noisy = [False] * len(upstream)
-        for branch in branches:
-            if branch.public:
-                continue
-            outputs = getattr(branch.form, "outputs", None)
-            if outputs is None or len(outputs) != len(upstream):
-                return None
-            noisy = [n or not o.is_key for n, o in zip(noisy, outputs, strict=True)]
-        return Description(params, names, tuple(v.FLOAT8 if n else u for u, n in zip(upstream, noisy, strict=True)))
-    outputs = getattr(getattr(prepared, "form", None), "outputs", None)
-    if outputs is None or len(outputs) != len(upstream):
-        return None
-    return Description(
-        params, names, tuple(u if o.is_key else v.FLOAT8 for u, o in zip(upstream, outputs, strict=True))
-    )
+    measured = [prepared] if branches is None else [b for b in branches if not b.public]
+    noisy = [False] * len(upstream)
+    for m in measured:
+        outputs = getattr(getattr(m, "form", None), "outputs", None)
+        if outputs is None or len(outputs) != len(upstream):
+            return None
+        noisy = [n or not o.is_key for n, o in zip(noisy, outputs, strict=True)]
+    return Description(params, names, tuple(v.FLOAT8 if n else u for u, n in zip(upstream, noisy, strict=True)))
 
 
 def _with_nulls(query: str) -> str:
