@@ -247,10 +247,11 @@ def rewrite(
     )
 
 
-def _one_row(q: exp.Select) -> bool:
-    """An aggregate over a scan with no GROUP BY, HAVING, DISTINCT, window, ORDER BY, LIMIT or WITH: exactly one
-    row, whatever the scan holds (SQL's aggregate of no rows is one row), each item an expression of
-    aggregates over the scan's rows."""
+def one_row(q: exp.Expr) -> bool:
+    """An aggregate over a scan with no GROUP BY, HAVING, DISTINCT, window, set-returning function, ORDER BY,
+    LIMIT or WITH: exactly one row, whatever the scan holds (SQL's aggregate of no rows is one row), each item
+    an expression of aggregates over the scan's rows (``merge_scans`` here, the engine's pieces in
+    sqldp.engine.postgres.layout)."""
     if not isinstance(q, exp.Select) or q.args.get("from_") is None or not q.expressions:
         return False
     if any(q.args.get(k) for k in ("group", "having", "distinct", "order", "limit", "offset", "with_", "with")):
@@ -259,7 +260,9 @@ def _one_row(q: exp.Select) -> bool:
         return False
     for item in q.expressions:
         own = [n for n in item.walk(prune=lambda n: isinstance(n, exp.Subquery)) if not isinstance(n, exp.Subquery)]
-        if any(isinstance(n, exp.Window) for n in own) or not any(isinstance(n, exp.AggFunc) for n in own):
+        if any(isinstance(n, (exp.Window, exp.Explode, exp.Unnest)) for n in own):
+            return False
+        if not any(isinstance(n, exp.AggFunc) for n in own):
             return False
         # a column outside every aggregate (not valid SQL without GROUP BY, but never merged)
         if any(isinstance(n, exp.Column) and not n.find_ancestor(exp.AggFunc, exp.Filter, exp.Subquery) for n in own):
@@ -278,7 +281,7 @@ def merge_scans(
     queries: Sequence[exp.Select],
 ) -> tuple[list[tuple[exp.Select, list[int]]], list[tuple[int, tuple[int, int] | None]]]:
     """Statements to run for ``queries`` (distinct texts): one-row aggregates over the same scan — the same
-    FROM, joins and WHERE (:func:`_one_row`) — as one statement whose items are theirs side by side, the others
+    FROM, joins and WHERE (:func:`one_row`) — as one statement whose items are theirs side by side, the others
     as they are. TPC-H Q1's five bounds over lineitem (each a MAX and a COUNT over the whole table) are one
     scan instead of five.
 
@@ -290,7 +293,7 @@ def merge_scans(
     groups: dict[str, list[int]] = {}
     singles: list[int] = []
     for i, q in enumerate(queries):
-        if _one_row(q):
+        if one_row(q):
             groups.setdefault(_scan_key(q), []).append(i)
         else:
             singles.append(i)

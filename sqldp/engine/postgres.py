@@ -27,7 +27,7 @@ from sqlglot import exp
 from sqldp.db import connect
 from sqldp.engine import Fetched, Row, Speed
 from sqldp.errors import DatabaseError, StatementError
-from sqldp.rewrite import Statements
+from sqldp.rewrite import Statements, one_row
 
 # below this (seconds), a query's answer and sensitivity queries are pipelined on one connection
 SERIAL_BELOW = 0.02
@@ -70,7 +70,7 @@ def layout(text: str) -> tuple[tuple[str, ...], tuple[int, ...] | None]:
         return (text,), None
     names = set()
     for source in sources:
-        if not isinstance(source, exp.Subquery) or not _one_row(source.this) or not source.alias:
+        if not isinstance(source, exp.Subquery) or not one_row(source.this) or not source.alias:
             return (text,), None
         names.add(source.alias)
     subqueries: list[exp.Expr] = []
@@ -97,17 +97,6 @@ def layout(text: str) -> tuple[tuple[str, ...], tuple[int, ...] | None]:
         texts.append(rest.sql(dialect="postgres"))
     order = tuple(k if kind == 0 else len(subqueries) + k for kind, k in where)
     return tuple(texts), order
-
-
-def _one_row(q: exp.Expr) -> bool:
-    """An aggregate without GROUP BY, HAVING, LIMIT, OFFSET, DISTINCT, window or set-returning function: one row."""
-    if not isinstance(q, exp.Select) or q.args.get("from_") is None:
-        return False
-    if any(q.args.get(k) for k in ("group", "having", "limit", "offset", "distinct", "with_", "with", "qualify")):
-        return False
-    if any(isinstance(n, (exp.Window, exp.Explode, exp.Unnest)) for n in q.walk()):
-        return False
-    return all(any(isinstance(n, exp.AggFunc) for n in e.walk()) for e in q.expressions)
 
 
 @functools.lru_cache(maxsize=256)
