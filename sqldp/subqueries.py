@@ -18,9 +18,10 @@ otherwise (NR's (v) asks for a foreign key; NOT NULL is what the equivalence nee
 
 The SQL that runs computes exactly this: ``EXISTS (SELECT 1 FROM T AS u WHERE φ AND ψ)``, equal to EXISTS over
 D on every database since ψ reads only D's columns (:meth:`sqldp.form.SemiJoin.exists`; the analysis reads
-:meth:`~sqldp.form.SemiJoin.predicate`, over D), or, when ψ ties every column of D to the outer uses by
-equalities (Q4, IN), an inner join with D — a set, so each outer row meets at most one of its rows and the join
-multiplies nothing.
+:meth:`~sqldp.form.SemiJoin.predicate`, over D) — also when ψ ties every column of D to the outer uses by
+equalities (Q4, IN), where an inner join with the set D would give the same value (each outer row meets at
+most one of its rows). Only a decorrelated scalar subquery joins D, grouped by its keys, and compares with
+its value (sqldp.sqlgen.answer_query).
 
 The sensitivity argument (row-level privacy, NR §3.3.7; the workflow rule c′ + Σ cᵢ·c′ᵢ of NR §3.3.13.9).
 Write the query's value as f = Σ_{outer rows o} w(o)·[∃ d ∈ D: ψ(d, o)] (for NOT EXISTS, [∄ …]) with w(o) the
