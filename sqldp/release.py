@@ -54,6 +54,8 @@ def shares(
     # actually spent, Dwork & Roth Thm 3.16)
     joint = gaussian(form, params, plans)  # one Gaussian release of every aggregate spends δ for them all
     spending = [i for i, plan in enumerate(plans) if joint or not plan.data_independent or i == form.select_by]
+    # the selector of owned groups spends δ only (sqldp.owned: a common group's indicator is 1 on both sides)
+    free = [i for i, plan in enumerate(plans) if getattr(plan, "groups_per_change", None) is not None]
     out: list[tuple[float, float | None] | None] = []
     for i, plan in enumerate(plans):
         whole = not form.group_by or plan.disjoint_groups or plan.data_independent
@@ -61,7 +63,7 @@ def shares(
         if divisor is None:
             out.append(None)
             continue
-        eps = params.epsilon / len(plans) / divisor
+        eps = 0.0 if i in free else params.epsilon / (len(plans) - len(free)) / divisor
         delta = params.delta / len(spending) / divisor if params.delta and i in spending else None
         out.append((eps, delta))
     return out
@@ -279,7 +281,13 @@ def templates(
         if isinstance(plan, UnitPlan):
             out.append(race_template(agg.sql, plan, rows, eps))
             continue
-        cal, bound = calibrate(plan, rows, eps, delta, params)
+        if getattr(plan, "groups_per_change", None) is not None:
+            # owned groups' selector: its indicator with Laplace noise of scale 1, thresholded by δ alone
+            # (selection_threshold); no ε is spent, so none is shown
+            cal, bound = mechanisms.calibrate_global(1.0, 1.0), plan.bind(rows)(0.0)
+            cal = dataclasses.replace(cal, epsilon=0.0)
+        else:
+            cal, bound = calibrate(plan, rows, eps, delta, params)
         if joint:  # the whole query's (ε, δ) on one Gaussian vector: this aggregate's coordinates of it
             assert params.delta is not None
             cal = mechanisms.calibrate_gaussian(cal.sensitivity, params.epsilon, params.delta, len(plans))
@@ -308,6 +316,7 @@ def templates(
                 mechanism=GAUSSIAN if joint else GLOBAL if plan.data_independent else cal.mechanism,
                 calibration=cal,
                 bound=plan.source if isinstance(plan, GlobalPlan) else None,
+                owned_groups=getattr(plan, "groups_per_change", None),
             )
         )
     return out
@@ -471,6 +480,8 @@ def measure(
             m = dataclasses.replace(template)
             if row is not None and row[len(form.group_by) + i] is not None:
                 m.true_value = float(row[len(form.group_by) + i])
+                if m.owned_groups is not None:  # an owned group's indicator: 1 for a group present (sqldp.owned)
+                    m.true_value = min(1.0, m.true_value)
             else:
                 m.true_value = 0.0 if form.aggregates[i].kind in ("count", "sum") else None
             if m.mechanism == UNIT_HISTOGRAM:
@@ -557,10 +568,15 @@ def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]
 
 def selection_threshold(selector: Measurement) -> float:
     """τ = c·(1 + ln(1/(2δ))/ε) for the selection count's bound c and its (ε, δ) share: a group is released when
-    its noisy count (Laplace at c/ε) exceeds τ (sqldp.groups.partition_selection)."""
+    its noisy count (Laplace at c/ε) exceeds τ (sqldp.groups.partition_selection). For owned groups
+    (sqldp.owned) the selected value is the group's indicator, equal on both sides of a common group, under
+    Laplace noise of scale b = 1, and k one-sided groups share δ: τ = 1 + b·ln(k/(2δ)), so that each is released
+    with probability ½·e^(−(τ−1)/b) = δ/k."""
     if selector.delta is None or selector.mechanism != GLOBAL:
         raise RefusedError("partition selection needs δ > 0 and a data-independent count bound")
     c, eps = selector.sensitivity, selector.epsilon
+    if selector.owned_groups is not None:
+        return 1.0 + selector.noise_scale * math.log(selector.owned_groups / (2.0 * selector.delta))
     return c * (1.0 + math.log(1.0 / (2.0 * selector.delta)) / eps)
 
 

@@ -55,6 +55,9 @@ class Measurement:
     # which data-independent bound the noise is calibrated to (sqldp.sensitivity.global_bound.GlobalPlan.source,
     # e.g. the schema's keys, a workflow's composition): a function of the query, the schema and the policy
     bound: str | None = None
+    # the selector of groups owned by one row (sqldp.owned): how many groups one neighbouring change can add or
+    # remove — from the query and the schema, so released; None for every other measurement
+    owned_groups: int | None = None
 
     @functools.cached_property
     def tables(self) -> dict[str, Any]:

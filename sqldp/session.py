@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from sqldp import allowlist, db, nested, selection, sensitivity, setops, subqueries
+from sqldp import allowlist, db, nested, owned, selection, sensitivity, setops, subqueries
 from sqldp.catalog import Catalog
 from sqldp.context import load_catalog, load_policy
 from sqldp.db import connect, resolve_dsn
@@ -400,9 +400,24 @@ def compile_form(
         _, domains, plans, statements = nested.compile_histogram(form, catalog, policy, nominal, dialect)
         return domains, plans, statements
     domains = tuple(key_domains(form, policy, catalog))
-    plans = tuple(
-        sensitivity.plan(single_aggregate(form, i), catalog, policy, beta) for i in range(len(form.aggregates))
-    )
+    # partition selection whose group key fixes a private row (TPC-H Q10's customers, sqldp.owned): its own
+    # plans; where one of its conditions fails, the count-based selection below may still answer
+    try:
+        found = owned.analyse(form, catalog, policy)
+        unowned: RefusedError | None = None
+    except RefusedError as err:
+        found, unowned = None, err
+    if found is not None:
+        plans, statements = owned.compile_owned(form, found, domains, catalog, policy, beta, dialect)
+        return domains, plans, statements
+    try:
+        plans = tuple(
+            sensitivity.plan(single_aggregate(form, i), catalog, policy, beta) for i in range(len(form.aggregates))
+        )
+    except RefusedError:
+        if unowned is not None:  # the query's groups are owned rows: why that analysis refused is the reason
+            raise unowned from None
+        raise
     choice = None
     possible = dialect == "postgres" and form.select_by is None and truncation is not False
     cuts = declared_truncations(form, catalog, policy) if possible else ()
@@ -424,12 +439,16 @@ def compile_form(
         # composition over groups whose number depends on the data)
         selector = plans[form.select_by]
         if not selector.data_independent:
+            if unowned is not None:
+                raise unowned
             raise RefusedError(
                 "DP partition selection (GROUP BY a private column without a declared domain, or SELECT DISTINCT) "
                 "needs a count whose bound holds on every database, which this query has not (private rows join "
                 "other private rows, or a filter reads value-sensitive columns)"
             )
         if not all(p.disjoint_groups for p in plans):
+            if unowned is not None:
+                raise unowned
             raise RefusedError(
                 "DP partition selection (GROUP BY a private column without a declared domain, or SELECT DISTINCT): "
                 "a row of a private table can change several groups here, so the groups present in the data "
