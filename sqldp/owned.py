@@ -62,7 +62,7 @@ from sqlglot import exp
 from sqldp import sensitivity
 from sqldp.catalog import Catalog
 from sqldp.errors import RefusedError
-from sqldp.form import AnalysisForm, ColumnRef, Conjunct, SemiJoin, single_aggregate
+from sqldp.form import AGG_PREFIX, Aggregate, AnalysisForm, ColumnRef, Conjunct, SemiJoin, single_aggregate
 from sqldp.groups import KeyDomain
 from sqldp.policy import Policy
 from sqldp.rewrite import Statements, rewrite
@@ -88,9 +88,9 @@ class Owned:
     def note(self) -> str:
         cut = f"; read with the declared bounds {'; '.join(map(str, self.truncations))}" if self.truncations else ""
         return (
-            f"each group is one row of {', '.join(self.tables)}: DP partition selection releases a group present in "
-            f"the data with probability δ_s/{self.groups_per_change} only, δ_s the selection's share of δ (docs/sql.md, "
-            f"'Groups owned by one row'){cut}"
+            f"each group is one row of {', '.join(self.tables)}: DP partition selection releases a group present "
+            f"in the data with probability δ_s/{self.groups_per_change} only, δ_s the selection's share of δ "
+            f"(docs/sql.md, 'Groups owned by one row'){cut}"
         )
 
 
@@ -110,6 +110,12 @@ class _Classes:
         while self.parent.get(ref, ref) != ref:
             ref = self.parent[ref]
         return ref
+
+
+def _changes(policy: Policy, table: str) -> bool:
+    """Whether the table's rows differ between neighbours: private rows, or public rows with values in a norm."""
+    tp = policy.table(table)
+    return not tp.public or bool(tp.sensitive_columns)
 
 
 def _columns(e: exp.Expr) -> set[ColumnRef]:
@@ -139,7 +145,8 @@ def _closure(
         for u in form.uses:
             if u.alias in fixed:
                 continue
-            if any(all(classes.find(ColumnRef(u.alias, c)) in known for c in key) for key in keys_of(catalog.table(u.table))):
+            keys = keys_of(catalog.table(u.table))
+            if any(all(classes.find(ColumnRef(u.alias, c)) in known for c in key) for key in keys):
                 step = u
                 break
         if step is None and cuts:
@@ -189,8 +196,7 @@ def analyse(form: AnalysisForm, catalog: Catalog, policy: Policy) -> Owned | Non
     classes = _Classes(form.conjuncts)
     plain = {ColumnRef(k.table, k.name) for k in form.group_by if isinstance(k, exp.Column) and k.table}
     owners, owned, _, _ = _closure(form, catalog, plain, classes)
-    # rows that change between neighbours: private rows, or public rows with values in a norm
-    private = {u.alias for u in form.uses if not policy.table(u.table).public or policy.table(u.table).sensitive_columns}
+    private = {u.alias for u in form.uses if _changes(policy, u.table)}
     if not owners & private:
         return None
 
@@ -230,9 +236,9 @@ def analyse(form: AnalysisForm, catalog: Catalog, policy: Policy) -> Owned | Non
             continue
         ordered = keys_of(catalog.table(cut.table))
         stable = [cut.column, *(ordered[0] if ordered else ())]
-        if ordered and not any(policy.is_sensitive(cut.table, c) for c in stable):
-            if all(u.alias in owners for u in form.uses_of(cut.table)):
-                cuts[cut.table] = cut
+        owning = all(u.alias in owners for u in form.uses_of(cut.table))
+        if ordered and owning and not any(policy.is_sensitive(cut.table, c) for c in stable):
+            cuts[cut.table] = cut
     reach: dict[str, int] = {}
     truncations: set[Truncation] = set()
     for u in form.uses:
@@ -293,8 +299,8 @@ def analyse(form: AnalysisForm, catalog: Catalog, policy: Policy) -> Owned | Non
         semijoins=tuple(semijoins),
     )
     tables = tuple(sorted({form.use(a).table for a in owners & private}))
-    cut = tuple(sorted(truncations, key=str))
-    return Owned(tuple(sorted(owners)), tables, 2 * max(reach.values()), bound_form, tuple(dropped), cut)
+    cuts_used = tuple(sorted(truncations, key=str))
+    return Owned(tuple(sorted(owners)), tables, 2 * max(reach.values()), bound_form, tuple(dropped), cuts_used)
 
 
 @dataclass(frozen=True)
@@ -354,3 +360,23 @@ def compile_owned(
     answer = answer_query(dataclasses.replace(form, aggregates=tuple(p.aggregate for p in plans), conjuncts=where))
     statements = rewrite(form, answer, plans, domains, catalog, policy, dialect)
     return plans, dataclasses.replace(statements, notes=(owned.note(),))
+
+
+def own_selector(form: AnalysisForm, catalog: Catalog, policy: Policy) -> AnalysisForm:
+    """The form with a hidden COUNT(*) as the selector when its groups are owned and partition selection chose
+    the query's own COUNT(*) (sqldp.groups.partition_selection): the owned selector is a group's indicator,
+    not its count, so the query's COUNT(*) stays a value measured like the others."""
+    if form.select_by is None:
+        return form
+    try:
+        if analyse(form, catalog, policy) is None:
+            return form
+    except RefusedError:
+        return form  # compile_form refuses it again, or the count-based selection answers
+    i = form.select_by
+    placeholder = f"{AGG_PREFIX}{i}"
+    having = form.having is not None and any(c.name == placeholder for c in form.having.find_all(exp.Column))
+    if not having and not any(i in o.aggregates for o in form.outputs):
+        return form
+    count = Aggregate("count", None, frozenset())
+    return dataclasses.replace(form, aggregates=(*form.aggregates, count), select_by=len(form.aggregates))

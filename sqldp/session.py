@@ -229,7 +229,7 @@ class Session:
             )
             return Prepared(self.engine, self.noise, sql, form, params, plans, domains, statements, t0)
         try:
-            form = partition_selection(form, self.policy, params.delta)
+            form = owned.own_selector(partition_selection(form, self.policy, params.delta), self.catalog, self.policy)
             domains, plans, statements = compile_form(
                 form, self.catalog, self.policy, params.beta, self.dialect, params=params
             )

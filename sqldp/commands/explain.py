@@ -29,6 +29,7 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
     from sqldp.frontend import locate, parse
     from sqldp.groups import partition_selection
     from sqldp.normalize import PublicRelease, normalize, relations_read
+    from sqldp.owned import own_selector
     from sqldp.params import resolve_params
     from sqldp.release import gaussian
     from sqldp.result import GAUSSIAN, GLOBAL, R2T, UNIT_HISTOGRAM
@@ -85,7 +86,7 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
         # refuse what the analyses do not cover, and the mechanism each aggregate would get
         try:
             if form.nested is None:  # a group key of a private table with no declared domain, when δ > 0
-                form = partition_selection(form, policy, policy.defaults.delta)
+                form = own_selector(partition_selection(form, policy, policy.defaults.delta), catalog, policy)
             _, plans, statements = compile_form(form, catalog, policy, policy.defaults.beta)
         except RefusedError as err:
             out["refused"] = {"reason": err.message, "where": locate(sql, parsed.statement, err)}
