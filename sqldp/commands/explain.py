@@ -29,7 +29,7 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
     from sqldp.frontend import locate, parse
     from sqldp.groups import partition_selection
     from sqldp.normalize import PublicRelease, normalize, relations_read
-    from sqldp.owned import own_selector
+    from sqldp.owned import OwnedSelection, own_selector
     from sqldp.params import resolve_params
     from sqldp.release import gaussian
     from sqldp.result import GAUSSIAN, GLOBAL, R2T, UNIT_HISTOGRAM
@@ -128,6 +128,14 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
         }
         if units:
             out["units"] = units
+            out["global_sensitivity"] = {}
+        if statements.notes:  # what the SQL does beyond the query (a truncation, groups owned by one row)
+            out["notes"] = list(statements.notes)
+        owners = [p for p in plans if isinstance(p, OwnedSelection)]
+        if owners:
+            # groups owned by one row (sqldp.owned): the full product's join-row figures above are not what
+            # bounds its values (the bound form without the owning tables does)
+            out["owned_groups"] = owners[0].terms["owned groups"]
             out["global_sensitivity"] = {}
     return out
 
@@ -228,6 +236,7 @@ def _text(out: dict[str, Any]) -> str:
                 f"Declared contribution bounds: {t['chosen']}{' (' + cut + ')' if cut else ''}; median |noise| "
                 f"{t['truncated_median_noise']:.3g} truncated vs {floor}{t['untruncated_median_noise']:.3g} not"
             )
+        lines.extend(f"Note: {n}" for n in out.get("notes", []))
         if out.get("sql"):
             lines.append("SQL that runs (one snapshot):")
             lines.extend(f"  {q}" for q in out["sql"])
