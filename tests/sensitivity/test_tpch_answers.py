@@ -217,3 +217,20 @@ def test_owned_groups_unnoised_answers_are_the_raw_querys(
     assert all(_same(a, b) for x, y in zip(ours, theirs, strict=True) for a, b in zip(x, y, strict=True))
     assert len(key_of) == len(form.group_by)
     assert any("each group is one row of" in n for n in result.notes)
+
+
+@pytest.mark.parametrize("name", [f"q{i:02d}" for i in range(1, 23)])
+def test_every_tpch_query_is_answered_under_the_catalog_policy(tpch_dsn: tuple[str, Any, Any], name: str) -> None:
+    """Issue "Answer real analyst SQL", done when: all 22 unmodified TPC-H queries are answered under
+    tpch_catalog — exactly where every table read is public (Q2, Q11, Q16), else with DP at ε = 1, δ = 10⁻⁶
+    (Laplace; partition selection and the smoothed Laplace spend δ). The release runs on PostgreSQL in test mode
+    and spends what the plan says: ε 1, δ at most 10⁻⁶."""
+    sql = (QUERIES / f"{name}.sql").read_text(encoding="utf-8")
+    session = sqldp.connect(tpch_dsn[0], policy="tpch_catalog", seed=7)
+    result = session.run(sql, epsilon=1.0, mechanism="laplace", delta=1e-6)
+    assert result.released
+    if name in ("q02", "q11", "q16"):  # no noise, so no test mode to mark
+        assert result.public and session.spent == 0.0
+        return
+    assert not result.public and result.test_mode
+    assert session.spent == pytest.approx(1.0) and session.delta_spent <= 1e-6 * (1 + 1e-9)
