@@ -347,6 +347,19 @@ def plan_units(form: AnalysisForm, catalog: Catalog, policy: Policy) -> UnitPlan
     joined = tuple(dict.fromkeys(resolver.joined))
     uses = (*form.uses, *resolver.extra)
     conds: tuple[Conjunct | exp.Expr, ...] = (*form.conjuncts, *resolver.extra_conds)
+
+    def unit_plan(query: exp.Select, **shape: Any) -> UnitPlan:
+        return UnitPlan(
+            form=form,
+            aggregate=released,
+            units=units,
+            thresholds=thresholds,
+            signs=signs,
+            query=query,
+            joined=joined,
+            **shape,
+        )
+
     if form.group_by:
         if len(keys) > 1:
             raise RefusedError(
@@ -363,16 +376,7 @@ def plan_units(form: AnalysisForm, catalog: Catalog, policy: Policy) -> UnitPlan
         inner = where(from_uses(inner, uses), conds).group_by(
             key.copy(), *(g.copy() for g in form.group_by), copy=False
         )
-        return UnitPlan(
-            form=form,
-            aggregate=released,
-            units=units,
-            thresholds=thresholds,
-            signs=signs,
-            query=inner,
-            joined=joined,
-            histogram=True,
-        )
+        return unit_plan(inner, histogram=True)
     if len(keys) > 1:
         # a join row may belong to several units (two units, a self-join, two paths to possibly different
         # units): the join rows grouped by the units they own, for R2T's linear program (sqldp.sensitivity.unit_lp)
@@ -382,16 +386,7 @@ def plan_units(form: AnalysisForm, catalog: Catalog, policy: Policy) -> UnitPlan
             *(exp.alias_(p, c) for p, c in zip(parts, contributions, strict=True)),
         )
         query = where(from_uses(query, uses), conds).group_by(*(c.copy() for c in columns), copy=False)
-        return UnitPlan(
-            form=form,
-            aggregate=released,
-            units=units,
-            thresholds=thresholds,
-            signs=signs,
-            query=query,
-            joined=joined,
-            owners=tuple(n for n, _ in keys),
-        )
+        return unit_plan(query, owners=tuple(n for n, _ in keys))
     key = exp.column(keys[0][1].column, table=keys[0][1].alias)
     inner = exp.select(
         exp.alias_(key, UNIT_COLUMN), *(exp.alias_(p, c) for p, c in zip(parts, contributions, strict=True))
@@ -406,17 +401,7 @@ def plan_units(form: AnalysisForm, catalog: Catalog, policy: Policy) -> UnitPlan
     items += [exp.alias_(exp.Max(this=exp.column(c)), f"largest{i}") for i, c in enumerate(contributions)]
     query = exp.select(*items).from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("per_unit"))))
     own_scan = not resolver.extra  # no extra join: the rewriter may fold the race into the answer's scan
-    return UnitPlan(
-        form=form,
-        aggregate=released,
-        units=units,
-        thresholds=thresholds,
-        signs=signs,
-        query=query,
-        joined=joined,
-        scan_conjuncts=form.conjuncts if own_scan else (),
-        grouped_scan=(own_scan,),
-    )
+    return unit_plan(query, scan_conjuncts=form.conjuncts if own_scan else (), grouped_scan=(own_scan,))
 
 
 def _scaled(value: exp.Expr, tau: float) -> exp.Expr:
