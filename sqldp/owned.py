@@ -19,10 +19,14 @@ Conditions, checked on the query's text, the catalog and the policy (a refusal n
 1. the aggregates read no column of O;
 2. a conjunct that reads a column of O reads no value-sensitive column of K, and one that reads a
    value-sensitive column of O reads columns of O only;
-3. a group key reads columns of O only, or of K only;
-4. no subquery (semi-join) and no privacy unit;
-5. each row of a private table t lies in G_t = 1 group per use of t: the closure of one use's columns
-   covers every group-key column (Q10: an order fixes its customer, a line its order);
+3. every group-key column equals (by the WHERE's equalities) a column of O;
+4. a subquery's (semi-join's) correlation fixes the group key through equalities and reads O only through
+   columns equal to K's (the bound form reads those); no privacy unit (R2T's neighbours differ in many rows);
+5. each row of a private table t — or of a public table with values in a norm — lies in at most G_t groups:
+   the closure of one of its uses' columns covers every group-key column (Q10: an order fixes its customer, a
+   line its order), G_t = 1 per use, or τ per step through a declared ``max_rows_per = { k = τ }`` on a table
+   of O that the answer reads truncated (Q3: a customer's at most 64 orders; docs/truncation.md); a subquery's
+   table adds the groups its correlation reaches;
 6. each use of O is determined by the columns of K (so a row of the product without O extends to at most
    one row with it).
 
@@ -30,9 +34,11 @@ Take neighbours x, x′ (one row added, removed, or its sensitive values changed
 when it is present in both with the same key. For a row r of a table of O: every product row that holds r
 is in a group whose O-row is r (condition 5 and ownership), so the groups that do not own r keep their rows;
 a group that owns r either keeps rows whose aggregated values do not change (1), keeps or loses all of its
-rows together (2: a conjunct on r's sensitive values reads r alone), or gets a new key (3: a relabel). So r's
-change leaves every common group's values as they were and adds or removes at most 2·G groups. For a row of
-a table of K, at most 2·G groups appear or disappear (5), and the common groups' values change by at most
+rows together (2: a conjunct on r's sensitive values reads owned rows alone), or gets a new key (a relabel).
+So r's change leaves every common group's values as they were and adds or removes at most 2·G groups (with a
+truncation, r's groups and those of the one row it evicts or brings back, an owned row of the same table).
+For a row of a table of K — which must lie in one group (G = 1) — at most 2 groups appear or disappear, and the
+common groups' values change, in that one group, by at most
 what the *bound form* — the query without O, its conjuncts and its keys — bounds: each product row holding
 the changed row is one of the bound form's rows extended in at most one way (6), its aggregated values the
 same (1) and the dropped conjuncts' factor constant in {0, 1} under that change (2). The bound form reads no
@@ -40,10 +46,10 @@ column of O, so its smooth bound is unchanged by O's changes and stays β-smooth
 neighbours, and its change touches one group (5): parallel composition (NR §3.3.10.4) over the groups.
 
 **The selection.** Every present group's indicator is 1 on both sides of a common group. Releasing a group when
-1 + Lap(1/ε_s) > τ = 1 + ln(k/(2δ_s))/ε_s, with k = 2·max_t G_t the groups one change adds or removes,
-releases a one-sided group with probability ½·e^(−(τ−1)ε_s) = δ_s/k and a common group with the same
-probability on both sides: (0, δ_s) for the selection, whatever the distance of the change (a relabel by
-0.01 of ``c_acctbal`` is a change at distance 10⁻⁴). With the values' (ε_v, δ_v) on the common groups the
+1 + Lap(1) > τ = 1 + ln(k/(2δ_s)), with k = 2·max_t G_t the groups one change adds or removes, releases a
+one-sided group with probability ½·e^(−(τ−1)) = δ_s/k and a common group with the same probability on both
+sides: (0, δ_s) for the selection, whatever the distance of the change (a relabel by 0.01 of ``c_acctbal`` is
+a change at distance 10⁻⁴), so the selector spends no ε. With the values' (ε_v, δ_v) on the common groups the
 release is (ε, δ)-DP, δ per neighbouring change like the count-based selection and the smoothed Laplace of
 NR Thm 3.56. It answers what the query asks and no more: each group is one private row, so a group is
 released with probability at most δ_s/k — the answer is almost always empty, which is the honest DP answer to
@@ -69,7 +75,7 @@ from sqldp.rewrite import Statements, rewrite
 from sqldp.sensitivity.global_bound import GlobalPlan, Truncation, declared_truncations
 from sqldp.sensitivity.model_check import keys_of
 from sqldp.sensitivity.plan import Plan
-from sqldp.sensitivity.units import UnitPlan
+from sqldp.sensitivity.units import UnitPlan, unit_tables
 from sqldp.sqlgen import answer_query
 
 
@@ -193,6 +199,8 @@ def analyse(form: AnalysisForm, catalog: Catalog, policy: Policy) -> Owned | Non
     condition that fails when one is."""
     if form.select_by is None or form.nested is not None or not form.group_by or not catalog.enforced:
         return None
+    if policy.units and unit_tables(form, catalog, policy):  # a unit's neighbours differ in many rows
+        return None
     classes = _Classes(form.conjuncts)
     plain = {ColumnRef(k.table, k.name) for k in form.group_by if isinstance(k, exp.Column) and k.table}
     owners, owned, _, _ = _closure(form, catalog, plain, classes)
@@ -251,6 +259,8 @@ def analyse(form: AnalysisForm, catalog: Catalog, policy: Policy) -> Owned | Non
                 f"a row of {u.table} can be in many groups here (its rows do not fix the group key), so the "
                 "groups one change adds or removes are unbounded"
             )
+        if fan > 1 and u.alias not in owners:  # its change would move the values of several common groups
+            raise where(f"a row of {u.table} can be in several groups here, so its change moves several values")
         truncations |= used
         # G_t: a row of t meets at most ``fan`` rows of the uses its columns reach, so it is in at most that many
         # groups. A change of it adds or removes at most 2·G_t groups: its own before and after (a relabel), or
@@ -274,6 +284,8 @@ def analyse(form: AnalysisForm, catalog: Catalog, policy: Policy) -> Owned | Non
                 f"the {sj.source} subquery's rows do not fix the group key through equalities, so one change of "
                 f"{sj.use.table} can flip rows of unboundedly many groups"
             )
+        if fan > 1:  # a changed row of D moves the values of each group it reaches
+            raise where(f"the {sj.source} subquery's rows can reach several groups, so a change moves several values")
         truncations |= used
         reach[sj.use.table] = reach.get(sj.use.table, 0) + fan
         semijoins.append(_outside(sj, owners, classes, form, catalog, where))
@@ -329,8 +341,7 @@ def compile_owned(
         if i == form.select_by:
             continue
         p = sensitivity.plan(single_aggregate(owned.bound_form, i), catalog, policy, beta)
-        if isinstance(p, UnitPlan):
-            raise RefusedError("groups owned by one row are not analysed under a privacy unit")
+        assert not isinstance(p, UnitPlan)  # analyse leaves privacy units to their own analysis
         fields = {f.name for f in dataclasses.fields(p)}  # type: ignore[arg-type]
         changes: dict[str, Any] = {"disjoint_groups": True}  # condition 5: a change touches one group
         for name in ("inline", "grouped_scan"):
