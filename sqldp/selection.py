@@ -41,6 +41,9 @@ The set of rows returned is a function of T, so it cannot leave exactly. It is r
    W̃(v) > 1/2 — post-processing (Dwork & Roth, "The Algorithmic Foundations of Differential Privacy", Prop.
    2.1): the statement then runs over public tables with ``x IN (<kept values>)`` and its rows are exact.
 
+The statement of step 2 and the final one run on the session's engine: PostgreSQL, or Spark with the same
+meaning (:func:`statement_for`; docs/spark.md, "Public rows chosen by private data").
+
 Pure ε (δ = 0), the whole ε on the one histogram. Refused with the reason and position: anything else inside
 the IN (several tables, a private P, GROUP BY, other aggregates, several private predicates), a correlation
 column or a grid-less column (FLOAT) of T that is value-sensitive, NOT IN, privacy units.
@@ -864,7 +867,8 @@ def _argmax(
     def kind(ref: ColumnRef) -> str:
         return kinds.column(ref.column).kind if ref.alias == t_alias and ref.column in kinds.columns else "other"
 
-    sql, cand = _score_sql(tree, view, a, join, top, others, t_tables[0], g, clamped, inner, integer_valued(e, kind))
+    integer = integer_valued(clamped, kind)  # what is summed: e with its columns clamped
+    sql, cand = _score_sql(tree, view, a, join, top, others, t_tables[0], g, clamped, inner, integer)
     agg = items[total].sql(dialect="postgres")
     return ArgmaxShape(tree, v_alias, key, total, join, top, a, sql, per_unit, t_name, agg, at, why, cand)
 
