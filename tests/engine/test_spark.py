@@ -389,6 +389,29 @@ def test_selection_refused_on_spark_before_the_charge(chosen_engines: tuple[Sess
     assert spark.spent == 0.0
 
 
+def test_engine_statement_types_only_what_it_knows() -> None:
+    """sqldp.spark_sql.engine_statement (the selection statements' rule): a column of a table of the catalog is
+    typed from it (an integer division is written DIV), a column of sqldp's own derived table from the kinds
+    the caller declares (its arithmetic passes), and anything else under arithmetic is refused — also a
+    declared alias that the statement gives two derived tables (a mutant that types by the alias alone
+    passes it), and a table outside the catalog."""
+    from sqldp.catalog import Catalog
+    from sqldp.spark_sql import engine_statement
+
+    catalog = Catalog.from_ddl(CHOSEN_DDL)
+    derived = {("agg", "s"): "numeric"}
+    sql = "SELECT li.id / 2 - agg.s FROM li AS li, (SELECT SUM(x.q) AS s FROM li AS x) AS agg"
+    text = engine_statement(sql, catalog, derived)
+    assert f"{SNAPSHOT}li AS li" in text and "li.id DIV 2 - agg.s" in text
+    with pytest.raises(RefusedError, match="no type"):
+        engine_statement(sql.replace("agg.s", "agg.t").replace("AS s", "AS t"), catalog, derived)
+    twice = sql.replace("FROM li AS li,", "FROM (SELECT 1 AS s) AS agg, li AS li,")
+    with pytest.raises(RefusedError, match="no type"):
+        engine_statement(twice, catalog, derived)
+    with pytest.raises(RefusedError, match="not a table of the catalog"):
+        engine_statement("SELECT COUNT(*) FROM elsewhere AS e", catalog, derived)
+
+
 # -- the engine: snapshot, errors, CLI ---------------------------------------------------------------------
 
 
