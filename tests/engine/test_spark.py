@@ -384,9 +384,25 @@ def test_selection_refused_on_spark_before_the_charge(chosen_engines: tuple[Sess
     sql = CHOSEN["integer-key"][0].replace("nation = 0", "CAST(rating AS INTEGER) >= 3")
     # PostgreSQL rounds 4.5 to 5 and 2.5 to 3 (Spark's cast would truncate 2.5 to 2 and drop 'three')
     assert [r["key"]["name"] for r in pg.analyze(sql).rows] == ["one", "three"]
+    spent = spark.spent
     with pytest.raises(RefusedError, match="rounds"):
         spark.run(sql)
-    assert spark.spent == 0.0
+    assert spark.spent == spent
+
+
+def test_selection_noisy_runs_on_spark(chosen_engines: tuple[Session, Session]) -> None:
+    """The noisy releases on Spark: each charges its ε (δ = 0) and returns rows of the public table only — the
+    kept values, or the chosen key with its noisy total, written into the final statement as literals."""
+    _, spark = chosen_engines
+    every = {(1, "one"), (2, "two"), (3, "three"), (4, "four")}
+    before = spark.spent
+    names = spark.run(CHOSEN["integer-key"][0], epsilon=0.5).rows
+    assert {r["key"]["name"] for r in names} <= {name for _, name in every}
+    argmax = spark.run(CHOSEN["argmax-division"][0], epsilon=0.5)
+    (row,) = argmax.rows
+    assert (row["key"]["sk"], row["key"]["name"]) in every
+    assert isinstance(row["values"]["total"], (float, decimal.Decimal))
+    assert spark.spent == pytest.approx(before + 1.0) and spark.delta_spent == 0.0
 
 
 def test_engine_statement_types_only_what_it_knows() -> None:
