@@ -41,6 +41,9 @@ The set of rows returned is a function of T, so it cannot leave exactly. It is r
    W̃(v) > 1/2 — post-processing (Dwork & Roth, "The Algorithmic Foundations of Differential Privacy", Prop.
    2.1): the statement then runs over public tables with ``x IN (<kept values>)`` and its rows are exact.
 
+The statement of step 2 and the final one run on the session's engine: PostgreSQL, or Spark with the same
+meaning (:func:`statement_for`; docs/spark.md, "Public rows chosen by private data").
+
 Pure ε (δ = 0), the whole ε on the one histogram. Refused with the reason and position: anything else inside
 the IN (several tables, a private P, GROUP BY, other aggregates, several private predicates), a correlation
 column or a grid-less column (FLOAT) of T that is value-sensitive, NOT IN, privacy units.
@@ -66,6 +69,7 @@ from sqldp.form import ColumnRef
 from sqldp.frontend import ParsedQuery, conjuncts, position
 from sqldp.mechanisms import NoiseSource
 from sqldp.params import PrivacyParams, resolve_params
+from sqldp.pg_arithmetic import integer_valued
 from sqldp.policy import Policy
 from sqldp.policy.tables import TablePolicy
 from sqldp.result import GLOBAL, Measurement, Result
@@ -94,6 +98,7 @@ class Shape:
     table: str  # T
     where: str  # the IN's position
     why: str  # how B was obtained, for the notes
+    candidates_sql: str  # the candidates alone: a statement over public tables (PostgreSQL)
 
     @property
     def statement(self) -> str:
@@ -274,8 +279,11 @@ def _scalar_side(
     if not keys:
         raise RefusedError(f"{what} is not correlated with the IN's table", where=at)
     per_row, why = _per_row_bound(catalog, policy, t_name, summed, keys, inner, at)
-    sql = _witness_sql(tree, conjunct, k, sub, p_alias, p_parts, cond, left, op, scalar, t_alias, keys, inner, alpha)
-    return Shape(tree, conjunct, conjunct.this, sql, per_row, t_name, at, why)
+    integer = summed is not None and catalog.table(t_name).column(summed).kind == "integer"
+    sql, cand = _witness_sql(
+        tree, conjunct, k, sub, p_alias, p_parts, cond, left, op, scalar, t_alias, keys, inner, alpha, integer
+    )
+    return Shape(tree, conjunct, conjunct.this, sql, per_row, t_name, at, why, cand)
 
 
 def _reads_only(e: exp.Expr, alias: str) -> bool:
@@ -392,9 +400,17 @@ def _witness_sql(
     keys: list[tuple[exp.Column, exp.Expr]],
     inner: list[exp.Expr],
     alpha: float,
-) -> str:
+    integer: bool,
+) -> tuple[str, str]:
     """One statement: for each candidate v, (v, W(v), m) — m the most rows of P (among those scored) sharing
-    one correlation key; no row when there is no candidate."""
+    one correlation key; no row when there is no candidate. And the candidates' own statement (public tables).
+
+    Every construct means the same in PostgreSQL and in Spark SQL as sqldp.spark_sql writes it (checked
+    against PostgreSQL in tests/engine/test_spark.py): a SUM of an integer column is taken in NUMERIC
+    (PostgreSQL's SUM(BIGINT) is NUMERIC, Spark's a BIGINT that fails on overflow; the cast is DECIMAL(38, 0)
+    there, the same value); the margin is cast to DOUBLE PRECISION before it is divided by h (no integer
+    division on either engine); LEAST and GREATEST skip NULL on both, so the ramp of a SUM over no row (NULL)
+    is GREATEST(0, NULL) = 0, then COALESCE'd."""
     cand = exp.select(exp.alias_(conjunct.this.copy(), "v")).distinct()
     cand.set("from_", _from(tree).copy())
     if tree.args.get("joins"):
@@ -403,7 +419,11 @@ def _witness_sql(
     if outer_where is not None:
         cand = cand.where(outer_where)
     agg = exp.select(*[exp.alias_(c.copy(), f"k{i}") for i, (c, _) in enumerate(keys)])
-    agg = agg.select(exp.alias_(scalar.expressions[0].unalias().copy(), "s"))
+    value = scalar.expressions[0].unalias().copy()
+    if integer:  # summed in NUMERIC: the same value on PostgreSQL, no BIGINT overflow on Spark
+        for total in list(value.find_all(exp.Sum)):
+            total.set("this", exp.cast(total.this.copy(), "NUMERIC"))
+    agg = agg.select(exp.alias_(value, "s"))
     agg.set("from_", _from(scalar).copy())
     inner_where = _and(inner)
     if inner_where is not None:
@@ -416,7 +436,7 @@ def _witness_sql(
     h = exp.Literal.number(repr(alpha * RAMP_UNITS))
     lhs = exp.paren(left.copy())
     margin = exp.Sub(this=lhs, expression=s) if op in (exp.GT, exp.GTE) else exp.Sub(this=s, expression=lhs)
-    ramp: exp.Expr = exp.Div(this=exp.paren(margin), expression=h)
+    ramp: exp.Expr = exp.Div(this=exp.cast(exp.paren(margin), "DOUBLE PRECISION"), expression=h)
     if op in (exp.GTE, exp.LTE):
         ramp = exp.Add(this=ramp, expression=exp.Literal.number(1))
     r = exp.func("LEAST", exp.Literal.number(1), exp.func("GREATEST", exp.Literal.number(0), ramp))
@@ -446,7 +466,7 @@ def _witness_sql(
     )
     main = main.group_by(exp.column("v", table=_CAND)).order_by(exp.column("v", table=_CAND))
     main = main.with_(_CAND, as_=cand).with_(_WIT, as_=wit)
-    return main.sql(dialect="postgres")
+    return main.sql(dialect="postgres"), cand.sql(dialect="postgres")
 
 
 def bound(m: int, per_row: float) -> float:
@@ -484,8 +504,46 @@ class _Shape(Protocol):
     @property
     def statement(self) -> str: ...  # that statement (PostgreSQL)
 
+    @property
+    def candidates_sql(self) -> str: ...  # its candidates alone, over public tables (PostgreSQL)
+
 
 S = TypeVar("S", bound=_Shape)
+# the columns of the statements' own derived tables that appear under arithmetic, with their kinds: the
+# witness statement's L − S reads S = α·SUM(v) or α·COUNT(*) (a number; sqldp.spark_sql.engine_statement)
+_DERIVED = {(_AGG, "s"): "numeric"}
+
+
+@dataclass(frozen=True)
+class EngineStatement:
+    """A shape's one statement as the session's engine runs it."""
+
+    text: str  # in the engine's dialect
+    dialect: str  # sqldp.rewrite.DIALECTS
+    tables: tuple[str, ...]  # the catalog tables it reads, sorted (the Spark engine snapshots those)
+
+
+def statement_for(
+    shape: _Shape, engine: Engine, catalog: Catalog, public_path: Callable[[str], Any]
+) -> EngineStatement:
+    """The shape's statement in the engine's dialect, or RefusedError before anything is read or charged. On
+    Spark: the candidates, a statement over public tables, pass the public path first (on Spark,
+    sqldp.spark_sql.public_statement with its checks); the whole statement, PostgreSQL text parsed back, goes
+    through the rule every other statement goes through (sqldp.spark_sql.to_spark, via engine_statement:
+    the snapshot prefix, integer division, NUMERIC casts, date arithmetic), each column typed from the
+    catalog or :data:`_DERIVED`."""
+    import sqlglot
+
+    from sqldp import spark_sql
+
+    dialect = getattr(engine, "dialect", "postgres")
+    tables = tuple(sorted(spark_sql.tables(sqlglot.parse_one(shape.statement, read="postgres"))))
+    if dialect == "postgres":
+        return EngineStatement(shape.statement, dialect, tables)
+    if dialect != "spark":
+        raise RefusedError(f"public rows chosen by private data: no {dialect} SQL is written for them")
+    public_path(shape.candidates_sql)
+    return EngineStatement(spark_sql.engine_statement(shape.statement, catalog, _DERIVED), dialect, tables)
 
 
 @dataclass
@@ -499,6 +557,7 @@ class _Chosen(Generic[S]):
     shape: S
     params: PrivacyParams
     public_path: Callable[[str], Any]  # final SQL → a prepared public statement (sqldp.runner.Prepared)
+    statement: EngineStatement
     started: float
     speed: Speed = field(default_factory=Speed)
 
@@ -510,7 +569,8 @@ class _Chosen(Generic[S]):
 
     @property
     def statements(self) -> Statements:
-        return Statements(self.shape.statement, (), (), {}, exp.select("1"), tables=(self.shape.table,))
+        s = self.statement
+        return Statements(s.text, (), (), {}, exp.select("1"), dialect=s.dialect, tables=s.tables)
 
     def run(self) -> Result:
         return self._execute(noisy=True)
@@ -618,7 +678,8 @@ def prepare(
     # Laplace at a global bound: pure ε, no β, no δ spent (the session charges only what is spent)
     params = dataclasses.replace(params, delta=None, beta=None, mechanism="laplace")
     public_path(final_sql(shape, []))  # the final statement's shape passes the public path's checks now
-    return Selection(engine, noise, parsed.sql, shape, params, public_path, started)
+    statement = statement_for(shape, engine, catalog, public_path)
+    return Selection(engine, noise, parsed.sql, shape, params, public_path, statement, started)
 
 
 # -- the argmax over a public domain (TPC-H Q15's shape) ------------------------------------------------------
@@ -658,6 +719,7 @@ class ArgmaxShape:
     aggregate: str  # SUM(e) as written, for the notes
     where: str
     why: str
+    candidates_sql: str  # the candidates alone: a statement over public tables (PostgreSQL)
 
     @property
     def statement(self) -> str:
@@ -800,9 +862,15 @@ def _argmax(
         raise RefusedError(f"{what}: subqueries in the WITH query are not analysed", where=at)
     dom = _domain(catalog, policy, t_name)
     per_unit, why, clamped = _sum_bound(catalog, policy, t_name, e, inner, dom, at)
-    sql = _score_sql(tree, view, a, join, top, others, t_tables[0], g, clamped, inner)
+    kinds = catalog.table(t_name)
+
+    def kind(ref: ColumnRef) -> str:
+        return kinds.column(ref.column).kind if ref.alias == t_alias and ref.column in kinds.columns else "other"
+
+    integer = integer_valued(clamped, kind)  # what is summed: e with its columns clamped
+    sql, cand = _score_sql(tree, view, a, join, top, others, t_tables[0], g, clamped, inner, integer)
     agg = items[total].sql(dialect="postgres")
-    return ArgmaxShape(tree, v_alias, key, total, join, top, a, sql, per_unit, t_name, agg, at, why)
+    return ArgmaxShape(tree, v_alias, key, total, join, top, a, sql, per_unit, t_name, agg, at, why, cand)
 
 
 def _domain(catalog: Catalog, policy: Policy, table: str) -> Domain:
@@ -884,7 +952,12 @@ def _score_sql(
     g: exp.Column,
     e: exp.Expr,
     inner: list[exp.Expr],
-) -> str:
+    integer: bool,
+) -> tuple[str, str]:
+    """Per candidate v, (v, s(v)) ordered by v; and the candidates' own statement (public tables). An
+    integer-valued e is summed in NUMERIC: PostgreSQL's SUM(BIGINT) is NUMERIC, Spark's a BIGINT that fails on
+    overflow (sqldp.spark_sql writes the cast DECIMAL(38, 0): the same value). A NUMERIC e's SUM is exact on
+    both (Spark's DECIMAL(p + 10, s)); COALESCE gives 0 for a candidate with no row on both."""
     cand = exp.select(exp.alias_(a.copy(), "v")).distinct()
     sources = [t for t in _from_tables(tree) if t.name != view]
     cand = cand.from_(sources[0].copy())
@@ -894,13 +967,14 @@ def _score_sql(
     if cond is not None:
         cand = cand.where(cond)
     on = _and([exp.EQ(this=g.copy(), expression=exp.column("v", table=_CAND)), *inner])
+    summed = exp.cast(e.copy(), "NUMERIC") if integer else e.copy()
     main = exp.select(
         exp.column("v", table=_CAND),
-        exp.alias_(exp.func("COALESCE", exp.func("SUM", e.copy()), exp.Literal.number(0)), "s"),
+        exp.alias_(exp.func("COALESCE", exp.func("SUM", summed), exp.Literal.number(0)), "s"),
     ).from_(_CAND)
     main = main.join(t_table.copy(), on=on, join_type="LEFT")
     main = main.group_by(exp.column("v", table=_CAND)).order_by(exp.column("v", table=_CAND))
-    return main.with_(_CAND, as_=cand).sql(dialect="postgres")
+    return main.with_(_CAND, as_=cand).sql(dialect="postgres"), cand.sql(dialect="postgres")
 
 
 def argmax_final_sql(shape: ArgmaxShape, chosen: Any, noisy: float | None) -> str:
@@ -1043,7 +1117,8 @@ def prepare_argmax(
     params = resolve_params(policy, outputs=2, **{k: v for k, v in privacy.items() if k != "mechanism"})
     params = dataclasses.replace(params, delta=None, beta=None, mechanism="laplace")
     public_path(argmax_final_sql(shape, None, None))  # the final statement's shape passes the public path now
-    return Argmax(engine, noise, parsed.sql, shape, params, public_path, started)
+    statement = statement_for(shape, engine, catalog, public_path)
+    return Argmax(engine, noise, parsed.sql, shape, params, public_path, statement, started)
 
 
 def explain(parsed: ParsedQuery, catalog: Catalog, policy: Policy) -> dict[str, Any] | None:

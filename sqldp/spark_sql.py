@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import sqlglot
@@ -208,18 +209,56 @@ def public_statement(sql: str, catalog: Catalog, policy: Policy) -> str:
         tree = qualify(tree, schema=catalog.sqlglot_schema(), dialect="postgres", quote_identifiers=False)
     except OptimizeError as exc:
         raise RefusedError(f"the statement's columns cannot be resolved against the catalog: {exc}") from exc
+    return _checked(tree, catalog, {})
+
+
+def engine_statement(sql: str, catalog: Catalog, derived: Mapping[tuple[str, str], str]) -> str:
+    """A statement sqldp builds itself (sqldp.selection's witness and score statements: PostgreSQL text over
+    the catalog's tables, every column already qualified by the frontend) in Spark SQL with PostgreSQL's
+    meaning, or RefusedError before anything runs. The same checks as :func:`public_statement` (a column
+    without a kind under arithmetic, a cast or a rounding function, a division of unknown integer-ness are
+    refused), with ``derived`` giving the kind of the columns of sqldp's own derived tables, (alias, column) →
+    kind, which the catalog cannot know. Private tables may be read: the statement is one of an analysis."""
+    tree = sqlglot.parse_one(sql, read="postgres")
+    _catalog_tables(tree, catalog)
+    return _checked(tree, catalog, derived)
+
+
+def _catalog_tables(tree: exp.Expr, catalog: Catalog) -> set[str]:
+    """The statement's CTE names; RefusedError for a table that is neither one nor a table of the catalog."""
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    for table in tree.find_all(exp.Table):
+        name = table.name.lower()
+        if table.args.get("db") or table.args.get("catalog"):
+            raise RefusedError(f"{table.sql(dialect='postgres')}: a qualified name is not a table of the catalog")
+        if name not in ctes and name not in catalog.tables:
+            raise RefusedError(f"{name}: not a table of the catalog")
+    return ctes
+
+
+def _checked(tree: exp.Expr, catalog: Catalog, derived: Mapping[tuple[str, str], str]) -> str:
+    """``tree`` (qualified columns) through :func:`to_spark` with each column's kind from the catalog (a
+    column of a table alias naming one catalog table) or ``derived``, after refusing what a missing kind
+    could mistranslate (:func:`public_statement`)."""
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
     sources: dict[str, set[str]] = {}
     for table in tree.find_all(exp.Table):
         sources.setdefault(table.alias_or_name.lower(), set()).add(
             "" if table.name.lower() in ctes else table.name.lower()
         )
-    for derived in tree.find_all(exp.Subquery, exp.CTE):
-        if derived.alias_or_name:
-            sources.setdefault(derived.alias_or_name.lower(), set()).add("")
+    named: dict[str, int] = {}  # derived tables and CTEs per alias
+    for source in tree.find_all(exp.Subquery, exp.CTE):
+        if source.alias_or_name:
+            sources.setdefault(source.alias_or_name.lower(), set()).add("")
+            named[source.alias_or_name.lower()] = named.get(source.alias_or_name.lower(), 0) + 1
+    known = {(a.lower(), c.lower()): k for (a, c), k in derived.items()}
 
     def kind_of(ref: ColumnRef) -> str:
-        found = sources.get(ref.alias.lower(), set())
-        if len(found) != 1 or "" in found:
+        alias = ref.alias.lower()
+        found = sources.get(alias, set())
+        if found == {""} and named.get(alias) == 1:  # one derived table of that name: sqldp's, if it declares it
+            return known.get((alias, ref.column.lower()), "other")
+        if len(found) != 1:
             return "other"
         try:
             return catalog.table(next(iter(found))).column(ref.column).kind
