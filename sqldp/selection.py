@@ -490,6 +490,10 @@ def final_sql(shape: Shape, kept: list[Any]) -> str:
     statement over public tables only, answered exactly by the public path."""
     tree = shape.tree.copy()
     target = next(n for n in tree.walk() if n == shape.conjunct and isinstance(n, exp.In))
+    # a kept NULL candidate selects nothing: the IN is a conjunct of the WHERE, where NULL IN (…) and x IN (…,
+    # NULL) without a match are NULL, so the row is dropped as it is without the NULL (refusing it would come
+    # after the charge)
+    kept = [v for v in kept if v is not None]
     replacement: exp.Expr = (
         exp.In(this=shape.x.copy(), expressions=[_literal(v) for v in kept]) if kept else exp.false()
     )

@@ -252,3 +252,19 @@ def test_q20_unnoised_is_postgres_answer_on_tpch(tpch_dsn: tuple[str, Any, Any])
         assert set(rows) <= every and noisy.to_json()["delta"] is None
     finally:
         session.close()
+
+
+def test_a_kept_null_candidate_selects_no_row(tiny: tuple[str, Path]) -> None:
+    """A NULL among the kept values (a NULL key the noise kept) is left out of the final IN list, which selects
+    the same rows in a WHERE conjunct; with only NULL kept the conjunct is FALSE. PostgreSQL agrees."""
+    dsn, policy = tiny
+    session = sqldp.connect(dsn, policy)
+    try:
+        shape = selection.recognise(sqldp.frontend.parse(QUERY, session.catalog), session.catalog, session.policy)
+        assert shape is not None
+        with psycopg.connect(dsn) as conn:
+            both, one = (conn.execute(selection.final_sql(shape, kept)).fetchall() for kept in ([None, 1], [1]))
+            assert both == one == [("one",)]
+            assert conn.execute(selection.final_sql(shape, [None])).fetchall() == []
+    finally:
+        session.close()
