@@ -62,7 +62,7 @@ from sqlglot import exp
 from sqldp import sensitivity
 from sqldp.catalog import Catalog
 from sqldp.errors import RefusedError
-from sqldp.form import AnalysisForm, ColumnRef, Conjunct, SemiJoin, single_aggregate
+from sqldp.form import AnalysisForm, ColumnRef, Conjunct, SemiJoin, placeholder, single_aggregate
 from sqldp.groups import KeyDomain
 from sqldp.policy import Policy
 from sqldp.rewrite import Statements, rewrite
@@ -202,6 +202,16 @@ def analyse(form: AnalysisForm, catalog: Catalog, policy: Policy) -> Owned | Non
         return policy.is_sensitive(form.use(ref.alias).table, ref.column)
 
     selector = form.aggregates[form.select_by]
+    # the selector is measured as the group's indicator min(1, COUNT(*)) (OwnedSelection), not as a count. Where
+    # the query asks for that COUNT(*) itself (an output or HAVING reads it, and sqldp.groups.partition_selection
+    # then selects by it rather than by a hidden one), the release would show the noisy indicator as the count
+    mark = placeholder(form.select_by).name
+    shown = any(form.select_by in o.aggregates for o in form.outputs)
+    if shown or (form.having is not None and any(c.name == mark for c in form.having.find_all(exp.Column))):
+        raise where(
+            f"{selector.sql} is measured as each group's indicator (1 for a group present), not as its count; "
+            "ask for a SUM or a COUNT of a column"
+        )
     for agg in form.aggregates:
         if agg is not selector and any(r.alias in owners for r in agg.columns):
             raise where(f"{agg.sql} reads a column of a table the group key fixes; its values would change with it")
