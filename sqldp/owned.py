@@ -89,8 +89,8 @@ class Owned:
         cut = f"; read with the declared bounds {'; '.join(map(str, self.truncations))}" if self.truncations else ""
         return (
             f"each group is one row of {', '.join(self.tables)}: DP partition selection releases a group present in "
-            f"the data with probability δ_s/{self.groups_per_change} only, δ_s the selection's share of δ (docs/sql.md, "
-            f"'Groups owned by one row'){cut}"
+            f"the data with probability δ_s/{self.groups_per_change} only, δ_s the selection's share of δ "
+            f"(docs/sql.md, 'Groups owned by one row'){cut}"
         )
 
 
@@ -139,7 +139,10 @@ def _closure(
         for u in form.uses:
             if u.alias in fixed:
                 continue
-            if any(all(classes.find(ColumnRef(u.alias, c)) in known for c in key) for key in keys_of(catalog.table(u.table))):
+            if any(
+                all(classes.find(ColumnRef(u.alias, c)) in known for c in key)
+                for key in keys_of(catalog.table(u.table))
+            ):
                 step = u
                 break
         if step is None and cuts:
@@ -190,7 +193,9 @@ def analyse(form: AnalysisForm, catalog: Catalog, policy: Policy) -> Owned | Non
     plain = {ColumnRef(k.table, k.name) for k in form.group_by if isinstance(k, exp.Column) and k.table}
     owners, owned, _, _ = _closure(form, catalog, plain, classes)
     # rows that change between neighbours: private rows, or public rows with values in a norm
-    private = {u.alias for u in form.uses if not policy.table(u.table).public or policy.table(u.table).sensitive_columns}
+    private = {
+        u.alias for u in form.uses if not policy.table(u.table).public or policy.table(u.table).sensitive_columns
+    }
     if not owners & private:
         return None
 
@@ -240,9 +245,9 @@ def analyse(form: AnalysisForm, catalog: Catalog, policy: Policy) -> Owned | Non
             continue
         ordered = keys_of(catalog.table(cut.table))
         stable = [cut.column, *(ordered[0] if ordered else ())]
-        if ordered and not any(policy.is_sensitive(cut.table, c) for c in stable):
-            if all(u.alias in owners for u in form.uses_of(cut.table)):
-                cuts[cut.table] = cut
+        by_key = bool(ordered) and not any(policy.is_sensitive(cut.table, c) for c in stable)
+        if by_key and all(u.alias in owners for u in form.uses_of(cut.table)):
+            cuts[cut.table] = cut
     reach: dict[str, int] = {}
     truncations: set[Truncation] = set()
     for u in form.uses:
@@ -303,8 +308,8 @@ def analyse(form: AnalysisForm, catalog: Catalog, policy: Policy) -> Owned | Non
         semijoins=tuple(semijoins),
     )
     tables = tuple(sorted({form.use(a).table for a in owners & private}))
-    cut = tuple(sorted(truncations, key=str))
-    return Owned(tuple(sorted(owners)), tables, 2 * max(reach.values()), bound_form, tuple(dropped), cut)
+    enforced = tuple(sorted(truncations, key=str))
+    return Owned(tuple(sorted(owners)), tables, 2 * max(reach.values()), bound_form, tuple(dropped), enforced)
 
 
 @dataclass(frozen=True)
