@@ -221,11 +221,11 @@ class ColumnPlan:
                     for col, k in u.column_cols.items():
                         v = results[u.query][0][k] if results[u.query] else None
                         cols[col] = cols.get(col, 0.0) + float(v or 0.0)
-                tables[t] = {
-                    **info,
-                    "value_sensitivity": c0[t],
-                    "column_terms": {"at_beta": self.reference_beta, "terms": cols},
-                }
+                tables[t] = dict(info)
+                if any(u.table == t for u in self.uses):  # c0 is not read for a global bound (plan_columns)
+                    tables[t].update(
+                        value_sensitivity=c0[t], column_terms={"at_beta": self.reference_beta, "terms": cols}
+                    )
                 if t in sub_shown:
                     tables[t]["subqueries"] = sub_shown[t]
             best = max(c0.values(), default=0.0)
@@ -458,6 +458,9 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
     uses: list[_UseQuery] = []
     tables_info: dict[str, dict[str, Any]] = {}
     c3: dict[str, float] = {}
+    # a global combined bound max(c1, c3·c4) reads no value query: c0 would be shown (audit) and nothing else,
+    # so its scans, which read the whole product per row (TPC-H Q10's 1.5 s of per-order sums at SF 0.1), go
+    independent = _data_independent(row_plan, count_plan, stepped, key_moves)
     for t in value_tables:
         tables_info[t] = _table_info(scope, t, agg, slopes)
         if window is not None:
@@ -466,7 +469,7 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
             tables_info[t]["filtered_out_shift"] = shift
         if combined:
             c3[t] = _global_dual(scope, t, parts)
-        for u in form.uses_of(t):
+        for u in () if independent else form.uses_of(t):
             query, flat, per_group, use = _use_query(
                 scope, u, agg, public, grid, reference, parts, fans[u.alias], window, len(queries)
             )
@@ -496,7 +499,7 @@ def plan_columns(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: flo
         grouped = [False] * len(grouped)
 
     return ColumnPlan(
-        data_independent=_data_independent(row_plan, count_plan, stepped, key_moves),
+        data_independent=independent,
         form=form,
         aggregate=released,
         conjuncts=tuple(kept),

@@ -95,7 +95,9 @@ MUTANTS = ("third", "values_only", "rows_only", "no_cross_terms")
 
 # (query, the mutants its neighbours must refute)
 QUERIES: list[tuple[str, frozenset[str]]] = [
-    ("SELECT COUNT(*) FROM t WHERE t.a >= 2", frozenset({"third", "values_only", "no_cross_terms"})),
+    # a global bound max(c1, c3·c4) (columns._data_independent): c0 is not computed for it, so the mutant
+    # max(c0, c1) is c1, the rows-only mutant, which one table's neighbours do not refute
+    ("SELECT COUNT(*) FROM t WHERE t.a >= 2", frozenset({"third", "values_only"})),
     ("SELECT SUM(t.x) FROM t WHERE t.k <> 0", frozenset({"third", "values_only"})),
     ("SELECT SUM(t.a) FROM t WHERE t.a <= 3 AND t.k < 2", frozenset({"third", "rows_only"})),
     ("SELECT COUNT(*) FROM u WHERE u.b >= 2", frozenset({"third", "rows_only"})),
