@@ -502,15 +502,16 @@ def cut_engines(spark: Any, pg_server_dsn: str) -> Iterator[tuple[psycopg.Connec
         drop_database(pg_server_dsn, dsn)
 
 
-def _truncated_reads(session: Session, dialect: str) -> str:
-    """``SELECT * FROM cut`` through the rewriter's truncate rule (and on Spark its Spark rule), τ = 2 per k."""
+def _truncated_reads(session: Session, dialect: str, table: str = "cut", columns: str = "k, s, d, v") -> str:
+    """``SELECT <columns> FROM <table>`` through the rewriter's truncate rule (and on Spark its Spark rule), τ = 2
+    per k."""
     from typing import cast
 
     from sqldp.form import AnalysisForm
     from sqldp.rewrite import Scope, truncate
 
-    tree = sqlglot.parse_one("SELECT c.k, c.s, c.d, c.v FROM cut AS c", read="postgres")
-    cut = (Truncation("cut", "k", 2),)
+    tree = sqlglot.parse_one(f"SELECT {columns} FROM {table}", read="postgres")
+    cut = (Truncation(table, "k", 2),)
     scope = Scope(cast(AnalysisForm, None), (), (), _kind, catalog=session.catalog, truncations=cut, dialect=dialect)
     out = truncate(tree, scope)  # type: ignore[arg-type]
     return (to_spark(out, _kind) if dialect == "spark" else out).sql(dialect=dialect)
@@ -532,6 +533,41 @@ def test_truncation_keeps_the_same_rows_on_spark(cut_engines: tuple[psycopg.Conn
     # the bytewise order from it
     locale = view.replace("`s` NULLS LAST", "`s` COLLATE UNICODE NULLS LAST")
     assert locale != view and _rows(spark.sql(locale).collect()) != expected
+
+
+def test_truncation_orders_char_as_postgresql_on_spark(spark: Any, pg_server_dsn: str, tmp_path: Path) -> None:
+    """CHAR(n): PostgreSQL compares it without trailing blanks ('ab' < 'ab\\t'), Spark pads it when reading ('ab  '
+    > 'ab\\t '): the order RTRIMs it on Spark, which the catalog knows from the field's declared type."""
+    from conftest import create_database, drop_database
+
+    from sqldp.catalog import Catalog
+
+    ddl = "CREATE TABLE ch (k INT, c CHAR(4), v INT)"
+    rows = [(1, "ab", 1), (1, "ab\t", 2), (1, "a", 4)]
+    dsn = create_database(pg_server_dsn)
+    spark.createDataFrame(rows, "k INT, c STRING, v INT").write.parquet(str(tmp_path / "ch"))  # type: ignore[attr-defined]
+    spark.sql(f"CREATE TABLE trunc_ch (k INT, c CHAR(4), v INT) USING parquet LOCATION '{tmp_path / 'ch'}'")  # type: ignore[attr-defined]
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(ddl)
+            conn.cursor().executemany("INSERT INTO ch VALUES (%s, %s, %s)", rows)
+            policy = Policy.from_toml("[tables.ch]\nmax_rows_per = { k = 2 }\n")
+            pg = sqldp.connect(dsn, policy=policy)
+            on_spark = sqldp.connect(
+                spark=spark, policy=policy, schema=Catalog.from_ddl(ddl), spark_tables={"ch": "trunc_ch"}
+            )
+            assert on_spark.catalog.table("ch").column("c").type_sql == "CHAR(4)"
+            text = _truncated_reads(on_spark, "spark", "ch", "k, v").replace(f"{SNAPSHOT}ch", "trunc_ch")
+            assert "RTRIM" in text
+            kept = sorted(r[1] for r in spark.sql(text).collect())  # type: ignore[attr-defined]
+            assert sorted(r[1] for r in conn.execute(_truncated_reads(pg, "postgres", "ch", "k, v")).fetchall()) == kept
+            assert kept == [1, 4]  # 'a' and 'ab'
+            assert sorted(r[1] for r in spark.sql(text.replace("RTRIM(`c`)", "`c`")).collect()) == [2, 4]  # type: ignore[attr-defined]
+            pg.close()
+            on_spark.close()
+    finally:
+        spark.sql("DROP TABLE IF EXISTS trunc_ch")  # type: ignore[attr-defined]
+        drop_database(pg_server_dsn, dsn)
 
 
 def test_truncated_release_gives_postgresql_figures_on_spark(
