@@ -223,7 +223,11 @@ class Catalog:
             columns: dict[str, Column] = {}
             for f in spark.table(source).schema.fields:
                 col = f.name.lower()
-                type_sql = _spark_type(f.dataType.simpleString())
+                # a CHAR(n) or VARCHAR(n) column is a string whose declared type Spark keeps in the field's metadata
+                # (it pads CHAR when reading, as PostgreSQL's CHAR compares): its kind is text either way, and
+                # the truncation's order needs to know the padding (sqldp.rewrite.total_order)
+                declared_type = (f.metadata or {}).get("__CHAR_VARCHAR_TYPE_STRING")
+                type_sql = _spark_type(declared_type if isinstance(declared_type, str) else f.dataType.simpleString())
                 nullable = declared.columns[col].nullable if declared is not None and col in declared.columns else True
                 columns[col] = Column(col, type_sql, kind_of(type_sql), nullable)
             if declared is None:

@@ -23,7 +23,7 @@ from typing import Any
 from sqlglot import exp
 
 from sqldp.catalog import Catalog, Table
-from sqldp.errors import CatalogError
+from sqldp.errors import CatalogError, RefusedError
 from sqldp.form import AnalysisForm, ColumnRef
 from sqldp.frontend import conjuncts
 from sqldp.groups import KeyDomain, match_groups
@@ -50,6 +50,7 @@ class Scope:
     folded: dict[int, tuple[int, int]] = field(default_factory=dict)
     catalog: Catalog | None = None
     truncations: tuple[Truncation, ...] = ()  # the declared bounds the plans rely on (``truncate``)
+    dialect: str = "postgres"  # the engine's SQL dialect (DIALECTS): ``truncate`` writes its order for it
 
 
 Rule = Callable[[exp.Select, Scope], exp.Select]
@@ -86,7 +87,8 @@ def truncate(query: exp.Select, scope: Scope) -> exp.Select:
     table by r in and at most one row of r's key out (the τ-th, when r ranks before it), and removing one by
     at most one out and one in — the stability the bounds of :mod:`sqldp.sensitivity.global_bound` are
     computed for (docs/truncation.md). Reading, casting to text and sorting cannot fail, so the truncation adds
-    no data-dependent error."""
+    no data-dependent error. On Spark the same rows are kept (:func:`total_order` with ``dialect="spark"``), or
+    the query is refused before anything runs."""
     if not scope.truncations or scope.catalog is None:
         return query
     catalog = scope.catalog
@@ -101,7 +103,13 @@ def truncate(query: exp.Select, scope: Scope) -> exp.Select:
         rank = exp.Window(
             this=exp.RowNumber(),
             partition_by=[exp.column(cut.column, quoted=True)],
-            order=exp.Order(expressions=[exp.Ordered(this=e) for e in total_order(table, cut.column, catalog)]),
+            # NULLS LAST written out: PostgreSQL's default for ASC, Spark's is NULLS FIRST (the same rows kept)
+            order=exp.Order(
+                expressions=[
+                    exp.Ordered(this=e, nulls_first=False)
+                    for e in total_order(table, cut.column, catalog, scope.dialect)
+                ]
+            ),
         )
         read = exp.Table(this=exp.to_identifier(cut.table, quoted=True))
         inner = exp.select(*names, exp.alias_(rank, RANK)).from_(read)
@@ -117,7 +125,7 @@ def truncate(query: exp.Select, scope: Scope) -> exp.Select:
     return query.transform(replace)  # type: ignore[return-value]
 
 
-def total_order(table: Table, partition: str, catalog: Catalog) -> list[exp.Expr]:
+def total_order(table: Table, partition: str, catalog: Catalog, dialect: str = "postgres") -> list[exp.Expr]:
     """ORDER BY items under which two rows of ``table`` with the same ``partition`` value tie only when they
     are identical — equal under every operator a query may apply — so the rows a truncation keeps depend on
     the multiset of rows alone.
@@ -129,7 +137,22 @@ def total_order(table: Table, partition: str, catalog: Catalog) -> list[exp.Expr
       when identical (the typmod fixes a NUMERIC's scale); text in the "C" collation (bytewise: a
       nondeterministic collation's equal strings differ there); any other kind (DOUBLE PRECISION's −0 and 0,
       an unconstrained NUMERIC's 1.0 and 1.00, types without a btree order) by its text in "C" — exact for
-      floats under PostgreSQL's default extra_float_digits = 1, which sqldp's connections keep."""
+      floats under PostgreSQL's default extra_float_digits = 1, which sqldp's connections keep.
+
+    ``dialect="spark"``: the items of the same order in Spark SQL, so that Spark keeps the rows PostgreSQL
+    keeps (the caller writes NULLS LAST, PostgreSQL's ASC default). Spark enforces no key (its catalog is not
+    ``enforced``), so every column is ordered. INTEGER, DATE, BOOLEAN and DECIMAL(p, s) order as in
+    PostgreSQL. Text: Spark's default collation UTF8_BINARY compares the UTF-8 bytes, as PostgreSQL's "C"
+    does (memcmp, then the shorter first), so the column is ordered as it is, without COLLATE; a column
+    with another collation has another type name in the catalog (``string collate …``, kind other). A
+    CHAR(n) column is padded with blanks when Spark reads it, where PostgreSQL's CHAR compares without
+    trailing blanks: ordered by RTRIM (which removes trailing blanks only). The kinds PostgreSQL orders by
+    their text (floats, unconstrained NUMERIC, others) are refused, since that text differs between the
+    engines (Spark prints ``1.0E10`` where PostgreSQL prints ``10000000000``); so is such a partition
+    column, whose equality under PARTITION BY (−0 and 0, NaN) is not checked to agree. The refusal depends on
+    the catalog only and comes while the statements are written, before anything is charged or read."""
+    if dialect == "spark":
+        return _spark_order(table, partition)
     keys = model_check.keys_of(table) if catalog.enforced else []
     if keys:
         return [exp.column(c, quoted=True) for c in keys[0] if c != partition]
@@ -145,6 +168,27 @@ def total_order(table: Table, partition: str, catalog: Catalog) -> list[exp.Expr
         else:
             text = exp.Collate(this=exp.cast(col.copy(), "TEXT"), expression=exp.column("C", quoted=True))
             out.extend([col, text] if c.kind == "numeric" else [text])
+    return out
+
+
+def _spark_order(table: Table, partition: str) -> list[exp.Expr]:
+    """:func:`total_order` on Spark (its docstring says why each item means what PostgreSQL's does)."""
+    out: list[exp.Expr] = []
+    for c in table.columns.values():
+        if not (c.kind in ("integer", "date", "boolean", "text") or (c.kind == "numeric" and _scaled(c.type_sql))):
+            raise RefusedError(
+                f"{table.name}.{c.name} ({c.type_sql}): a truncation to a declared contribution bound "
+                f"(max_rows_per) orders the rows of {table.name} by every column, and PostgreSQL orders a column "
+                "of this type by its text, which Spark writes differently, so Spark could keep other rows "
+                "(docs/truncation.md)"
+            )
+        if c.name == partition:
+            continue
+        col = exp.column(c.name, quoted=True)
+        if c.kind == "text" and c.type_sql.upper().split("(")[0].strip() in ("CHAR", "CHARACTER", "BPCHAR", "NCHAR"):
+            out.append(exp.func("RTRIM", col))
+        else:
+            out.append(col)
     return out
 
 
@@ -199,8 +243,6 @@ def rewrite(
     if dialect not in DIALECTS:
         raise ValueError(f"unknown SQL dialect {dialect!r} (have: {', '.join(DIALECTS)})")
     truncations = tuple(dict.fromkeys(t for p in plans if isinstance(p, GlobalPlan) for t in p.truncations))
-    if truncations and dialect != "postgres":
-        raise ValueError("truncation is written for PostgreSQL only (sqldp.session.compile_form offers it there)")
     kind_of = domain(form, catalog, policy).kind
 
     def kind(ref: ColumnRef) -> str:
@@ -209,7 +251,7 @@ def rewrite(
         except (KeyError, CatalogError):  # an alias or column of the plans' own subqueries
             return "other"
 
-    scope = Scope(form, plans, domains, kind, catalog=catalog, truncations=truncations)
+    scope = Scope(form, plans, domains, kind, catalog=catalog, truncations=truncations, dialect=dialect)
     read: set[str] = set()
 
     def apply(tree: exp.Select, rules: Sequence[Rule]) -> str:

@@ -414,7 +414,9 @@ def compile_form(
             raise unowned from None
         raise
     choice = None
-    possible = dialect == "postgres" and form.select_by is None and truncation is not False
+    # the same on every engine (the choice is data-independent and may not depend on where the data is): Spark
+    # keeps the rows PostgreSQL keeps, or refuses the truncation with the reason (sqldp.rewrite.total_order)
+    possible = form.select_by is None and truncation is not False
     cuts = declared_truncations(form, catalog, policy) if possible else ()
     if cuts:
         each = (single_aggregate(form, i) for i in range(len(plans)))

@@ -31,6 +31,7 @@ from sqldp import datasets, selection
 from sqldp.errors import RefusedError
 from sqldp.form import ColumnRef
 from sqldp.policy import Policy
+from sqldp.sensitivity.global_bound import Truncation
 from sqldp.session import Session
 from sqldp.spark_sql import SNAPSHOT, to_spark
 
@@ -214,8 +215,11 @@ def _figures(session: Session, sql: str) -> dict[str, Any]:
     return out
 
 
-# under the rows policy: Q17c's running count, Q5's separator statements (a part restricted by an IN)
-ROWS = [QUERIES / "rows" / f"{q}.sql" for q in ("q05", "q17c")]
+# under the rows policy: Q17c's running count, Q5's separator statements (a part restricted by an IN), Q13's
+# histogram over orders truncated to its declared 28 per o_custkey (sqldp.nested; under tpch_catalog 64 per
+# customer), and Q4 and Q12, which PostgreSQL truncates only with its enforced keys (orders' primary key is
+# part of their bound): with the keys from tpch.sql on both engines, neither truncates
+ROWS = [QUERIES / "rows" / f"{q}.sql" for q in ("q05", "q17c", "q04", "q12a")] + [QUERIES / "q13.sql"]
 CASES = [(p, pol) for pol in ("tpch", "tpch_catalog") for p in ALL_QUERIES]
 CASES += [(p, "values") for p in NAPLES] + [(p, "rows") for p in ROWS]
 
@@ -403,6 +407,197 @@ def test_selection_noisy_runs_on_spark(chosen_engines: tuple[Session, Session]) 
     assert (row["key"]["sk"], row["key"]["name"]) in every
     assert isinstance(row["values"]["total"], (float, decimal.Decimal))
     assert spark.spent == pytest.approx(before + 1.0) and spark.delta_spent == 0.0
+
+
+# -- declared contribution bounds (docs/truncation.md): Spark keeps the rows PostgreSQL keeps -----------------
+#
+# τ = 2 rows per k, ordered by (s, d, v): text that sorts one way bytewise ("C", Spark's UTF8_BINARY: B < a < b,
+# e < z < é) and another under a locale (a < b < B, e < é < z); a NULL text and a NULL date that PostgreSQL
+# puts last and Spark's ASC first; NULL keys, one partition on both engines; dates; rows tied up to v, and
+# two identical rows. v is each row's own power of two, so a sum tells which rows were kept.
+
+CUT_ROWS = [
+    (1, "a", "2024-01-01", 1),
+    (1, "B", "2024-01-01", 4),  # after b on v too: an order that ties B with b (lower-casing) keeps b
+    (1, "b", "2024-01-01", 2),
+    (2, None, "2024-01-01", 8),
+    (2, "x", "2024-01-01", 16),
+    (2, "y", "2024-01-01", 32),
+    (None, "same", "2024-01-02", 64),
+    (None, "same", "2023-12-31", 128),
+    (None, "same", None, 256),
+    (3, "d", "2000-01-01", 512),
+    (3, "d", "1999-12-31", 1024),
+    (3, "d", "1970-01-01", 2048),
+    (4, "t", "2024-01-01", 8192),
+    (4, "t", "2024-01-01", 4096),
+    (4, "t", "2024-01-01", 4096),
+    (5, "é", "2024-01-01", 16384),
+    (5, "z", "2024-01-01", 32768),
+    (5, "e", "2024-01-01", 65536),
+]
+CUT_POLICY = """
+[defaults]
+epsilon = 1.0
+[tables.cut]
+max_rows_per = { k = 2 }
+[tables.cut.columns.v]
+range = [0, 70000]
+[tables.fl]
+max_rows_per = { k = 2 }
+"""
+CutRow = tuple[Any, ...]
+
+
+def _kept_by_python(rows: list[CutRow], tau: int = 2) -> list[CutRow]:
+    """The oracle: per k (None one value), the first τ rows by (s, d, v), NULLs last, text by its UTF-8 bytes."""
+
+    def last(x: Any) -> tuple[bool, Any]:
+        return (x is None, (x.encode() if isinstance(x, str) else x) if x is not None else 0)
+
+    out: list[CutRow] = []
+    for k in {r[0] for r in rows}:
+        part = sorted((r for r in rows if r[0] == k), key=lambda r: tuple(last(x) for x in r[1:]))
+        out += part[:tau]
+    return out
+
+
+def _typed(rows: list[CutRow]) -> list[CutRow]:
+    return [(k, s, None if d is None else dt.date.fromisoformat(d), v) for k, s, d, v in rows]
+
+
+def _rows(rows: Any) -> list[CutRow]:
+    return sorted((tuple(r) for r in rows), key=repr)
+
+
+@pytest.fixture(scope="module")
+def cut_engines(spark: Any, pg_server_dsn: str) -> Iterator[tuple[psycopg.Connection, Session, Session]]:
+    from conftest import create_database, drop_database
+
+    from sqldp.catalog import Catalog
+
+    dsn = create_database(pg_server_dsn)
+    ddl = "CREATE TABLE cut (k INT, s TEXT, d DATE, v INT); CREATE TABLE fl (k INT, x DOUBLE PRECISION);"
+    names = {"cut": "trunc_cut", "fl": "trunc_fl"}
+    policy = Policy.from_toml(CUT_POLICY, source="cut")
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(ddl)
+            with conn.cursor() as cur:
+                cur.executemany("INSERT INTO cut VALUES (%s, %s, %s, %s)", CUT_ROWS)
+            conn.execute("INSERT INTO fl VALUES (1, 0.5), (1, -0.0), (1, 0.0)")
+            rows = conn.execute("SELECT k, s, d, v FROM cut").fetchall()
+            spark.createDataFrame(rows, "k INT, s STRING, d DATE, v INT").createOrReplaceTempView(names["cut"])
+            spark.createDataFrame(  # type: ignore[attr-defined]
+                conn.execute("SELECT k, x FROM fl").fetchall(), "k INT, x DOUBLE"
+            ).createOrReplaceTempView(names["fl"])
+            pg = sqldp.connect(dsn, policy=policy)
+            on_spark = sqldp.connect(spark=spark, policy=policy, schema=Catalog.from_ddl(ddl), spark_tables=names)
+            yield conn, pg, on_spark
+            pg.close()
+            on_spark.close()
+    finally:
+        for view in names.values():
+            spark.catalog.dropTempView(view)
+        drop_database(pg_server_dsn, dsn)
+
+
+def _truncated_reads(session: Session, dialect: str, table: str = "cut", columns: str = "k, s, d, v") -> str:
+    """``SELECT <columns> FROM <table>`` through the rewriter's truncate rule (and on Spark its Spark rule), τ = 2
+    per k."""
+    from typing import cast
+
+    from sqldp.form import AnalysisForm
+    from sqldp.rewrite import Scope, truncate
+
+    tree = sqlglot.parse_one(f"SELECT {columns} FROM {table}", read="postgres")
+    cut = (Truncation(table, "k", 2),)
+    scope = Scope(cast(AnalysisForm, None), (), (), _kind, catalog=session.catalog, truncations=cut, dialect=dialect)
+    out = truncate(tree, scope)  # type: ignore[arg-type]
+    return (to_spark(out, _kind) if dialect == "spark" else out).sql(dialect=dialect)
+
+
+def test_truncation_keeps_the_same_rows_on_spark(cut_engines: tuple[psycopg.Connection, Session, Session]) -> None:
+    conn, pg, on_spark = cut_engines
+    expected = _rows(_kept_by_python(_typed(CUT_ROWS)))
+    pg_sql, spark_sql = _truncated_reads(pg, "postgres"), _truncated_reads(on_spark, "spark")
+    assert _rows(conn.execute(pg_sql).fetchall()) == expected
+    spark = on_spark.engine.spark  # type: ignore[attr-defined]
+    view = spark_sql.replace(f"{SNAPSHOT}cut", "trunc_cut")  # what the engine's snapshot binding does
+    assert view != spark_sql
+    assert _rows(spark.sql(view).collect()) == expected
+    # the mutant without NULLS LAST keeps other rows on Spark (its ASC puts NULLs first): the data tell
+    assert "NULLS LAST" in spark_sql
+    assert _rows(spark.sql(view.replace(" NULLS LAST", "")).collect()) != expected
+    # a locale's order keeps other rows (Spark's ICU root collation UNICODE: a < b < B, e < é < z): the data tell
+    # the bytewise order from it
+    locale = view.replace("`s` NULLS LAST", "`s` COLLATE UNICODE NULLS LAST")
+    assert locale != view and _rows(spark.sql(locale).collect()) != expected
+
+
+def test_truncation_orders_char_as_postgresql_on_spark(spark: Any, pg_server_dsn: str, tmp_path: Path) -> None:
+    """CHAR(n): PostgreSQL compares it without trailing blanks ('ab' < 'ab\\t'), Spark pads it when reading ('ab  '
+    > 'ab\\t '): the order RTRIMs it on Spark, which the catalog knows from the field's declared type."""
+    from conftest import create_database, drop_database
+
+    from sqldp.catalog import Catalog
+
+    ddl = "CREATE TABLE ch (k INT, c CHAR(4), v INT)"
+    rows = [(1, "ab", 1), (1, "ab\t", 2), (1, "a", 4)]
+    dsn = create_database(pg_server_dsn)
+    spark.createDataFrame(rows, "k INT, c STRING, v INT").write.parquet(str(tmp_path / "ch"))  # type: ignore[attr-defined]
+    spark.sql(f"CREATE TABLE trunc_ch (k INT, c CHAR(4), v INT) USING parquet LOCATION '{tmp_path / 'ch'}'")  # type: ignore[attr-defined]
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(ddl)
+            conn.cursor().executemany("INSERT INTO ch VALUES (%s, %s, %s)", rows)
+            policy = Policy.from_toml("[tables.ch]\nmax_rows_per = { k = 2 }\n")
+            pg = sqldp.connect(dsn, policy=policy)
+            on_spark = sqldp.connect(
+                spark=spark, policy=policy, schema=Catalog.from_ddl(ddl), spark_tables={"ch": "trunc_ch"}
+            )
+            assert on_spark.catalog.table("ch").column("c").type_sql == "CHAR(4)"
+            text = _truncated_reads(on_spark, "spark", "ch", "k, v").replace(f"{SNAPSHOT}ch", "trunc_ch")
+            assert "RTRIM" in text
+            kept = sorted(r[1] for r in spark.sql(text).collect())  # type: ignore[attr-defined]
+            assert sorted(r[1] for r in conn.execute(_truncated_reads(pg, "postgres", "ch", "k, v")).fetchall()) == kept
+            assert kept == [1, 4]  # 'a' and 'ab'
+            assert sorted(r[1] for r in spark.sql(text.replace("RTRIM(`c`)", "`c`")).collect()) == [2, 4]  # type: ignore[attr-defined]
+            pg.close()
+            on_spark.close()
+    finally:
+        spark.sql("DROP TABLE IF EXISTS trunc_ch")  # type: ignore[attr-defined]
+        drop_database(pg_server_dsn, dsn)
+
+
+def test_truncated_release_gives_postgresql_figures_on_spark(
+    cut_engines: tuple[psycopg.Connection, Session, Session],
+) -> None:
+    """Through the whole pipeline (Session.prepare's choice, the rewriter, each engine): the same plans and
+    figures, and the true value is the sum over the self-join of the rows the oracle keeps."""
+    _, pg, on_spark = cut_engines
+    sql = "SELECT SUM(a.v) FROM cut a, cut b WHERE a.k = b.k"
+    cuts = [session.prepare(sql).statements.truncations for session in (pg, on_spark)]  # type: ignore[union-attr]
+    assert cuts[0] == cuts[1] == (Truncation("cut", "k", 2),)  # the same choice on both engines
+    expected = _figures(pg, sql)
+    kept = _kept_by_python(_typed(CUT_ROWS))
+    joined = sum(a[3] for a in kept for b in kept if a[0] is not None and a[0] == b[0])
+    assert expected["true_values"] == [[joined]]
+    _close(expected, _figures(on_spark, sql), "self-join")
+
+
+def test_truncation_of_a_float_table_refused_on_spark_before_the_charge(
+    cut_engines: tuple[psycopg.Connection, Session, Session],
+) -> None:
+    """PostgreSQL orders a DOUBLE PRECISION column by its text, which Spark writes differently: refused on
+    Spark when the truncation is chosen, with the reason, before anything is charged or read."""
+    _, pg, on_spark = cut_engines
+    sql = "SELECT COUNT(*) FROM fl a, fl b WHERE a.k = b.k"
+    assert pg.prepare(sql).statements.truncations  # type: ignore[union-attr]
+    spent = on_spark.spent
+    with pytest.raises(RefusedError, match=r"fl\.x \(DOUBLE PRECISION\)"):
+        on_spark.run(sql)
+    assert on_spark.spent == spent
 
 
 def test_engine_statement_types_only_what_it_knows() -> None:

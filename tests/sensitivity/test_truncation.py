@@ -356,3 +356,50 @@ def test_the_rows_kept_do_not_depend_on_the_physical_order(pg_dsn: str) -> None:
         keyed = [e.sql(dialect="postgres") for e in rewrite.total_order(catalog.table("w"), "k", catalog)]
     assert len(kept) == 1
     assert keyed == ['"id"']
+
+
+SPARK_DDL = """
+CREATE TABLE orders (o_orderkey INT PRIMARY KEY, o_custkey INT, o_status CHAR(1), o_total NUMERIC(15, 2),
+                     o_date DATE, o_comment TEXT);
+CREATE TABLE lineitem (l_orderkey INT NOT NULL, l_quantity INT{extra});
+"""
+BOTH = (
+    "[defaults]\nepsilon = 1.0\n[tables.lineitem]\nmax_rows_per = { l_orderkey = 7 }\n"
+    "[tables.orders]\nmax_rows_per = { o_orderkey = 1 }\n"
+)
+
+
+def test_spark_truncates_as_postgresql_or_refuses_before_anything_runs() -> None:
+    """The choice is the same on both engines (the same plans, figures and truncations), and Spark's window
+    is PostgreSQL's written for Spark: NULLS LAST spelled out (Spark's ASC default is NULLS FIRST), text as
+    it is (UTF8_BINARY is bytewise, as "C"), CHAR without its padding, the snapshot tables. A table with a
+    column PostgreSQL orders by its text (here DOUBLE PRECISION) is refused on Spark by compile_form, which
+    Session.prepare runs before the charge — only when the truncation is chosen."""
+    from sqldp.catalog import Catalog
+    from sqldp.errors import RefusedError
+    from sqldp.spark_sql import SNAPSHOT
+
+    sql = "SELECT COUNT(*) FROM lineitem, orders WHERE l_orderkey = o_orderkey"
+    policy = Policy.from_toml(BOTH)
+
+    def compiled(catalog: Catalog, dialect: str, policy: Policy = policy) -> Any:
+        form = normalize(parse(sql, catalog), catalog, policy)
+        return compile_form(form, catalog, policy, None, dialect, params=resolve_params(policy, outputs=1))
+
+    catalog = Catalog.from_ddl(SPARK_DDL.format(extra=""))
+    (_, pg_plans, pg), (_, spark_plans, spark) = compiled(catalog, "postgres"), compiled(catalog, "spark")
+    assert pg.truncations == spark.truncations and len(pg.truncations) == 2
+    assert pg.choice == spark.choice and pg.choice is not None and pg.choice["chosen"] == "truncated global bound"
+    assert [p.bound for p in pg_plans] == [p.bound for p in spark_plans] == [7.0]
+    assert 'ORDER BY "o_custkey", "o_status" COLLATE "C", "o_total", "o_date", "o_comment" COLLATE "C")' in pg.answer
+    window = "ORDER BY `o_custkey` NULLS LAST, RTRIM(`o_status`) NULLS LAST, `o_total` NULLS LAST, "
+    assert window + "`o_date` NULLS LAST, `o_comment` NULLS LAST)" in spark.answer
+    assert "COLLATE" not in spark.answer and f"{SNAPSHOT}orders" in spark.answer
+
+    floats = Catalog.from_ddl(SPARK_DDL.format(extra=", l_tax DOUBLE PRECISION"))
+    assert compiled(floats, "postgres")[2].truncations  # PostgreSQL orders l_tax by its text
+    with pytest.raises(RefusedError, match=r"lineitem\.l_tax \(DOUBLE PRECISION\).*Spark could keep other rows"):
+        compiled(floats, "spark")
+    # only lineitem declared: orders is unbounded, nothing is truncated, nothing to refuse
+    one = Policy.from_toml("[defaults]\nepsilon = 1.0\n[tables.lineitem]\nmax_rows_per = { l_orderkey = 7 }\n")
+    assert not compiled(floats, "spark", one)[2].truncations
