@@ -14,6 +14,8 @@ new text gives other rows), so the comparison is not vacuous.
 * A row statement with shared scans run in pieces on the two connections, each distinct piece once
   (sqldp.engine.postgres.layout): the pieces give the statement's row (the figures of every TPC-H query on one
   and on two connections are compared in tests/engine/test_snapshot_queue.py).
+* A scalar another term asks again read from the shared scan that computes it (sqldp.sensitivity.rows._twins)
+  against the scalar run on its own: every figure of the run is the same.
 """
 
 from __future__ import annotations
@@ -274,6 +276,47 @@ def test_pieces_of_a_statement_with_shared_scans_give_its_row(pg_dsn: str) -> No
         got = tuple(v for p in texts for v in conn.execute(p).fetchall()[0])
     assert [tuple(got[k] for k in columns)] == row == [(50, 40, 50, 0)]
     assert [got] != row  # side by side without the order the row differs: the order is needed
+
+
+def test_a_statement_that_begins_with_a_shared_scan_column_splits_too(pg_dsn: str) -> None:
+    """Q17's row statement under tpch begins with its shared scans' columns (``SELECT g1.total AS v0, …``), not a
+    scalar subquery: it splits all the same, and the pieces' row in the statement's order is the whole row."""
+    whole = (
+        "SELECT g0.total AS v1, (SELECT COUNT(*) FROM t) AS v0, g0.best AS v3, (SELECT MAX(x) FROM t WHERE x > 1) "
+        "AS v2 FROM (SELECT COUNT(*) AS total, LEAST(COUNT(*) FILTER(WHERE t.x < 5), 1) AS best FROM t "
+        "WHERE t.x > 10) AS g0"
+    )
+    texts, columns = postgres.layout(whole)
+    assert len(texts) == 3 and columns == (2, 0, 3, 1)
+    assert postgres.layout(whole.replace("SELECT g0.total", "SELECT h0.total")) == (
+        (whole.replace("SELECT g0.total", "SELECT h0.total"),),
+        None,
+    )  # not the row statement's shape: not parsed
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (x INT); INSERT INTO t SELECT g FROM generate_series(1, 50) g")
+        row = conn.execute(whole).fetchall()
+        got = tuple(v for p in texts for v in conn.execute(p).fetchall()[0])
+    assert [tuple(got[k] for k in columns)] == row == [(40, 50, 0, 50)]
+
+
+def test_a_scalar_asked_twice_reads_the_shared_scan(
+    tpch_dsn: tuple[str, dict[str, int], object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Q17 under tpch: lineitem's c_F (max over l_partkey of lineitem's rows) is the count part's derivative
+    groups by, which a shared scan computes beside lineitem's local count (sqldp.sensitivity.rows._twins): the
+    statements group lineitem by l_partkey once, and every figure of the run is the one with the scalar run
+    on its own."""
+    dsn = tpch_dsn[0]
+    sql = (QUERIES / "q17.sql").read_text(encoding="utf-8")
+    per_part = "FROM lineitem AS lineitem GROUP BY lineitem.l_partkey"
+    twice = "FROM lineitem AS lineitem WHERE lineitem.l_partkey = lineitem.l_partkey GROUP BY lineitem.l_partkey"
+    statements = _statements(dsn, sql, "tpch")
+    assert sum(q.count(per_part) for q in statements.queries) == 1
+    assert not any(twice in q for q in statements.queries)
+    shared = _figures(dsn, sql, "tpch")
+    monkeypatch.setattr(rows, "_twins", lambda scalars, source: source)
+    assert any(twice in q for q in _statements(dsn, sql, "tpch").queries)
+    assert _figures(dsn, sql, "tpch") == shared
 
 
 def test_q21_runs_its_row_statements_in_pieces_once_each(catalog: Catalog) -> None:
