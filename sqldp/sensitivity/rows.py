@@ -984,6 +984,11 @@ class RowPlan(ExactUnfolded):
     shared: tuple[tuple[exp.Select, dict[int, str]], ...] = ()
 
     @property
+    def query_count(self) -> int:
+        """``len(self.queries)`` without building them: the runner and ColumnPlan.bind ask it at every run."""
+        return (1 if self.scalars else 0) + len(self.grouped)
+
+    @property
     def queries(self) -> tuple[exp.Select, ...]:
         head = []
         if self.scalars:

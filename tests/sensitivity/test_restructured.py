@@ -40,6 +40,7 @@ from sqldp.normalize import normalize
 from sqldp.policy import Policy
 from sqldp.runner import Prepared
 from sqldp.sensitivity import rows
+from sqldp.sensitivity.columns import ColumnPlan
 
 ROOT = Path(__file__).resolve().parents[2]
 QUERIES = ROOT / "benchmarks" / "tpch" / "queries"
@@ -329,3 +330,26 @@ def test_q21_runs_its_row_statements_in_pieces_once_each(catalog: Catalog) -> No
     assert sum(len(texts) > 1 and columns is not None for texts, columns in split) == 2
     every = [t for texts, _ in split for t in texts]
     assert len({postgres._unaliased(t) for t in every}) < len(every) - 5
+
+
+@pytest.mark.parametrize("policy_name", ["tpch", "tpch_catalog"])
+def test_plans_count_their_statements_without_building_them(
+    tpch_dsn: tuple[str, dict[str, int], object], policy_name: str
+) -> None:
+    """The runner cuts the fetched rows per plan by ``query_count`` (RowPlan, ColumnPlan), which must be the
+    number of statements ``queries`` builds, for every TPC-H query sqldp answers."""
+    session = sqldp.connect(tpch_dsn[0], policy=policy_name)
+    counted = 0
+    try:
+        for path in sorted(QUERIES.glob("q*.sql")):
+            try:
+                prepared = session.prepare(path.read_text(encoding="utf-8"), epsilon=1.0)
+            except sqldp.errors.RefusedError:
+                continue
+            for plan in getattr(prepared, "plans", ()):
+                if isinstance(plan, rows.RowPlan | ColumnPlan):
+                    assert plan.query_count == len(plan.queries), (path.stem, type(plan).__name__)
+                    counted += 1
+    finally:
+        session.close()
+    assert counted >= 10
