@@ -250,6 +250,24 @@ def test_smoothing_is_monotone_in_the_count(growth: Growth, count: int, beta: fl
     assert smooth_count(high, growth, beta)[0] >= smooth_count(low, growth, beta)[0] * (1 - 1e-12)
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    st.floats(0, 1e7),
+    st.integers(1, 3),
+    st.sampled_from([0.5, 1.0, 2.0, 3.0]),
+    st.floats(0.5, 20),
+    st.one_of(st.floats(0, 1e9), st.sampled_from([0.0, 1.0, 2.0**40, math.inf])),
+)
+def test_one_table_level_is_the_loop_bit_for_bit(n: float, m: int, g: float, public: float, k: float) -> None:
+    """The one-table water-filling level (Growth._level_one, what nearly every bisection step calls) is the
+    general loop's (λ, prod, extra), float for float: the smoothed bounds are the same numbers."""
+    growth = Growth(((n, m, g),), public)
+    fast, loop = growth._level_one(k), growth._level_loop(k)
+    assert [math.copysign(1.0, x) for x in fast] == [math.copysign(1.0, x) for x in loop]
+    assert all(a == b or (math.isnan(a) and math.isnan(b)) for a, b in zip(fast, loop, strict=True)), (fast, loop)
+    assert growth.level(k) == fast or any(math.isnan(x) for x in fast)
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(growths(), st.integers(0, 20), st.sampled_from([0.01, 0.2, 0.5, 1.0])), max_size=6))
 def test_remembered_smoothing_is_the_computed_one(calls: list[tuple[Growth, int, float]]) -> None:
