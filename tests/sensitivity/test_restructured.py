@@ -353,3 +353,39 @@ def test_plans_count_their_statements_without_building_them(
     finally:
         session.close()
     assert counted >= 10
+
+
+@pytest.mark.parametrize("policy_name", ["tpch", "tpch_catalog"])
+def test_a_decorrelated_value_is_grouped_for_the_keys_the_query_asks(
+    tpch_dsn: tuple[str, dict[str, int], object], monkeypatch: pytest.MonkeyPatch, policy_name: str
+) -> None:
+    """Q17: the per-part average (the derived table D of the decorrelated scalar subquery) is computed only for
+    the parts the query's conjuncts on part keep (sqldp.sqlgen.matched_keys): D's rows are the unrestricted D's
+    for those parts, fewer than all, and a restriction to other parts gives other rows (the data tells a wrong
+    one apart); every figure of the run, the true values among them, is the run's with D over all of lineitem."""
+    dsn = tpch_dsn[0]
+    # at SF 0.01 no part is a Brand#23 MED BOX: SM PACK has 183 rows of lineitem
+    sql = (QUERIES / "q17.sql").read_text(encoding="utf-8").replace("'MED BOX'", "'SM PACK'")
+    keys = (
+        "lineitem_2.l_partkey IN (SELECT part.p_partkey FROM part AS part WHERE part.p_brand = 'Brand#23' AND "
+        "part.p_container = 'SM PACK')"
+    )
+    answer = _statements(dsn, sql, policy_name).answer
+    assert keys in answer
+    derived = next(
+        s for s in sqlglot.parse_one(answer, read="postgres").find_all(exp.Subquery) if s.alias == "lineitem_2"
+    )
+    d = derived.this.sql(dialect="postgres")
+    assert keys in d
+    parts = "SELECT p_partkey FROM part WHERE p_brand = 'Brand#23' AND p_container = 'SM PACK'"
+    with psycopg.connect(dsn) as conn:
+        kept = sorted(conn.execute(d).fetchall())
+        every = sorted(conn.execute(d.replace(" WHERE " + keys, "")).fetchall())
+        asked = {r[0] for r in conn.execute(parts).fetchall()}
+        other = sorted(conn.execute(d.replace("Brand#23", "Brand#12")).fetchall())
+    assert kept == [r for r in every if r[0] in asked] and 0 < len(kept) < len(every)
+    assert other != kept
+    restricted = _figures(dsn, sql, policy_name)
+    monkeypatch.setattr(sqlgen, "matched_keys", lambda derived, semi, form: derived)
+    assert keys not in _statements(dsn, sql, policy_name).answer
+    assert _figures(dsn, sql, policy_name) == restricted
