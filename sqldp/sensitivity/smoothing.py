@@ -60,10 +60,13 @@ class Growth:
     def level(self, k: float) -> tuple[float, float, float]:
         """(λ, prod, extra) after distributing distance k by water-filling: prod = P·∏(n_t + k_t)^(m_t) and
         extra = prod − P·∏ n_t^(m_t), computed without cancellation (A(k) = c + extra)."""
+        return self._level_one(k) if self._one else self._level_loop(k)
+
+    @functools.cached_property
+    def _one(self) -> bool:
+        """One table, whose level is finite and whose multiplicity positive: :meth:`_level_one` applies."""
         items = self._items
-        if len(items) == 1 and math.isfinite(items[0][0]) and items[0][2] > 0:
-            return self._level_one(k)
-        return self._level_loop(k)
+        return len(items) == 1 and math.isfinite(items[0][0]) and items[0][2] > 0
 
     def _level_loop(self, k: float) -> tuple[float, float, float]:
         items = self._items
