@@ -24,6 +24,7 @@ from sqldp.params import PrivacyParams, check_beta
 from sqldp.result import GAUSSIAN, GLOBAL, PUBLIC_SCALE, R2T, UNIT_HISTOGRAM, Measurement, Result
 from sqldp.sensitivity.global_bound import GlobalPlan
 from sqldp.sensitivity.plan import Bound, Plan, Rows
+from sqldp.sensitivity.smoothing import remembering
 from sqldp.sensitivity.units import SELECT_BETA, SELECT_SHARE, SLACK, UnitPlan, histogram_columns, shift
 
 Share = tuple[float, float | None]  # an aggregate's (ε, δ)
@@ -271,6 +272,18 @@ def templates(
     """Per aggregate, its calibrated measurement (no value yet): its share of ε and δ over ``groups`` groups
     (NR §3.3.10.4), the bound its plan computes from ``results`` and the noise that bound calls for. A plan's
     bound covers every group of the query, so the template serves each group."""
+    # the aggregates' β searches smooth the same counts at the same βs (sqldp.sensitivity.smoothing.remembering)
+    with remembering():
+        return _templates(form, params, plans, results, groups)
+
+
+def _templates(
+    form: AnalysisForm,
+    params: PrivacyParams,
+    plans: Sequence[Plan],
+    results: Sequence[Sequence[Rows]],
+    groups: int,
+) -> list[Measurement]:
     split = shares(form, params, plans, groups)
     check_beta(params, smoothed(split, plans))  # the group count is known now
     joint = gaussian(form, params, plans)

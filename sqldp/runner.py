@@ -29,7 +29,9 @@ from sqldp.normalize import PublicRelease
 from sqldp.params import PrivacyParams
 from sqldp.result import Result
 from sqldp.rewrite import Statements
+from sqldp.sensitivity.columns import ColumnPlan
 from sqldp.sensitivity.plan import Plan
+from sqldp.sensitivity.rows import RowPlan
 from sqldp.subqueries import ScalarStep
 
 
@@ -118,8 +120,10 @@ class Prepared:
             answer_rows = [row[: len(form.aggregates)]]
         results = []
         for plan in self.plans:
-            results.append(flat[: len(plan.queries)])
-            del flat[: len(plan.queries)]
+            # a row or value plan builds its statements' trees at each ``queries``: count them without
+            size = plan.query_count if isinstance(plan, (RowPlan, ColumnPlan)) else len(plan.queries)
+            results.append(flat[:size])
+            del flat[:size]
         return answer_rows, results
 
     def _public(self, form: PublicRelease, noisy: bool) -> Result:

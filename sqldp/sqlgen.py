@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from sqlglot import exp
 
-from sqldp.form import Aggregate, AnalysisForm, Conjunct, TableUse
+from sqldp.form import Aggregate, AnalysisForm, Conjunct, SemiJoin, TableUse
 from sqldp.pg_arithmetic import KindOf, integer_valued
 
 
@@ -69,7 +69,7 @@ def answer_query(form: AnalysisForm) -> exp.Select:
         # join with the set D multiplies each outer row by 0 or 1, the indicator EXISTS gives, and PostgreSQL
         # then probes the subquery's table per outer key instead of deduplicating all of it first
         if semi.joinable and semi.compare is not None:
-            select = select.join(semi.derived(), join_type="cross", copy=False)
+            select = select.join(matched_keys(semi.derived(), semi, form), join_type="cross", copy=False)
             conditions += semi.correlation
             conditions.append(semi.compare)
         else:
@@ -78,6 +78,50 @@ def answer_query(form: AnalysisForm) -> exp.Select:
     if form.group_by:
         select = select.group_by(*(g.copy() for g in form.group_by), copy=False)
     return select
+
+
+def matched_keys(derived: exp.Subquery, semi: SemiJoin, form: AnalysisForm) -> exp.Subquery:
+    """The grouped D of a decorrelated scalar subquery (``derived``) restricted to the keys an outer row can
+    match: when D's columns equal expressions of one outer use u (TPC-H Q17: ``l_partkey = part.p_partkey``)
+    and conjuncts of the query read u alone (``p_brand = …``), D's rows are kept where ``(keys) IN (SELECT
+    those expressions FROM u WHERE those conjuncts)``.
+
+    Same answer: D is grouped by its keys, so a group's value is a function of the table's rows with that key
+    alone, and keeping whole groups leaves each kept group's value as it was. An outer row that passes the
+    query's conjuncts passes u's, so the key it joins on is in the IN set and its D row is kept; the rows D
+    loses joined no outer row that passes the WHERE. Only the answer query is restricted (the analyses read
+    SemiJoin.derived as it is). PostgreSQL then computes the per-part average of Q17 for the 18 parts the
+    query asks about, by index, instead of grouping all of lineitem (SF 0.1: 250 ms → 5 ms). ``derived``
+    unchanged when a key equals no column of the outer uses, the keys read several outer uses, or no conjunct
+    reads u alone."""
+    outer: dict[str, exp.Expr] = {}
+    for e in semi.correlation:
+        e = e.unnest()
+        if not isinstance(e, exp.EQ):
+            continue
+        for side, other in ((e.this, e.expression), (e.expression, e.this)):
+            reads = {c.table for c in other.find_all(exp.Column)}
+            # the outer side a column: the IN subquery then reads values and evaluates only conjuncts the WHERE
+            # evaluates on u's rows anyway, so it raises no error the answer would not (README, "Errors are
+            # answers")
+            mine = isinstance(side, exp.Column) and side.table == semi.use.alias and semi.use.alias not in reads
+            if mine and isinstance(other, exp.Column):
+                outer.setdefault(side.name, other)
+    uses = {c.table for e in outer.values() for c in e.find_all(exp.Column)}
+    if set(outer) != set(semi.columns) or len(uses) != 1:
+        return derived
+    (alias,) = uses
+    use = next((u for u in form.uses if u.alias == alias), None)
+    # conjuncts whose every column (their expressions', not only the uses' they list) is one of u's
+    own = [c for c in form.conjuncts if c.columns and all(x.table == alias for x in c.expr.find_all(exp.Column))]
+    if use is None or not own:
+        return derived
+    keys = [exp.column(c, table=semi.use.alias) for c in semi.columns]
+    probe = where(from_uses(exp.select(*(outer[c].copy() for c in semi.columns)), [use]), own)
+    test = exp.In(this=keys[0] if len(keys) == 1 else exp.Tuple(expressions=keys), query=exp.Subquery(this=probe))
+    out = derived.copy()
+    out.this.where(test, copy=False)
+    return out
 
 
 _ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg, exp.Abs)

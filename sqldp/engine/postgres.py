@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -38,6 +39,11 @@ SETUP = (READ_ONLY, NO_TIMEOUT)  # what configure() sets, also sent by the proxy
 BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 
+# a SELECT whose first item is a scalar subquery, or a column of the row statement's first shared scan
+# (``SELECT g0.total AS v0, (SELECT …) AS v1 … FROM (…) AS g0``, sqldp.sensitivity.rows): only these may split
+_PIECEWISE = re.compile(r"SELECT (\(|g\d+\.)")
+
+
 def parts(text: str) -> tuple[str, ...]:
     """The statements that compute ``text``'s one row in pieces (:func:`layout`), in the order they are run."""
     return layout(text)[0]
@@ -52,7 +58,7 @@ def layout(text: str) -> tuple[tuple[str, ...], tuple[int, ...] | None]:
     of the FROM: a one-row FROM gives the SELECT one row, each scalar subquery is evaluated once for it and
     reads nothing of it (an uncorrelated subquery; a correlated one keeps the statement whole), so the pieces'
     values are the whole statement's."""
-    if not text.startswith("SELECT ("):  # cheap: most statements read a FROM
+    if not _PIECEWISE.match(text):  # cheap: most statements read a FROM
         return (text,), None
     try:
         tree = sqlglot.parse_one(text, read="postgres")

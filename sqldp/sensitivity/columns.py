@@ -138,6 +138,12 @@ class ColumnPlan:
                 out.extend(p.queries)
         return tuple(out)
 
+    @property
+    def query_count(self) -> int:
+        """``len(self.queries)`` without building the row plans' statements (the runner asks it at every run)."""
+        plans = (self.row_plan, self.count_plan, self.semi_plan)
+        return len(self.value_queries) + sum(p.query_count for p in plans if p is not None)
+
     def grid_index(self, beta: float) -> int | None:
         """The largest grid point β′ ≤ β, whose bound is used at β (a β′-smooth bound is β-smooth)."""
         return max((k for k, b in enumerate(self.grid) if b <= beta * (1 + 1e-12)), default=None)
@@ -159,14 +165,14 @@ class ColumnPlan:
         n = len(self.value_queries)
         row_at = count_at = semi_at = None
         if self.row_plan is not None and self.count_plan is not None:
-            k = len(self.row_plan.queries)
+            k = self.row_plan.query_count
             row_at = self.row_plan.bind(results[n : n + k])
             n += k
-            k = len(self.count_plan.queries)
+            k = self.count_plan.query_count
             count_at = self.count_plan.bind(results[n : n + k])
             n += k
         if self.semi_plan is not None:
-            semi_at = self.semi_plan.bind(results[n : n + len(self.semi_plan.queries)])
+            semi_at = self.semi_plan.bind(results[n : n + self.semi_plan.query_count])
 
         # without the row-level parts the bound is constant between grid points: the β search asks ≈ 60 βs
         cache: dict[int | None, Bound] = {}

@@ -984,10 +984,16 @@ class RowPlan(ExactUnfolded):
     shared: tuple[tuple[exp.Select, dict[int, str]], ...] = ()
 
     @property
+    def query_count(self) -> int:
+        """``len(self.queries)`` without building them: the runner and ColumnPlan.bind ask it at every run."""
+        return (1 if self.scalars else 0) + len(self.grouped)
+
+    @property
     def queries(self) -> tuple[exp.Select, ...]:
         head = []
         if self.scalars:
             source = {i: (f"g{j}", column) for j, (_, reads) in enumerate(self.shared) for i, column in reads.items()}
+            source = _twins(self.scalars, source)
             items = [
                 exp.alias_(
                     exp.column(source[i][1], table=source[i][0]) if i in source else exp.Subquery(this=q), f"v{i}"
@@ -1409,6 +1415,22 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
         semis=tuple(semis),
         shared=tuple(shared),
     )
+
+
+def _twins(scalars: Sequence[exp.Expr], source: dict[int, tuple[str, str]]) -> dict[int, tuple[str, str]]:
+    """``source`` (scalar → the shared scan and column that compute it) with every other scalar of the same SQL
+    text as one of those read from there too. Another term asks the same number (Q17 under tpch: c_F for
+    lineitem, max over l_partkey of lineitem's rows, is the count part's derivative groups by, which the shared
+    scan g1 computes beside lineitem's local count): one SQL text in one snapshot is one number (COUNT and MAX
+    over the same rows, nothing volatile), and the scan already computes it (``_shared_scan``), so the
+    statement scans lineitem once instead of twice."""
+    text = {scalars[i].sql(dialect="postgres"): i for i in source}
+    out = dict(source)
+    for i, q in enumerate(scalars):
+        twin = text.get(q.sql(dialect="postgres"))
+        if i not in out and twin is not None:
+            out[i] = source[twin]
+    return out
 
 
 def _shared_scan(

@@ -14,6 +14,8 @@ new text gives other rows), so the comparison is not vacuous.
 * A row statement with shared scans run in pieces on the two connections, each distinct piece once
   (sqldp.engine.postgres.layout): the pieces give the statement's row (the figures of every TPC-H query on one
   and on two connections are compared in tests/engine/test_snapshot_queue.py).
+* A scalar another term asks again read from the shared scan that computes it (sqldp.sensitivity.rows._twins)
+  against the scalar run on its own: every figure of the run is the same.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from sqldp.normalize import normalize
 from sqldp.policy import Policy
 from sqldp.runner import Prepared
 from sqldp.sensitivity import rows
+from sqldp.sensitivity.columns import ColumnPlan
 
 ROOT = Path(__file__).resolve().parents[2]
 QUERIES = ROOT / "benchmarks" / "tpch" / "queries"
@@ -276,6 +279,47 @@ def test_pieces_of_a_statement_with_shared_scans_give_its_row(pg_dsn: str) -> No
     assert [got] != row  # side by side without the order the row differs: the order is needed
 
 
+def test_a_statement_that_begins_with_a_shared_scan_column_splits_too(pg_dsn: str) -> None:
+    """Q17's row statement under tpch begins with its shared scans' columns (``SELECT g1.total AS v0, …``), not a
+    scalar subquery: it splits all the same, and the pieces' row in the statement's order is the whole row."""
+    whole = (
+        "SELECT g0.total AS v1, (SELECT COUNT(*) FROM t) AS v0, g0.best AS v3, (SELECT MAX(x) FROM t WHERE x > 1) "
+        "AS v2 FROM (SELECT COUNT(*) AS total, LEAST(COUNT(*) FILTER(WHERE t.x < 5), 1) AS best FROM t "
+        "WHERE t.x > 10) AS g0"
+    )
+    texts, columns = postgres.layout(whole)
+    assert len(texts) == 3 and columns == (2, 0, 3, 1)
+    assert postgres.layout(whole.replace("SELECT g0.total", "SELECT h0.total")) == (
+        (whole.replace("SELECT g0.total", "SELECT h0.total"),),
+        None,
+    )  # not the row statement's shape: not parsed
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (x INT); INSERT INTO t SELECT g FROM generate_series(1, 50) g")
+        row = conn.execute(whole).fetchall()
+        got = tuple(v for p in texts for v in conn.execute(p).fetchall()[0])
+    assert [tuple(got[k] for k in columns)] == row == [(40, 50, 0, 50)]
+
+
+def test_a_scalar_asked_twice_reads_the_shared_scan(
+    tpch_dsn: tuple[str, dict[str, int], object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Q17 under tpch: lineitem's c_F (max over l_partkey of lineitem's rows) is the count part's derivative
+    groups by, which a shared scan computes beside lineitem's local count (sqldp.sensitivity.rows._twins): the
+    statements group lineitem by l_partkey once, and every figure of the run is the one with the scalar run
+    on its own."""
+    dsn = tpch_dsn[0]
+    sql = (QUERIES / "q17.sql").read_text(encoding="utf-8")
+    per_part = "FROM lineitem AS lineitem GROUP BY lineitem.l_partkey"
+    twice = "FROM lineitem AS lineitem WHERE lineitem.l_partkey = lineitem.l_partkey GROUP BY lineitem.l_partkey"
+    statements = _statements(dsn, sql, "tpch")
+    assert sum(q.count(per_part) for q in statements.queries) == 1
+    assert not any(twice in q for q in statements.queries)
+    shared = _figures(dsn, sql, "tpch")
+    monkeypatch.setattr(rows, "_twins", lambda scalars, source: source)
+    assert any(twice in q for q in _statements(dsn, sql, "tpch").queries)
+    assert _figures(dsn, sql, "tpch") == shared
+
+
 def test_q21_runs_its_row_statements_in_pieces_once_each(catalog: Catalog) -> None:
     """Q21 (tpch_catalog): both row statements split (they read a shared scan), and the pieces they share —
     the same count under another alias — are one unit each (test_snapshot_queue checks the figures)."""
@@ -286,3 +330,62 @@ def test_q21_runs_its_row_statements_in_pieces_once_each(catalog: Catalog) -> No
     assert sum(len(texts) > 1 and columns is not None for texts, columns in split) == 2
     every = [t for texts, _ in split for t in texts]
     assert len({postgres._unaliased(t) for t in every}) < len(every) - 5
+
+
+@pytest.mark.parametrize("policy_name", ["tpch", "tpch_catalog"])
+def test_plans_count_their_statements_without_building_them(
+    tpch_dsn: tuple[str, dict[str, int], object], policy_name: str
+) -> None:
+    """The runner cuts the fetched rows per plan by ``query_count`` (RowPlan, ColumnPlan), which must be the
+    number of statements ``queries`` builds, for every TPC-H query sqldp answers."""
+    session = sqldp.connect(tpch_dsn[0], policy=policy_name)
+    counted = 0
+    try:
+        for path in sorted(QUERIES.glob("q*.sql")):
+            try:
+                prepared = session.prepare(path.read_text(encoding="utf-8"), epsilon=1.0)
+            except sqldp.errors.RefusedError:
+                continue
+            for plan in getattr(prepared, "plans", ()):
+                if isinstance(plan, rows.RowPlan | ColumnPlan):
+                    assert plan.query_count == len(plan.queries), (path.stem, type(plan).__name__)
+                    counted += 1
+    finally:
+        session.close()
+    assert counted >= 10
+
+
+@pytest.mark.parametrize("policy_name", ["tpch", "tpch_catalog"])
+def test_a_decorrelated_value_is_grouped_for_the_keys_the_query_asks(
+    tpch_dsn: tuple[str, dict[str, int], object], monkeypatch: pytest.MonkeyPatch, policy_name: str
+) -> None:
+    """Q17: the per-part average (the derived table D of the decorrelated scalar subquery) is computed only for
+    the parts the query's conjuncts on part keep (sqldp.sqlgen.matched_keys): D's rows are the unrestricted D's
+    for those parts, fewer than all, and a restriction to other parts gives other rows (the data tells a wrong
+    one apart); every figure of the run, the true values among them, is the run's with D over all of lineitem."""
+    dsn = tpch_dsn[0]
+    # at SF 0.01 no part is a Brand#23 MED BOX: SM PACK has 183 rows of lineitem
+    sql = (QUERIES / "q17.sql").read_text(encoding="utf-8").replace("'MED BOX'", "'SM PACK'")
+    keys = (
+        "lineitem_2.l_partkey IN (SELECT part.p_partkey FROM part AS part WHERE part.p_brand = 'Brand#23' AND "
+        "part.p_container = 'SM PACK')"
+    )
+    answer = _statements(dsn, sql, policy_name).answer
+    assert keys in answer
+    derived = next(
+        s for s in sqlglot.parse_one(answer, read="postgres").find_all(exp.Subquery) if s.alias == "lineitem_2"
+    )
+    d = derived.this.sql(dialect="postgres")
+    assert keys in d
+    parts = "SELECT p_partkey FROM part WHERE p_brand = 'Brand#23' AND p_container = 'SM PACK'"
+    with psycopg.connect(dsn) as conn:
+        kept = sorted(conn.execute(d).fetchall())
+        every = sorted(conn.execute(d.replace(" WHERE " + keys, "")).fetchall())
+        asked = {r[0] for r in conn.execute(parts).fetchall()}
+        other = sorted(conn.execute(d.replace("Brand#23", "Brand#12")).fetchall())
+    assert kept == [r for r in every if r[0] in asked] and 0 < len(kept) < len(every)
+    assert other != kept
+    restricted = _figures(dsn, sql, policy_name)
+    monkeypatch.setattr(sqlgen, "matched_keys", lambda derived, semi, form: derived)
+    assert keys not in _statements(dsn, sql, policy_name).answer
+    assert _figures(dsn, sql, policy_name) == restricted

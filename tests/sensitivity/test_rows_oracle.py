@@ -31,9 +31,10 @@ from sqldp.catalog import Catalog
 from sqldp.frontend import parse
 from sqldp.normalize import normalize
 from sqldp.policy import Policy
+from sqldp.sensitivity import smoothing
 from sqldp.sensitivity.patterns import PatternMap, unify, unify_naive
 from sqldp.sensitivity.rows import RowPlan
-from sqldp.sensitivity.smoothing import Growth, smooth_count
+from sqldp.sensitivity.smoothing import Growth, remembering, smooth_count
 
 DDL = "CREATE TABLE r (a INT, b INT);\nCREATE TABLE s (b INT, c INT);\nCREATE TABLE p (b INT, d INT);\n"
 DOMAIN = (0, 1, 2)
@@ -247,6 +248,60 @@ def test_smoothing_is_monotone_in_the_count(growth: Growth, count: int, beta: fl
     low = min(float(count), growth.base())
     high = min(low + extra, growth.base())
     assert smooth_count(high, growth, beta)[0] >= smooth_count(low, growth, beta)[0] * (1 - 1e-12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.floats(0, 1e7),
+    st.integers(1, 3),
+    st.sampled_from([0.5, 1.0, 2.0, 3.0]),
+    st.floats(0.5, 20),
+    st.one_of(st.floats(0, 1e9), st.sampled_from([0.0, 1.0, 2.0**40, math.inf])),
+)
+def test_one_table_level_is_the_loop_bit_for_bit(n: float, m: int, g: float, public: float, k: float) -> None:
+    """The one-table water-filling level (Growth._level_one, what nearly every bisection step calls) is the
+    general loop's (λ, prod, extra), float for float: the smoothed bounds are the same numbers."""
+    growth = Growth(((n, m, g),), public)
+    fast, loop = growth._level_one(k), growth._level_loop(k)
+    assert [math.copysign(1.0, x) for x in fast] == [math.copysign(1.0, x) for x in loop]
+    assert all(a == b or (math.isnan(a) and math.isnan(b)) for a, b in zip(fast, loop, strict=True)), (fast, loop)
+    assert growth.level(k) == fast or any(math.isnan(x) for x in fast)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(growths(), st.integers(0, 20), st.sampled_from([0.01, 0.2, 0.5, 1.0])), max_size=6))
+def test_remembered_smoothing_is_the_computed_one(calls: list[tuple[Growth, int, float]]) -> None:
+    """Within one release (``remembering``) each (count, growth, β) is smoothed once; every answer, the first and
+    the remembered ones, with an equal growth built anew, is the very float smooth_count computes outside."""
+    fresh = [smooth_count(min(float(c), g.base()), g, b) for g, c, b in calls]
+    with remembering():
+        for _ in range(2):
+            got = [smooth_count(min(float(c), g.base()), Growth(g.tables, g.public), b) for g, c, b in calls]
+            assert got == fresh
+
+
+def test_smoothing_is_remembered_for_one_release_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    computed: list[float] = []
+    real = smoothing._smooth_count
+
+    def counting(count: float, growth: Growth, beta: float) -> tuple[float, float]:
+        computed.append(count)
+        return real(count, growth, beta)
+
+    monkeypatch.setattr(smoothing, "_smooth_count", counting)
+    growth = Growth(((5.0, 1, 1.0),), 1.0)
+    with remembering():
+        first = smooth_count(3.0, growth, 0.5)
+        assert smooth_count(3.0, Growth(((5.0, 1, 1.0),), 1.0), 0.5) == first
+        assert len(computed) == 1
+        smooth_count(3.0, growth, 0.2)  # another β is another answer
+        assert len(computed) == 2
+        # 0.0 == −0.0 as dict keys, but a static count is returned as given: the sign is part of the key
+        assert math.copysign(1.0, smooth_count(0.0, Growth(), 1.0)[0]) == 1.0
+        assert math.copysign(1.0, smooth_count(-0.0, Growth(), 1.0)[0]) == -1.0
+    computed.clear()
+    smooth_count(3.0, growth, 0.5)  # the next release computes again: nothing is kept from one run's data
+    assert computed == [3.0]
 
 
 def test_two_uses_with_the_same_own_conjuncts_share_one_count(catalog: Catalog, policy: Policy) -> None:
