@@ -101,7 +101,7 @@ class Growth:
         """:meth:`level` for one table (most growths: the other private use of a two-table join), the same
         operations on the same values without the loops: the one table is active at once (msum = 0.0 + m), the
         next level is ∞ so the first step covers any k, and λ = v + (k − 0.0)/msum. The bisection calls it ≈ 40
-        times per smoothed count; the floats are the loop's, bit for bit (tests/sensitivity/test_rows_oracle)."""
+        times per smoothed count; the floats are the loop's, bit for bit (tests/sensitivity/test_rows_oracle.py)."""
         v, n, m, g = self._items[0]
         msum = 0.0 + m
         lam = v + (k - 0.0) / msum
