@@ -224,7 +224,7 @@ def _describe_term(term: Any) -> list[str]:
     line per part."""
     if not isinstance(term, dict):
         return [str(term)]
-    if "value_sensitivity" in term:
+    if "value_sensitivity" in term or "norm" in term:
         return _describe_values(term)
     if "truncated" in term:  # R2T under a privacy unit (sqldp.sensitivity.units)
         values = ", ".join(f"{v:.6g}" for v in term["truncated"])
@@ -248,11 +248,15 @@ def _describe_values(term: dict[str, Any]) -> list[str]:
     """A value-level term (NR §3.3.8), and in combined mode its row-level part and c2 (§3.3.9.3)."""
     terms = term.get("column_terms", {})
     by_column = ", ".join(f"{c} {v:.6g}" for c, v in sorted(terms.get("terms", {}).items(), key=lambda kv: -kv[1]) if v)
-    lines = [
-        f"values under {term.get('norm')} (rows {term.get('row_privacy', '?')}): sensitivity "
-        f"{term['value_sensitivity']:.6g}"
-        + (f"; by column at β = {terms['at_beta']:g}: {by_column}" if by_column else "")
-    ]
+    head = f"values under {term.get('norm')} (rows {term.get('row_privacy', '?')}): "
+    if "value_sensitivity" not in term:  # a global combined bound reads no value query (sqldp.sensitivity.columns)
+        lines = [head + "global bound, c3·c4 below (no value-level scan)"]
+    else:
+        lines = [
+            head
+            + f"sensitivity {term['value_sensitivity']:.6g}"
+            + (f"; by column at β = {terms['at_beta']:g}: {by_column}" if by_column else "")
+        ]
     slopes = {c: v["filter_slope"] for c, v in term.get("columns", {}).items() if v.get("filter_slope")}
     if slopes:
         lines.append("private filters' slopes: " + ", ".join(f"{c} {v:.4g}" for c, v in sorted(slopes.items())))
