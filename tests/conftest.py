@@ -49,6 +49,9 @@ def spark() -> Iterator[object]:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")  # SF 0.01: the default 200 partitions are 200 tiny tasks
+        # the default 1 GiB driver (local mode: the executor too) ran out of execution memory once in a full run
+        # (Q8's hash aggregate, after some 200 Spark tests in one session); the machines have 24 GiB
+        .config("spark.driver.memory", "3g")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
