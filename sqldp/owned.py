@@ -68,7 +68,7 @@ from sqlglot import exp
 from sqldp import sensitivity
 from sqldp.catalog import Catalog
 from sqldp.errors import RefusedError
-from sqldp.form import AGG_PREFIX, Aggregate, AnalysisForm, ColumnRef, Conjunct, SemiJoin, single_aggregate
+from sqldp.form import Aggregate, AnalysisForm, ColumnRef, Conjunct, SemiJoin, placeholder, single_aggregate
 from sqldp.groups import KeyDomain
 from sqldp.policy import Policy
 from sqldp.rewrite import Statements, rewrite
@@ -367,6 +367,7 @@ def compile_owned(
     # the answer's WHERE: the values' (a value plan may move a private conjunct into its aggregate, NR §3.3.8.4)
     # and the conjuncts on the owning rows, in the query's order
     keep = {c.sql for c in (*kept, *owned.dropped)}
+    # (and a key column's declared range the plan added, sensitivity.with_key_ranges: not in the query's own)
     where = tuple(c for c in form.conjuncts if c.sql in keep) + tuple(c for c in kept if c not in form.conjuncts)
     answer = answer_query(dataclasses.replace(form, aggregates=tuple(p.aggregate for p in plans), conjuncts=where))
     statements = rewrite(form, answer, plans, domains, catalog, policy, dialect)
@@ -385,8 +386,8 @@ def own_selector(form: AnalysisForm, catalog: Catalog, policy: Policy) -> Analys
     except RefusedError:
         return form  # compile_form refuses it again, or the count-based selection answers
     i = form.select_by
-    placeholder = f"{AGG_PREFIX}{i}"
-    having = form.having is not None and any(c.name == placeholder for c in form.having.find_all(exp.Column))
+    mark = placeholder(i).name
+    having = form.having is not None and any(c.name == mark for c in form.having.find_all(exp.Column))
     if not having and not any(i in o.aggregates for o in form.outputs):
         return form
     count = Aggregate("count", None, frozenset())

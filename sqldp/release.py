@@ -20,6 +20,7 @@ from sqldp.errors import RefusedError
 from sqldp.form import AGG_PREFIX, AnalysisForm, Output
 from sqldp.groups import all_groups
 from sqldp.mechanisms import NoiseSource
+from sqldp.owned import OwnedSelection
 from sqldp.params import PrivacyParams, check_beta
 from sqldp.result import GAUSSIAN, GLOBAL, PUBLIC_SCALE, R2T, UNIT_HISTOGRAM, Measurement, Result
 from sqldp.sensitivity.global_bound import GlobalPlan
@@ -56,7 +57,7 @@ def shares(
     joint = gaussian(form, params, plans)  # one Gaussian release of every aggregate spends δ for them all
     spending = [i for i, plan in enumerate(plans) if joint or not plan.data_independent or i == form.select_by]
     # the selector of owned groups spends δ only (sqldp.owned: a common group's indicator is 1 on both sides)
-    free = [i for i, plan in enumerate(plans) if getattr(plan, "groups_per_change", None) is not None]
+    free = [i for i, plan in enumerate(plans) if isinstance(plan, OwnedSelection)]
     out: list[tuple[float, float | None] | None] = []
     for i, plan in enumerate(plans):
         whole = not form.group_by or plan.disjoint_groups or plan.data_independent
@@ -294,7 +295,7 @@ def _templates(
         if isinstance(plan, UnitPlan):
             out.append(race_template(agg.sql, plan, rows, eps))
             continue
-        if getattr(plan, "groups_per_change", None) is not None:
+        if isinstance(plan, OwnedSelection):
             # owned groups' selector: its indicator with Laplace noise of scale 1, thresholded by δ alone
             # (selection_threshold); no ε is spent, so none is shown
             cal, bound = mechanisms.calibrate_global(1.0, 1.0), plan.bind(rows)(0.0)
@@ -329,7 +330,7 @@ def _templates(
                 mechanism=GAUSSIAN if joint else GLOBAL if plan.data_independent else cal.mechanism,
                 calibration=cal,
                 bound=plan.source if isinstance(plan, GlobalPlan) else None,
-                owned_groups=getattr(plan, "groups_per_change", None),
+                owned_groups=plan.groups_per_change if isinstance(plan, OwnedSelection) else None,
             )
         )
     return out

@@ -435,18 +435,15 @@ def compile_form(
         # database and groups a neighbouring change touches one of; the other aggregates too (parallel
         # composition over groups whose number depends on the data)
         selector = plans[form.select_by]
+        # where the groups are owned rows, why that analysis refused is the reason
         if not selector.data_independent:
-            if unowned is not None:
-                raise unowned
-            raise RefusedError(
+            raise unowned or RefusedError(
                 "DP partition selection (GROUP BY a private column without a declared domain, or SELECT DISTINCT) "
                 "needs a count whose bound holds on every database, which this query has not (private rows join "
                 "other private rows, or a filter reads value-sensitive columns)"
             )
         if not all(p.disjoint_groups for p in plans):
-            if unowned is not None:
-                raise unowned
-            raise RefusedError(
+            raise unowned or RefusedError(
                 "DP partition selection (GROUP BY a private column without a declared domain, or SELECT DISTINCT): "
                 "a row of a private table can change several groups here, so the groups present in the data "
                 "cannot be selected privately"
