@@ -3,6 +3,7 @@ query and the plans' queries by an ordered list of tree → tree rules, as sqlgl
 rules. None of them changes what a query computes:
 
 1. ``fold`` — the sensitivity queries that scan the answer's product are computed in the answer's scan;
+   ``centred`` — a centred SUM(x − m) is computed from SUM(x) and COUNT(x), which the answer computes anyway;
 2. ``match_groups`` — each answer row is matched to its released group by PostgreSQL's ``=`` (sqldp.groups);
 3. ``widen_integers`` — INTEGER arithmetic runs in BIGINT, so no overflow error answers for the data (sqlgen);
 4. ``truncate`` — a table whose declared contribution bound (``max_rows_per``) the plans rely on is read
@@ -27,6 +28,7 @@ from sqldp.errors import CatalogError, RefusedError
 from sqldp.form import AnalysisForm, ColumnRef
 from sqldp.frontend import conjuncts
 from sqldp.groups import KeyDomain, match_groups
+from sqldp.pg_arithmetic import case_values
 from sqldp.policy import Policy
 from sqldp.sensitivity import model_check
 from sqldp.sensitivity.global_bound import CUT, RANK, GlobalPlan, Truncation
@@ -66,6 +68,77 @@ def groups(answer: exp.Select, scope: Scope) -> exp.Select:
     if not scope.form.group_by or any(d.private for d in scope.domains):
         return answer
     return match_groups(answer, scope.domains)
+
+
+# the types in which PostgreSQL's + − × / are exact or truncate deterministically (never floating point)
+_EXACT_TYPES = frozenset(
+    {"SMALLINT", "INT", "INTEGER", "BIGINT", "INT2", "INT4", "INT8", "NUMERIC", "DECIMAL", "SERIAL", "BIGSERIAL"}
+)
+
+
+def _exact(e: exp.Expr, scope: Scope) -> bool:
+    """Whether PostgreSQL computes ``e`` in an integer type or NUMERIC, never in floating point: columns of those
+    types, numeric literals, + − × / (integer division truncates, NUMERIC division rounds: either way a value of
+    an exact type), CASE whose values are exact, casts to exact types."""
+    if isinstance(e, (exp.Paren, exp.Neg)):
+        return _exact(e.this, scope)
+    if isinstance(e, exp.Column):
+        if not e.table or scope.catalog is None:
+            return False
+        try:
+            column = scope.catalog.table(scope.form.use(e.table).table).column(e.name)
+        except (KeyError, CatalogError):
+            return False
+        return column.type_sql.upper().split("(")[0].strip() in _EXACT_TYPES
+    if isinstance(e, exp.Literal):
+        return not e.is_string
+    if isinstance(e, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
+        return _exact(e.this, scope) and _exact(e.expression, scope)
+    if isinstance(e, exp.Case) and e.this is None:
+        return all(_exact(v, scope) for v in case_values(e))
+    if isinstance(e, exp.Cast):
+        return e.to.is_type(*exp.DataType.INTEGER_TYPES, exp.DataType.Type.DECIMAL)
+    return False
+
+
+def _unclamped(e: exp.Expr) -> exp.Expr:
+    """The column c of ``CASE WHEN c < lo THEN lo WHEN c > hi THEN hi ELSE c END`` (the clamp of
+    :func:`sqldp.sensitivity.intervals.clamp_columns`: NULL exactly where c is), else ``e``."""
+    default = e.args.get("default") if isinstance(e, exp.Case) else None
+    if isinstance(default, exp.Column) and all(i.this.this == default for i in e.args.get("ifs", [])):
+        return default
+    return e
+
+
+def centred(answer: exp.Select, scope: Scope) -> exp.Select:
+    """Each answer aggregate ``SUM(CAST(x − m AS NUMERIC))``, the centred sum of an AVG or a variance
+    (sqldp.aggregates), becomes ``SUM(CAST(x AS NUMERIC)) − m·COUNT(x)`` where x is of an exact type. The two
+    are equal: x − m is exact there, NUMERIC sums exactly, and both are NULL when no x is. The answer already
+    has SUM(x) when the query sums x too (Q1's AVG(l_quantity) beside SUM(l_quantity)) and COUNT(x) as the AVG's
+    other measurement: PostgreSQL computes an aggregate written twice once, so the centred sum costs nothing
+    where it cost a subtraction, a cast and a NUMERIC addition per row. PostgreSQL only: Spark's DECIMAL has a
+    bounded precision."""
+    if scope.dialect != "postgres":
+        return answer
+    answer = answer.copy()
+    for item in answer.expressions:
+        total = item.this if isinstance(item, exp.Alias) and item.alias.startswith("__agg") else None
+        cast = total.this if isinstance(total, exp.Sum) else None
+        if not isinstance(cast, exp.Cast) or not cast.to.is_type(exp.DataType.Type.DECIMAL):
+            continue
+        sub = cast.this
+        if not isinstance(sub, exp.Sub) or not isinstance(sub.expression, exp.Literal):
+            continue
+        if sub.expression.is_string or not _exact(sub.this, scope):
+            continue
+        x = sub.this
+        count = exp.Count(this=_unclamped(x).copy())
+        shifted = exp.Sub(
+            this=exp.Sum(this=exp.cast(x.copy(), "NUMERIC")),
+            expression=exp.Mul(this=sub.expression.copy(), expression=count),
+        )
+        item.set("this", exp.Paren(this=shifted))
+    return answer
 
 
 def widen(query: exp.Select, scope: Scope) -> exp.Select:
@@ -198,7 +271,7 @@ def _scaled(type_sql: str) -> bool:
     return head in ("NUMERIC", "DECIMAL") and bool(args)
 
 
-ANSWER_RULES: tuple[Rule, ...] = (fold, groups, widen, truncate)
+ANSWER_RULES: tuple[Rule, ...] = (fold, centred, groups, widen, truncate)
 QUERY_RULES: tuple[Rule, ...] = (widen, truncate)
 DIALECT_RULES: dict[str, tuple[Rule, ...]] = {"postgres": (), "spark": (spark,)}
 
