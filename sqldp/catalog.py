@@ -7,8 +7,10 @@ integer columns allow exact step functions for filters, NR §3.3.8.5).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
@@ -64,6 +66,11 @@ class Column:
     # whole numbers the column is known to lie in, beyond its type's range: only the model-checking analysis'
     # row ranks under a declared contribution bound (1 … τ, sqldp.sensitivity.global_bound) carry one
     bounds: tuple[int, int] | None = None
+    # the interval (lo, hi; None: unbounded on that side) a validated CHECK constraint keeps every non-NULL value
+    # of an integer or NUMERIC column in: read from PostgreSQL, which enforces it on every row (never from a DDL
+    # file, whose constraints are claims). Only the rewriter uses it, to leave out clamps that change no value
+    # (sqldp.rewrite.unclamp); the analyses take their ranges from the policy alone
+    checked: tuple[Decimal | None, Decimal | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -190,6 +197,18 @@ class Catalog:
                     fk[2].append(ref_column)
         if not tables:
             raise InputError(f"the database has no tables in schema {schema!r}", where="--dsn")
+        for table, column, definition in conn.execute(CHECKS, (schema,)).fetchall():
+            owner = tables.get(table)
+            col = owner["columns"].get(column) if owner is not None else None
+            if owner is None or col is None or not _exact_type(col.type_sql):
+                continue
+            interval = checked_interval(definition, column)
+            if interval is not None:  # every constraint holds: their intersection
+                if col.checked is not None:
+                    lows = [x for x in (col.checked[0], interval[0]) if x is not None]
+                    highs = [x for x in (col.checked[1], interval[1]) if x is not None]
+                    interval = (max(lows) if lows else None, min(highs) if highs else None)
+                owner["columns"][column] = dataclasses.replace(col, checked=interval)
         return cls(
             {
                 name: Table(
@@ -235,6 +254,107 @@ class Catalog:
             else:
                 out[name] = Table(name, columns, declared.primary_key, declared.foreign_keys, declared.unique)
         return cls(out, "Spark session" + (f" (keys from {keys.source})" if keys is not None else ""))
+
+
+# validated one-column CHECK constraints of a schema's tables that every row of the table, its inheritance
+# children and partitions included, satisfies (NO INHERIT ones bind the parent's own rows only: left out)
+CHECKS = """
+SELECT c.relname, a.attname, pg_get_constraintdef(k.oid)
+FROM pg_constraint k
+JOIN pg_class c ON c.oid = k.conrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.conkey[1]
+WHERE n.nspname = %s AND k.contype = 'c' AND k.convalidated AND NOT k.connoinherit AND cardinality(k.conkey) = 1
+ORDER BY c.relname, a.attname, k.conname
+"""
+
+
+def _exact_type(type_sql: str) -> bool:
+    """Integer or NUMERIC: comparisons with the constraint's numbers are exact (no float, no NaN that a CHECK on
+    a float could let through in other forms)."""
+    return kind_of(type_sql) == "integer" or type_sql.upper().split("(")[0].strip() in ("NUMERIC", "DECIMAL")
+
+
+def constant(e: exp.Expr) -> Decimal | None:
+    """The value of a numeric constant as PostgreSQL writes it back (``(50)::numeric``, ``'-999.99'::numeric``,
+    ``(- 3)``), else None."""
+    negative = False
+    while True:
+        if isinstance(e, (exp.Paren, exp.Cast)):
+            e = e.this
+        elif isinstance(e, exp.Neg):
+            negative, e = not negative, e.this
+        else:
+            break
+    if not isinstance(e, exp.Literal):
+        return None
+    try:
+        value = Decimal(str(e.this))  # as sqlglot writes it (a float literal by its shortest repr)
+    except InvalidOperation:
+        return None
+    if not value.is_finite():
+        return None
+    return -value if negative else value
+
+
+def checked_interval(definition: str, column: str) -> tuple[Decimal | None, Decimal | None] | None:
+    """The interval a CHECK constraint's definition (``pg_get_constraintdef``: ``CHECK (((c >= (1)::numeric) AND
+    (c <= (50)::numeric)))``) keeps ``column`` in, when it is a conjunction of comparisons of the column with
+    constants (``=``, ``<``, ``<=``, ``>``, ``>=``, ``BETWEEN``); None for any other form. A strict comparison gives the
+    same closed end: the interval holds every allowed value, which is all the rewriter needs."""
+    text = definition.strip()
+    if not text.upper().startswith("CHECK"):
+        return None
+    try:
+        tree = sqlglot.parse_one(text[len("CHECK") :].strip(), read="postgres")
+    except ParseError:
+        return None
+    lo: Decimal | None = None
+    hi: Decimal | None = None
+
+    def is_column(e: exp.Expr) -> bool:
+        while isinstance(e, exp.Paren):
+            e = e.this
+        return isinstance(e, exp.Column) and not e.table and e.name.lower() == column.lower()
+
+    def tighten(low: Decimal | None, high: Decimal | None) -> None:
+        nonlocal lo, hi
+        if low is not None:
+            lo = low if lo is None else max(lo, low)
+        if high is not None:
+            hi = high if hi is None else min(hi, high)
+
+    while isinstance(tree, exp.Paren):
+        tree = tree.this
+    for part in tree.flatten() if isinstance(tree, exp.And) else [tree]:
+        while isinstance(part, exp.Paren):
+            part = part.this
+        if isinstance(part, exp.Between) and is_column(part.this) and not part.args.get("symmetric"):
+            low, high = constant(part.args["low"]), constant(part.args["high"])
+            if low is None or high is None:
+                return None
+            tighten(low, high)
+        elif isinstance(part, exp.EQ) and (is_column(part.this) or is_column(part.expression)):
+            value = constant(part.expression if is_column(part.this) else part.this)
+            if value is None:
+                return None
+            tighten(value, value)
+        elif isinstance(part, (exp.GT, exp.GTE, exp.LT, exp.LTE)):
+            left, right = part.this, part.expression
+            flipped = not is_column(left)
+            if flipped:
+                left, right = right, left
+            value = constant(right)
+            if not is_column(left) or value is None:
+                return None
+            upper = isinstance(part, (exp.LT, exp.LTE)) != flipped
+            if upper:
+                tighten(None, value)
+            else:
+                tighten(value, None)
+        else:
+            return None
+    return (lo, hi) if lo is not None or hi is not None else None
 
 
 class _DdlTable(TypedDict):

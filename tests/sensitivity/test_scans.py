@@ -370,3 +370,93 @@ def test_a_centred_sum_is_the_sum_less_the_centre_times_the_count(pg_dsn: str, m
     assert got == want
     # the data leaves the ranges and has NULLs: the comparison above is not vacuous
     assert any(r[2] is None for r in rows) and any(r[3] is not None and abs(r[3]) > 41.5 for r in rows)
+
+
+# -- clamps a validated CHECK constraint makes idle (rewrite.unclamp, Catalog.checked) -------------------------
+
+CHECKED_DDL = """
+CREATE TABLE w (id INT PRIMARY KEY, g INT, a INT CHECK (a BETWEEN -5 AND 7), x NUMERIC(6,2), y NUMERIC(6,2),
+                z INT, f DOUBLE PRECISION CHECK (f >= 0 AND f <= 1));
+ALTER TABLE w ADD CONSTRAINT x_low CHECK (x >= -10);
+ALTER TABLE w ADD CONSTRAINT x_high CHECK (x < 10.5);
+ALTER TABLE w ADD CONSTRAINT y_wide CHECK (y BETWEEN -100 AND 100);
+ALTER TABLE w ADD CONSTRAINT z_low CHECK (z >= 0);
+ALTER TABLE w ADD CONSTRAINT z_pair CHECK (z <= id);
+"""
+CHECKED_POLICY = """
+[tables.w]
+rows = "private"
+[tables.w.columns.g]
+domain = [0, 1]
+[tables.w.columns.a]
+range = [-5, 7]
+[tables.w.columns.x]
+range = [-10, 10.5]
+[tables.w.columns.y]
+range = [-50, 50]
+[tables.w.columns.z]
+range = [0, 3]
+[tables.w.columns.f]
+range = [0, 1]
+"""
+CHECKED_QUERY = "SELECT g, SUM(a), SUM(x), SUM(y), SUM(z), SUM(f), AVG(x) FROM w GROUP BY g"
+
+
+def test_checked_interval_reads_postgresql_s_own_definitions() -> None:
+    from decimal import Decimal
+
+    from sqldp.catalog import checked_interval
+
+    d = Decimal
+    assert checked_interval("CHECK (((q >= (1)::numeric) AND (q <= (50)::numeric)))", "q") == (d(1), d(50))
+    balance = "CHECK (((b >= '-999.99'::numeric) AND (b <= 9999.99)))"
+    assert checked_interval(balance, "b") == (d("-999.99"), d("9999.99"))
+    assert checked_interval("CHECK ((a > 0))", "a") == (d(0), None)
+    assert checked_interval("CHECK ((5 >= a))", "a") == (None, d(5))
+    assert checked_interval("CHECK ((a = 0))", "a") == (d(0), d(0))
+    assert checked_interval("CHECK (((a >= 1) AND (a <= 7) AND (a < 5)))", "a") == (d(1), d(5))
+    # a DDL file's CHECK is a claim: not read
+    assert sqldp.catalog.Catalog.from_ddl(CHECKED_DDL).table("w").column("a").checked is None
+    for other in ("CHECK (((a >= 1) OR (a <= 5)))", "CHECK ((a > b))", "CHECK (((a)::numeric <= 3))",
+                  "CHECK ((abs(a) <= 3))", "CHECK (((a >= 'NaN'::numeric)))", "CHECK ((b <= 3))"):
+        assert checked_interval(other, "a") is None, other
+
+
+def test_a_clamp_a_check_constraint_enforces_is_left_out(pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """a's and x's CHECKs are the declared ranges (x's from two constraints, one strict): no clamp. y's CHECK is
+    wider than its range: the clamp stays and moves the values outside [−50, 50]. z is checked below only (its
+    other CHECK reads two columns): only the upper branch stays. f is a float: PostgreSQL's CHECK is not read.
+    Oracle: the same answers with the rule switched off; and y's sum is not the raw sum (its clamp works)."""
+    rng = random.Random(11)
+    rows = [
+        (i, i % 2, rng.randint(-5, 7), round(rng.uniform(-10, 10.49), 2), round(rng.uniform(-100, 100), 2),
+         rng.randint(0, min(i, 9)), None if i % 4 == 0 else rng.random())
+        for i in range(40)
+    ]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(CHECKED_DDL)
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO w VALUES (%s, %s, %s, %s, %s, %s, %s)", rows)
+        conn.execute("ALTER TABLE w ADD CONSTRAINT y_unchecked CHECK (y <= 50) NOT VALID")  # not validated: unused
+        catalog = sqldp.catalog.Catalog.from_database(conn)
+    columns_ = catalog.table("w").columns
+    assert columns_["y"].checked is not None and columns_["f"].checked is None and columns_["g"].checked is None
+    assert columns_["z"].checked == (0, None)
+    policy = Policy.from_toml(CHECKED_POLICY)
+
+    def answers() -> tuple[str, list[Any]]:
+        prepared = sqldp.connect(pg_dsn, policy=policy).prepare(CHECKED_QUERY, epsilon=1.0)
+        out = prepared.analyze()
+        return prepared.statements.answer, [m.true_value for row in out.measurements for m in row]
+
+    text, got = answers()
+    assert "SUM(CAST(w.a AS DECIMAL))" in text and "SUM(CAST(w.x AS DECIMAL))" in text
+    assert "WHEN w.y < -50 THEN -50 WHEN w.y > 50 THEN 50 ELSE w.y END" in text
+    assert "CASE WHEN w.z > 3 THEN 3 ELSE w.z END" in text and "w.z < 0" not in text
+    assert "WHEN w.f < 0 THEN 0" in text
+    monkeypatch.setattr(rewrite, "ANSWER_RULES", tuple(r for r in rewrite.ANSWER_RULES if r is not rewrite.unclamp))
+    plain_text, want = answers()
+    assert "WHEN w.a < -5" in plain_text
+    assert got == want
+    raw_y = sum(r[4] for r in rows if r[1] == 0)
+    assert any(abs(r[4]) > 50 for r in rows) and got[2] != pytest.approx(float(raw_y))

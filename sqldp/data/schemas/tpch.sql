@@ -115,6 +115,24 @@ ALTER TABLE lineitem ADD CONSTRAINT lineitem_supplier_fk  FOREIGN KEY (l_suppkey
 ALTER TABLE lineitem ADD CONSTRAINT lineitem_partsupp_fk  FOREIGN KEY (l_partkey, l_suppkey)
     REFERENCES partsupp (ps_partkey, ps_suppkey);
 
+-- Value ranges of the spec (§4.2.3; L_EXTENDEDPRICE = L_QUANTITY·P_RETAILPRICE, O_TOTALPRICE of 1 … 7 lines),
+-- the ranges the shipped policies declare (tpch.toml). PostgreSQL enforces them on every row; sqldp reads
+-- them from the database and leaves out the clamps that would change no value (sqldp.rewrite.unclamp). A
+-- DDL file's constraints are claims: `--schema tpch.sql` does not use them.
+ALTER TABLE part     ADD CONSTRAINT part_size_range       CHECK (p_size BETWEEN 1 AND 50);
+ALTER TABLE part     ADD CONSTRAINT part_price_range      CHECK (p_retailprice BETWEEN 900.00 AND 2099.00);
+ALTER TABLE partsupp ADD CONSTRAINT partsupp_qty_range    CHECK (ps_availqty BETWEEN 1 AND 9999);
+ALTER TABLE partsupp ADD CONSTRAINT partsupp_cost_range   CHECK (ps_supplycost BETWEEN 1.00 AND 1000.00);
+ALTER TABLE supplier ADD CONSTRAINT supplier_bal_range    CHECK (s_acctbal BETWEEN -999.99 AND 9999.99);
+ALTER TABLE customer ADD CONSTRAINT customer_bal_range    CHECK (c_acctbal BETWEEN -999.99 AND 9999.99);
+ALTER TABLE orders   ADD CONSTRAINT orders_price_range    CHECK (o_totalprice BETWEEN 810.00 AND 793422.00);
+ALTER TABLE orders   ADD CONSTRAINT orders_prio_range     CHECK (o_shippriority = 0);
+ALTER TABLE lineitem ADD CONSTRAINT lineitem_line_range   CHECK (l_linenumber BETWEEN 1 AND 7);
+ALTER TABLE lineitem ADD CONSTRAINT lineitem_qty_range    CHECK (l_quantity BETWEEN 1 AND 50);
+ALTER TABLE lineitem ADD CONSTRAINT lineitem_price_range  CHECK (l_extendedprice BETWEEN 900.00 AND 104950.00);
+ALTER TABLE lineitem ADD CONSTRAINT lineitem_disc_range   CHECK (l_discount BETWEEN 0.00 AND 0.10);
+ALTER TABLE lineitem ADD CONSTRAINT lineitem_tax_range    CHECK (l_tax BETWEEN 0.00 AND 0.08);
+
 -- Indexes on foreign-key columns that no primary key starts with (the spec allows indexes on key
 -- columns, §1.5.4). Without them the correlated subqueries of Q17 and Q20 rescan lineitem per row.
 CREATE INDEX nation_regionkey_idx   ON nation (n_regionkey);
