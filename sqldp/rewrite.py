@@ -103,23 +103,33 @@ def _exact(e: exp.Expr, scope: Scope) -> bool:
     return False
 
 
-def _clamp_parts(e: exp.Expr) -> tuple[exp.Column, Decimal, Decimal] | None:
-    """c, lo and hi of ``CASE WHEN c < lo THEN lo WHEN c > hi THEN hi ELSE c END`` (the clamp of
-    :func:`sqldp.sensitivity.intervals.clamp_columns`), else None."""
+def _clamped_column(e: exp.Expr) -> exp.Column | None:
+    """c when ``e`` is ``CASE WHEN c < lo THEN lo WHEN c > hi THEN hi ELSE c END`` (the clamp of
+    :func:`sqldp.sensitivity.intervals.clamp_columns`) or one of its branches alone (``unclamp`` leaves that):
+    NULL exactly where c is. Else None."""
     if not isinstance(e, exp.Case) or e.this is not None:
         return None
     c, ifs = e.args.get("default"), e.args.get("ifs") or []
-    if not isinstance(c, exp.Column) or len(ifs) != 2:
+    if not isinstance(c, exp.Column) or not ifs or len(ifs) > 2:
         return None
-    below, above = ifs[0].this, ifs[1].this
-    if not (isinstance(below, exp.LT) and isinstance(above, exp.GT)):
+    for branch in ifs:
+        test = branch.this
+        if not isinstance(test, (exp.LT, exp.GT)) or test.this != c or branch.args.get("true") != test.expression:
+            return None
+        bound = test.expression
+        if constant(bound) is None or (isinstance(bound, exp.Literal) and bound.is_string):
+            return None
+    return c
+
+
+def _clamp_parts(e: exp.Expr) -> tuple[exp.Column, Decimal, Decimal] | None:
+    """c, lo and hi of the two-sided clamp ``CASE WHEN c < lo THEN lo WHEN c > hi THEN hi ELSE c END``, else None."""
+    c = _clamped_column(e)
+    ifs = e.args.get("ifs") or []
+    if c is None or len(ifs) != 2 or not (isinstance(ifs[0].this, exp.LT) and isinstance(ifs[1].this, exp.GT)):
         return None
-    lo, hi = below.expression, above.expression
-    if below.this != c or above.this != c or ifs[0].args.get("true") != lo or ifs[1].args.get("true") != hi:
-        return None
-    low, high = constant(lo), constant(hi)
-    if low is None or high is None or any(isinstance(x, exp.Literal) and x.is_string for x in (lo, hi)):
-        return None
+    low, high = constant(ifs[0].this.expression), constant(ifs[1].this.expression)
+    assert low is not None and high is not None  # _clamped_column checked them
     return c, low, high
 
 
@@ -130,15 +140,17 @@ def unclamp(query: exp.Select, scope: Scope) -> exp.Select:
     every database the query can run on, the clamp returns c itself, NULL included. One side checked drops
     that side's branch. Saves two comparisons per row and clamped column (TPC-H Q1 clamps seven).
 
-    The column's table is the one its qualifier names in this statement; a qualifier that names a derived table,
-    or two different tables, leaves the clamp."""
+    The column's table is the one its qualifier names in this statement; a qualifier that names a derived table
+    (a CTE too), or two different tables, leaves the clamp."""
     if scope.catalog is None or not scope.catalog.enforced:
         return query
     catalog = scope.catalog
+    # each qualifier's tables in this statement ("": a derived table, a VALUES list, or a table name a CTE shadows)
+    ctes = {c.alias_or_name.lower() for c in query.find_all(exp.CTE)}
     named: dict[str, set[str]] = {}
-    for node in query.find_all(exp.Table, exp.Subquery, exp.CTE):
-        alias = node.alias_or_name.lower()
-        named.setdefault(alias, set()).add(node.name.lower() if isinstance(node, exp.Table) else "")
+    for node in query.find_all(exp.Table, exp.Subquery, exp.CTE, exp.Values):
+        real = isinstance(node, exp.Table) and node.name.lower() not in ctes
+        named.setdefault(node.alias_or_name.lower(), set()).add(node.name.lower() if real else "")
 
     def checked(c: exp.Column) -> tuple[Decimal | None, Decimal | None] | None:
         tables = named.get(c.table.lower(), set())
@@ -170,12 +182,8 @@ def unclamp(query: exp.Select, scope: Scope) -> exp.Select:
 
 
 def _unclamped(e: exp.Expr) -> exp.Expr:
-    """The column c of ``CASE WHEN c < lo THEN lo WHEN c > hi THEN hi ELSE c END`` (the clamp of
-    :func:`sqldp.sensitivity.intervals.clamp_columns`: NULL exactly where c is), else ``e``."""
-    default = e.args.get("default") if isinstance(e, exp.Case) else None
-    if isinstance(default, exp.Column) and all(i.this.this == default for i in e.args.get("ifs", [])):
-        return default
-    return e
+    """The column c of a clamp of c (:func:`_clamped_column`: NULL exactly where c is), else ``e``."""
+    return _clamped_column(e) or e
 
 
 def centred(answer: exp.Select, scope: Scope) -> exp.Select:

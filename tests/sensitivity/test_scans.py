@@ -460,3 +460,19 @@ def test_a_clamp_a_check_constraint_enforces_is_left_out(pg_dsn: str, monkeypatc
     assert got == want
     raw_y = sum(r[4] for r in rows if r[1] == 0)
     assert any(abs(r[4]) > 50 for r in rows) and got[2] != pytest.approx(float(raw_y))
+
+
+def test_only_a_clamp_counts_as_its_column() -> None:
+    """COUNT(x) stands for COUNT(clamp(c)) in ``centred`` only where the CASE is NULL exactly where c is."""
+    def case(text: str) -> exp.Expr:
+        return sqlglot.parse_one(text, read="postgres")
+
+    assert rewrite._unclamped(case("CASE WHEN t.a < 1 THEN 1 WHEN t.a > 5 THEN 5 ELSE t.a END")).sql() == "t.a"
+    assert rewrite._unclamped(case("CASE WHEN t.a > 5 THEN 5 ELSE t.a END")).sql() == "t.a"
+    for other in (
+        "CASE WHEN t.a < 0 THEN NULL ELSE t.a END",  # NULL where a is not
+        "CASE WHEN t.a < 1 THEN 2 ELSE t.a END",
+        "CASE WHEN t.b < 1 THEN 1 ELSE t.a END",
+        "CASE WHEN t.a < t.b THEN t.b ELSE t.a END",  # t.b may be NULL
+    ):
+        assert rewrite._unclamped(case(other)).sql() == case(other).sql(), other
