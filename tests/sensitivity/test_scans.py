@@ -417,8 +417,14 @@ def test_checked_interval_reads_postgresql_s_own_definitions() -> None:
     assert checked_interval("CHECK (((a >= 1) AND (a <= 7) AND (a < 5)))", "a") == (d(1), d(5))
     # a DDL file's CHECK is a claim: not read
     assert sqldp.catalog.Catalog.from_ddl(CHECKED_DDL).table("w").column("a").checked is None
-    for other in ("CHECK (((a >= 1) OR (a <= 5)))", "CHECK ((a > b))", "CHECK (((a)::numeric <= 3))",
-                  "CHECK ((abs(a) <= 3))", "CHECK (((a >= 'NaN'::numeric)))", "CHECK ((b <= 3))"):
+    for other in (
+        "CHECK (((a >= 1) OR (a <= 5)))",
+        "CHECK ((a > b))",
+        "CHECK (((a)::numeric <= 3))",
+        "CHECK ((abs(a) <= 3))",
+        "CHECK (((a >= 'NaN'::numeric)))",
+        "CHECK ((b <= 3))",
+    ):
         assert checked_interval(other, "a") is None, other
 
 
@@ -429,8 +435,15 @@ def test_a_clamp_a_check_constraint_enforces_is_left_out(pg_dsn: str, monkeypatc
     Oracle: the same answers with the rule switched off; and y's sum is not the raw sum (its clamp works)."""
     rng = random.Random(11)
     rows = [
-        (i, i % 2, rng.randint(-5, 7), round(rng.uniform(-10, 10.49), 2), round(rng.uniform(-100, 100), 2),
-         rng.randint(0, min(i, 9)), None if i % 4 == 0 else rng.random())
+        (
+            i,
+            i % 2,
+            rng.randint(-5, 7),
+            round(rng.uniform(-10, 10.49), 2),
+            round(rng.uniform(-100, 100), 2),
+            rng.randint(0, min(i, 9)),
+            None if i % 4 == 0 else rng.random(),
+        )
         for i in range(40)
     ]
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
@@ -464,6 +477,7 @@ def test_a_clamp_a_check_constraint_enforces_is_left_out(pg_dsn: str, monkeypatc
 
 def test_only_a_clamp_counts_as_its_column() -> None:
     """COUNT(x) stands for COUNT(clamp(c)) in ``centred`` only where the CASE is NULL exactly where c is."""
+
     def case(text: str) -> exp.Expr:
         return sqlglot.parse_one(text, read="postgres")
 
