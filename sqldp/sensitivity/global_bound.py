@@ -74,6 +74,9 @@ TRUNCATED_TIMEOUT = 5.0
 # computes under the same name (sqldp.rewrite.truncate), and the name of that SQL's subquery: a table with a
 # column of either name is not truncated (the names would clash)
 RANK, CUT = "__sqldp_rank", "__sqldp_cut"
+# the other names that SQL gives (sqldp.rewrite.truncated_read): the keys over τ (a CTE), the table's alias and
+# the window's input; with a catalog table named as the CTE nothing is truncated (the CTE would hide it)
+OVER, ALL, IN = "__sqldp_over", "__sqldp_all", "__sqldp_in"
 
 _cache: dict[tuple[Any, ...], float] = {}
 
@@ -191,6 +194,8 @@ def declared_truncations(form: AnalysisForm, catalog: Catalog, policy: Policy) -
     its conditions reads (a join or filter key: where a multiplicity bound limits how many rows one row
     meets), and not already a key PostgreSQL enforces (then the data holds τ = 1 without a truncation)."""
     if form.semijoins:  # the rewrite truncates the product's tables, not a subquery's: not modelled together
+        return ()
+    if OVER in catalog.tables:  # the truncation's CTE would hide that table (sqldp.rewrite.truncated_read)
         return ()
     read = {(form.use(r.alias).table, r.column) for c in form.conjuncts for r in c.columns}
     out = []

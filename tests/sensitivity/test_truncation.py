@@ -358,6 +358,62 @@ def test_the_rows_kept_do_not_depend_on_the_physical_order(pg_dsn: str) -> None:
     assert keyed == ['"id"']
 
 
+def _window_oracle(rows: list[Row], tau: int) -> list[Row]:
+    """The first τ rows per k (None is one value) by (x, s bytewise), NULLs last: what the window keeps."""
+    by_key: dict[Any, list[Row]] = {}
+    for r in rows:
+        by_key.setdefault(r[0], []).append(r)
+
+    def order(r: Row) -> tuple[Any, ...]:
+        return tuple((v is None, v.encode() if isinstance(v, str) else v or 0) for v in r[1:])
+
+    return [r for part in by_key.values() for r in sorted(part, key=order)[:tau]]
+
+
+@pytest.mark.parametrize("nulls", [64, 65])
+def test_the_truncated_read_keeps_the_rows_of_the_window(pg_dsn: str, nulls: int) -> None:
+    """rewrite.truncated_read (only the keys over τ ranked) keeps the multiset the window over the whole table
+    keeps, and the rows of a Python truncation: keys with exactly τ = 64 and τ + 1 rows, many more, one row,
+    NULL keys (64 or 65 of them: one partition, ranked like the others), and ties in the total order (identical
+    rows at the cut, bytewise text order B < a). From the database's catalog (NOT NULL k: no NULL branch) and
+    from a DDL file that claims k NOT NULL while the table holds NULLs (a claim: the NULL branch stays)."""
+    from sqldp.catalog import Catalog
+    from sqldp.sensitivity.global_bound import Truncation
+
+    tau = 64
+    rng = random.Random(13)
+    rows: list[Row] = [(1, i, "a") for i in range(tau)]  # exactly τ: all kept
+    rows += [(2, i // 2, "a") for i in range(tau - 2)] + [(2, 40, "x")] * 3  # τ + 1, identical rows at the cut
+    rows += [(3, rng.choice([None, 1, 2]), rng.choice(["a", "B", "b", None])) for _ in range(300)]  # many ties
+    rows += [(4, None, None)]
+    rows += [(None, rng.choice([None, 1, 2]), rng.choice(["a", "B"])) for _ in range(nulls)]
+    with psycopg.connect(pg_dsn, autocommit=True) as c:
+        c.execute("CREATE TABLE u (k INT, x INT, s TEXT)")  # no key: every column orders
+        c.execute("CREATE TABLE n (k INT NOT NULL, x INT, s TEXT)")
+        for r in rng.sample(rows, len(rows)):  # stored in no particular order
+            c.execute("INSERT INTO u VALUES (%s, %s, %s)", r)
+            if r[0] is not None:
+                c.execute("INSERT INTO n VALUES (%s, %s, %s)", r)
+        enforced = Catalog.from_database(c)
+        claimed = Catalog.from_ddl("CREATE TABLE u (k INT NOT NULL, x INT, s TEXT);")
+        for table, catalog in (("u", enforced), ("n", enforced), ("u", claimed)):
+            cut = Truncation(table, "k", tau)
+            text = rewrite.truncated_read(cut, catalog).sql(dialect="postgres")
+            assert text.count("IS NULL") == (2 if table == "u" else 1)  # NOT k IS NULL, and the NULL branch
+            got = sorted(c.execute(f"SELECT * FROM ({text}) AS q").fetchall(), key=repr)
+            order = ", ".join(
+                e.sql(dialect="postgres") for e in rewrite.total_order(catalog.table(table), "k", catalog)
+            )
+            window = (
+                f"SELECT k, x, s FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY {order}) AS r "
+                f"FROM {table}) AS w WHERE r <= {tau}"
+            )
+            kept = [r for r in rows if table == "u" or r[0] is not None]
+            assert got == sorted(c.execute(window).fetchall(), key=repr)
+            assert got == sorted(_window_oracle(kept, tau), key=repr)
+            assert len(got) == tau + tau + tau + 1 + (tau if table == "u" else 0)
+
+
 SPARK_DDL = """
 CREATE TABLE orders (o_orderkey INT PRIMARY KEY, o_custkey INT, o_status CHAR(1), o_total NUMERIC(15, 2),
                      o_date DATE, o_comment TEXT);
