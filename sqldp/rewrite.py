@@ -18,6 +18,7 @@ rules. None of them changes what a query computes:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -251,13 +252,17 @@ def truncate(query: exp.Select, scope: Scope) -> exp.Select:
         if not isinstance(node, exp.Table) or node.name.lower() not in cuts or node.name.lower() in ctes:
             return node
         alias = node.args["alias"].copy() if node.args.get("alias") else exp.TableAlias(this=node.this.copy())
-        return exp.Subquery(this=truncated_read(cuts[node.name.lower()], catalog, scope.dialect), alias=alias)
+        # each read its own CTE name: sqlglot writes Spark's nested WITHs as one top-level WITH, where two reads'
+        # (a self-join) would clash — a name unused by the query's CTEs, which share that WITH then
+        over = next(n for i in itertools.count() if (n := f"{OVER}{i}") not in ctes)
+        ctes.add(over)
+        return exp.Subquery(this=truncated_read(cuts[node.name.lower()], catalog, scope.dialect, over), alias=alias)
 
     ctes = {c.alias_or_name.lower() for c in query.find_all(exp.CTE)}
     return query.transform(replace)  # type: ignore[return-value]
 
 
-def truncated_read(cut: Truncation, catalog: Catalog, dialect: str = "postgres") -> exp.Query:
+def truncated_read(cut: Truncation, catalog: Catalog, dialect: str = "postgres", over: str = OVER) -> exp.Query:
     """The rows of ``cut.table`` that a truncation to ``cut.tau`` rows per ``cut.column`` keeps: those of
     ``ROW_NUMBER() OVER (PARTITION BY k ORDER BY <total order>) <= τ`` over the whole table, computed as ::
 
@@ -286,8 +291,8 @@ def truncated_read(cut: Truncation, catalog: Catalog, dialect: str = "postgres")
     query on t are pushed into both branches; the sort runs over the partitions over τ only. ``dialect``:
     the engine's SQL for the order (:func:`total_order`); WITH in a subquery, EXISTS and UNION ALL mean the
     same on Spark."""
-    if OVER in catalog.tables:  # sqldp.sensitivity.global_bound.declared_truncations offers none then
-        raise RefusedError(f"a table named {OVER} would be hidden by the truncation's SQL (docs/truncation.md)")
+    if any(t.startswith(OVER) for t in catalog.tables):  # global_bound.declared_truncations offers none then
+        raise RefusedError(f"a table named {OVER}… would be hidden by the truncation's SQL (docs/truncation.md)")
     table = catalog.table(cut.table)
 
     def columns() -> list[exp.Expr]:
@@ -301,9 +306,9 @@ def truncated_read(cut: Truncation, catalog: Catalog, dialect: str = "postgres")
             this=exp.to_identifier(cut.table, quoted=True), alias=exp.TableAlias(this=exp.to_identifier(ALL))
         )
 
-    def over() -> exp.Exists:
+    def is_over() -> exp.Exists:  # the row's key is one of the keys over τ
         return exp.Exists(
-            this=exp.select(exp.Literal.number(1)).from_(OVER).where(exp.EQ(this=key(OVER), expression=key(ALL)))
+            this=exp.select(exp.Literal.number(1)).from_(over).where(exp.EQ(this=key(over), expression=key(ALL)))
         )
 
     counted = (
@@ -313,8 +318,8 @@ def truncated_read(cut: Truncation, catalog: Catalog, dialect: str = "postgres")
         .having(exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(cut.tau)))
     )
     null = exp.Is(this=key(ALL), expression=exp.Null())
-    whole = exp.select(*columns()).from_(read()).where(exp.and_(exp.not_(null.copy()), exp.not_(over())))
-    ranked: exp.Query = exp.select(*columns()).from_(read()).where(over())
+    whole = exp.select(*columns()).from_(read()).where(exp.and_(exp.not_(null.copy()), exp.not_(is_over())))
+    ranked: exp.Query = exp.select(*columns()).from_(read()).where(is_over())
     if not (catalog.enforced and not table.columns[cut.column].nullable):
         ranked = exp.union(ranked, exp.select(*columns()).from_(read()).where(null), distinct=False)
     rank = exp.Window(
@@ -335,7 +340,7 @@ def truncated_read(cut: Truncation, catalog: Catalog, dialect: str = "postgres")
         .from_(exp.Subquery(this=window, alias=exp.TableAlias(this=exp.to_identifier(CUT))))
         .where(exp.LTE(this=exp.column(RANK), expression=exp.Literal.number(cut.tau)))
     )
-    return exp.union(whole, cut_rows, distinct=False).with_(OVER, as_=counted)
+    return exp.union(whole, cut_rows, distinct=False).with_(over, as_=counted)
 
 
 def total_order(table: Table, partition: str, catalog: Catalog, dialect: str = "postgres") -> list[exp.Expr]:

@@ -75,7 +75,7 @@ TRUNCATED_TIMEOUT = 5.0
 # column of either name is not truncated (the names would clash)
 RANK, CUT = "__sqldp_rank", "__sqldp_cut"
 # the other names that SQL gives (sqldp.rewrite.truncated_read): the keys over τ (a CTE), the table's alias and
-# the window's input; with a catalog table named as the CTE nothing is truncated (the CTE would hide it)
+# the window's input; with a catalog table named as a CTE (OVER0, OVER1, …) nothing is truncated (it would be hidden)
 OVER, ALL, IN = "__sqldp_over", "__sqldp_all", "__sqldp_in"
 
 _cache: dict[tuple[Any, ...], float] = {}
@@ -195,7 +195,7 @@ def declared_truncations(form: AnalysisForm, catalog: Catalog, policy: Policy) -
     meets), and not already a key PostgreSQL enforces (then the data holds τ = 1 without a truncation)."""
     if form.semijoins:  # the rewrite truncates the product's tables, not a subquery's: not modelled together
         return ()
-    if OVER in catalog.tables:  # the truncation's CTE would hide that table (sqldp.rewrite.truncated_read)
+    if any(t.startswith(OVER) for t in catalog.tables):  # the truncation's CTEs could hide it (rewrite.truncate)
         return ()
     read = {(form.use(r.alias).table, r.column) for c in form.conjuncts for r in c.columns}
     out = []
