@@ -523,8 +523,17 @@ def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]
     histogram_release(result, noise)
     rows: list[tuple[dict[str, Any], dict[str, Any], dict[str, float]]] = []
     kept: list[list[Measurement]] = []
+    def draw(m: Measurement) -> None:
+        if m.mechanism == UNIT_HISTOGRAM:
+            assert m.noisy_value is not None  # drawn by histogram_release, one τ for every group
+        elif m.mechanism == R2T:
+            m.noisy_value = race(m, noise)
+        else:
+            assert m.true_value is not None
+            kind = {GLOBAL: "laplace", GAUSSIAN: "gaussian"}.get(m.mechanism, m.mechanism)
+            m.noisy_value = mechanisms.release(kind, m.true_value, m.noise_scale, noise)
+
     for g, measured in zip(groups, result.measurements, strict=True):
-        noisy = []
         for m in measured:
             if m.true_value is None:
                 # only MIN/MAX (AggKind) of a group with no rows; a refusal is an answer, and this one depends on public
@@ -532,18 +541,17 @@ def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]
                 # refused, private filters keep every row in q_m (§3.3.8.4), and a value change keeps NULL-ness
                 # (tests/sensitivity/test_minmax.py checks every value neighbour)
                 raise RefusedError(f"{m.aggregate} has no value for a group with no rows; not released")
-            if m.mechanism == UNIT_HISTOGRAM:
-                assert m.noisy_value is not None  # drawn by histogram_release, one τ for every group
-            elif m.mechanism == R2T:
-                m.noisy_value = race(m, noise)
-            else:
-                kind = {GLOBAL: "laplace", GAUSSIAN: "gaussian"}.get(m.mechanism, m.mechanism)
-                m.noisy_value = mechanisms.release(kind, m.true_value, m.noise_scale, noise)
-            noisy.append(m.noisy_value)
         if form.select_by is not None:
+            # the selector first: a group it does not select leaves nothing, so its other values need no noise
+            # (each measurement's noise is drawn independently; what is never released is never drawn)
             selector = measured[form.select_by]
+            draw(selector)
             if selector.noisy_value is None or selector.noisy_value <= selection_threshold(selector):
                 continue  # not selected: nothing of the group leaves, not even that it was measured
+        for i, m in enumerate(measured):
+            if i != form.select_by:
+                draw(m)
+        noisy = [m.noisy_value for m in measured]
         kept.append(list(measured))
         if form.having is not None and holds(form.having, noisy) is not True:
             continue  # HAVING on the noisy aggregates: NULL, like SQL, drops the group
