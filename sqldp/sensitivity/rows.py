@@ -1098,7 +1098,7 @@ class RowPlan(ExactUnfolded):
                 smoothed = 0.0
                 witness: tuple[float, ...] = ()
                 for vec in vectors:
-                    total = sum(smooth(c, beta) for c, smooth in zip(vec, smoothers, strict=True))
+                    total = _computed(sum(smooth(c, beta) for c, smooth in zip(vec, smoothers, strict=True)))
                     if total >= smoothed:
                         smoothed, witness = total, vec
                 # the derived tables' terms add to the product's (sqldp.subqueries, arguments 2 and 3)
@@ -1107,9 +1107,7 @@ class RowPlan(ExactUnfolded):
                 witness += tuple(c for c, _ in semis)
                 g_t = self.weights[table]
                 sens = self.multiplier * smoothed / g_t
-                if math.isnan(sens):  # a bound that read a query which did not run (``unread``): fail closed
-                    raise RuntimeError(f"the row-level bound for {table} read a count that was not computed")
-                best = max(best, sens)
+                best = max(best, _computed(sens))
                 terms[table] = {"uses": [p.term.use.alias for p in plans] + list(derived), "weight": g_t}
                 derivative = self.multiplier * sum(witness)  # the unsmoothed count derivative at D
                 if not math.isnan(derivative):  # a settled bound reads no count at D: none to show
@@ -1136,12 +1134,11 @@ class RowPlan(ExactUnfolded):
             plans = [p for p in self.uses if p.term.use.table == table]
             vectors = self._counts(plans, scal, grouped)
             counts = [max((v[i] for v in vectors), default=0.0) for i in range(len(plans))]
-            parts = []
+            parts: list[tuple[float, Growth, list[tuple[Growth, float, float]]]] = []
             for p, c in zip(plans, counts, strict=True):
                 if self.settled(p):  # A(k) = f·c_F at every k (``_smoother``'s data-independent bound)
                     caps = [self._cap(p.term, ch, scal) for ch in _covering(p, self.private) if ch.free is not None]
-                    least = min(caps)
-                    parts.append((least, Growth(), []))
+                    parts.append((min(caps), Growth(), []))
                     continue
                 plain = self._growth(p.term, scal)
                 choices = [self._keyed(p.term, choice, scal) for choice in _choices(p)]
@@ -1172,9 +1169,10 @@ class RowPlan(ExactUnfolded):
         plain = self._growth(p.term, scal)
         choices = [self._keyed(p.term, choice, scal) for choice in _choices(p)]
         if not choices:
-            return lambda c, beta: smooth_count(c, plain, beta)[0]
+            return lambda c, beta: smooth_count(_computed(c), plain, beta)[0]
         return lambda c, beta: min(
-            smooth_count(c, plain, beta)[0], *(smooth_keyed(c, free, gap, keyed, beta) for keyed, free, gap in choices)
+            smooth_count(_computed(c), plain, beta)[0],
+            *(smooth_keyed(c, free, gap, keyed, beta) for keyed, free, gap in choices),
         )
 
     def _keyed(self, term: UseTerm, choice: Fanned, scal: list[float]) -> tuple[Growth, float, float]:
@@ -1191,7 +1189,7 @@ class RowPlan(ExactUnfolded):
             if u.alias in choice.fanout:
                 f = choice.fanout[u.alias]
                 fan *= min(scal[self.local[u.alias]], f) if u.table not in self.private else f
-        return free * fan
+        return _computed(free * fan)
 
     def _reads_of_cap(self, term: UseTerm, choice: Fanned) -> set[int]:
         """The scalar queries :meth:`_cap` reads."""
@@ -1200,11 +1198,12 @@ class RowPlan(ExactUnfolded):
         return reads
 
     def _counts(self, plans: list[_UsePlan], scal: list[float], grouped: Sequence[Rows]) -> list[tuple[float, ...]]:
-        """The count vectors of a table's uses (``_vectors``); NaN when every use is settled (no count is read, and
-        its queries are not run: ``unread``)."""
+        """The count vectors of a table's uses (``_vectors``); NaN when their queries did not run (``unread``: every
+        use settled, so no bound reads them; one that did would be NaN and fail)."""
         if not plans:
             return [()]
-        if all(self.settled(p) for p in plans):
+        counted = {i for p in plans for f in p.factors for i in f}
+        if counted & self.unread or any(q in self.unread_grouped for p in plans for q in p.pattern_queries):
             return [(math.nan,) * len(plans)]
         return self._vectors(plans, scal, grouped)
 
@@ -1251,7 +1250,7 @@ class RowPlan(ExactUnfolded):
         by_table: dict[str, list[float]] = {}
         public = 1.0
         for u in term.others:
-            n = scal[self.local[u.alias]]
+            n = _computed(scal[self.local[u.alias]])
             if u.alias in determined:
                 f = fanout.get(u.alias, 1.0) if fanout is not None else 1.0
                 public *= min(n, f) if u.table not in self.private else f
@@ -1513,6 +1512,14 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
     return plan.without_unread()
 
 
+def _computed(x: float) -> float:
+    """``x``, a number a bound reads; a query left out (``RowPlan.unread``) gives NaN, which no comparison or min()
+    may quietly drop: refused instead (fail closed)."""
+    if math.isnan(x):
+        raise RuntimeError("the row-level bound read a count that was not computed (its query was left out)")
+    return x
+
+
 def _twins(scalars: Sequence[exp.Expr], source: dict[int, tuple[str, str]]) -> dict[int, tuple[str, str]]:
     """``source`` (scalar → the shared scan and column that compute it) with every other scalar of the same SQL
     text as one of those read from there too. Another term asks the same number (Q17 under tpch: c_F for
@@ -1543,7 +1550,7 @@ def _shared_scan(
     pass the ``k = k`` conjuncts: both the numbers the two statements give. None for any other shape.
 
     When every group is one row (``unique``: the keys hold a key PostgreSQL enforces, :func:`_unique`) the same
-    two numbers need no GROUP BY (Q12's derivative for lineitem: max over o_orderkey of orders' rows):
+    two numbers need no GROUP BY (Q14's derivative for lineitem under tpch: max over p_partkey of part's rows):
 
         SELECT COUNT(*) AS total, LEAST(COUNT(*) FILTER (WHERE k_i = k_i …), 1) AS best FROM T WHERE own"""
     own_text = {c.sql(dialect="postgres") for c in own}
