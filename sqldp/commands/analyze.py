@@ -227,6 +227,8 @@ def _describe_term(term: Any) -> list[str]:
         return [str(term)]
     if "value_sensitivity" in term or "norm" in term:
         return _describe_values(term)
+    if set(term) == {"rows"}:  # a combined bound's table with private rows and no value read (TPC-H Q12's orders)
+        return ["rows: " + " ".join(_describe_term(term["rows"]))]
     if "truncated" in term:  # R2T under a privacy unit (sqldp.sensitivity.units)
         values = ", ".join(f"{v:.6g}" for v in term["truncated"])
         taus = ", ".join(f"{t:.6g}" for t in term.get("thresholds", []))
