@@ -220,12 +220,15 @@ def _unit(u: dict[str, Any]) -> str:
 
 def _describe_term(term: Any) -> list[str]:
     """One table's contribution as text lines: a row-level term on one line, e.g. ``sensitivity 7.41
-    (derivative 7 at the data, 7.41 smoothed; G = 1; uses t)``; a value-level term (``docs/columns.md``) on a
-    line per part."""
+    (derivative 7 at the data, 7.41 smoothed; G = 1; uses t)`` (a global one has no derivative at the data:
+    ``sensitivity 7 (global derivative bound 7, no count read at the data; G = 1; uses orders)``); a value-level
+    term (``docs/columns.md``) on a line per part."""
     if not isinstance(term, dict):
         return [str(term)]
     if "value_sensitivity" in term or "norm" in term:
         return _describe_values(term)
+    if set(term) == {"rows"}:  # a combined bound's table with private rows and no value read (TPC-H Q12's orders)
+        return ["rows: " + " ".join(_describe_term(term["rows"]))]
     if "truncated" in term:  # R2T under a privacy unit (sqldp.sensitivity.units)
         values = ", ".join(f"{v:.6g}" for v in term["truncated"])
         taus = ", ".join(f"{t:.6g}" for t in term.get("thresholds", []))
@@ -237,6 +240,11 @@ def _describe_term(term: Any) -> list[str]:
     if "derivative" in term and "smooth_derivative" in term:
         line += (
             f" (derivative {term['derivative']:.6g} at the data, {term['smooth_derivative']:.6g} smoothed;"
+            f" G = {term.get('weight', 1):g}; uses {', '.join(term.get('uses', []))})"
+        )
+    elif "smooth_derivative" in term:  # a global row bound reads no count at the data (sqldp.sensitivity.rows)
+        line += (
+            f" (global derivative bound {term['smooth_derivative']:.6g}, no count read at the data;"
             f" G = {term.get('weight', 1):g}; uses {', '.join(term.get('uses', []))})"
         )
     known = {"sensitivity", "derivative", "smooth_derivative", "weight", "uses"}

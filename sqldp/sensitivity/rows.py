@@ -26,13 +26,14 @@ the count of outer rows that ψ ties to one row of D, by D's pattern, as for a u
 terms of a table add (NR §3.3.13.9, c′ + c_D·c′_D with c_D = 1).
 
 The plan runs one scalar query (all local counts and maxima, as scalar subqueries: one round trip) plus one
-grouped query per use of a self-joined private table. Some shapes are computed with less work and the same
-numbers: a use's local count and a maximum that groups the same use alone share one scan (``_shared_scan``);
-two uses of one table with the same own conjuncts share their local count; a maximum whose pattern columns
-meet only at one equality class is computed per part of the join ("splitting a component at a separator"
-below) instead of over the product of the parts; and a maximum over two uses that meet at equalities and one
-comparison (Q17c's 5·l1.l_quantity < l2.l_quantity) by one sorted pass instead of over every pair ("counting
-pairs across one inequality" below).
+grouped query per use of a self-joined private table; a data-independent bound runs only the counts it reads
+("what a global bound reads" below). Some shapes are computed with less work and the same numbers: a use's
+local count and a maximum that groups the same use alone share one scan (``_shared_scan``); two uses of one
+table with the same own conjuncts share their local count; a maximum whose pattern columns meet only at one
+equality class is computed per part of the join ("splitting a component at a separator" below) instead of
+over the product of the parts; and a maximum over two uses that meet at equalities and one comparison (Q17c's
+5·l1.l_quantity < l2.l_quantity) by one sorted pass instead of over every pair ("counting pairs across one
+inequality" below).
 """
 
 from __future__ import annotations
@@ -965,6 +966,22 @@ def semi_term(form: AnalysisForm, semi: SemiJoin) -> UseTerm:
     return use_term(joined, semi.use, equality_classes(joined.conjuncts))
 
 
+# -- what a global bound reads -----------------------------------------------------------------------------
+#
+# A data-independent plan (``RowPlan.data_independent``) bounds the count of each private use whose other
+# private uses a choice of free uses determines by f·c_F, the least over those choices (``_smoother``): on
+# every database that satisfies the enforced keys the count c is at most f·c_F ("uses a declared key
+# determines" and "key columns a conjunct keeps among a few integers" above, NR §3.3.7.3 with A(k) constant;
+# TPC-H Q12: one orders row meets at most 7 lineitem rows, (l_orderkey, l_linenumber) being lineitem's key and
+# the answer reading l_linenumber BETWEEN 1 AND 7, so f = 7 and c_F = 1). f·c_F reads c_F's scalar queries
+# (counts over public free uses; none when every other use is determined) and the local counts of public
+# determined uses (min(n_j, f_j)), nothing else. The count c at the data, the private uses' local counts and a
+# self-join's pattern maps feed only the audit's "derivative" (the unsmoothed count at D), so they are not run
+# (``unread``, ``RowPlan.without_unread``): Q12's statement grouping lineitem by l_orderkey goes, the bound is
+# the same. A use whose other uses are all public is bounded by its count itself (over public rows only), and
+# the counts of a table's uses unify: such a table keeps every query of its uses.
+
+
 @dataclass(frozen=True)
 class RowPlan(ExactUnfolded):
     """SQL for Postgres and how to turn its results into a β-smooth bound (the plan contract)."""
@@ -982,32 +999,58 @@ class RowPlan(ExactUnfolded):
     semis: tuple[_SemiPlan, ...] = ()  # one per semi-join reading a private table
     # scans two scalars share (_shared_scan): the grouped scan, and which scalar reads its total or its best
     shared: tuple[tuple[exp.Select, dict[int, str]], ...] = ()
+    # the scalar and pattern queries a data-independent bound does not read ("what a global bound reads" below):
+    # not run; ``bind`` holds NaN and None in their places, and a bound that read one would fail, not answer
+    unread: frozenset[int] = frozenset()
+    unread_grouped: frozenset[int] = frozenset()
 
     @property
     def query_count(self) -> int:
         """``len(self.queries)`` without building them: the runner and ColumnPlan.bind ask it at every run."""
-        return (1 if self.scalars else 0) + len(self.grouped)
+        return (1 if len(self.unread) < len(self.scalars) else 0) + len(self.grouped) - len(self.unread_grouped)
 
     @property
     def queries(self) -> tuple[exp.Select, ...]:
         head = []
-        if self.scalars:
+        read = [i for i in range(len(self.scalars)) if i not in self.unread]
+        if read:
             source = {i: (f"g{j}", column) for j, (_, reads) in enumerate(self.shared) for i, column in reads.items()}
             source = _twins(self.scalars, source)
             items = [
                 exp.alias_(
-                    exp.column(source[i][1], table=source[i][0]) if i in source else exp.Subquery(this=q), f"v{i}"
+                    exp.column(source[i][1], table=source[i][0]) if i in source else exp.Subquery(this=self.scalars[i]),
+                    f"v{i}",
                 )
-                for i, q in enumerate(self.scalars)
+                for i in read
             ]
             select = exp.select(*items)
+            scans = {source[i][0] for i in read if i in source}  # a shared scan none of whose numbers is read goes
             for j, (scan, _) in enumerate(self.shared):
+                if f"g{j}" not in scans:
+                    continue
                 table = exp.Subquery(this=scan.copy(), alias=exp.TableAlias(this=exp.to_identifier(f"g{j}")))
-                select = (
-                    select.from_(table, copy=False) if j == 0 else select.join(table, join_type="cross", copy=False)
-                )
+                first = select.args.get("from_") is None and select.args.get("from") is None
+                select = select.from_(table, copy=False) if first else select.join(table, join_type="cross", copy=False)
             head = [select]
-        return (*head, *self.grouped)
+        return (*head, *(q for k, q in enumerate(self.grouped) if k not in self.unread_grouped))
+
+    def _fetched(self, results: Sequence[Rows]) -> tuple[list[float], list[Rows]]:
+        """The scalar row's numbers and the pattern queries' rows, in plan order: NaN and no rows for the queries
+        that are not run (``unread``)."""
+        scal = [math.nan] * len(self.scalars)
+        rest = iter(results)
+        if len(self.unread) < len(self.scalars):
+            row = next(rest)[0]
+            for value, i in zip(row, (i for i in range(len(self.scalars)) if i not in self.unread), strict=True):
+                scal[i] = float(value or 0)
+        grouped: list[Rows] = [[] if k in self.unread_grouped else next(rest) for k in range(len(self.grouped))]
+        return scal, grouped
+
+    def settled(self, p: _UsePlan) -> bool:
+        """Whether a data-independent plan bounds ``p``'s count by f·c_F alone (a choice of free uses that
+        determines every other private use, with c_F over public uses only, ``_smoother``): then the count c it
+        read at the data is not part of the bound."""
+        return self.data_independent and any(c.free is not None for c in _covering(p, self.private))
 
     @property
     def data_independent(self) -> bool:
@@ -1031,12 +1074,11 @@ class RowPlan(ExactUnfolded):
         """Read the query results once — the counts, the unified pattern maps of self-joined tables, the
         growth of the other uses, none of which depends on β — and return the bound as a function of β
         (the release step evaluates it on the whole β grid of Theorem 3.73)."""
-        scal = [float(v or 0) for v in results[0][0]] if self.scalars else []
-        grouped = results[1:] if self.scalars else results
+        scal, grouped = self._fetched(results)
         per_table = []
         for table in sorted(self.private):
             plans = [p for p in self.uses if p.term.use.table == table]
-            vectors = self._vectors(plans, scal, grouped) if plans else [()]
+            vectors = self._counts(plans, scal, grouped)
             static = self.data_independent
             smoothers = [self._smoother(p, scal, static) for p in plans]
             mine = [s for s in self.semis if s.semi.use.table == table]
@@ -1056,7 +1098,7 @@ class RowPlan(ExactUnfolded):
                 smoothed = 0.0
                 witness: tuple[float, ...] = ()
                 for vec in vectors:
-                    total = sum(smooth(c, beta) for c, smooth in zip(vec, smoothers, strict=True))
+                    total = _computed(sum(smooth(c, beta) for c, smooth in zip(vec, smoothers, strict=True)))
                     if total >= smoothed:
                         smoothed, witness = total, vec
                 # the derived tables' terms add to the product's (sqldp.subqueries, arguments 2 and 3)
@@ -1065,14 +1107,12 @@ class RowPlan(ExactUnfolded):
                 witness += tuple(c for c, _ in semis)
                 g_t = self.weights[table]
                 sens = self.multiplier * smoothed / g_t
-                best = max(best, sens)
-                terms[table] = {
-                    "uses": [p.term.use.alias for p in plans] + list(derived),
-                    "weight": g_t,
-                    "derivative": self.multiplier * sum(witness),  # the unsmoothed count derivative at D
-                    "smooth_derivative": self.multiplier * smoothed,
-                    "sensitivity": sens,
-                }
+                best = max(best, _computed(sens))
+                terms[table] = {"uses": [p.term.use.alias for p in plans] + list(derived), "weight": g_t}
+                derivative = self.multiplier * sum(witness)  # the unsmoothed count derivative at D
+                if not math.isnan(derivative):  # a settled bound reads no count at D: none to show
+                    terms[table]["derivative"] = derivative
+                terms[table].update(smooth_derivative=self.multiplier * smoothed, sensitivity=sens)
                 if derived:  # per derived table, its smoothed count (the value-level analysis of subqueries reads it)
                     terms[table]["derived_tables"] = {a: self.multiplier * v for a, v in derived.items()}
             return Bound(best, terms)
@@ -1088,15 +1128,18 @@ class RowPlan(ExactUnfolded):
         the smooth bound (NR §3.3.7.3's A(k); with determined uses the smaller of the keyed and the plain one), each
         use at its largest count; semi-joins' derived tables are left out. The brute-force tests compare it with
         the local sensitivity at distance k."""
-        scal = [float(v or 0) for v in results[0][0]] if self.scalars else []
-        grouped = results[1:] if self.scalars else results
+        scal, grouped = self._fetched(results)
         out: dict[str, Callable[[float], float]] = {}
         for table in sorted(self.private):
             plans = [p for p in self.uses if p.term.use.table == table]
-            vectors = self._vectors(plans, scal, grouped) if plans else [()]
+            vectors = self._counts(plans, scal, grouped)
             counts = [max((v[i] for v in vectors), default=0.0) for i in range(len(plans))]
-            parts = []
+            parts: list[tuple[float, Growth, list[tuple[Growth, float, float]]]] = []
             for p, c in zip(plans, counts, strict=True):
+                if self.settled(p):  # A(k) = f·c_F at every k (``_smoother``'s data-independent bound)
+                    caps = [self._cap(p.term, ch, scal) for ch in _covering(p, self.private) if ch.free is not None]
+                    parts.append((min(caps), Growth(), []))
+                    continue
                 plain = self._growth(p.term, scal)
                 choices = [self._keyed(p.term, choice, scal) for choice in _choices(p)]
                 parts.append((c, plain, choices))
@@ -1119,21 +1162,26 @@ class RowPlan(ExactUnfolded):
         ignores the keys, the smallest (all are β-smooth upper bounds on databases that satisfy the keys, so their
         minimum is one); when the plan is data-independent, f·c_F of the choice that determines every private
         use, which counts public rows only."""
-        plain = self._growth(p.term, scal)
         covering = [choice for choice in _covering(p, self.private) if choice.free is not None]
         if static and covering:
-            least = min(self._keyed(p.term, choice, scal)[1] for choice in covering)
+            least = min(self._cap(p.term, choice, scal) for choice in covering)
             return lambda c, beta: least
+        plain = self._growth(p.term, scal)
         choices = [self._keyed(p.term, choice, scal) for choice in _choices(p)]
         if not choices:
-            return lambda c, beta: smooth_count(c, plain, beta)[0]
+            return lambda c, beta: smooth_count(_computed(c), plain, beta)[0]
         return lambda c, beta: min(
-            smooth_count(c, plain, beta)[0], *(smooth_keyed(c, free, gap, keyed, beta) for keyed, free, gap in choices)
+            smooth_count(_computed(c), plain, beta)[0],
+            *(smooth_keyed(c, free, gap, keyed, beta) for keyed, free, gap in choices),
         )
 
     def _keyed(self, term: UseTerm, choice: Fanned, scal: list[float]) -> tuple[Growth, float, float]:
         """One choice's growth of the free uses (P times f), f·c_F and g."""
-        keyed = self._growth(term, scal, choice.determined, choice.fanout)
+        return self._growth(term, scal, choice.determined, choice.fanout), self._cap(term, choice, scal), choice.gap
+
+    def _cap(self, term: UseTerm, choice: Fanned, scal: list[float]) -> float:
+        """f·c_F of one choice: it reads c_F's scalar queries and the local counts of public determined uses only
+        (``_reads_of_cap``)."""
         free = math.prod(scal[i] for i in choice.free) if choice.free is not None else 0.0
         # f: at most this many tuples per F-tuple (public determined uses: at most their rows, and their fan-out)
         fan = 1.0
@@ -1141,7 +1189,53 @@ class RowPlan(ExactUnfolded):
             if u.alias in choice.fanout:
                 f = choice.fanout[u.alias]
                 fan *= min(scal[self.local[u.alias]], f) if u.table not in self.private else f
-        return keyed, free * fan, choice.gap
+        return _computed(free * fan)
+
+    def _reads_of_cap(self, term: UseTerm, choice: Fanned) -> set[int]:
+        """The scalar queries :meth:`_cap` reads."""
+        reads = set(choice.free or ())
+        reads |= {self.local[u.alias] for u in term.others if u.alias in choice.fanout and u.table not in self.private}
+        return reads
+
+    def _counts(self, plans: list[_UsePlan], scal: list[float], grouped: Sequence[Rows]) -> list[tuple[float, ...]]:
+        """The count vectors of a table's uses (``_vectors``); NaN when their queries did not run (``unread``: every
+        use settled, so no bound reads them; one that did would be NaN and fail)."""
+        if not plans:
+            return [()]
+        counted = {i for p in plans for f in p.factors for i in f}
+        if counted & self.unread or any(q in self.unread_grouped for p in plans for q in p.pattern_queries):
+            return [(math.nan,) * len(plans)]
+        return self._vectors(plans, scal, grouped)
+
+    def without_unread(self) -> RowPlan:
+        """The plan with the queries its bound does not read left out ("what a global bound reads" below)."""
+        if not self.data_independent:
+            return self
+        scalars: set[int] = set()
+        grouped: set[int] = set()
+        for table in self.private:
+            plans = [p for p in self.uses if p.term.use.table == table]
+            settled = all(self.settled(p) for p in plans)
+            for p in plans:
+                if settled:  # the bound is the least f·c_F (``_smoother``): its c_F and public f only
+                    for choice in _covering(p, self.private):
+                        if choice.free is not None:
+                            scalars |= self._reads_of_cap(p.term, choice)
+                    continue
+                # a count the bound reads (public uses only): everything the plain and keyed bounds read
+                scalars |= {i for f in p.factors for i in f} | {self.local[u.alias] for u in p.term.others}
+                grouped |= set(p.pattern_queries)
+                for choice in _choices(p):
+                    scalars |= self._reads_of_cap(p.term, choice)
+        for s in self.semis:
+            scalars |= set(s.factors) | {self.local[u.alias] for u in s.term.others}
+            for choice in _choices(s):
+                scalars |= self._reads_of_cap(s.term, choice)
+        return dataclasses.replace(
+            self,
+            unread=frozenset(range(len(self.scalars))) - scalars,
+            unread_grouped=frozenset(range(len(self.grouped))) - grouped,
+        )
 
     def _growth(
         self,
@@ -1156,7 +1250,7 @@ class RowPlan(ExactUnfolded):
         by_table: dict[str, list[float]] = {}
         public = 1.0
         for u in term.others:
-            n = scal[self.local[u.alias]]
+            n = _computed(scal[self.local[u.alias]])
             if u.alias in determined:
                 f = fanout.get(u.alias, 1.0) if fanout is not None else 1.0
                 public *= min(n, f) if u.table not in self.private else f
@@ -1400,7 +1494,7 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
                 fanned(joined, s.use, term, joined_classes),
             )
         )
-    return RowPlan(
+    plan = RowPlan(
         form=form,
         aggregate=released,
         multiplier=multiplier,
@@ -1415,6 +1509,15 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
         semis=tuple(semis),
         shared=tuple(shared),
     )
+    return plan.without_unread()
+
+
+def _computed(x: float) -> float:
+    """``x``, a number a bound reads; a query left out (``RowPlan.unread``) gives NaN, which no comparison or min()
+    may quietly drop: refused instead (fail closed)."""
+    if math.isnan(x):
+        raise RuntimeError("the row-level bound read a count that was not computed (its query was left out)")
+    return x
 
 
 def _twins(scalars: Sequence[exp.Expr], source: dict[int, tuple[str, str]]) -> dict[int, tuple[str, str]]:
@@ -1447,7 +1550,7 @@ def _shared_scan(
     pass the ``k = k`` conjuncts: both the numbers the two statements give. None for any other shape.
 
     When every group is one row (``unique``: the keys hold a key PostgreSQL enforces, :func:`_unique`) the same
-    two numbers need no GROUP BY (Q12's derivative for lineitem: max over o_orderkey of orders' rows):
+    two numbers need no GROUP BY (Q14's derivative for lineitem under tpch: max over p_partkey of part's rows):
 
         SELECT COUNT(*) AS total, LEAST(COUNT(*) FILTER (WHERE k_i = k_i …), 1) AS best FROM T WHERE own"""
     own_text = {c.sql(dialect="postgres") for c in own}

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 import sqldp
-from sqldp.commands.analyze import format_text
+from sqldp.commands.analyze import _describe_term, format_text
 from sqldp.engine import postgres
 from sqldp.errors import ForbiddenError, RefusedError
 from sqldp.policy import Policy
@@ -167,6 +167,20 @@ def test_value_sensitive_columns_get_the_combined_analysis(db: tuple[str, Path],
     # shapes the value analysis does not cover stay refused with a reason
     with pytest.raises(RefusedError):
         session.analyze("SELECT MAX(time) FROM t", epsilon=1)
+
+
+def test_a_global_row_term_is_described_without_a_derivative_at_the_data() -> None:
+    """A data-independent row bound reads no count at the data (sqldp.sensitivity.rows, "what a global bound
+    reads"): its term has no derivative, and the text says so instead of printing the dict; a combined bound's
+    table with private rows and no value read (TPC-H Q12's orders) prints its row term likewise."""
+    term = {"uses": ["orders"], "weight": 1.0, "smooth_derivative": 7.0, "sensitivity": 7.0}
+    line = "sensitivity 7 (global derivative bound 7, no count read at the data; G = 1; uses orders)"
+    assert _describe_term(term) == [line]
+    assert _describe_term({"rows": term}) == ["rows: " + line]
+    with_derivative = {**term, "derivative": 6.0}
+    assert _describe_term(with_derivative) == [
+        "sensitivity 7 (derivative 6 at the data, 7 smoothed; G = 1; uses orders)"
+    ]
 
 
 def test_prepare_reads_no_data_and_refuses_early(db: tuple[str, Path]) -> None:

@@ -14,7 +14,10 @@ PostgreSQL enforces, as tests/sensitivity/test_rows_keys.py does for plain keys:
 * the smooth bound covers it weighted by e^(−βk), and is β-smooth over every key-respecting neighbour (both
   ways, at the neighbour's weight), each neighbour's bound computed on PostgreSQL;
 * a join whose private uses are all determined through the ranged key is data-independent: Laplace at the
-  global bound 2 = the fan-out, which every neighbour of every database respects and some neighbour reaches.
+  global bound 2 = the fan-out, which every neighbour of every database respects and some neighbour reaches;
+  that bound reads no count, so no sensitivity query runs (sqldp.sensitivity.rows, "what a global bound
+  reads"), and the bound is the one the plan running every query gives. TPC-H Q12 under both policies: the
+  answer alone runs, at the bound 7.
 
 Mutants (each fails a check here): the fan-out taken as 1 (the ranged column treated as fixed: o's bound 1 while
 a new o row meets two l rows); the range not added to the query while the analysis still takes the fan-out (a
@@ -29,6 +32,7 @@ import itertools
 import math
 import random
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -42,6 +46,7 @@ from sqldp.frontend import parse
 from sqldp.normalize import normalize
 from sqldp.policy import Policy
 from sqldp.result import GLOBAL
+from sqldp.runner import Prepared
 from sqldp.sensitivity import rows as rows_module
 from sqldp.sensitivity.rows import RowPlan
 
@@ -272,6 +277,56 @@ def test_a_join_determined_through_a_ranged_key_gets_laplace_at_the_fan_out(pg_d
         # the answer leaves the row outside the declaration out: (0, 1) and (0, 2) meet o's row, (0, 3) does not
         _load(conn, {"o": ((0, 0),), "c": (), "l": ((0, 1), (0, 2), (0, 3))})
         assert _scalar(conn, _answer_sql(plan)) == 2
+
+
+def test_a_join_determined_through_a_ranged_key_runs_no_sensitivity_query(pg_dsn: str) -> None:
+    """sqldp.sensitivity.rows, "what a global bound reads": STATIC's bound 2 = f·c_F (c_F = 1: no free use) reads no
+    count, so the plan has no query, on every database the bound is the one the plan running every query gives
+    (``unread`` emptied, which also shows the derivative at the data), and the brute force over every neighbour
+    holds it. The answer still reads the range (the fan-out's premise); the session runs the answer alone."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+        plan = _plan(STATIC, _catalog(conn))
+        full = dataclasses.replace(plan, unread=frozenset(), unread_grouped=frozenset())
+        assert plan.data_independent and plan.queries == () and plan.query_count == 0
+        assert full.queries and full.query_count == len(full.queries)
+        rng = random.Random("unread")
+        for _ in range(3):
+            _load(conn, _random_db(rng))
+            kept = plan.finish([], 0.3)
+            every = full.finish(_statistics(conn, full), 0.3)
+            assert kept.sensitivity == every.sensitivity == 2.0
+            for table in ("o", "l"):
+                assert "derivative" in every.tables[table] and "derivative" not in kept.tables[table]
+                assert {k: v for k, v in every.tables[table].items() if k != "derivative"} == kept.tables[table]
+        assert _static_check(conn, plan, plan.finish([], 0.3).sensitivity) == 2
+        assert RANGED in [c.sql for c in plan.conjuncts]
+        session = sqldp.connect(pg_dsn, Policy.from_toml("[defaults]\nepsilon = 1.0\n" + POLICY))
+        prepared = session.prepare(STATIC)
+        assert isinstance(prepared, Prepared) and prepared.statements is not None
+        assert prepared.statements.queries == () and RANGED in prepared.statements.answer
+        [[m]] = prepared.run().measurements
+        assert (m.mechanism, m.sensitivity) == (GLOBAL, 2.0)
+
+
+@pytest.mark.parametrize("policy", ["tpch", "tpch_catalog"])
+def test_q12_runs_its_answer_alone_at_the_fan_out_bound(tpch_dsn: tuple[str, object, object], policy: str) -> None:
+    """TPC-H Q12 (orders ⋈ lineitem, l_linenumber in [1, 7] and (l_orderkey, l_linenumber) lineitem's key): the
+    combined bound (NR §3.3.9) is global, max(c1, c3·c4) = 7 with c1 = 7 from one orders row meeting at most 7
+    lineitem rows; neither c1 nor c4 reads a count, so the only statement is the answer (which keeps
+    l_linenumber BETWEEN 1 AND 7), and the audit shows orders' 7 without a derivative at the data."""
+    session = sqldp.connect(tpch_dsn[0], policy=policy)
+    sql = (Path(__file__).resolve().parents[2] / "benchmarks" / "tpch" / "queries" / "q12.sql").read_text()
+    prepared = session.prepare(sql, epsilon=1.0)
+    assert isinstance(prepared, Prepared) and prepared.statements is not None
+    assert prepared.statements.queries == ()
+    assert "lineitem.l_linenumber BETWEEN 1 AND 7" in prepared.statements.answer
+    result = session.run(sql, epsilon=1.0, audit=True)
+    for group in result.measurements:
+        for m in group:
+            assert (m.mechanism, m.sensitivity) == (GLOBAL, 7.0)
+            orders = m.tables["orders"]["rows"]
+            assert orders["sensitivity"] == 7.0 and "derivative" not in orders
 
 
 def test_a_fan_out_taken_as_one_fails_the_brute_force_check(pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,7 +14,9 @@ Mutants: the bound that ignores the keys (a schema-file catalog, whose keys are 
 larger, and the keyed one is tight where it is static; a mutant that takes a non-key join column for a key
 (``keys_of`` patched) fails the brute-force check on a database where that column repeats.
 A join whose private uses are all determined is data-independent: Laplace at the global bound, which covers
-every neighbour of every database and is reached.
+every neighbour of every database and is reached. It runs only the public counts its bound reads ("what a
+global bound reads" in sqldp.sensitivity.rows), with the bound of the plan running every query; the mutant that
+leaves out a count the bound reads fails instead of answering.
 """
 
 from __future__ import annotations
@@ -329,6 +331,42 @@ def test_a_join_whose_private_uses_are_all_determined_gets_laplace_at_the_global
         session = sqldp.connect(pg_dsn, Policy.from_toml("[defaults]\nepsilon = 1.0\n" + POLICY))
         [[m]] = session.run(STATIC, audit=True).measurements
         assert (m.mechanism, m.sensitivity) == (GLOBAL, 2.0)
+
+
+def test_a_global_bound_runs_the_public_counts_it_reads_and_no_other(pg_dsn: str) -> None:
+    """sqldp.sensitivity.rows, "what a global bound reads": STATIC's bound c_F reads the largest number of n rows per
+    n_reg (public); the private local counts of o and c and the counts at the data are not run. On random
+    databases the bound equals that of the same plan running every query (``unread`` emptied), and the audit
+    term has no derivative at the data. Mutant: leaving out c_F's query too — the bound then reads a count that
+    did not run and fails instead of answering (fail closed)."""
+    rng = random.Random("reads")
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+        plan = _plan(STATIC, _catalog(conn))
+        full = dataclasses.replace(plan, unread=frozenset(), unread_grouped=frozenset())
+        assert plan.data_independent and plan.unread and len(plan.unread) < len(plan.scalars)
+        [statement] = [q.sql(dialect="postgres") for q in plan.queries]
+        assert "FROM n AS n" in statement and "FROM o AS o" not in statement and "FROM c AS c" not in statement
+        for _ in range(4):
+            _load(conn, {**_random_db(rng), "n": tuple((k, rng.choice((0, 1))) for k in range(rng.randint(0, 3)))})
+            kept = plan.finish(_statistics(conn, plan), 0.3).tables
+            every = full.finish(_statistics(conn, full), 0.3).tables
+            for table in ("o", "c"):
+                assert "derivative" not in kept[table] and "derivative" in every[table]
+                assert {k: v for k, v in every[table].items() if k != "derivative"} == kept[table]
+        mutant = dataclasses.replace(plan, unread=frozenset(range(len(plan.scalars))))
+        assert mutant.queries == ()
+        with pytest.raises(RuntimeError, match="not computed"):
+            mutant.finish([], 0.3)
+
+
+def test_a_data_dependent_bound_runs_every_query(pg_dsn: str) -> None:
+    """Q5's shape is not data-independent (o grows for c's row): nothing is left out."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+        plan = _plan(Q5[0], _catalog(conn))
+        assert not plan.data_independent and not plan.unread and not plan.unread_grouped
+        assert plan.query_count == len(plan.queries) == 1 + len(plan.grouped)
 
 
 def _determined(sql: str, ddl: str, policy: str = POLICY) -> dict[str, frozenset[str]]:
