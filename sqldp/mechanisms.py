@@ -390,6 +390,80 @@ def release(kind: str, value: float, scale: float, source: NoiseSource, *, grid_
         return math.copysign(math.inf, k)
 
 
+def _released(k: int, grid_exponent: int) -> float:
+    """The released double of grid cell k (K·Λ), as :func:`release` answers it."""
+    unit = mpq(2) ** -grid_exponent
+    try:
+        return k * 2.0**grid_exponent if abs(k) < 2**53 else float(mpq(k) / unit)
+    except OverflowError:  # a fixed function of k: beyond the largest double
+        return math.copysign(math.inf, k)
+
+
+def _geometric(p_lo_hi: Callable[[int], tuple[mpfr, mpfr]], source: NoiseSource) -> int:
+    """G with P(G ≥ j) = (1 − p)^j (failures before the first success of Bernoulli(p) trials), exactly:
+    G = ⌊ln U / ln(1 − p)⌋ for U uniform on (0, 1), whose binary digits are drawn lazily; the quotient is bounded
+    by MPFR in directed rounding from certified bounds on p (``p_lo_hi(precision)``), and G is answered once
+    every U of the drawn dyadic interval [m/2ⁿ, (m + 1)/2ⁿ) has the same floor. 0 < p < 1."""
+    n, m = 64, source.bits(64)
+    while True:
+        precision = n + 64
+        dn, up, _ = _contexts(precision)
+        p_lo, p_hi = p_lo_hi(precision)
+        # |ln(1 − p)| = −log1p(−p), increasing in p; negation is exact, log1p rounded up gives the lower end
+        l_lo = up.minus(up.log1p(up.minus(p_lo)))
+        l_hi = up.minus(dn.log1p(dn.minus(p_hi)))
+        u_lo, u_hi = mpq(m, 2**n), mpq(m + 1, 2**n)
+        if m > 0 and l_lo > 0:
+            # −ln U ∈ [−ln u_hi, −ln u_lo]; the quotient (−ln U)/|ln(1 − p)| falls as U grows
+            q_lo = dn.div(dn.minus(up.log(mpfr(u_hi, precision, context=up))), l_hi)
+            q_hi = up.div(up.minus(dn.log(mpfr(u_lo, precision, context=dn))), l_lo)
+            g_lo, g_hi = int(gmpy2.floor(q_lo)), int(gmpy2.floor(q_hi))
+            if g_lo == g_hi:
+                return max(g_lo, 0)
+        m, n = (m << 32) | source.bits(32), n + 32
+
+
+def laplace_selection(
+    count: int, value: float, scale: float, threshold: float, source: NoiseSource, *, grid_exponent: int = GRID_EXPONENT
+) -> dict[int, float]:
+    """Which of ``count`` independent draws ``release("laplace", value, scale)`` come out above ``threshold``,
+    and their released values: exactly the joint distribution of ``count`` calls of :func:`release` each
+    followed by ``> threshold``, in time that grows with the number selected rather than with ``count`` when
+    few are (DP partition selection: every present group of one class has the same true value, scale and τ).
+
+    A draw is selected when its cell K has K·Λ > τ, i.e. K ≥ k₀ = ⌊τ/Λ⌋ + 1, i.e. f + s·η ≥ k₀ − ½ (the cell's
+    lower end; f, s in grid units), i.e. η ≥ c = (k₀ − ½ − f)/s. For c > 0 that has probability p = ½·e^(−c),
+    independently per draw, so the indices selected are found by geometric gaps (:func:`_geometric`). Given
+    η ≥ c > 0, η lies on the positive side and η − c ~ Exp(1) (memorylessness), so the selected draw's cell is
+    that of (k₀ − ½) + s·A with A ~ Exp(1): :func:`_one_side` from k₀ − ½, the very sampler :func:`release`
+    uses on its positive side. For c ≤ 0 (p ≥ ½) each draw is made by :func:`release` itself."""
+    unit = mpq(2) ** -grid_exponent
+    f, s = _exact(value) * unit, _exact(scale) * unit
+    t = _exact(threshold) * unit
+    k0 = int(t.numerator // t.denominator) + 1
+    c = (k0 - _HALF - f) / s if s > 0 else mpq(-1)
+    if c <= 0:
+        out = {}
+        for i in range(count):
+            v = release("laplace", value, scale, source, grid_exponent=grid_exponent)
+            if v > threshold:
+                out[i] = v
+        return out
+
+    def p_bounds(precision: int) -> tuple[mpfr, mpfr]:
+        dn, up, _ = _contexts(precision)
+        c_lo, c_hi = mpfr(c, precision, context=dn), mpfr(c, precision, context=up)
+        return dn.div_2exp(dn.exp(dn.minus(c_hi)), 1), up.div_2exp(up.exp(up.minus(c_lo)), 1)
+
+    out = {}
+    i = -1
+    while True:
+        i += _geometric(p_bounds, source) + 1
+        if i >= count:
+            return out
+        out[i] = _released(_one_side("laplace", k0 - _HALF, s, source), grid_exponent)
+
+
 def cell_probability(
     kind: str, value: float, scale: float, k: int, *, grid_exponent: int = GRID_EXPONENT, precision: int = 256
 ) -> tuple[mpfr, mpfr]:

@@ -491,7 +491,10 @@ def measure(
         row = by_key.get(g) if form.group_by else (answer_rows[0] if answer_rows else None)
         measured: list[Measurement] = []
         for i, template in enumerate(made):
-            m = dataclasses.replace(template)
+            # a field-for-field copy of the template (dataclasses.replace runs __init__ over every field: most of
+            # a run's Python time when partition selection measures thousands of groups)
+            m = object.__new__(Measurement)
+            m.__dict__.update(template.__dict__)
             if row is not None and row[len(form.group_by) + i] is not None:
                 m.true_value = float(row[len(form.group_by) + i])
                 if m.owned_groups is not None:  # an owned group's indicator: 1 for a group present (sqldp.owned)
@@ -533,7 +536,8 @@ def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]
             kind = {GLOBAL: "laplace", GAUSSIAN: "gaussian"}.get(m.mechanism, m.mechanism)
             m.noisy_value = mechanisms.release(kind, m.true_value, m.noise_scale, noise)
 
-    for g, measured in zip(groups, result.measurements, strict=True):
+    chosen = _selection(form, result.measurements, noise) if form.select_by is not None else None
+    for index, (g, measured) in enumerate(zip(groups, result.measurements, strict=True)):
         for m in measured:
             if m.true_value is None:
                 # only MIN/MAX (AggKind) of a group with no rows; a refusal is an answer, and this one depends on public
@@ -541,13 +545,12 @@ def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]
                 # refused, private filters keep every row in q_m (§3.3.8.4), and a value change keeps NULL-ness
                 # (tests/sensitivity/test_minmax.py checks every value neighbour)
                 raise RefusedError(f"{m.aggregate} has no value for a group with no rows; not released")
-        if form.select_by is not None:
-            # the selector first: a group it does not select leaves nothing, so its other values need no noise
-            # (each measurement's noise is drawn independently; what is never released is never drawn)
-            selector = measured[form.select_by]
-            draw(selector)
-            if selector.noisy_value is None or selector.noisy_value <= selection_threshold(selector):
-                continue  # not selected: nothing of the group leaves, not even that it was measured
+        if chosen is not None and form.select_by is not None:
+            # the selectors are drawn first (_selection): a group not selected leaves nothing, not even that it was
+            # measured, so its other values need no noise (each measurement's noise is drawn independently)
+            if index not in chosen:
+                continue
+            measured[form.select_by].noisy_value = chosen[index]
         for i, m in enumerate(measured):
             if i != form.select_by:
                 draw(m)
@@ -586,6 +589,29 @@ def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]
             row["errors"] = bars
         result.rows.append(row)
     result.released = True
+
+
+def _selection(
+    form: AnalysisForm, measurements: Sequence[Sequence[Measurement]], noise: NoiseSource
+) -> dict[int, float]:
+    """The groups partition selection keeps (their index) and their selectors' noisy values: each selector's
+    Laplace release compared with τ (:func:`selection_threshold`). Groups whose selectors share the true value,
+    scale and τ (every group of owned-row selection: its indicator is 1) are drawn together by
+    :func:`sqldp.mechanisms.laplace_selection`, the same joint distribution as one release per group, in time
+    independent of how many groups the data has."""
+    assert form.select_by is not None
+    classes: dict[tuple[float, float, float], list[int]] = {}
+    for i, measured in enumerate(measurements):
+        selector = measured[form.select_by]
+        if selector.mechanism != GLOBAL or selector.true_value is None:
+            raise RefusedError("partition selection needs δ > 0 and a data-independent count bound")
+        key = (selector.true_value, selector.noise_scale, selection_threshold(selector))
+        classes.setdefault(key, []).append(i)
+    chosen: dict[int, float] = {}
+    for (value, scale, threshold), members in classes.items():
+        drawn = mechanisms.laplace_selection(len(members), value, scale, threshold, noise)
+        chosen.update({members[j]: v for j, v in drawn.items()})
+    return chosen
 
 
 def selection_threshold(selector: Measurement) -> float:
