@@ -1016,6 +1016,18 @@ class RowPlan(ExactUnfolded):
         if read:
             source = {i: (f"g{j}", column) for j, (_, reads) in enumerate(self.shared) for i, column in reads.items()}
             source = _twins(self.scalars, source)
+            flat = self.shared[0][0] if len(self.shared) == 1 and len(source) == len(self.scalars) else None
+            if flat is not None and "total" in flat.named_selects and "best" in flat.named_selects:
+                # every scalar is a column of one one-row scan (_shared_scan's flat shape, Q22's customers):
+                # that scan itself, its items renamed, is the same row, and a one-row aggregate over the form's
+                # rows that sqldp.rewrite.merge_scans can compute with the value-level bounds over those rows
+                named = {e.alias: e.this for e in flat.expressions}
+                head = [flat.copy()]
+                head[0].set(
+                    "expressions",
+                    [exp.alias_(named[source[i][1]].copy(), f"v{i}") for i in range(len(self.scalars))],
+                )
+                return (*head, *self.grouped)
             items = [
                 exp.alias_(
                     exp.column(source[i][1], table=source[i][0]) if i in source else exp.Subquery(this=self.scalars[i]),
@@ -1481,6 +1493,15 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
             if _unique(comp_uses, outer, enforced):  # one row per group (Q4's orders by o_orderkey): a COUNT
                 q = where(from_uses(exp.select(_at_most_one(exp.Count(this=exp.Star()))), comp_uses), conds)
                 scalars.append(q)
+                # the outer use's local count scans the same rows (Q22's customers: the NOT EXISTS derivative
+                # is LEAST(COUNT(*), 1) over the rows the local count counts, with c_custkey = c_custkey): one
+                # scan computes both numbers (_shared_scan's flat shape, the same two numbers)
+                alias = comp_uses[0].alias
+                if alias in local and alias not in scanned:
+                    shared_scan = _shared_scan(conds, outer, _local_conjuncts(form, alias), unique=True)
+                    if shared_scan is not None:
+                        scanned.add(alias)
+                        shared.append((shared_scan(comp_uses[0]), {local[alias]: "total", len(scalars) - 1: "best"}))
                 continue
             scalars.append(_max_of(q) if keys else q)
         joined = semi_form(form, s)

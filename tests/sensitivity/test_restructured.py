@@ -399,3 +399,52 @@ def test_a_decorrelated_value_is_grouped_for_the_keys_the_query_asks(
     monkeypatch.setattr(sqlgen, "matched_keys", lambda derived, semi, form: derived)
     assert keys not in _statements(dsn, sql, policy_name).answer
     assert _figures(dsn, sql, policy_name) == restricted
+
+
+# -- a semi-join's count over an enforced key in the scan of the local count (sqldp.sensitivity.rows) -------------
+
+SEMI_SHARED = [("q22", "tpch"), ("q22", "tpch_catalog"), ("q04", "tpch")]
+
+
+def _all_statements(dsn: str, sql: str, policy: str) -> list[str]:
+    """Every statement a query runs, each step's of a workflow (Q22's AVG subquery is one) included."""
+    session = sqldp.connect(dsn, policy=policy)
+    try:
+        prepared = session.prepare(sql, epsilon=1.0)
+        parts = (
+            [prepared] if isinstance(prepared, Prepared) else [*(p for _, p in prepared.steps), prepared.placeholder]
+        )
+        return [s for p in parts if p.statements is not None for s in p.statements.all()]
+    finally:
+        session.close()
+
+
+def _step_figures(dsn: str, sql: str, policy: str) -> dict[str, object]:
+    """:func:`_figures` without the steps' timings (a workflow's steps report theirs)."""
+    out = _figures(dsn, sql, policy)
+    for step in out.get("steps", []):  # type: ignore[attr-defined]
+        step.pop("timings_ms", None)
+    return out
+
+
+@pytest.mark.parametrize(("query", "policy_name"), SEMI_SHARED, ids=[f"{q}-{p}" for q, p in SEMI_SHARED])
+def test_a_semi_joins_count_shares_the_scan_of_the_local_count(
+    tpch_dsn: tuple[str, dict[str, int], object], monkeypatch: pytest.MonkeyPatch, query: str, policy_name: str
+) -> None:
+    """Q22's customers (NOT EXISTS orders over o_custkey) and Q4's orders (EXISTS lineitem): the semi-join's
+    derivative, LEAST(COUNT(*), 1) over the outer use's rows with its key not NULL, and the outer use's local
+    count are one scan, which is the row statement itself (Q22: merged with the value-level bound over the same
+    customers, one statement instead of three scans); every figure of the run is the run's with the two scalar
+    subqueries."""
+    dsn = tpch_dsn[0]
+    sql = (QUERIES / f"{query}.sql").read_text(encoding="utf-8")
+    apart = "(SELECT LEAST(COUNT(*), 1) FROM"
+    statements = _all_statements(dsn, sql, policy_name)
+    assert any("LEAST(COUNT(*) FILTER(WHERE" in s for s in statements)
+    assert not any(apart in s for s in statements)
+    if query == "q22":
+        assert any("LEAST(COUNT(*) FILTER(WHERE" in s and "MAX(ABS(customer.c_acctbal))" in s for s in statements)
+    shared = _step_figures(dsn, sql, policy_name)
+    monkeypatch.setattr(rows, "_shared_scan", lambda *args, **kwargs: None)
+    assert any(apart in s for s in _all_statements(dsn, sql, policy_name))
+    assert _step_figures(dsn, sql, policy_name) == shared
