@@ -1016,18 +1016,6 @@ class RowPlan(ExactUnfolded):
         if read:
             source = {i: (f"g{j}", column) for j, (_, reads) in enumerate(self.shared) for i, column in reads.items()}
             source = _twins(self.scalars, source)
-            flat = self.shared[0][0] if len(self.shared) == 1 and len(source) == len(self.scalars) else None
-            if flat is not None and "total" in flat.named_selects and "best" in flat.named_selects:
-                # every scalar is a column of one one-row scan (_shared_scan's flat shape, Q22's customers):
-                # that scan itself, its items renamed, is the same row, and a one-row aggregate over the form's
-                # rows that sqldp.rewrite.merge_scans can compute with the value-level bounds over those rows
-                named = {e.alias: e.this for e in flat.expressions}
-                head = [flat.copy()]
-                head[0].set(
-                    "expressions",
-                    [exp.alias_(named[source[i][1]].copy(), f"v{i}") for i in range(len(self.scalars))],
-                )
-                return (*head, *self.grouped)
             items = [
                 exp.alias_(
                     exp.column(source[i][1], table=source[i][0]) if i in source else exp.Subquery(this=self.scalars[i]),
