@@ -541,9 +541,25 @@ def one_row(q: exp.Expr) -> bool:
 
 def _scan_key(q: exp.Select) -> str:
     """The statement's scan: FROM, joins and WHERE, as text."""
-    scan = q.copy()
+    scan = _without_items(q)
     scan.set("expressions", [exp.Literal.number(1)])
     return scan.sql(dialect="postgres")
+
+
+def _without_items(q: exp.Select) -> exp.Select:
+    """A copy of ``q`` without its items: its FROM, joins and WHERE copied, not its bounds (a bound's items are
+    most of its tree, and Q22's outer step is analysed, and its statements merged, at every run)."""
+    out = exp.Select()
+    for k, v in q.args.items():
+        if k == "expressions" or v is None:
+            continue
+        out.set(
+            k,
+            [x.copy() if isinstance(x, exp.Expr) else x for x in v]
+            if isinstance(v, list)
+            else (v.copy() if isinstance(v, exp.Expr) else v),
+        )
+    return out
 
 
 def merge_scans(
@@ -584,7 +600,7 @@ def merge_scans(
                 exp.alias_(e.unalias().copy(), f"m{len(items) + k}") for k, e in enumerate(queries[m].expressions)
             ]
             where_is[m] = (len(out), (start, len(items)))
-        merged = q.copy()
+        merged = _without_items(q)
         merged.set("expressions", items)
         out.append((merged, members))
     return out, where_is
@@ -605,10 +621,13 @@ def unjoined(query: exp.Select, catalog: Catalog | None) -> exp.Select | None:
     ._extreme_query) or a COUNT, could only grow, so it stays an upper bound; the figures are the same
     wherever the key holds. Not for a query that reads r's columns outside that equality, nor one with a
     subquery (it could read r)."""
-    if catalog is None or not catalog.enforced or not one_row(query) or query.args.get("where") is None:
+    joins = query.args.get("joins") or []
+    # the cheap tests first: every statement of every run passes here (Q22's outer step is analysed per run)
+    if catalog is None or not catalog.enforced or not joins or query.args.get("where") is None:
+        return None
+    if not one_row(query):
         return None
     source = query.args["from_"].this
-    joins = query.args.get("joins") or []
     uses: dict[str, str] = {}  # alias → table, in FROM order
     for node in (source, *(j.this for j in joins)):
         if not isinstance(node, exp.Table) or not node.alias or node.args.get("db") or node.alias in uses:
