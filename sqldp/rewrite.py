@@ -640,33 +640,37 @@ def unjoined(query: exp.Select, catalog: Catalog | None) -> exp.Select | None:
     read = {c.table for item in query.expressions for c in item.find_all(exp.Column)}
     terms = conjuncts(query.args["where"].this)
     dropped = False
-    for r in list(uses):
-        if r in read or len(uses) == 1:
-            continue
-        mine = [t for t in terms if any(c.table == r for c in t.find_all(exp.Column))]
-        pairs = [_key_pair(t, r) for t in mine]
-        if not mine or any(p is None for p in pairs) or len({p[0] for p in pairs if p}) != 1:
-            continue
-        a = pairs[0][0]  # type: ignore[index]
-        if a not in uses:
-            continue
-        try:
-            table, referenced = catalog.table(uses[a]), catalog.table(uses[r])
-        except CatalogError:
-            return None
-        want = {(p[1], p[2]) for p in pairs if p}
-        keys = {tuple(sorted(k)) for k in (referenced.primary_key, *referenced.unique) if k}
-        if not any(
-            fk.ref_table.lower() == referenced.name.lower()
-            and set(zip(fk.columns, fk.ref_columns, strict=True)) == want
-            and tuple(sorted(fk.ref_columns)) in keys
-            and all(not table.column(c).nullable for c in fk.columns)
-            for fk in table.foreign_keys
-        ):
-            continue
-        del uses[r]
-        terms = [t for t in terms if t not in mine]
-        dropped = True
+    again = True
+    while again:  # a use dropped may leave another joined by a key alone (Q9: nation, then supplier)
+        again = False
+        for r in list(uses):
+            if r in read or len(uses) == 1:
+                continue
+            mine = [t for t in terms if any(c.table == r for c in t.find_all(exp.Column))]
+            pairs = [_key_pair(t, r) for t in mine]
+            if not mine or any(p is None for p in pairs) or len({p[0] for p in pairs if p}) != 1:
+                continue
+            a = pairs[0][0]  # type: ignore[index]
+            if a not in uses:
+                continue
+            try:
+                table, referenced = catalog.table(uses[a]), catalog.table(uses[r])
+            except CatalogError:
+                return None
+            want = {(p[1], p[2]) for p in pairs if p}
+            keys = {tuple(sorted(k)) for k in (referenced.primary_key, *referenced.unique) if k}
+            if not any(
+                fk.ref_table.lower() == referenced.name.lower()
+                and len(fk.columns) == len(fk.ref_columns)
+                and set(zip(fk.columns, fk.ref_columns, strict=True)) == want
+                and tuple(sorted(fk.ref_columns)) in keys
+                and all(c in table.columns and not table.columns[c].nullable for c in fk.columns)
+                for fk in table.foreign_keys
+            ):
+                continue
+            del uses[r]
+            terms = [t for t in terms if t not in mine]
+            dropped = again = True
     if not dropped:
         return None
     out = exp.select(*(e.copy() for e in query.expressions))
