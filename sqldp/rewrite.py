@@ -5,6 +5,8 @@ rules. None of them changes what a query computes:
 1. ``fold`` — the sensitivity queries that scan the answer's product are computed in the answer's scan;
    ``unclamp`` — a clamp to a declared range that a validated CHECK constraint already enforces is left out;
    ``centred`` — a centred SUM(x − m) is computed from SUM(x) and COUNT(x), which the answer computes anyway;
+   ``unjoin`` — a one-row bound over a join drops the tables only an enforced foreign key joins and none of
+   its items reads (TPC-H Q14's part: MAX(ABS(l_discount)) over lineitem ⋈ part is the MAX over lineitem);
 2. ``match_groups`` — each answer row is matched to its released group by PostgreSQL's ``=`` (sqldp.groups);
 3. ``widen_integers`` — INTEGER arithmetic runs in BIGINT, so no overflow error answers for the data (sqlgen);
 4. ``truncate`` — a table whose declared contribution bound (``max_rows_per``) the plans rely on is read
@@ -62,8 +64,15 @@ Rule = Callable[[exp.Select, Scope], exp.Select]
 
 
 def fold(answer: exp.Select, scope: Scope) -> exp.Select:
-    merged, scope.folded = _fold(scope.form, answer, scope.plans)
+    # no unjoin under a truncation (``unjoin``): nor a bound kept apart from the answer for it
+    merged, scope.folded = _fold(scope.form, answer, scope.plans, None if scope.truncations else scope.catalog)
     return merged
+
+
+def unjoin(query: exp.Select, scope: Scope) -> exp.Select:
+    if scope.truncations:  # a truncated table's rows are not the table's: no key of the catalog speaks of them
+        return query
+    return unjoined(query, scope.catalog) or query
 
 
 def groups(answer: exp.Select, scope: Scope) -> exp.Select:
@@ -417,7 +426,7 @@ def _scaled(type_sql: str) -> bool:
 
 
 ANSWER_RULES: tuple[Rule, ...] = (fold, unclamp, centred, groups, widen, truncate)
-QUERY_RULES: tuple[Rule, ...] = (unclamp, widen, truncate)
+QUERY_RULES: tuple[Rule, ...] = (unjoin, unclamp, widen, truncate)
 DIALECT_RULES: dict[str, tuple[Rule, ...]] = {"postgres": (), "spark": (spark,)}
 
 
@@ -532,9 +541,25 @@ def one_row(q: exp.Expr) -> bool:
 
 def _scan_key(q: exp.Select) -> str:
     """The statement's scan: FROM, joins and WHERE, as text."""
-    scan = q.copy()
+    scan = _without_items(q)
     scan.set("expressions", [exp.Literal.number(1)])
     return scan.sql(dialect="postgres")
+
+
+def _without_items(q: exp.Select) -> exp.Select:
+    """A copy of ``q`` without its items: its FROM, joins and WHERE copied, not its bounds (a bound's items are
+    most of its tree, and Q22's outer step is analysed, and its statements merged, at every run)."""
+    out = exp.Select()
+    for k, v in q.args.items():
+        if k == "expressions" or v is None:
+            continue
+        out.set(
+            k,
+            [x.copy() if isinstance(x, exp.Expr) else x for x in v]
+            if isinstance(v, list)
+            else (v.copy() if isinstance(v, exp.Expr) else v),
+        )
+    return out
 
 
 def merge_scans(
@@ -575,14 +600,104 @@ def merge_scans(
                 exp.alias_(e.unalias().copy(), f"m{len(items) + k}") for k, e in enumerate(queries[m].expressions)
             ]
             where_is[m] = (len(out), (start, len(items)))
-        merged = q.copy()
+        merged = _without_items(q)
         merged.set("expressions", items)
         out.append((merged, members))
     return out, where_is
 
 
+def unjoined(query: exp.Select, catalog: Catalog | None) -> exp.Select | None:
+    """``query`` (a one-row bound, :func:`one_row`, ``FROM T1 AS a CROSS JOIN T2 AS r … WHERE …``) without the
+    uses that only a foreign key joins and that none of its items reads; None when no use can go.
+
+    A use r goes when its table is the referenced table of a foreign key of another use a, the WHERE's only
+    conjuncts that read r are a.fk_i = r.ref_i for exactly that key's columns, and a's key columns are NOT NULL.
+    PostgreSQL enforces the key (the catalog is ``enforced``: read from the database): every row of a has
+    exactly one row of r with those values (the referenced columns are a primary key or UNIQUE, and a NOT
+    NULL key column has a partner), so the join has the rows of a, one each, and an aggregate of a's columns
+    over it — MAX(ABS(l_discount)), COUNT(*) over lineitem ⋈ part in TPC-H Q14 — is the aggregate over a
+    alone: the same number from a scan without the join. Were the key violated, a's rows would be a superset
+    of the join's: each bound, a MAX of non-negative non-decreasing terms (sqldp.sensitivity.columns
+    ._extreme_query) or a COUNT, could only grow, so it stays an upper bound; the figures are the same
+    wherever the key holds. Not for a query that reads r's columns outside that equality, nor one with a
+    subquery (it could read r)."""
+    joins = query.args.get("joins") or []
+    # the cheap tests first: every statement of every run passes here (Q22's outer step is analysed per run)
+    if catalog is None or not catalog.enforced or not joins or query.args.get("where") is None:
+        return None
+    if not one_row(query):
+        return None
+    source = query.args["from_"].this
+    uses: dict[str, str] = {}  # alias → table, in FROM order
+    for node in (source, *(j.this for j in joins)):
+        if not isinstance(node, exp.Table) or not node.alias or node.args.get("db") or node.alias in uses:
+            return None
+        uses[node.alias] = node.name.lower()
+    if any(j.args.get("on") or j.args.get("using") or (j.kind or "").upper() not in ("CROSS", "") for j in joins):
+        return None
+    if any(query.find_all(exp.Subquery)) or any(not c.table for c in query.find_all(exp.Column)):
+        return None
+    read = {c.table for item in query.expressions for c in item.find_all(exp.Column)}
+    terms = conjuncts(query.args["where"].this)
+    dropped = False
+    again = True
+    while again:  # a use dropped may leave another joined by a key alone (Q9: nation, then supplier)
+        again = False
+        for r in list(uses):
+            if r in read or len(uses) == 1:
+                continue
+            mine = [t for t in terms if any(c.table == r for c in t.find_all(exp.Column))]
+            pairs = [_key_pair(t, r) for t in mine]
+            if not mine or any(p is None for p in pairs) or len({p[0] for p in pairs if p}) != 1:
+                continue
+            a = pairs[0][0]  # type: ignore[index]
+            if a not in uses:
+                continue
+            try:
+                table, referenced = catalog.table(uses[a]), catalog.table(uses[r])
+            except CatalogError:
+                return None
+            want = {(p[1], p[2]) for p in pairs if p}
+            keys = {tuple(sorted(k)) for k in (referenced.primary_key, *referenced.unique) if k}
+            if not any(
+                fk.ref_table.lower() == referenced.name.lower()
+                and len(fk.columns) == len(fk.ref_columns)
+                and set(zip(fk.columns, fk.ref_columns, strict=True)) == want
+                and tuple(sorted(fk.ref_columns)) in keys
+                and all(c in table.columns and not table.columns[c].nullable for c in fk.columns)
+                for fk in table.foreign_keys
+            ):
+                continue
+            del uses[r]
+            terms = [t for t in terms if t not in mine]
+            dropped = again = True
+    if not dropped:
+        return None
+    out = exp.select(*(e.copy() for e in query.expressions))
+    for i, (alias, table_name) in enumerate(uses.items()):
+        node = exp.alias_(exp.to_table(table_name), alias, table=True)
+        out = out.from_(node, copy=False) if i == 0 else out.join(node, join_type="cross", copy=False)
+    if terms:
+        out = out.where(exp.and_(*(t.copy() for t in terms)), copy=False)
+    return out
+
+
+def _key_pair(term: exp.Expr, r: str) -> tuple[str, str, str] | None:
+    """For ``a.y = r.x`` (either way round, a ≠ r): (a, y, x); else None."""
+    if not isinstance(term, exp.EQ):
+        return None
+    left, right = term.this, term.expression
+    if not (isinstance(left, exp.Column) and isinstance(right, exp.Column)):
+        return None
+    if right.table == r and left.table != r:
+        left, right = right, left
+    if left.table != r or right.table == r:
+        return None
+    return right.table, right.name, left.name
+
+
 def _fold(
-    form: AnalysisForm, answer: exp.Select, plans: Sequence[Plan]
+    form: AnalysisForm, answer: exp.Select, plans: Sequence[Plan], catalog: Catalog | None = None
 ) -> tuple[exp.Select, dict[int, tuple[int, int]]]:
     """The answer query with the sensitivity queries that scan the same product computed in its scan (the
     issue's "both in one scan where possible"; NR §4.3.4 ran q_m and q_s separately, Table 16).
@@ -593,7 +708,9 @@ def _fold(
     the answer's aggregates are computed per group there and re-aggregated outside (SUM and COUNT add up, MIN
     and MAX of the groups' MIN and MAX), so one scan of the join serves both. The scan conjuncts are a subset
     of the answer's WHERE: the merged query keeps them and moves the answer's other conjuncts into FILTER
-    clauses of its aggregates. Grouped answers are not folded (the bounds are over the whole scan)."""
+    clauses of its aggregates. Grouped answers are not folded (the bounds are over the whole scan). Nor is a
+    one-row query that needs fewer tables than its scan (:func:`unjoined`) where the answer reads fewer rows
+    than that scan: the answer keeps its whole WHERE and the bound runs without the join."""
     if form.group_by:
         return answer, {}
     where_node = answer.args.get("where")
@@ -609,6 +726,11 @@ def _fold(
             if not (mine <= kept.keys() and (scan is None or mine == scan)):
                 continue
             if j < len(inline) and inline[j]:
+                if kept.keys() - mine and unjoined(q, catalog) is not None:
+                    # the answer reads fewer rows than the bound's scan (a private filter, TPC-H Q14's month of
+                    # l_shipdate) and the bound needs fewer tables (:func:`unjoined`): two cheaper scans (the
+                    # answer with its whole WHERE, the bound without the join) instead of the join of all rows
+                    continue
                 scan = mine
                 rows.append((offset + j, q))
             elif j < len(per_group) and per_group[j] and _same_groups(q, grouped):

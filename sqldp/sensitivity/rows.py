@@ -1481,6 +1481,15 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
             if _unique(comp_uses, outer, enforced):  # one row per group (Q4's orders by o_orderkey): a COUNT
                 q = where(from_uses(exp.select(_at_most_one(exp.Count(this=exp.Star()))), comp_uses), conds)
                 scalars.append(q)
+                # the outer use's local count scans the same rows (Q22's customers: the NOT EXISTS derivative
+                # is LEAST(COUNT(*), 1) over the rows the local count counts, with c_custkey = c_custkey): one
+                # scan computes both numbers (_shared_scan's flat shape, the same two numbers)
+                alias = comp_uses[0].alias
+                if alias in local and alias not in scanned:
+                    shared_scan = _shared_scan(conds, outer, _local_conjuncts(form, alias), unique=True)
+                    if shared_scan is not None:
+                        scanned.add(alias)
+                        shared.append((shared_scan(comp_uses[0]), {local[alias]: "total", len(scalars) - 1: "best"}))
                 continue
             scalars.append(_max_of(q) if keys else q)
         joined = semi_form(form, s)

@@ -399,3 +399,140 @@ def test_a_decorrelated_value_is_grouped_for_the_keys_the_query_asks(
     monkeypatch.setattr(sqlgen, "matched_keys", lambda derived, semi, form: derived)
     assert keys not in _statements(dsn, sql, policy_name).answer
     assert _figures(dsn, sql, policy_name) == restricted
+
+
+# -- a semi-join's count over an enforced key in the scan of the local count (sqldp.sensitivity.rows) -------------
+
+SEMI_SHARED = [("q22", "tpch"), ("q22", "tpch_catalog"), ("q04", "tpch")]
+
+
+def _all_statements(dsn: str, sql: str, policy: str) -> list[str]:
+    """Every statement a query runs, each step's of a workflow (Q22's AVG subquery is one) included."""
+    session = sqldp.connect(dsn, policy=policy)
+    try:
+        prepared = session.prepare(sql, epsilon=1.0)
+        parts = (
+            [prepared] if isinstance(prepared, Prepared) else [*(p for _, p in prepared.steps), prepared.placeholder]
+        )
+        return [s for p in parts if p.statements is not None for s in p.statements.all()]
+    finally:
+        session.close()
+
+
+def _step_figures(dsn: str, sql: str, policy: str) -> dict[str, object]:
+    """:func:`_figures` without the steps' timings (a workflow's steps report theirs)."""
+    out = _figures(dsn, sql, policy)
+    for step in out.get("steps", []):  # type: ignore[attr-defined]
+        step.pop("timings_ms", None)
+    return out
+
+
+@pytest.mark.parametrize(("query", "policy_name"), SEMI_SHARED, ids=[f"{q}-{p}" for q, p in SEMI_SHARED])
+def test_a_semi_joins_count_shares_the_scan_of_the_local_count(
+    tpch_dsn: tuple[str, dict[str, int], object], monkeypatch: pytest.MonkeyPatch, query: str, policy_name: str
+) -> None:
+    """Q22's customers (NOT EXISTS orders over o_custkey) and Q4's orders (EXISTS lineitem): the semi-join's
+    derivative, LEAST(COUNT(*), 1) over the outer use's rows with its key not NULL, and the outer use's local
+    count are one scan instead of two; every figure of the run is the run's with the two scalar subqueries."""
+    dsn = tpch_dsn[0]
+    sql = (QUERIES / f"{query}.sql").read_text(encoding="utf-8")
+    apart = "(SELECT LEAST(COUNT(*), 1) FROM"
+    statements = _all_statements(dsn, sql, policy_name)
+    assert any("LEAST(COUNT(*) FILTER(WHERE" in s for s in statements)
+    assert not any(apart in s for s in statements)
+    shared = _step_figures(dsn, sql, policy_name)
+    monkeypatch.setattr(rows, "_shared_scan", lambda *args, **kwargs: None)
+    assert any(apart in s for s in _all_statements(dsn, sql, policy_name))
+    assert _step_figures(dsn, sql, policy_name) == shared
+
+
+# -- a one-row bound without the tables only a foreign key joins (sqldp.rewrite.unjoined) ------------------------
+
+UNJOIN_DDL = """
+CREATE TABLE s (k INT PRIMARY KEY);
+CREATE TABLE r (k INT PRIMARY KEY, y INT, sk INT NOT NULL REFERENCES s (k));
+CREATE TABLE a (id INT PRIMARY KEY, fk INT NOT NULL REFERENCES r (k), nk INT REFERENCES r (k), x NUMERIC(6,2));
+"""
+UNJOIN = "SELECT MAX(ABS(a.x)) AS v0, COUNT(*) AS v1 FROM a AS a CROSS JOIN r AS r WHERE {}"
+
+
+def _select(text: str) -> exp.Select:
+    parsed = sqlglot.parse_one(text, read="postgres")
+    assert isinstance(parsed, exp.Select)
+    return parsed
+
+
+def test_a_bound_drops_only_the_tables_an_enforced_foreign_key_joins() -> None:
+    """The use r goes when only a.fk = r.k (an enforced key, a.fk NOT NULL) reads it; not when a conjunct or an
+    item reads r otherwise, the key column may be NULL, the equality is not the key's, a subquery could read r,
+    or the catalog's keys are a schema file's claims."""
+    declared = Catalog.from_ddl(UNJOIN_DDL)
+    catalog = dataclasses.replace(declared, enforced=True)
+    for condition in ("a.fk = r.k AND a.x > 0", "r.k = a.fk AND a.x > 0"):
+        got = rewrite.unjoined(_select(UNJOIN.format(condition)), catalog)
+        assert got is not None
+        assert got.sql(dialect="postgres") == "SELECT MAX(ABS(a.x)) AS v0, COUNT(*) AS v1 FROM a AS a WHERE a.x > 0"
+    chain = "SELECT MAX(ABS(a.x)) AS v0 FROM a AS a CROSS JOIN r AS r CROSS JOIN s AS s WHERE a.fk = r.k AND r.sk = s.k"
+    got = rewrite.unjoined(_select(chain), catalog)  # s first, then r, joined by a's key alone once s is gone
+    assert got is not None and got.sql(dialect="postgres") == "SELECT MAX(ABS(a.x)) AS v0 FROM a AS a"
+    kept = [
+        UNJOIN.format("a.nk = r.k"),  # a NULL key has no partner: the join drops that row
+        UNJOIN.format("a.fk = r.k AND r.y > 0"),  # r's own conjunct filters a's rows
+        UNJOIN.format("a.fk = r.y"),  # not the referenced column
+        UNJOIN.format("a.id = r.k"),  # no foreign key on a.id
+        "SELECT MAX(r.y) AS v0 FROM a AS a CROSS JOIN r AS r WHERE a.fk = r.k",  # reads r; no key of r refers to a
+        "SELECT MAX(a.x) AS v0 FROM a AS a CROSS JOIN r AS r WHERE a.fk = r.k AND a.x > (SELECT MIN(r.y) FROM r)",
+        "SELECT a.x FROM a AS a CROSS JOIN r AS r WHERE a.fk = r.k",  # not one row
+    ]
+    for text in kept:
+        assert rewrite.unjoined(_select(text), catalog) is None, text
+    assert rewrite.unjoined(_select(UNJOIN.format("a.fk = r.k")), declared) is None
+
+
+def test_a_bound_without_the_joined_table_is_the_bound_over_the_join(pg_dsn: str) -> None:
+    """On data that satisfies the keys, the bound over a alone is the bound over a ⋈ r; the same drop where the
+    key column has NULLs, or where r's own conjunct filters, gives another row (the data tells them apart)."""
+    catalog = dataclasses.replace(Catalog.from_ddl(UNJOIN_DDL), enforced=True)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(UNJOIN_DDL)
+        conn.execute("INSERT INTO s SELECT g FROM generate_series(1, 5) g")
+        conn.execute("INSERT INTO r SELECT g, g % 3, 1 + g % 5 FROM generate_series(1, 20) g")
+        conn.execute(
+            "INSERT INTO a SELECT g, 1 + g % 20, CASE WHEN g % 4 = 0 THEN NULL ELSE 1 + g % 7 END, "
+            "(g * 37 % 1000) / 10.0 - 50 FROM generate_series(1, 200) g"
+        )
+        joined = UNJOIN.format("a.fk = r.k")
+        got = rewrite.unjoined(_select(joined), catalog)
+        assert got is not None
+        assert conn.execute(got.sql(dialect="postgres")).fetchall() == conn.execute(joined).fetchall()
+        for wrong in (UNJOIN.format("a.nk = r.k"), UNJOIN.format("a.fk = r.k AND r.y > 0")):
+            alone = "SELECT MAX(ABS(a.x)) AS v0, COUNT(*) AS v1 FROM a AS a"
+            assert conn.execute(alone).fetchall() != conn.execute(wrong).fetchall()
+
+
+UNJOINED = [("q14", "tpch"), ("q09", "tpch")]
+
+
+@pytest.mark.parametrize(("query", "policy_name"), UNJOINED, ids=[f"{q}-{p}" for q, p in UNJOINED])
+def test_a_bound_without_the_joined_tables_gives_the_figures_of_the_join(
+    tpch_dsn: tuple[str, dict[str, int], object], monkeypatch: pytest.MonkeyPatch, query: str, policy_name: str
+) -> None:
+    """Q14 under tpch: the value-level bound over lineitem ⋈ part reads lineitem's columns only, and part is
+    joined by lineitem's foreign key: the bound scans lineitem alone, and the answer, no longer scanning every
+    row for the bound, keeps its month of l_shipdate in WHERE. Q9: orders and nation leave a bound over six
+    tables, and then supplier, which only lineitem's key joins once nation is gone. Every figure of the run is
+    the run's with the join."""
+    dsn = tpch_dsn[0]
+    sql = (QUERIES / f"{query}.sql").read_text(encoding="utf-8")
+    statements = _statements(dsn, sql, policy_name)
+    unjoined = _figures(dsn, sql, policy_name)
+    monkeypatch.setattr(rewrite, "unjoined", lambda query, catalog: None)
+    joined = _statements(dsn, sql, policy_name)
+    assert statements.all() != joined.all()
+    if query == "q14":
+        assert not statements.folded and joined.folded
+        assert any(
+            q.endswith("FROM lineitem AS lineitem") and "MAX(ABS(lineitem.l_discount))" in q for q in statements.queries
+        )
+        assert "l_shipdate" in statements.answer.split(" WHERE ")[-1] and "FILTER" not in statements.answer
+    assert _figures(dsn, sql, policy_name) == unjoined

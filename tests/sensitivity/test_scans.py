@@ -200,7 +200,7 @@ def test_folding_and_pipelining_do_not_change_the_analysis(
     assert bool(prepared.statements.folded) == ("GROUP BY" not in query)
     want = results(folded, parallel=False)
     assert results(folded, parallel=True) == want
-    monkeypatch.setattr(rewrite, "_fold", lambda form, answer, plans: (answer, {}))
+    monkeypatch.setattr(rewrite, "_fold", lambda form, answer, plans, catalog=None: (answer, {}))
     apart = sqldp.connect(pg_dsn, policy=Policy.from_toml(POLICY))
     assert not apart.prepare(query, epsilon=3.0, beta=BETA).statements.folded
     for got, expected in zip(results(apart, parallel=False), want, strict=True):
@@ -287,7 +287,7 @@ def test_the_answer_computed_per_group_is_the_answer(pg_dsn: str, query: str, mo
     statements = prepared.statements
     assert "GROUP BY o.id" in statements.answer and all("GROUP BY" not in q for q in statements.queries)
     want = results(one)
-    monkeypatch.setattr(rewrite, "_fold", lambda form, answer, plans: (answer, {}))
+    monkeypatch.setattr(rewrite, "_fold", lambda form, answer, plans, catalog=None: (answer, {}))
     apart = sqldp.connect(pg_dsn, policy=policy)
     assert apart.prepare(query, epsilon=3.0, beta=BETA).statements.queries
     got = results(apart)
