@@ -1317,7 +1317,22 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
                 if keys
                 else _count_query(comp_uses, conds, [])
             )
+            if keys:
+                share(comp_uses, conds, reps)
         return tuple(free), min(weights[o.table] for o in mine)
+
+    def share(comp_uses: list[TableUse], conds: list[exp.Expr], bound: list[exp.Expr]) -> None:
+        """The scalar just appended (a maximum over ``bound`` of one use's count) and that use's local count n_j
+        from one scan (``_shared_scan``), when it has that shape and the use is not scanned yet: a derivative's
+        factor (Q17's for part) or a c_F (Q21's for the semi-joins' derived table under tpch_catalog: the most
+        rows of l1 per l_orderkey)."""
+        if len(comp_uses) != 1 or comp_uses[0].alias not in local or comp_uses[0].alias in scanned:
+            return
+        own = _local_conjuncts(form, comp_uses[0].alias)
+        scan = _shared_scan(conds, bound, own, _unique(comp_uses, bound, enforced))
+        if scan is not None:
+            scanned.add(comp_uses[0].alias)
+            shared.append((scan(comp_uses[0]), {local[comp_uses[0].alias]: "total", len(scalars) - 1: "best"}))
 
     def fanned(joined: AnalysisForm, use: TableUse, term: UseTerm, classes: DisjointSet) -> Fanned | None:
         """The choice of free uses with ranged key columns ("key columns a conjunct keeps among a few
@@ -1354,15 +1369,8 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
                     if keys
                     else q
                 )
-                if keys and len(comp_uses) == 1 and comp_uses[0].alias in local and comp_uses[0].alias not in scanned:
-                    bound: list[exp.Expr] = [term.reps[k] for k in keys]
-                    own = _local_conjuncts(form, comp_uses[0].alias)
-                    scan = _shared_scan(conds, bound, own, _unique(comp_uses, bound, enforced))
-                    if scan is not None:
-                        scanned.add(comp_uses[0].alias)
-                        shared.append(
-                            (scan(comp_uses[0]), {local[comp_uses[0].alias]: "total", len(scalars) - 1: "best"})
-                        )
+                if keys:
+                    share(comp_uses, conds, [term.reps[k] for k in keys])
         determined, free, gap = keyed(form, u, term, classes)
         plans.append(
             _UsePlan(

@@ -16,6 +16,8 @@ new text gives other rows), so the comparison is not vacuous.
   and on two connections are compared in tests/engine/test_snapshot_queue.py).
 * A scalar another term asks again read from the shared scan that computes it (sqldp.sensitivity.rows._twins)
   against the scalar run on its own: every figure of the run is the same.
+* A c_F (the free uses' count) that groups one use by the key a derivative fixes, computed by the shared scan of
+  that use's local count, against both run on their own: every figure of the run is the same.
 """
 
 from __future__ import annotations
@@ -326,6 +328,26 @@ def test_a_scalar_asked_twice_reads_the_shared_scan(
     monkeypatch.setattr(rows, "_twins", lambda scalars, source: source)
     assert any(twice in q for q in _statements(dsn, sql, "tpch").queries)
     assert _figures(dsn, sql, "tpch") == shared
+
+
+def test_a_free_count_shares_the_scan_of_the_local_count(
+    tpch_dsn: tuple[str, dict[str, int], object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Q21 under tpch_catalog: c_F of the derived tables (the most rows of l1 per l_orderkey: a derived table's
+    row fixes the order, which determines orders, and l1 is the free use) is computed by the shared scan of l1's
+    local count (sqldp.sensitivity.rows, plan_rows's ``share``): no statement counts lineitem on its own, and
+    every figure of the run is the one with each scalar run on its own (no shared scan at all)."""
+    dsn = tpch_dsn[0]
+    sql = (QUERIES / "q21.sql").read_text(encoding="utf-8")
+    alone = "(SELECT COUNT(*) AS n FROM lineitem AS l1 WHERE l1.l_linenumber BETWEEN 1 AND 7)"
+    grouped = "FROM lineitem AS l1 WHERE l1.l_linenumber BETWEEN 1 AND 7 GROUP BY l1.l_orderkey"
+    statements = _statements(dsn, sql, "tpch_catalog")
+    assert not any(alone in q for q in statements.queries)
+    assert all(q.count(grouped) == 1 and "AS total" in q for q in statements.queries if grouped in q)
+    shared = _figures(dsn, sql)
+    monkeypatch.setattr(rows, "_shared_scan", lambda conds, keys, own, unique=False: None)
+    assert any(alone in q for q in _statements(dsn, sql, "tpch_catalog").queries)
+    assert _figures(dsn, sql) == shared
 
 
 def test_q21_runs_its_row_statements_in_pieces_once_each(catalog: Catalog) -> None:
