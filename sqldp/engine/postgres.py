@@ -54,10 +54,12 @@ def layout(text: str) -> tuple[tuple[str, ...], tuple[int, ...] | None]:
     """:func:`pieces` of ``text`` and where each column of its row is in the pieces' rows side by side (None: in
     order). Besides a SELECT of scalar subqueries alone, one whose FROM is one-row aggregates only (the row
     statement's shared scans, sqldp.sensitivity.rows._shared_scan: ``SELECT (<subquery>) AS v0, g0.total AS v1
-    … FROM (SELECT COUNT(*) … ) AS g0 CROSS JOIN …``) is one piece per scalar subquery and one for the columns
-    of the FROM: a one-row FROM gives the SELECT one row, each scalar subquery is evaluated once for it and
-    reads nothing of it (an uncorrelated subquery; a correlated one keeps the statement whole), so the pieces'
-    values are the whole statement's."""
+    … FROM (SELECT COUNT(*) … ) AS g0 CROSS JOIN …``) is one piece per scalar subquery and one per source of
+    the FROM, ``SELECT <its columns> FROM (<source>) AS g<j>``: a one-row FROM gives the SELECT one row, each
+    scalar subquery is evaluated once for it and reads nothing of it (an uncorrelated subquery; a correlated
+    one keeps the statement whole), and a CROSS JOIN of one-row sources is their one rows side by side, so the
+    pieces' values are the whole statement's. Several sources without a scalar subquery are split too (Q10's
+    lineitem and orders scans run one per connection)."""
     if not _PIECEWISE.match(text):  # cheap: most statements read a FROM
         return (text,), None
     try:
@@ -80,28 +82,36 @@ def layout(text: str) -> tuple[tuple[str, ...], tuple[int, ...] | None]:
             return (text,), None
         names.add(source.alias)
     subqueries: list[exp.Expr] = []
-    columns: list[exp.Expr] = []
-    where: list[tuple[int, int]] = []  # per item: (0, k) the k-th subquery piece, (1, k) the k-th column
+    columns: dict[str, list[exp.Expr]] = {}  # per one-row source of the FROM, the items that read it
+    where: list[tuple[int, str, int]] = []  # per item: (0, "", k) the k-th subquery, (1, source, k) its k-th column
     for item in tree.expressions:
         inner = item.unalias()
         if isinstance(inner, exp.Subquery):
             if any(c.table in names for c in inner.find_all(exp.Column)):
                 return (text,), None  # reads the FROM's columns: not a piece of its own
-            where.append((0, len(subqueries)))
+            where.append((0, "", len(subqueries)))
             subqueries.append(item)
         elif isinstance(inner, exp.Column) and inner.table in names:
-            where.append((1, len(columns)))
-            columns.append(item)
+            mine = columns.setdefault(inner.table, [])
+            where.append((1, inner.table, len(mine)))
+            mine.append(item)
         else:
             return (text,), None
-    if not subqueries:
+    if not subqueries and len(columns) < 2:
         return (text,), None
     texts = [exp.Select(expressions=[e.copy()]).sql(dialect="postgres") for e in subqueries]
-    if columns:
-        rest = tree.copy()
-        rest.set("expressions", [e.copy() for e in columns])
-        texts.append(rest.sql(dialect="postgres"))
-    order = tuple(k if kind == 0 else len(subqueries) + k for kind, k in where)
+    # one piece per source: a CROSS JOIN of one-row sources is their rows side by side, so each source's
+    # columns are those of the one-row SELECT over it alone (Q21's two shared scans run one per connection)
+    first: dict[str, int] = {}  # where a source's columns start in the pieces' rows side by side
+    at = len(subqueries)
+    for source in sources:
+        items = columns.get(source.alias)
+        if not items:
+            continue
+        first[source.alias] = at
+        at += len(items)
+        texts.append(exp.select(*(e.copy() for e in items)).from_(source.copy()).sql(dialect="postgres"))
+    order = tuple(k if kind == 0 else first[alias] + k for kind, alias, k in where)
     return tuple(texts), order
 
 
