@@ -59,33 +59,29 @@ def test_parts_split_a_select_of_scalar_subqueries_only(pg_dsn: str) -> None:
 
 def test_layout_splits_one_row_sources_one_piece_each(pg_dsn: str) -> None:
     """A SELECT of the columns of several one-row sources (the row statement's shared scans, Q10's g0 and g1) is
-    one piece per source, with or without scalar subqueries beside them; the pieces' rows side by side, put back
-    in the items' order, are the whole statement's row, whatever order the items read the sources in."""
-    g0 = "(SELECT COUNT(*) AS total, MAX(x) AS best FROM t) AS g0"
-    g1 = "(SELECT SUM(x) AS total, MIN(x) AS best FROM t WHERE x > 10) AS g1"
+    one piece per source, the source's own SELECT, with or without scalar subqueries beside them; the pieces'
+    rows side by side, put back in the items' order, are the whole statement's row, whatever order the items
+    read the sources in. A source two statements read under other aliases and columns is one text (run once)."""
+    s0 = "SELECT COUNT(*) AS total, MAX(x) AS best FROM t"
+    s1 = "SELECT SUM(x) AS total, MIN(x) AS best FROM t WHERE x > 10"
     cases = {
-        f"SELECT g1.total AS v0, g0.total AS v1, g0.best AS v2, g1.best AS v3 FROM {g0} CROSS JOIN {g1}": (
-            "SELECT g0.total AS v1, g0.best AS v2 FROM (SELECT COUNT(*) AS total, MAX(x) AS best FROM t) AS g0",
-            "SELECT g1.total AS v0, g1.best AS v3 FROM (SELECT SUM(x) AS total, MIN(x) AS best FROM t WHERE x > 10) "
-            "AS g1",
-        ),
-        f"SELECT g1.best AS v0, (SELECT MAX(x) FROM t WHERE x < 5) AS v1, g0.total AS v2 FROM {g0} CROSS JOIN {g1}": (
-            "SELECT (SELECT MAX(x) FROM t WHERE x < 5) AS v1",
-            "SELECT g0.total AS v2 FROM (SELECT COUNT(*) AS total, MAX(x) AS best FROM t) AS g0",
-            "SELECT g1.best AS v0 FROM (SELECT SUM(x) AS total, MIN(x) AS best FROM t WHERE x > 10) AS g1",
-        ),
+        f"SELECT g1.total AS v0, g0.total AS v1, g0.best AS v2, g1.best AS v3 FROM ({s0}) AS g0 CROSS JOIN ({s1}) "
+        "AS g1": ((s0, s1), (2, 0, 1, 3)),
+        f"SELECT g1.best AS v0, (SELECT MAX(x) FROM t WHERE x < 5) AS v1, g0.total AS v2 FROM ({s0}) AS g0 CROSS "
+        f"JOIN ({s1}) AS g1": (("SELECT (SELECT MAX(x) FROM t WHERE x < 5) AS v1", s0, s1), (4, 0, 1)),
+        f"SELECT g5.best AS v7, (SELECT 1) AS v8 FROM ({s1}) AS g5": (("SELECT (SELECT 1) AS v8", s1), (2, 0)),
     }
     # one source and no scalar subquery: nothing to share
-    alone = f"SELECT g0.best AS v0, g0.total AS v1 FROM {g0}"
+    alone = f"SELECT g0.best AS v0, g0.total AS v1 FROM ({s0}) AS g0"
     assert postgres.layout(alone) == ((alone,), None)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (x INT); INSERT INTO t SELECT g FROM generate_series(1, 50) g")
         for whole, expected in cases.items():
             texts, order = postgres.layout(whole)
-            assert texts == expected and order is not None
+            assert (texts, order) == expected
             (row,) = conn.execute(whole).fetchall()
             side = tuple(v for text in texts for v in conn.execute(text).fetchall()[0])
-            assert tuple(side[k] for k in order) == row, whole
+            assert order is not None and tuple(side[k] for k in order) == row, whole
 
 
 def _figures(prepared: Prepared, last: float) -> dict[str, Any]:
