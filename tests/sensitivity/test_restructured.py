@@ -18,6 +18,8 @@ new text gives other rows), so the comparison is not vacuous.
   against the scalar run on its own: every figure of the run is the same.
 * A c_F (the free uses' count) that groups one use by the key a derivative fixes, computed by the shared scan of
   that use's local count, against both run on their own: every figure of the run is the same.
+* Two maxima of one GROUP BY, the second with a use whose enforced key the grouping keys fix (Q21's orders), in
+  one scan (sqldp.sensitivity.rows._keyed_pairs) against each on its own, on data where they differ.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from sqldp.catalog import Catalog
 from sqldp.commands.explain import explain
 from sqldp.datasets import dataset_path
 from sqldp.engine import postgres
-from sqldp.form import AnalysisForm, SemiJoin
+from sqldp.form import AnalysisForm, SemiJoin, TableUse
 from sqldp.frontend import parse
 from sqldp.normalize import normalize
 from sqldp.policy import Policy
@@ -348,6 +350,82 @@ def test_a_free_count_shares_the_scan_of_the_local_count(
     monkeypatch.setattr(rows, "_shared_scan", lambda conds, keys, own, unique=False: None)
     assert any(alone in q for q in _statements(dsn, sql, "tpch_catalog").queries)
     assert _figures(dsn, sql) == shared
+
+
+def test_a_count_joined_with_a_keyed_use_is_read_from_the_count_without_it(
+    tpch_dsn: tuple[str, dict[str, int], object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Q21 under tpch_catalog: orders' derivative (the most rows of supplier ⋈ l1 ⋈ nation per l_orderkey) and the
+    derived tables' term (the same joined with orders on its primary key, o_orderstatus = 'F') are one scan
+    (sqldp.sensitivity.rows._keyed_pairs): a LEFT JOIN of the first GROUP BY with the orders that pass. Its two
+    numbers are the two statements', also on data where they differ (orders of the largest groups made 'O' in a
+    copy of orders with its key, which shadows the table), where a scan without orders' own conjunct gives
+    another number; and every figure of the run is the one without the pair."""
+    dsn = tpch_dsn[0]
+    sql = (QUERIES / "q21.sql").read_text(encoding="utf-8")
+    session = sqldp.connect(dsn, policy="tpch_catalog")
+    try:
+        prepared = session.prepare(sql, epsilon=1.0)
+        assert isinstance(prepared, Prepared)
+        # the row plans: the aggregate's own, or those of its value-level plan (ColumnPlan)
+        every = [getattr(p, a, None) for p in prepared.plans for a in ("row_plan", "count_plan", "semi_plan")]
+        found = [
+            (plan, scan, reads)
+            for plan in [*prepared.plans, *every]
+            if isinstance(plan, rows.RowPlan)
+            for scan, reads in plan.shared
+            if "kept" in reads.values()
+        ]
+    finally:
+        session.close()
+    assert found
+    plan, scan, reads = found[0]
+    by = {column: i for i, column in reads.items()}
+    both = scan.sql(dialect="postgres")
+    alone = [plan.scalars[by[c]].sql(dialect="postgres") for c in ("best", "kept")]
+    assert "orders.o_orderstatus = 'F'" in alone[1] and "orders" not in alone[0]  # each column is its scalar's
+    loose = both.replace(" WHERE orders.o_orderstatus = 'F'", "")
+    assert loose != both
+    with psycopg.connect(dsn) as conn:
+        conn.execute("CREATE TEMP TABLE orders AS SELECT * FROM public.orders")
+        conn.execute("ALTER TABLE orders ADD PRIMARY KEY (o_orderkey)")
+        first = conn.execute(both).fetchone()
+        assert first == tuple(conn.execute(q).fetchone()[0] for q in alone)  # type: ignore[index]
+        # the orders of every largest group left 'F': the derived tables' count drops below orders' derivative
+        top = f"SELECT p0 FROM ({alone[0].split('FROM (', 1)[1].rsplit(') AS s', 1)[0]}) AS g WHERE n = %s"
+        conn.execute(f"UPDATE orders SET o_orderstatus = 'O' WHERE o_orderkey IN ({top})", (first[0],))  # type: ignore[index]
+        changed = conn.execute(both).fetchone()
+        assert changed is not None and changed[0] > changed[1]
+        assert changed == tuple(conn.execute(q).fetchone()[0] for q in alone)  # type: ignore[index]
+        assert conn.execute(loose).fetchone() != changed  # the data tells a scan without ψ_K apart
+        conn.rollback()
+    paired = _figures(dsn, sql)
+    monkeypatch.setattr(rows, "_keyed_pairs", lambda counted, shared, enforced, types: [])
+    assert not any("AS kept" in q for q in _statements(dsn, sql, "tpch_catalog").queries)
+    assert _figures(dsn, sql) == paired
+
+
+def test_a_use_not_fixed_by_its_key_is_not_paired(catalog: Catalog) -> None:
+    """_keyed_pairs' rule (sqldp.sensitivity.rows._with_key) pairs a count with its join with orders only when the
+    grouping keys fix orders' enforced key through equalities of one type and orders' other conjuncts read
+    orders alone."""
+    l1, o = TableUse("l1", "lineitem"), TableUse("orders", "orders")
+    types = {t: {c.name: c.type_sql for c in catalog.table(t).columns.values()} for t in ("lineitem", "orders")}
+    enforced = {"orders": (("o_orderkey",),)}
+
+    def c(text: str) -> exp.Expr:
+        return sqlglot.parse_one(text, read="postgres")
+
+    def paired(keys: str, *conds: str) -> bool:
+        k = [c(keys)]
+        return rows._with_key(([l1], [], k), ([l1, o], [c(x) for x in conds], k), enforced, types) is not None
+
+    assert paired("l1.l_orderkey", "orders.o_orderkey = l1.l_orderkey", "orders.o_orderstatus = 'F'")
+    assert not paired("l1.l_orderkey", "orders.o_custkey = l1.l_orderkey")  # not orders' key
+    assert not paired("l1.l_suppkey", "orders.o_orderkey = l1.l_suppkey")  # BIGINT = INTEGER
+    assert not paired("l1.l_orderkey", "orders.o_orderkey = l1.l_orderkey", "orders.o_totalprice > l1.l_tax")
+    assert not paired("l1.l_orderkey", "orders.o_orderkey = l1.l_orderkey + 0")  # not a column equality
+    assert not rows._with_key(([l1], [], [c("l1.l_orderkey")]), ([l1, o], [], [c("l1.l_orderkey")]), {}, types)
 
 
 def test_q21_runs_its_row_statements_in_pieces_once_each(catalog: Catalog) -> None:
