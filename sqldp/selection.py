@@ -280,9 +280,20 @@ def _scalar_side(
         raise RefusedError(f"{what} is not correlated with the IN's table", where=at)
     per_row, why = _per_row_bound(catalog, policy, t_name, summed, keys, inner, at)
     integer = summed is not None and catalog.table(t_name).column(summed).kind == "integer"
-    sql, cand = _witness_sql(
-        tree, conjunct, k, sub, p_alias, p_parts, cond, left, op, scalar, t_alias, keys, inner, alpha, integer
+    # the aggregate may read only the scored rows' keys when each correlation pair is two columns of one type
+    # (_witness_sql, ``restrict``)
+    p_columns = catalog.table(_from_tables(sub)[0].name.lower())
+    t_columns = catalog.table(t_name)
+    restrict = t_alias != p_alias and all(
+        isinstance(e, exp.Column)
+        and e.table == p_alias
+        and t_columns.column(c.name).type_sql.upper() == p_columns.column(e.name).type_sql.upper()
+        for c, e in keys
     )
+    sql, cand = _witness_sql(
+        tree, conjunct, k, sub, p_alias, p_parts, cond, left, op, scalar, t_alias, keys, inner, alpha, integer,
+        restrict=restrict,
+    )  # fmt: skip
     return Shape(tree, conjunct, conjunct.this, sql, per_row, t_name, at, why, cand)
 
 
@@ -401,9 +412,20 @@ def _witness_sql(
     inner: list[exp.Expr],
     alpha: float,
     integer: bool,
+    restrict: bool = False,
 ) -> tuple[str, str]:
     """One statement: for each candidate v, (v, W(v), m) — m the most rows of P (among those scored) sharing
     one correlation key; no row when there is no candidate. And the candidates' own statement (public tables).
+
+    With ``restrict`` (each correlation pair is a column of T and a column of P of one declared type), the
+    aggregate over T reads only the rows whose key is a scored row's of P: ``(a1, …) IN (SELECT e1, … FROM P
+    WHERE φ_P AND k IN (candidates))``. The same S for every scored row: the LEFT JOIN matches a scored row p
+    with the group of T's key equal to p's, and every row of that group has a key equal to p's (one type: "="
+    is the type's own equality, the one GROUP BY groups by), so passes the IN through p itself; groups no
+    scored row matches are dropped by the join either way; a NULL key matches nothing on either side. It
+    reads public tables only, and lets PostgreSQL look up T's rows by an index on the key instead of
+    aggregating every row of T (TPC-H Q20: 760 rows of partsupp against a year of lineitem, 150 ms → 6 ms at
+    SF 0.1).
 
     Every construct means the same in PostgreSQL and in Spark SQL as sqldp.spark_sql writes it (checked
     against PostgreSQL in tests/engine/test_spark.py): a SUM of an integer column is taken in NUMERIC
@@ -425,7 +447,16 @@ def _witness_sql(
             total.set("this", exp.cast(total.this.copy(), "NUMERIC"))
     agg = agg.select(exp.alias_(value, "s"))
     agg.set("from_", _from(scalar).copy())
-    inner_where = _and(inner)
+    p_where = [p for p in p_parts if p is not cond]
+    in_cand = exp.In(this=k.copy(), query=exp.select("v").from_(_CAND).subquery())
+    restriction: list[exp.Expr] = []
+    if restrict:
+        scored = exp.select(*[e.copy() for _, e in keys])
+        scored.set("from_", _from(sub).copy())
+        scored = scored.where(_and([*p_where, in_cand]))
+        mine: exp.Expr = keys[0][0].copy() if len(keys) == 1 else exp.Tuple(expressions=[c.copy() for c, _ in keys])
+        restriction.append(exp.In(this=mine, query=scored.subquery()))
+    inner_where = _and([*inner, *restriction])
     if inner_where is not None:
         agg = agg.where(inner_where)
     agg = agg.group_by(*[c.copy() for c, _ in keys])
@@ -446,8 +477,6 @@ def _witness_sql(
     wit.set("from_", _from(sub).copy())
     on = _and([exp.EQ(this=e.copy(), expression=exp.column(f"k{i}", table=_AGG)) for i, (_, e) in enumerate(keys)])
     wit = wit.join(agg.subquery(_AGG), on=on, join_type="LEFT")
-    p_where = [p for p in p_parts if p is not cond]
-    in_cand = exp.In(this=k.copy(), query=exp.select("v").from_(_CAND).subquery())
     wit = wit.where(_and([*p_where, in_cand]))
     per_key = exp.select(exp.alias_(exp.func("COUNT", exp.Star()), "n")).from_(_WIT)
     per_key = per_key.where(

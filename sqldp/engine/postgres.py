@@ -54,10 +54,12 @@ def layout(text: str) -> tuple[tuple[str, ...], tuple[int, ...] | None]:
     """:func:`pieces` of ``text`` and where each column of its row is in the pieces' rows side by side (None: in
     order). Besides a SELECT of scalar subqueries alone, one whose FROM is one-row aggregates only (the row
     statement's shared scans, sqldp.sensitivity.rows._shared_scan: ``SELECT (<subquery>) AS v0, g0.total AS v1
-    … FROM (SELECT COUNT(*) … ) AS g0 CROSS JOIN …``) is one piece per scalar subquery and one for the columns
-    of the FROM: a one-row FROM gives the SELECT one row, each scalar subquery is evaluated once for it and
-    reads nothing of it (an uncorrelated subquery; a correlated one keeps the statement whole), so the pieces'
-    values are the whole statement's."""
+    … FROM (SELECT COUNT(*) … ) AS g0 CROSS JOIN …``) is one piece per scalar subquery and one per source of
+    the FROM, the source's own SELECT: a one-row FROM gives the SELECT one row, each scalar
+    subquery is evaluated once for it and reads nothing of it (an uncorrelated subquery; a correlated one keeps
+    the statement whole), and a CROSS JOIN of one-row sources is their one rows side by side, so the pieces'
+    values are the whole statement's. Several sources without a scalar subquery are split too (Q10's lineitem
+    and orders scans run one per connection)."""
     if not _PIECEWISE.match(text):  # cheap: most statements read a FROM
         return (text,), None
     try:
@@ -79,29 +81,36 @@ def layout(text: str) -> tuple[tuple[str, ...], tuple[int, ...] | None]:
         if not isinstance(source, exp.Subquery) or not one_row(source.this) or not source.alias:
             return (text,), None
         names.add(source.alias)
+    # each source's output names: an item reads one of them, found by name
+    outputs = {source.alias: [e.alias_or_name for e in source.this.expressions] for source in sources}
     subqueries: list[exp.Expr] = []
-    columns: list[exp.Expr] = []
-    where: list[tuple[int, int]] = []  # per item: (0, k) the k-th subquery piece, (1, k) the k-th column
+    where: list[tuple[str, int]] = []  # per item: ("", k) the k-th subquery, (source, k) its k-th output
     for item in tree.expressions:
         inner = item.unalias()
         if isinstance(inner, exp.Subquery):
             if any(c.table in names for c in inner.find_all(exp.Column)):
                 return (text,), None  # reads the FROM's columns: not a piece of its own
-            where.append((0, len(subqueries)))
+            where.append(("", len(subqueries)))
             subqueries.append(item)
         elif isinstance(inner, exp.Column) and inner.table in names:
-            where.append((1, len(columns)))
-            columns.append(item)
+            if outputs[inner.table].count(inner.name) != 1:
+                return (text,), None
+            where.append((inner.table, outputs[inner.table].index(inner.name)))
         else:
             return (text,), None
-    if not subqueries:
+    if not subqueries and len(sources) < 2:
         return (text,), None
     texts = [exp.Select(expressions=[e.copy()]).sql(dialect="postgres") for e in subqueries]
-    if columns:
-        rest = tree.copy()
-        rest.set("expressions", [e.copy() for e in columns])
-        texts.append(rest.sql(dialect="postgres"))
-    order = tuple(k if kind == 0 else len(subqueries) + k for kind, k in where)
+    # one piece per source, the source's own one-row SELECT: a CROSS JOIN of one-row sources is their rows side by
+    # side, so an item's value is its column of its source's row. The same source in two statements (Q21's two
+    # row statements read one scan of lineitem) is one text, run once (a unit of _answer_and_queries)
+    first: dict[str, int] = {}  # where a source's row starts in the pieces' rows side by side
+    at = len(subqueries)
+    for source in sources:
+        first[source.alias] = at
+        at += len(outputs[source.alias])
+        texts.append(source.this.sql(dialect="postgres"))
+    order = tuple(k if not alias else first[alias] + k for alias, k in where)
     return tuple(texts), order
 
 

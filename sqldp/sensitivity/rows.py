@@ -1406,12 +1406,32 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
         for comp_uses, conds, keys in _components(reduced) if reduced.others else []:
             free.append(len(scalars))
             reps: list[exp.Expr] = [reduced.reps[k] for k in keys]
-            scalars.append(
-                _max_count(comp_uses, conds, reps, declared, types, private, enforced)
-                if keys
-                else _count_query(comp_uses, conds, [])
-            )
+            if keys:
+                maximum(comp_uses, conds, reps)
+                share(comp_uses, conds, reps)
+            else:
+                scalars.append(_count_query(comp_uses, conds, []))
         return tuple(free), min(weights[o.table] for o in mine)
+
+    def maximum(comp_uses: list[TableUse], conds: list[exp.Expr], bound: list[exp.Expr]) -> None:
+        """Append the largest count over ``bound`` (``_max_count``), noting it when it is the plain GROUP BY."""
+        q = _max_count(comp_uses, conds, bound, declared, types, private, enforced)
+        if q.sql(dialect="postgres") == _max_of(_count_query(comp_uses, conds, bound)).sql(dialect="postgres"):
+            counted[len(scalars)] = (comp_uses, conds, bound)
+        scalars.append(q)
+
+    def share(comp_uses: list[TableUse], conds: list[exp.Expr], bound: list[exp.Expr]) -> None:
+        """The scalar just appended (a maximum over ``bound`` of one use's count) and that use's local count n_j
+        from one scan (``_shared_scan``), when it has that shape and the use is not scanned yet: a derivative's
+        factor (Q17's for part) or a c_F (Q21's for the semi-joins' derived table under tpch_catalog: the most
+        rows of l1 per l_orderkey)."""
+        if len(comp_uses) != 1 or comp_uses[0].alias not in local or comp_uses[0].alias in scanned:
+            return
+        own = _local_conjuncts(form, comp_uses[0].alias)
+        scan = _shared_scan(conds, bound, own, _unique(comp_uses, bound, enforced))
+        if scan is not None:
+            scanned.add(comp_uses[0].alias)
+            shared.append((scan(comp_uses[0]), {local[comp_uses[0].alias]: "total", len(scalars) - 1: "best"}))
 
     def fanned(joined: AnalysisForm, use: TableUse, term: UseTerm, classes: DisjointSet) -> Fanned | None:
         """The choice of free uses with ranged key columns ("key columns a conjunct keeps among a few
@@ -1425,6 +1445,8 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
     plans = []
     shared: list[tuple[exp.Select, dict[int, str]]] = []
     scanned: set[str] = set()
+    # the scalars that are a plain MAX over a GROUP BY of a count: (uses, conjuncts, keys), for _keyed_pairs
+    counted: dict[int, tuple[list[TableUse], list[exp.Expr], list[exp.Expr]]] = {}
     for u in form.uses:
         if u.table not in private:
             continue
@@ -1443,20 +1465,12 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
                 grouped.append(q)
             else:
                 factors.append((len(scalars),))
-                scalars.append(
-                    _max_count(comp_uses, conds, [term.reps[k] for k in keys], declared, types, private, enforced)
-                    if keys
-                    else q
-                )
-                if keys and len(comp_uses) == 1 and comp_uses[0].alias in local and comp_uses[0].alias not in scanned:
-                    bound: list[exp.Expr] = [term.reps[k] for k in keys]
-                    own = _local_conjuncts(form, comp_uses[0].alias)
-                    scan = _shared_scan(conds, bound, own, _unique(comp_uses, bound, enforced))
-                    if scan is not None:
-                        scanned.add(comp_uses[0].alias)
-                        shared.append(
-                            (scan(comp_uses[0]), {local[comp_uses[0].alias]: "total", len(scalars) - 1: "best"})
-                        )
+                if keys:
+                    maximum(comp_uses, conds, [term.reps[k] for k in keys])
+                else:
+                    scalars.append(q)
+                if keys:
+                    share(comp_uses, conds, [term.reps[k] for k in keys])
         determined, free, gap = keyed(form, u, term, classes)
         plans.append(
             _UsePlan(
@@ -1491,6 +1505,8 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
                         scanned.add(alias)
                         shared.append((shared_scan(comp_uses[0]), {local[alias]: "total", len(scalars) - 1: "best"}))
                 continue
+            if keys:
+                counted[len(scalars)] = (comp_uses, conds, outer)
             scalars.append(_max_of(q) if keys else q)
         joined = semi_form(form, s)
         joined_classes = equality_classes(joined.conjuncts)
@@ -1503,6 +1519,7 @@ def plan_rows(form: AnalysisForm, catalog: Catalog, policy: Policy) -> RowPlan:
                 fanned(joined, s.use, term, joined_classes),
             )
         )
+    shared += _keyed_pairs(counted, shared, enforced, types)
     plan = RowPlan(
         form=form,
         aggregate=released,
@@ -1527,6 +1544,125 @@ def _computed(x: float) -> float:
     if math.isnan(x):
         raise RuntimeError("the row-level bound read a count that was not computed (its query was left out)")
     return x
+
+
+# -- a count joined with a use its keys determine -------------------------------------------------------
+#
+# Two of the plan's maxima often group the same product by the same keys, one with a use K more (Q21 under
+# tpch_catalog: orders' derivative, the most rows of supplier ⋈ l1 ⋈ nation per l_orderkey, and the derived
+# tables' term, the same with orders ⋈ on o_orderkey = l1.l_orderkey AND o_orderstatus = 'F'). When K's other
+# conjuncts read K alone and its conjuncts with the rest are equalities of K's columns with the grouping keys
+# that cover a key PostgreSQL enforces on K (each pair of one declared type, so "=" is the key's own
+# equality), a group k of the first count meets at most one row of K, and exactly one when k's values are
+# those of a row of K that passes K's own conjuncts:
+#
+#     Count_K(k) = Count(k) · [∃ r ∈ K: r's tied columns = k's, ψ_K(r)]
+#
+# (a NULL in k meets no row, as the equality fails on both sides; ψ_K, K's own conjuncts, is a deterministic
+# predicate of K's row, the allow-list admitting no volatile function, sqldp.allowlist). Both maxima are then
+# one pass over the first GROUP BY, the second the largest count among the groups a LEFT JOIN with K's rows
+# matches:
+#
+#     SELECT COALESCE(MAX(s.n), 0) AS best, COALESCE(MAX(CASE WHEN NOT k.c0 IS NULL THEN s.n END), 0) AS kept
+#     FROM (<the first GROUP BY>) AS s LEFT JOIN (SELECT K.a AS c0 … FROM K WHERE ψ_K) AS k ON s.p_i = k.c0 …
+#
+# (at most one row of K per group: the LEFT JOIN keeps each group once, so MAX(s.n) is the first maximum; a
+# key column is never NULL, so a matched group has c0 non-NULL). The same numbers, the product with K never
+# formed.
+
+
+def _with_key(
+    plain: tuple[list[TableUse], list[exp.Expr], list[exp.Expr]],
+    joined: tuple[list[TableUse], list[exp.Expr], list[exp.Expr]],
+    enforced: Keys,
+    types: Types,
+) -> tuple[TableUse, list[exp.Expr], list[tuple[str, int]]] | None:
+    """When ``joined`` is ``plain`` with one use K more as described above: K, its own conjuncts and, per column
+    of K tied to a grouping key, (the column, the key's index); else None."""
+    uses, conds, keys = plain
+    uses_k, conds_k, keys_k = joined
+    mine = {u.alias: u for u in uses}
+    extra = [u for u in uses_k if u.alias not in mine]
+    if len(extra) != 1 or len(uses_k) != len(uses) + 1 or any(mine[u.alias] != u for u in uses_k if u is not extra[0]):
+        return None
+    k = extra[0]
+    key_texts = [e.sql(dialect="postgres") for e in keys]
+    if key_texts != [e.sql(dialect="postgres") for e in keys_k] or not all(isinstance(e, exp.Column) for e in keys):
+        return None
+    have = {c.sql(dialect="postgres") for c in conds}
+    more = {c.sql(dialect="postgres"): c for c in conds_k}
+    if not have <= more.keys():
+        return None
+    local: list[exp.Expr] = []
+    tied: dict[str, int] = {}
+    for text, c in more.items():
+        if text in have:
+            continue
+        if {col.table for col in c.find_all(exp.Column)} == {k.alias} and not any(c.find_all(exp.Query)):
+            local.append(c)
+            continue
+        pair = _pair(c)
+        if pair is None:
+            return None
+        ours, other = (pair[0], pair[1]) if pair[0].alias == k.alias else (pair[1], pair[0])
+        if ours.alias != k.alias or other.alias == k.alias or other.alias not in mine or ours.column in tied:
+            return None
+        at = (
+            key_texts.index(_col(other).sql(dialect="postgres"))
+            if _col(other).sql(dialect="postgres") in key_texts
+            else -1
+        )
+        kind, kind_k = _type_of(types, mine[other.alias], other.column), _type_of(types, k, ours.column)
+        if at < 0 or kind is None or kind_k is None or kind.upper() != kind_k.upper():
+            return None
+        tied[ours.column] = at
+    if not any(set(key) <= tied.keys() for key in enforced.get(k.table, ())):
+        return None
+    return k, local, sorted(tied.items())
+
+
+def _keyed_pairs(
+    counted: Mapping[int, tuple[list[TableUse], list[exp.Expr], list[exp.Expr]]],
+    shared: Sequence[tuple[exp.Select, dict[int, str]]],
+    enforced: Keys,
+    types: Types,
+) -> list[tuple[exp.Select, dict[int, str]]]:
+    """One scan for each pair of maxima where one is the other's count with a use its keys determine (above), the
+    scalars no shared scan computes yet; each scalar in one pair at most."""
+    taken = {i for _, reads in shared for i in reads}
+    out: list[tuple[exp.Select, dict[int, str]]] = []
+    for i, plain in counted.items():
+        for j, joined in counted.items():
+            if i == j or i in taken or j in taken:
+                continue
+            found = _with_key(plain, joined, enforced, types)
+            if found is None:
+                continue
+            k, local, tied = found
+            inner = exp.select(*(exp.alias_(_col(ColumnRef(k.alias, c)), f"c{n}") for n, (c, _) in enumerate(tied)))
+            inner = where(from_uses(inner, [k]), local)
+            on = exp.and_(
+                *(
+                    exp.EQ(this=exp.column(f"p{at}", table="s"), expression=exp.column(f"c{n}", table="k"))
+                    for n, (_, at) in enumerate(tied)
+                )
+            )
+            matched = exp.Not(this=exp.Is(this=exp.column("c0", table="k"), expression=exp.Null()))
+            kept = exp.Case(ifs=[exp.If(this=matched, true=exp.column("n", table="s"))])
+            zero = exp.Literal.number(0)
+            scan = (
+                exp.select(
+                    exp.alias_(exp.func("COALESCE", exp.func("MAX", exp.column("n", table="s")), zero), "best"),
+                    exp.alias_(exp.func("COALESCE", exp.func("MAX", kept), zero.copy()), "kept"),
+                )
+                .from_(exp.Subquery(this=_count_query(*plain), alias=exp.TableAlias(this=exp.to_identifier("s"))))
+                .join(
+                    exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("k"))), on=on, join_type="LEFT"
+                )
+            )
+            out.append((scan, {i: "best", j: "kept"}))
+            taken |= {i, j}
+    return out
 
 
 def _twins(scalars: Sequence[exp.Expr], source: dict[int, tuple[str, str]]) -> dict[int, tuple[str, str]]:

@@ -7,7 +7,8 @@ leaving a connection behind.
 Mutants these tests kill: the parts joined in another order or one dropped (figures differ from the pipelined
 path); the spare connection without ``SET TRANSACTION SNAPSHOT`` (it sees the late row); a failure swallowed,
 or the failed transaction's connection kept idle in the engine (error expected, connection states checked);
-``parts`` splitting a SELECT with a FROM or with a non-subquery item (a row per part would change)."""
+``parts`` splitting a SELECT with a FROM or with a non-subquery item (a row per part would change); ``layout``
+putting a one-row source's columns back at another source's place."""
 
 from __future__ import annotations
 
@@ -54,6 +55,33 @@ def test_parts_split_a_select_of_scalar_subqueries_only(pg_dsn: str) -> None:
         row = conn.execute(whole).fetchall()
         pieces = [conn.execute(p).fetchall() for p in postgres.parts(whole)]
     assert all(len(p) == 1 for p in pieces) and [tuple(v for p in pieces for v in p[0])] == row == [(50, 50, 2)]
+
+
+def test_layout_splits_one_row_sources_one_piece_each(pg_dsn: str) -> None:
+    """A SELECT of the columns of several one-row sources (the row statement's shared scans, Q10's g0 and g1) is
+    one piece per source, the source's own SELECT, with or without scalar subqueries beside them; the pieces'
+    rows side by side, put back in the items' order, are the whole statement's row, whatever order the items
+    read the sources in. A source two statements read under other aliases and columns is one text (run once)."""
+    s0 = "SELECT COUNT(*) AS total, MAX(x) AS best FROM t"
+    s1 = "SELECT SUM(x) AS total, MIN(x) AS best FROM t WHERE x > 10"
+    cases = {
+        f"SELECT g1.total AS v0, g0.total AS v1, g0.best AS v2, g1.best AS v3 FROM ({s0}) AS g0 CROSS JOIN ({s1}) "
+        "AS g1": ((s0, s1), (2, 0, 1, 3)),
+        f"SELECT g1.best AS v0, (SELECT MAX(x) FROM t WHERE x < 5) AS v1, g0.total AS v2 FROM ({s0}) AS g0 CROSS "
+        f"JOIN ({s1}) AS g1": (("SELECT (SELECT MAX(x) FROM t WHERE x < 5) AS v1", s0, s1), (4, 0, 1)),
+        f"SELECT g5.best AS v7, (SELECT 1) AS v8 FROM ({s1}) AS g5": (("SELECT (SELECT 1) AS v8", s1), (2, 0)),
+    }
+    # one source and no scalar subquery: nothing to share
+    alone = f"SELECT g0.best AS v0, g0.total AS v1 FROM ({s0}) AS g0"
+    assert postgres.layout(alone) == ((alone,), None)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (x INT); INSERT INTO t SELECT g FROM generate_series(1, 50) g")
+        for whole, expected in cases.items():
+            texts, order = postgres.layout(whole)
+            assert (texts, order) == expected
+            (row,) = conn.execute(whole).fetchall()
+            side = tuple(v for text in texts for v in conn.execute(text).fetchall()[0])
+            assert order is not None and tuple(side[k] for k in order) == row, whole
 
 
 def _figures(prepared: Prepared, last: float) -> dict[str, Any]:

@@ -189,6 +189,62 @@ def test_mutant_no_multiplicity_is_killed(tiny: tuple[str, Path], monkeypatch: p
     assert over and worst == pytest.approx(2.0)
 
 
+def _witness_rows(dsn: str, policy: Path, *, restrict: bool) -> list[tuple[Any, ...]]:
+    """The witness statement's rows (candidate, W, m) on the database as it is, with the aggregate over li read
+    through the scored rows' keys (``restrict``, sqldp.selection._witness_sql) or over every row of li."""
+    session = sqldp.connect(dsn, policy)
+    try:
+        shape = selection.recognise(sqldp.frontend.parse(QUERY, session.catalog), session.catalog, session.policy)
+    finally:
+        session.close()
+    assert shape is not None
+    sql = shape.witness_sql
+    restriction = " AND (li.pk, li.sk) IN (SELECT ps.pk, ps.sk FROM ps AS ps WHERE ps.sk IN (SELECT v FROM "
+    restriction += "sqldp_candidates))"
+    assert restriction in sql  # INT = INT: restricted
+    if not restrict:
+        sql = sql.replace(restriction, "")
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(sql).fetchall()
+
+
+def test_witnesses_read_through_the_scored_keys_are_the_same_on_every_neighbour(tiny: tuple[str, Path]) -> None:
+    """The aggregate over li restricted to the keys of the scored rows of ps (the candidates' rows) gives the
+    statement's rows of the aggregate over every row of li, on the database and on each of its neighbours (rows
+    of li added at keys no scored row has, (1, 4) of supplier 4 outside the candidates, keys moved by a row's
+    removal, values moved)."""
+    dsn, policy = tiny
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        changes = [
+            *_neighbours(),
+            ("INSERT INTO li VALUES (98, 3, 3, 2.00, '2020-01-15', 0)", "DELETE FROM li WHERE id = 98", 1),
+        ]
+        for make, undo, _ in [("SELECT 1", "SELECT 1", 0.0), *changes]:
+            conn.execute(make)
+            try:
+                assert _witness_rows(dsn, policy, restrict=True) == _witness_rows(dsn, policy, restrict=False), make
+            finally:
+                conn.execute(undo)
+
+
+def test_witnesses_are_not_restricted_across_types() -> None:
+    """A correlation pair of two types (li.pk BIGINT, ps.pk INT: "=" is then a cross-type operator, not the one
+    GROUP BY groups li.pk by) keeps the aggregate over every row of li."""
+    from sqldp.catalog import Catalog
+    from sqldp.policy import Policy
+
+    same = DDL.split("INSERT")[0]
+    policy = Policy.from_toml(POLICY)
+    for ddl, restricted in (
+        (same, True),
+        (same.replace("pk INT NOT NULL, sk INT NOT NULL, q", "pk BIGINT NOT NULL, sk INT NOT NULL, q"), False),
+    ):
+        catalog = Catalog.from_ddl(ddl)
+        shape = selection.recognise(sqldp.frontend.parse(QUERY, catalog), catalog, policy)
+        assert shape is not None
+        assert ("IN (SELECT ps.pk, ps.sk FROM ps" in shape.witness_sql) is restricted
+
+
 @pytest.mark.parametrize(
     ("sql", "reason"),
     [

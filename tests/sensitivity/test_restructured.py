@@ -16,6 +16,10 @@ new text gives other rows), so the comparison is not vacuous.
   and on two connections are compared in tests/engine/test_snapshot_queue.py).
 * A scalar another term asks again read from the shared scan that computes it (sqldp.sensitivity.rows._twins)
   against the scalar run on its own: every figure of the run is the same.
+* A c_F (the free uses' count) that groups one use by the key a derivative fixes, computed by the shared scan of
+  that use's local count, against both run on their own: every figure of the run is the same.
+* Two maxima of one GROUP BY, the second with a use whose enforced key the grouping keys fix (Q21's orders), in
+  one scan (sqldp.sensitivity.rows._keyed_pairs) against each on its own, on data where they differ.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from sqldp.catalog import Catalog
 from sqldp.commands.explain import explain
 from sqldp.datasets import dataset_path
 from sqldp.engine import postgres
-from sqldp.form import AnalysisForm, SemiJoin
+from sqldp.form import AnalysisForm, SemiJoin, TableUse
 from sqldp.frontend import parse
 from sqldp.normalize import normalize
 from sqldp.policy import Policy
@@ -259,8 +263,9 @@ def test_counts_over_an_enforced_key_give_the_figures_of_the_group_by(
 
 def test_pieces_of_a_statement_with_shared_scans_give_its_row(pg_dsn: str) -> None:
     """A SELECT of scalar subqueries and columns of one-row FROM subqueries (Q21's row statement) is run as one
-    piece per subquery and one for the columns; reassembled in the statement's order, the pieces' row is the
-    whole statement's. A FROM that is not one row, or a subquery reading the FROM, keeps it whole."""
+    piece per subquery and one per FROM subquery (its own SELECT); reassembled in the statement's order, the
+    pieces' row is the whole statement's. A FROM that is not one row, or a subquery reading the FROM, keeps it
+    whole."""
     whole = (
         "SELECT (SELECT COUNT(*) FROM t) AS v0, g0.total AS v1, (SELECT MAX(x) FROM t WHERE x > 1) AS v2, "
         "g0.best AS v3 FROM (SELECT COUNT(*) AS total, LEAST(COUNT(*) FILTER(WHERE t.x < 5), 1) AS best FROM t "
@@ -270,8 +275,7 @@ def test_pieces_of_a_statement_with_shared_scans_give_its_row(pg_dsn: str) -> No
     assert texts == (
         "SELECT (SELECT COUNT(*) FROM t) AS v0",
         "SELECT (SELECT MAX(x) FROM t WHERE x > 1) AS v2",
-        "SELECT g0.total AS v1, g0.best AS v3 FROM (SELECT COUNT(*) AS total, LEAST(COUNT(*) FILTER(WHERE t.x < 5), "
-        "1) AS best FROM t WHERE t.x > 10) AS g0",
+        "SELECT COUNT(*) AS total, LEAST(COUNT(*) FILTER(WHERE t.x < 5), 1) AS best FROM t WHERE t.x > 10",
     )
     assert columns == (0, 2, 1, 3)
     for kept in (
@@ -328,6 +332,102 @@ def test_a_scalar_asked_twice_reads_the_shared_scan(
     monkeypatch.setattr(rows, "_twins", lambda scalars, source: source)
     assert any(twice in q for q in _statements(dsn, sql, "tpch").queries)
     assert _figures(dsn, sql, "tpch") == shared
+
+
+def test_a_free_count_shares_the_scan_of_the_local_count(
+    tpch_dsn: tuple[str, dict[str, int], object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Q21 under tpch_catalog: c_F of the derived tables (the most rows of l1 per l_orderkey: a derived table's
+    row fixes the order, which determines orders, and l1 is the free use) is computed by the shared scan of l1's
+    local count (sqldp.sensitivity.rows, plan_rows's ``share``): no statement counts lineitem on its own, and
+    every figure of the run is the one with each scalar run on its own (no shared scan at all)."""
+    dsn = tpch_dsn[0]
+    sql = (QUERIES / "q21.sql").read_text(encoding="utf-8")
+    alone = "(SELECT COUNT(*) AS n FROM lineitem AS l1 WHERE l1.l_linenumber BETWEEN 1 AND 7)"
+    grouped = "FROM lineitem AS l1 WHERE l1.l_linenumber BETWEEN 1 AND 7 GROUP BY l1.l_orderkey"
+    statements = _statements(dsn, sql, "tpch_catalog")
+    assert not any(alone in q for q in statements.queries)
+    assert all(q.count(grouped) == 1 and "AS total" in q for q in statements.queries if grouped in q)
+    shared = _figures(dsn, sql)
+    monkeypatch.setattr(rows, "_shared_scan", lambda conds, keys, own, unique=False: None)
+    assert any(alone in q for q in _statements(dsn, sql, "tpch_catalog").queries)
+    assert _figures(dsn, sql) == shared
+
+
+def test_a_count_joined_with_a_keyed_use_is_read_from_the_count_without_it(
+    tpch_dsn: tuple[str, dict[str, int], object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Q21 under tpch_catalog: orders' derivative (the most rows of supplier ⋈ l1 ⋈ nation per l_orderkey) and the
+    derived tables' term (the same joined with orders on its primary key, o_orderstatus = 'F') are one scan
+    (sqldp.sensitivity.rows._keyed_pairs): a LEFT JOIN of the first GROUP BY with the orders that pass. Its two
+    numbers are the two statements', also on data where they differ (orders of the largest groups made 'O' in a
+    copy of orders with its key, which shadows the table), where a scan without orders' own conjunct gives
+    another number; and every figure of the run is the one without the pair."""
+    dsn = tpch_dsn[0]
+    sql = (QUERIES / "q21.sql").read_text(encoding="utf-8")
+    session = sqldp.connect(dsn, policy="tpch_catalog")
+    try:
+        prepared = session.prepare(sql, epsilon=1.0)
+        assert isinstance(prepared, Prepared)
+        # the row plans: the aggregate's own, or those of its value-level plan (ColumnPlan)
+        every = [getattr(p, a, None) for p in prepared.plans for a in ("row_plan", "count_plan", "semi_plan")]
+        found = [
+            (plan, scan, reads)
+            for plan in [*prepared.plans, *every]
+            if isinstance(plan, rows.RowPlan)
+            for scan, reads in plan.shared
+            if "kept" in reads.values()
+        ]
+    finally:
+        session.close()
+    assert found
+    plan, scan, reads = found[0]
+    by = {column: i for i, column in reads.items()}
+    both = scan.sql(dialect="postgres")
+    alone = [plan.scalars[by[c]].sql(dialect="postgres") for c in ("best", "kept")]
+    assert "orders.o_orderstatus = 'F'" in alone[1] and "orders" not in alone[0]  # each column is its scalar's
+    loose = both.replace(" WHERE orders.o_orderstatus = 'F'", "")
+    assert loose != both
+    with psycopg.connect(dsn) as conn:
+        conn.execute("CREATE TEMP TABLE orders AS SELECT * FROM public.orders")
+        conn.execute("ALTER TABLE orders ADD PRIMARY KEY (o_orderkey)")
+        first = conn.execute(both).fetchone()
+        assert first == tuple(conn.execute(q).fetchone()[0] for q in alone)  # type: ignore[index]
+        # the orders of every largest group left 'F': the derived tables' count drops below orders' derivative
+        top = f"SELECT p0 FROM ({alone[0].split('FROM (', 1)[1].rsplit(') AS s', 1)[0]}) AS g WHERE n = %s"
+        conn.execute(f"UPDATE orders SET o_orderstatus = 'O' WHERE o_orderkey IN ({top})", (first[0],))  # type: ignore[index]
+        changed = conn.execute(both).fetchone()
+        assert changed is not None and changed[0] > changed[1]
+        assert changed == tuple(conn.execute(q).fetchone()[0] for q in alone)  # type: ignore[index]
+        assert conn.execute(loose).fetchone() != changed  # the data tells a scan without ψ_K apart
+        conn.rollback()
+    paired = _figures(dsn, sql)
+    monkeypatch.setattr(rows, "_keyed_pairs", lambda counted, shared, enforced, types: [])
+    assert not any("AS kept" in q for q in _statements(dsn, sql, "tpch_catalog").queries)
+    assert _figures(dsn, sql) == paired
+
+
+def test_a_use_not_fixed_by_its_key_is_not_paired(catalog: Catalog) -> None:
+    """_keyed_pairs' rule (sqldp.sensitivity.rows._with_key) pairs a count with its join with orders only when the
+    grouping keys fix orders' enforced key through equalities of one type and orders' other conjuncts read
+    orders alone."""
+    l1, o = TableUse("l1", "lineitem"), TableUse("orders", "orders")
+    types = {t: {c.name: c.type_sql for c in catalog.table(t).columns.values()} for t in ("lineitem", "orders")}
+    enforced = {"orders": (("o_orderkey",),)}
+
+    def c(text: str) -> exp.Expr:
+        return sqlglot.parse_one(text, read="postgres")
+
+    def paired(keys: str, *conds: str) -> bool:
+        k = [c(keys)]
+        return rows._with_key(([l1], [], k), ([l1, o], [c(x) for x in conds], k), enforced, types) is not None
+
+    assert paired("l1.l_orderkey", "orders.o_orderkey = l1.l_orderkey", "orders.o_orderstatus = 'F'")
+    assert not paired("l1.l_orderkey", "orders.o_custkey = l1.l_orderkey")  # not orders' key
+    assert not paired("l1.l_suppkey", "orders.o_orderkey = l1.l_suppkey")  # BIGINT = INTEGER
+    assert not paired("l1.l_orderkey", "orders.o_orderkey = l1.l_orderkey", "orders.o_totalprice > l1.l_tax")
+    assert not paired("l1.l_orderkey", "orders.o_orderkey = l1.l_orderkey + 0")  # not a column equality
+    assert not rows._with_key(([l1], [], [c("l1.l_orderkey")]), ([l1, o], [], [c("l1.l_orderkey")]), {}, types)
 
 
 def test_q21_runs_its_row_statements_in_pieces_once_each(catalog: Catalog) -> None:
