@@ -200,7 +200,7 @@ class Catalog:
         for table, column, definition in conn.execute(CHECKS, (schema,)).fetchall():
             owner = tables.get(table)
             col = owner["columns"].get(column) if owner is not None else None
-            if owner is None or col is None or not _exact_type(col.type_sql):
+            if owner is None or col is None or not exact_type(col.type_sql):
                 continue
             interval = checked_interval(definition, column)
             if interval is not None:  # every constraint holds: their intersection
@@ -269,9 +269,9 @@ ORDER BY c.relname, a.attname, k.conname
 """
 
 
-def _exact_type(type_sql: str) -> bool:
-    """Integer or NUMERIC: comparisons with the constraint's numbers are exact (no float, no NaN that a CHECK on
-    a float could let through in other forms)."""
+def exact_type(type_sql: str) -> bool:
+    """Integer or NUMERIC, never floating point: comparisons with a CHECK constraint's numbers are exact (no NaN a
+    CHECK on a float could let through in other forms), and PostgreSQL's + − × / stay exact or truncate."""
     return kind_of(type_sql) == "integer" or type_sql.upper().split("(")[0].strip() in ("NUMERIC", "DECIMAL")
 
 

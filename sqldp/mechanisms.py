@@ -384,14 +384,11 @@ def release(kind: str, value: float, scale: float, source: NoiseSource, *, grid_
         k = _one_side(kind, f, s, source)
     else:  # η = −A: the cell of f − s·A is minus the cell of −f + s·A (up to the ends, of probability 0)
         k = -_one_side(kind, -f, s, source)
-    try:
-        return k * 2.0**grid_exponent if abs(k) < 2**53 else float(mpq(k) / unit)
-    except OverflowError:  # a fixed function of k: beyond the largest double
-        return math.copysign(math.inf, k)
+    return _released(k, grid_exponent)
 
 
 def _released(k: int, grid_exponent: int) -> float:
-    """The released double of grid cell k (K·Λ), as :func:`release` answers it."""
+    """The released double of grid cell k (K·Λ): what :func:`release` and :func:`laplace_selection` answer."""
     unit = mpq(2) ** -grid_exponent
     try:
         return k * 2.0**grid_exponent if abs(k) < 2**53 else float(mpq(k) / unit)

@@ -603,9 +603,9 @@ def _selection(
     classes: dict[tuple[float, float, float], list[int]] = {}
     for i, measured in enumerate(measurements):
         selector = measured[form.select_by]
-        if selector.mechanism != GLOBAL or selector.true_value is None:
-            raise RefusedError("partition selection needs δ > 0 and a data-independent count bound")
-        key = (selector.true_value, selector.noise_scale, selection_threshold(selector))
+        threshold = selection_threshold(selector)  # refuses without δ or a data-independent count bound
+        assert selector.true_value is not None  # a count: 0 for a group without rows, never NULL (measure)
+        key = (selector.true_value, selector.noise_scale, threshold)
         classes.setdefault(key, []).append(i)
     chosen: dict[int, float] = {}
     for (value, scale, threshold), members in classes.items():

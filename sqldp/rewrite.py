@@ -28,7 +28,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from sqldp.catalog import Catalog, Table, constant
+from sqldp.catalog import Catalog, Table, constant, exact_type
 from sqldp.errors import CatalogError, RefusedError
 from sqldp.form import AnalysisForm, ColumnRef
 from sqldp.frontend import conjuncts
@@ -38,6 +38,7 @@ from sqldp.policy import Policy
 from sqldp.sensitivity import model_check
 from sqldp.sensitivity.global_bound import ALL, CUT, IN, OVER, RANK, GlobalPlan, Truncation
 from sqldp.sensitivity.intervals import domain
+from sqldp.sensitivity.operators import clamped
 from sqldp.sensitivity.plan import Plan
 from sqldp.spark_sql import tables, to_spark
 from sqldp.sqlgen import widen_integers
@@ -82,12 +83,6 @@ def groups(answer: exp.Select, scope: Scope) -> exp.Select:
     return match_groups(answer, scope.domains)
 
 
-# the types in which PostgreSQL's + − × / are exact or truncate deterministically (never floating point)
-_EXACT_TYPES = frozenset(
-    {"SMALLINT", "INT", "INTEGER", "BIGINT", "INT2", "INT4", "INT8", "NUMERIC", "DECIMAL", "SERIAL", "BIGSERIAL"}
-)
-
-
 def _exact(e: exp.Expr, scope: Scope) -> bool:
     """Whether PostgreSQL computes ``e`` in an integer type or NUMERIC, never in floating point: columns of those
     types, numeric literals, + − × / (integer division truncates, NUMERIC division rounds: either way a value of
@@ -101,7 +96,7 @@ def _exact(e: exp.Expr, scope: Scope) -> bool:
             column = scope.catalog.table(scope.form.use(e.table).table).column(e.name)
         except (KeyError, CatalogError):
             return False
-        return column.type_sql.upper().split("(")[0].strip() in _EXACT_TYPES
+        return exact_type(column.type_sql)
     if isinstance(e, exp.Literal):
         return not e.is_string
     if isinstance(e, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
@@ -130,17 +125,6 @@ def _clamped_column(e: exp.Expr) -> exp.Column | None:
         if constant(bound) is None or (isinstance(bound, exp.Literal) and bound.is_string):
             return None
     return c
-
-
-def _clamp_parts(e: exp.Expr) -> tuple[exp.Column, Decimal, Decimal] | None:
-    """c, lo and hi of the two-sided clamp ``CASE WHEN c < lo THEN lo WHEN c > hi THEN hi ELSE c END``, else None."""
-    c = _clamped_column(e)
-    ifs = e.args.get("ifs") or []
-    if c is None or len(ifs) != 2 or not (isinstance(ifs[0].this, exp.LT) and isinstance(ifs[1].this, exp.GT)):
-        return None
-    low, high = constant(ifs[0].this.expression), constant(ifs[1].this.expression)
-    assert low is not None and high is not None  # _clamped_column checked them
-    return c, low, high
 
 
 def unclamp(query: exp.Select, scope: Scope) -> exp.Select:
@@ -172,12 +156,14 @@ def unclamp(query: exp.Select, scope: Scope) -> exp.Select:
             return None
 
     def replace(node: exp.Expr) -> exp.Expr:
-        parts = _clamp_parts(node)
-        if parts is None or not parts[0].table:
+        parts = clamped(node)  # the two-sided clamp
+        c = parts[0] if parts is not None else None
+        if not isinstance(c, exp.Column) or not c.table:
             return node
-        c, lo, hi = parts
+        # the bounds as written (exact: the float clamped() reads them as could differ from the SQL literal)
+        lo, hi = (constant(branch.args["true"]) for branch in node.args["ifs"])
         interval = checked(c)
-        if interval is None:
+        if lo is None or hi is None or interval is None:
             return node
         low_ok = interval[0] is not None and interval[0] >= lo
         high_ok = interval[1] is not None and interval[1] <= hi
