@@ -623,25 +623,43 @@ def gaussian_delta(sigma: float, epsilon: float, l2: float = 1.0) -> float:
     return float(special.ndtr(a - b) - math.exp(epsilon + special.log_ndtr(-a - b)))
 
 
+def gaussian_delta_at(sigma: float, epsilon: float, distances: Sequence[float] = (1.0,)) -> float:
+    """The largest δ over the changes at the given ``distances`` d of ``f + N(0, σ²I)`` for ℓ2 sensitivity 1
+    per unit of distance, each at the loss ε·d it is promised: max_d of the hockey-stick divergence at e^(ε·d)
+    of N(d, σ²) from N(0, σ²) (:func:`gaussian_delta` with Δ = d). For d > 1 the divergence at e^(εd) is larger
+    than at distance 1 (ε = 1, δ = 10⁻³ at d = 1 gives 1.8·10⁻³ at d = 2), so a σ calibrated for distance 1 does
+    not give (εd, δ) there (docs/mechanisms.md, "The Gaussian at distance d")."""
+    return max(gaussian_delta(sigma, epsilon * d, d) for d in distances)
+
+
 @functools.lru_cache(maxsize=256)
-def gaussian_sigma(epsilon: float, delta: float) -> float:
-    """The σ of the analytic Gaussian mechanism for ℓ2 sensitivity 1 (scale it by Δ₂): the least σ with
-    :func:`gaussian_delta` ≤ δ, found by Brent's method (the divergence decreases in σ), then raised by a
-    relative 1e−9 — far more than the doubles' error in Φ moves δ — and checked, so that the σ returned is
-    on the safe side. Unlike the classic σ = Δ√(2 ln(1.25/δ))/ε (Dwork & Roth Thm A.1), valid for ε < 1
-    only, it holds for every ε > 0 and is never larger."""
+def gaussian_sigma(epsilon: float, delta: float, distances: tuple[float, ...] = (1.0,)) -> float:
+    """The σ of the analytic Gaussian mechanism for ℓ2 sensitivity 1 per unit of distance (scale it by Δ₂): the
+    least σ with :func:`gaussian_delta_at` ≤ δ for every change distance in ``distances`` (each divergence
+    decreases in σ, so their maximum does), found by Brent's method, then raised by a relative 1e−9 — far more
+    than the doubles' error in Φ moves δ — and checked, so that the σ returned is on the safe side. Unlike the
+    classic σ = Δ√(2 ln(1.25/δ))/ε (Dwork & Roth Thm A.1), valid for ε < 1 only, it holds for every ε > 0 and
+    is never larger. ``distances`` must be finite: no σ gives (εd, δ) for every d > 0 (the divergence at
+    e^(εd) tends to 1 as d grows), which is why value-level changes never get the Gaussian
+    (sqldp.release.gaussian)."""
     if not (epsilon > 0 and math.isfinite(epsilon)):
         raise InputError(f"ε must be positive and finite, got {epsilon}", where="--epsilon")
     if not 0.0 < delta < 1.0:
         raise InputError(f"the Gaussian mechanism needs 0 < δ < 1, got {delta}", where="--delta")
+    if not distances or not all(d > 0 and math.isfinite(d) for d in distances):
+        raise ValueError(f"the Gaussian needs finite positive change distances, got {distances}")
+
+    def excess(x: float) -> float:
+        return gaussian_delta_at(x, epsilon, distances) - delta
+
     lo, hi = 1e-3, 1.0
-    while gaussian_delta(lo, epsilon) <= delta:  # δ(σ) → 1 − 0 as σ → 0: a σ with too large a δ
+    while excess(lo) <= 0:  # δ(σ) → 1 − 0 as σ → 0: a σ with too large a δ
         lo /= 2.0
-    while gaussian_delta(hi, epsilon) > delta:
+    while excess(hi) > 0:
         hi *= 2.0
-    root = float(optimize.brentq(lambda x: gaussian_delta(x, epsilon) - delta, lo, hi, xtol=1e-15, rtol=1e-13))
+    root = float(optimize.brentq(excess, lo, hi, xtol=1e-15, rtol=1e-13))
     sigma = root * (1.0 + 1e-9)
-    while gaussian_delta(sigma, epsilon) > delta:
+    while excess(sigma) > 0:
         sigma *= 1.0 + 1e-9
     return sigma
 
@@ -652,12 +670,18 @@ def gaussian_rho(l2: float, sigma: float) -> float:
     return l2 * l2 / (2.0 * sigma * sigma)
 
 
-def zcdp_epsilon(rho: float, delta: float) -> float:
-    """The ε of the (ε, δ)-DP that ρ-zCDP implies (Bun and Steinke, TCC 2016, Prop. 1.3): ρ + 2√(ρ ln(1/δ))."""
-    return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
+def zcdp_epsilon(rho: float, delta: float, longest: float = 1.0) -> float:
+    """The ε for which ρ-zCDP per unit of distance gives (ε·d, δ)-DP for every change at distance d ≤
+    ``longest``. ρ-zCDP at distance 1 is ρd²-zCDP at distance d (a pure ε-DP release is (εd)²/2-, a Gaussian of
+    ℓ2 sensitivity d per change d²/(2σ²)-zCDP), which gives (ρd² + 2d√(ρ ln(1/δ)), δ)-DP (Bun and Steinke,
+    TCC 2016, Prop. 1.3) = (d·(ρd + 2√(ρ ln(1/δ))), δ): so ε = ρ·max(1, D) + 2√(ρ ln(1/δ)) for D = ``longest``.
+    No finite ε holds for unbounded distances (value-level changes): ``longest`` must be finite."""
+    if not math.isfinite(longest):
+        raise ValueError("zCDP gives no (εd, δ) for every d: the change distances must be bounded")
+    return rho * max(1.0, longest) + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
 
 
-def gaussian_wins(epsilon: float, delta: float, values: int) -> bool:
+def gaussian_wins(epsilon: float, delta: float, values: int, distances: tuple[float, ...] = (1.0,)) -> bool:
     """Whether ``values`` global bounds released together get less noise from one Gaussian release than from
     Laplace at an equal ε split (sqldp.release.shares), from (ε, δ) and the count alone — data-independent.
 
@@ -665,17 +689,21 @@ def gaussian_wins(epsilon: float, delta: float, values: int) -> bool:
     releasing f_i/c_i whose vector moves by ≤ √k in ℓ2 (each part's ℓ2 ≤ its ℓ1 ≤ 1), gives it σ = c_i·√k·σ₁,
     σ₁ = :func:`gaussian_sigma` (ε, δ). Both are proportional to c_i, so one comparison decides for every
     aggregate: median |noise| ln 2·k/ε against Φ⁻¹(¾)·√k·σ₁ (the measure the truncation choice uses). At
-    ε = 1, δ = 10⁻⁶ (σ₁ ≈ 4.22) the Gaussian wins from k = 17 values on."""
+    ε = 1, δ = 10⁻⁶ (σ₁ ≈ 4.22) the Gaussian wins from k = 17 values on. σ₁ is calibrated for every change
+    distance in ``distances`` (table weights); Laplace's ε·d at distance d needs no change."""
     laplace = math.log(2.0) * values / epsilon
-    gaussian = gaussian_abs_quantile(0.5) * math.sqrt(values) * gaussian_sigma(epsilon, delta)
+    gaussian = gaussian_abs_quantile(0.5) * math.sqrt(values) * gaussian_sigma(epsilon, delta, distances)
     return gaussian < laplace
 
 
-def calibrate_gaussian(sensitivity: float, epsilon: float, delta: float, values: int) -> Calibration:
-    """One coordinate of a Gaussian release of ``values`` global bounds together at (ε, δ): σ = c·√k·σ₁ (see
-    :func:`gaussian_wins`). ``epsilon`` and ``delta`` are the whole release's."""
+def calibrate_gaussian(
+    sensitivity: float, epsilon: float, delta: float, values: int, distances: tuple[float, ...] = (1.0,)
+) -> Calibration:
+    """One coordinate of a Gaussian release of ``values`` global bounds together at (ε·d, δ) for a change at
+    each distance d in ``distances``: σ = c·√k·σ₁ (see :func:`gaussian_wins`). ``epsilon`` and ``delta`` are
+    the whole release's."""
     c = _check_sensitivity(sensitivity)
-    sigma = c * math.sqrt(values) * gaussian_sigma(epsilon, delta)
+    sigma = c * math.sqrt(values) * gaussian_sigma(epsilon, delta, distances)
     return Calibration("gaussian", epsilon, delta, 0.0, epsilon, c, sigma)
 
 

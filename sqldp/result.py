@@ -58,6 +58,10 @@ class Measurement:
     # the selector of groups owned by one row (sqldp.owned): how many groups one neighbouring change can add or
     # remove — from the query and the schema, so released; None for every other measurement
     owned_groups: int | None = None
+    # DP partition selection's count (sqldp.release.selection_threshold): the largest count one neighbouring change
+    # can give a group that exists on one side only, at the change's own distance — from the query and the
+    # policy, so released; None for every other measurement
+    one_sided: float | None = None
 
     @functools.cached_property
     def tables(self) -> dict[str, Any]:

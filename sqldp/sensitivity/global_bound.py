@@ -107,8 +107,21 @@ class GlobalPlan(ExactUnfolded):
     # which global bound this is (released: it depends on the query, the schema and the policy only)
     source: str = "schema keys (NR §3.3.13)"
 
+    # the largest count one neighbouring change can give a group that exists on one side only (DP partition
+    # selection's threshold, sqldp.release.selection_threshold); None: the count's bound at the change's distance
+    # (the terms' sensitivity times weight: one row of t moves at most c_t·G_t join rows)
+    one_sided: float | None = None
+
     queries: tuple[exp.Select, ...] = ()
     data_independent: bool = True
+
+    @property
+    def change_distances(self) -> frozenset[float]:
+        """The distances of the neighbouring changes that move this aggregate: G_t for a row of each private table
+        in the terms; ∞ (no bound) where a term does not say its weight."""
+        return frozenset(float(t["weight"]) if "weight" in t else math.inf for t in self.terms.values()) or frozenset(
+            {math.inf}
+        )
 
     def bind(self, results: Sequence[Any]) -> Callable[[float], Bound]:
         return lambda beta: Bound(self.bound, self.terms)
