@@ -100,6 +100,10 @@ class NoiseSource:
     def sign(self) -> float:
         return 1.0 if self._rng.random() < 0.5 else -1.0
 
+    def index(self, n: int) -> int:
+        """A uniform integer in [0, n), exactly (``randrange`` rejects the bits past n)."""
+        return self._rng.randrange(n)
+
 
 # -- distributions --------------------------------------------------------------------------------
 

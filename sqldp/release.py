@@ -20,7 +20,7 @@ from sqldp.errors import RefusedError
 from sqldp.form import AGG_PREFIX, AnalysisForm, Output
 from sqldp.groups import all_groups
 from sqldp.mechanisms import NoiseSource
-from sqldp.owned import OwnedSelection
+from sqldp.owned import SHARED_SCALE_GROUPS, OwnedSelection
 from sqldp.params import PrivacyParams, check_beta
 from sqldp.result import GAUSSIAN, GLOBAL, PUBLIC_SCALE, R2T, UNIT_HISTOGRAM, Measurement, Result
 from sqldp.sensitivity.global_bound import GlobalPlan
@@ -641,7 +641,24 @@ def _selection(
     for (value, scale, threshold), members in classes.items():
         drawn = mechanisms.laplace_selection(len(members), value, scale, threshold, noise)
         chosen.update({members[j]: v for j, v in drawn.items()})
+    if shared_scale(form, measurements) and len(chosen) > SHARED_SCALE_GROUPS:
+        # owned groups whose values share a noise scale read from the data: show one selected group, drawn
+        # uniformly (post-processing of the selection; sqldp.owned, "One noise scale for every group")
+        assert SHARED_SCALE_GROUPS == 1
+        pick = sorted(chosen)[noise.index(len(chosen))]
+        chosen = {pick: chosen[pick]}
     return chosen
+
+
+def shared_scale(form: AnalysisForm, measurements: Sequence[Sequence[Measurement]]) -> bool:
+    """Whether the groups are owned (sqldp.owned) and a value's noise scale is read from the data: decided by the
+    mechanisms, which the query, the schema and the policy decide."""
+    if form.select_by is None or not measurements:
+        return False
+    first = measurements[0]
+    return first[form.select_by].owned_groups is not None and any(
+        m.mechanism not in PUBLIC_SCALE for i, m in enumerate(first) if i != form.select_by
+    )
 
 
 def one_sided_count(plan: Plan, bound: Bound) -> float:
