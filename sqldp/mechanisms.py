@@ -571,6 +571,51 @@ def laplace_beta_limit(epsilon: float, delta: float) -> float:
     return epsilon / (epsilon - 1.0 - math.log(delta / 2.0))
 
 
+def laplace_delta_at(epsilon: float, b: float, beta: float, distances: Sequence[float] = (1.0,)) -> float:
+    """The δ of the smoothed Laplace f(x) + (c(x)/b)·Lap(1) (c a β-smooth bound) for one change at each distance
+    d of ``distances``, at the loss ε·d: NR Theorem 3.56's δ (:func:`laplace_delta`) for d ≤ 1, and for d > 1
+    exp(−d·(ε − b·e^(βd))/(e^(βd) − 1)) where β + b·e^(βd) ≤ ε, else 1 (no such δ). At distance d the two
+    scales differ by e^(βd) and the means by up to d·e^(βd)·c (NR Lemma 3.78); the density ratio is then at most
+    e^(βd + b·d·e^(βd)) from the narrower side, and from the wider side e^(b·d·e^(βd) + |η|(e^(βd) − 1)), which
+    exceeds e^(εd) only when |η| > d·(ε − b·e^(βd))/(e^(βd) − 1) (docs/privacy.md, "The smoothed Laplace at
+    distance d"). The theorem's own δ does not grow with d, which fails there: at ε = 1, δ = 10⁻⁶ and sqldp's
+    β = 0.0345, b = ½, a change at distance 20 has hockey-stick divergence 0.115. ∞ (a value in a norm): 1."""
+    out = laplace_delta(epsilon, b, beta)
+    for d in distances:
+        if d <= 1.0 or beta == 0.0:
+            continue
+        if not math.isfinite(d):
+            return 1.0
+        grow = math.exp(beta * d)
+        if beta + b * grow > epsilon:
+            return 1.0
+        out = max(out, math.exp(-d * (epsilon - b * grow) / math.expm1(beta * d)))
+    return out
+
+
+def laplace_beta(epsilon: float, delta: float, distances: Sequence[float] = (1.0,)) -> tuple[float, float]:
+    """sqldp's (β, b) for the smoothed Laplace at (ε, δ): b = ε/2 and β = half of Theorem 3.56's limit, lowered
+    (by bisection, 60 halvings of the interval) until :func:`laplace_delta_at` ≤ δ at every change distance;
+    data-independent. Raises where no β > 0 keeps δ (an unbounded distance)."""
+    beta = 0.5 * laplace_beta_limit(epsilon, delta)
+    b = laplace_b(epsilon, delta, beta)
+    if laplace_delta_at(epsilon, b, beta, distances) <= delta:
+        return beta, b
+    b = 0.5 * epsilon
+    if any(not math.isfinite(d) for d in distances):
+        raise RefusedError("the smoothed Laplace keeps no δ for changes of unbounded distance (a value in a norm)")
+    lo, hi = 0.0, beta
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if laplace_delta_at(epsilon, b, mid, distances) <= delta:
+            lo = mid
+        else:
+            hi = mid
+    if lo == 0.0:
+        raise RefusedError(f"the smoothed Laplace keeps δ = {delta:g} at no β for change distances {distances}")
+    return lo, b
+
+
 def laplace_delta(epsilon: float, b: float, beta: float) -> float:
     """δ of Theorem 3.56 (with the factor 2: ε = 1, b = β = 0.1 → 2.4682e−4)."""
     if beta == 0.0:
@@ -592,10 +637,18 @@ def calibrate_cauchy(sensitivity: float, epsilon: float, beta: float, gamma: flo
     return Calibration("cauchy", epsilon, None, beta, b, c, c / b, gamma)
 
 
-def calibrate_laplace(sensitivity: float, epsilon: float, delta: float | None, beta: float) -> Calibration:
+def calibrate_laplace(
+    sensitivity: float, epsilon: float, delta: float | None, beta: float, distances: Sequence[float] = (1.0,)
+) -> Calibration:
     if not delta:
         raise InputError("the Laplace mechanism gives (ε, δ)-DP: pass --delta (NR Theorem 3.56)", where="--delta")
     b = laplace_b(epsilon, delta, beta)
+    if laplace_delta_at(epsilon, b, beta, distances) > delta:
+        raise InputError(
+            f"β = {beta:g} keeps δ = {delta:g} only for changes at distance ≤ 1; this query's changes reach "
+            f"{max(distances):g} (a table weight): choose a smaller β or let sqldp choose it",
+            where="--beta",
+        )
     c = _check_sensitivity(sensitivity)
     return Calibration("laplace", epsilon, delta, beta, b, c, c / b)
 
@@ -632,7 +685,7 @@ def gaussian_delta_at(sigma: float, epsilon: float, distances: Sequence[float] =
     per unit of distance, each at the loss ε·d it is promised: max_d of the hockey-stick divergence at e^(ε·d)
     of N(d, σ²) from N(0, σ²) (:func:`gaussian_delta` with Δ = d). For d > 1 the divergence at e^(εd) is larger
     than at distance 1 (ε = 1, δ = 10⁻³ at d = 1 gives 1.8·10⁻³ at d = 2), so a σ calibrated for distance 1 does
-    not give (εd, δ) there (docs/mechanisms.md, "The Gaussian at distance d")."""
+    not give (εd, δ) there (docs/privacy.md, "The Gaussian at distance d")."""
     return max(gaussian_delta(sigma, epsilon * d, d) for d in distances)
 
 
@@ -729,6 +782,7 @@ def optimise_beta(
     delta: float | None = None,
     gamma: float = GAMMA,
     extra: Sequence[float] = (),
+    distances: Sequence[float] = (1.0,),
 ) -> Calibration:
     """Choose β to minimise the noise scale c_β(x)/b_β over the fixed grid (NR Theorem 3.73).
 
@@ -736,12 +790,14 @@ def optimise_beta(
     passes those points, where its bound is tightest); the feasible ones join the family.
 
     Theorem 3.73 is proved for generalized Cauchy. For Laplace it is not, so the Laplace mechanism uses one
-    data-independent β: the one that spends half of ε on b (b = ε/2)."""
+    data-independent β: the one that spends half of ε on b (b = ε/2), lowered where the query's changes reach
+    beyond distance 1 (:func:`laplace_beta`; ``distances``, from the query and the policy)."""
     if mechanism == "laplace":
         if not delta:
             raise InputError("the Laplace mechanism gives (ε, δ)-DP: pass --delta (NR Theorem 3.56)", where="--delta")
-        beta = 0.5 * laplace_beta_limit(epsilon, delta)
-        return calibrate_laplace(smooth(beta), epsilon, delta, beta)
+        beta, b = laplace_beta(epsilon, delta, distances)
+        c = _check_sensitivity(smooth(beta))
+        return Calibration("laplace", epsilon, delta, beta, b, c, c / b)
     best: Calibration | None = None
     limit = epsilon / (gamma + 1.0)
     for beta in sorted({*beta_grid(epsilon, gamma), *(b for b in extra if 0 < b < limit)}):

@@ -280,11 +280,16 @@ def calibrate(
     def smooth(beta: float) -> float:
         return float(bound_at(beta).sensitivity)
 
+    distances = change_distances([plan])
+    # the smoothed Laplace keeps (ε·d, δ) only for bounded d (mechanisms.laplace_delta_at): a value in a norm moves
+    # by any distance, so such a bound gets generalized Cauchy, ε·d at every d (NR Theorem 3.53), which the
+    # measurement's mechanism says
+    mechanism = "cauchy" if not math.isfinite(distances[-1]) else params.mechanism
     if params.beta is None:
         extra = plan.grid  # a value plan's bound is tightest on its own grid points
-        cal = mechanisms.optimise_beta(smooth, eps, params.mechanism, delta=delta, extra=extra)
-    elif params.mechanism == "laplace":
-        cal = mechanisms.calibrate_laplace(smooth(params.beta), eps, delta, params.beta)
+        cal = mechanisms.optimise_beta(smooth, eps, mechanism, delta=delta, extra=extra, distances=distances)
+    elif mechanism == "laplace":
+        cal = mechanisms.calibrate_laplace(smooth(params.beta), eps, delta, params.beta, distances)
     else:
         cal = mechanisms.calibrate_cauchy(smooth(params.beta), eps, params.beta)
     return cal, bound_at(cal.beta)

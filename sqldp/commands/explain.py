@@ -22,6 +22,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
     # imported here, not at the top: every command module is imported for `sqldp --help`, which must not wait
     # for z3, scipy and the analyses
+    import math
+
     from sqldp import algebra as ra
     from sqldp import selection, setops
     from sqldp.errors import InputError
@@ -31,7 +33,7 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
     from sqldp.normalize import PublicRelease, normalize, relations_read
     from sqldp.owned import OwnedSelection, own_selector
     from sqldp.params import resolve_params
-    from sqldp.release import gaussian
+    from sqldp.release import gaussian, longest_change
     from sqldp.result import GAUSSIAN, GLOBAL, R2T, UNIT_HISTOGRAM
     from sqldp.sensitivity import model_check
     from sqldp.sensitivity.global_bound import GlobalPlan
@@ -114,7 +116,12 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
         def mechanism(p: Any) -> str:
             if isinstance(p, UnitPlan):
                 return UNIT_HISTOGRAM if p.histogram else R2T
-            return GAUSSIAN if joint else GLOBAL if p.data_independent else default
+            if joint:
+                return GAUSSIAN
+            if p.data_independent:
+                return GLOBAL
+            # the smoothed Laplace keeps no δ at unbounded distances: such a bound gets Cauchy (release.calibrate)
+            return "cauchy" if not math.isfinite(longest_change([p])) else default
 
         out["mechanisms"] = {agg.sql: mechanism(p) for agg, p in zip(form.aggregates, plans, strict=True)}
         # which global bound each aggregate's noise would be calibrated to (the release's "bound")
