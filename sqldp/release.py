@@ -1,4 +1,4 @@
-"""The release step (pipeline step 6 of 6, README "Layout"): from the analyses' plans and the rows the engine
+"""The release step (pipeline step 6 of 6, docs/layout.md): from the analyses' plans and the rows the engine
 read, the measurements and the noisy answer. Pure — no database, only the noise source — so every rule here
 is testable on its own: composition over aggregates and groups (NR §3.3.10.4), the mechanism and β (NR
 Theorems 3.53, 3.56 and 3.73, or Laplace on a global bound), the noise, and the post-processing of the noisy

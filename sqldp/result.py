@@ -1,5 +1,5 @@
 """What a query gives back: per aggregate and group a :class:`Measurement`, gathered in a :class:`Result`,
-and what of them an analyst may see (README, "What each output field reveals")."""
+and what of them an analyst may see (docs/output.md, "What each output field reveals")."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ class Measurement:
         return {t: _jsonable(term) for t, term in self.terms.items()}
 
     def to_json(self, *, audit: bool = False) -> dict[str, Any]:
-        """Without ``audit`` only what the query, the policy and the noise decide (see README, "What each
+        """Without ``audit`` only what the query, the policy and the noise decide (see docs/output.md, "What each
         output field reveals"): the aggregate, its ε and δ share and the noisy value."""
         if not audit:
             out = {k: getattr(self, k) for k in _RELEASED}
@@ -164,7 +164,7 @@ class Result:
         answer and the data-independent figures only — ε, δ, the mechanism, β when the user fixed it, the
         per-aggregate ε/δ shares. The sensitivity, noise scale, error bar, chosen β (NR Theorem 3.73),
         per-table terms and timings are functions of the private data released without noise, so they
-        appear only in audit mode (README, "What each output field reveals")."""
+        appear only in audit mode (docs/output.md, "What each output field reveals")."""
         audit = self.audit if audit is None else audit
         p = self.params
         out: dict[str, Any] = {

@@ -1,7 +1,7 @@
 """``sqldp analyze`` (the plan, nothing read; with ``--audit`` the sensitivity and noise scale, nothing
 released) and ``sqldp run`` (the noisy answer; with ``--audit`` the data-dependent figures too).
 
-Who sees what (README, "What each output field reveals"): without ``--audit`` the output carries only the
+Who sees what (docs/output.md, "What each output field reveals"): without ``--audit`` the output carries only the
 noisy answer and figures the query and the policy decide, so it can be handed to an analyst. ``--audit`` is
 the data owner's mode: it adds the sensitivity, noise scale, error bar, chosen β and per-table terms, which
 are functions of the private data released without noise, and says so in the output."""

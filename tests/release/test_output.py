@@ -1,4 +1,4 @@
-"""What sqldp's output reveals (README, "What each output field reveals"): without audit mode, the output of
+"""What sqldp's output reveals (docs/output.md, "What each output field reveals"): without audit mode, the output of
 ``run`` and ``analyze`` and the proxy's result sets carry nothing computed from the private data but the noisy
 answer; every refusal that does not need the data comes before the proxy charges the analyst."""
 
