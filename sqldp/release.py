@@ -656,6 +656,16 @@ def error_bar(
     return max(value - span[0], span[1] - value, 0.0)
 
 
+def mechanism_of(plan: Plan, params: PrivacyParams, joint: bool) -> str:
+    """The mechanism ``_templates`` gives a plan's measurements, decided before anything is read (it follows
+    from the query's shape, the policy and (ε, δ) only): what ``analyze`` and ``explain`` name."""
+    if isinstance(plan, UnitPlan):
+        return UNIT_HISTOGRAM if plan.histogram else R2T
+    if joint:
+        return GAUSSIAN
+    return GLOBAL if plan.data_independent else params.mechanism
+
+
 def describe(
     form: AnalysisForm, params: PrivacyParams, plans: Sequence[Plan], domains: Sequence[Any]
 ) -> list[dict[str, Any]]:
@@ -693,7 +703,13 @@ def describe(
         if vector:  # the share before the split over the groups (shares() divides it)
             eps = params.epsilon / len(plans)
         delta = share[1] if share else None
-        entry: dict[str, Any] = {"aggregate": agg.sql, "groups": how, "epsilon": eps, "delta": delta}
+        entry: dict[str, Any] = {
+            "aggregate": agg.sql,
+            "groups": how,
+            "epsilon": eps,
+            "delta": delta,
+            "mechanism": mechanism_of(plan, params, joint),
+        }
         if isinstance(plan, GlobalPlan):  # which global bound (the query, the schema and the policy decide it)
             entry["bound"] = plan.source
         if isinstance(plan, UnitPlan):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqldp.cli import common_options, emit, read_query
 from sqldp.errors import InputError
-from sqldp.result import AUDIT_WARNING
+from sqldp.result import AUDIT_WARNING, PUBLIC_SCALE
 
 if TYPE_CHECKING:
     from sqldp.session import Session
@@ -130,7 +130,8 @@ def format_text(out: dict[str, Any]) -> str:
         )
         for step in out.get("plan", []):
             share = f"ε = {step['epsilon']:g}" if step["epsilon"] is not None else "ε divided among the groups"
-            lines.append(f"  {step['aggregate']}: {share} ({step['groups']})")
+            mech = f", {step['mechanism']}" if step.get("mechanism") else ""
+            lines.append(f"  {step['aggregate']}: {share} ({step['groups']}){mech}")
             if "unit" in step:
                 lines.append(f"    {_unit(step['unit'])}")
         for group in out.get("measurements", [])[:1]:
@@ -143,26 +144,67 @@ def format_text(out: dict[str, Any]) -> str:
             first, *rest = _describe_term(term)
             lines.append(f"  {table}: {first}")
             lines.extend(f"    {line}" for line in rest)
-    if "answer" in out:
-        lines.append(f"answer = {_with_error_bar(out)}")
-        extra = {k: v for k, v in out.get("values", {}).items()}
-        if len(extra) > 1:
-            lines.extend(f"  {k} = {v}" for k, v in extra.items())
+    marks: set[str] = set()
+    extra = {k: v for k, v in out.get("values", {}).items()}
+    if "answer" in out and len(extra) <= 1:
+        lines.append(f"answer = {_with_error_bar(out, marks)}")
+    elif "answer" in out:  # several outputs, no single answer: each on its line
+        lines.append("answer:")
+        bars = out.get("errors") or {}
+        kind = _unbarred(out, {k for k in extra if k in bars})
+        lines.extend(f"  {k} = {_valued(v, bars.get(k), kind, marks)}" for k, v in extra.items())
     if "rows" in out:
-        lines.extend(_table(out["rows"]))
+        lines.extend(_table(out["rows"], out, marks))
+    # the marks' reasons, then the notes: how the answer was computed (an AVG's centring and clamp, a workflow
+    # step, …), which the query, the policy and the flags decide, so they are shown to everyone
+    lines.extend(f"{mark} {NO_BAR[mark]}" for mark in sorted(marks, key=list(NO_BAR).index))
+    lines.extend(f"note: {n}" for n in out.get("notes", []))
     return "\n".join(lines)
 
 
-def _table(rows: list[dict[str, Any]]) -> list[str]:
+# why a released value has no error bar: its noise is scaled to a bound computed from the data (a bar would
+# reveal that bound, docs/output.md), or its interval at the confidence is unbounded (a ratio whose noisy
+# denominator's interval reaches 0, as an AVG over a group that may be empty: the value is then clamped to the
+# column's declared range, sqldp.release.error_bar)
+NO_BAR = {
+    "*": "no ± bar: the noise is scaled to a bound computed from the data, which a bar would reveal "
+    "(the data owner sees it with --audit)",
+    "†": "no finite ± bar at this confidence: the interval of the noisy aggregates it is computed from "
+    "leaves it unbounded (an AVG whose COUNT may be 0 shows its value clamped to the declared range)",
+}
+
+
+def _unbarred(out: dict[str, Any], barred: set[str]) -> str:
+    """The mark for a value released without a bar: "†" when its noise scale is data-independent (some value
+    of its column has a bar, or every measurement of the result is calibrated to a global bound), else "*"."""
+    mechanisms = {m["mechanism"] for group in out.get("measurements", []) for m in group}
+    return "†" if barred or (mechanisms and mechanisms <= PUBLIC_SCALE) else "*"
+
+
+def _valued(value: Any, bar: float | None, kind: str, marks: set[str]) -> str:
+    """A released value as text: ``value ± bar``, or the value and its mark when it has no bar."""
+    if not _is_number(value):
+        return _cell(value)
+    if bar is not None:
+        return _plus_minus(value, bar)
+    marks.add(kind)
+    return f"{_cell(value)} {kind}"
+
+
+def _table(rows: list[dict[str, Any]], shown: dict[str, Any], marks: set[str]) -> list[str]:
     """Rows as psql prints them: a header, aligned columns (numbers to the right), and the row count; a value
-    with a data-independent error bar as ``value ± bar``."""
+    with a data-independent error bar as ``value ± bar``, a released value without one with its mark
+    (:data:`NO_BAR`)."""
     records = [{**r["key"], **r["values"]} if "values" in r and "key" in r else r.get("values", r) for r in rows]
     if not records:
         return ["(0 rows)"]
     names = list(records[0])
     bars = [r.get("errors", {}) if "values" in r else {} for r in rows]
+    # the released (noisy) columns; a public result's rows are exact and carry no "values"
+    released = {n for r in rows if "values" in r for n in r["values"]}
+    kinds = {n: _unbarred(shown, {n} & {k for bar in bars for k in bar}) for n in released}
     cells = [
-        [_plus_minus(rec[n], bar[n]) if n in bar and _is_number(rec.get(n)) else _cell(rec.get(n)) for n in names]
+        [_valued(rec.get(n), bar.get(n), kinds[n], marks) if n in released else _cell(rec.get(n)) for n in names]
         for rec, bar in zip(records, bars, strict=True)
     ]
     widths = [max(len(n), *(len(c[i]) for c in cells)) for i, n in enumerate(names)]
@@ -188,13 +230,20 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
-def _with_error_bar(out: dict[str, Any]) -> str:
+def _with_error_bar(out: dict[str, Any], marks: set[str]) -> str:
     """The answer, and ± its error bar where that bar is data-independent (the analyst output then carries it,
-    ``errors``), rounded to the bar's second digit; "noise dominates" when the bar is wider than the answer."""
+    ``errors``), rounded to the bar's second digit; "noise dominates" when the bar is wider than the answer;
+    without a bar, its mark (:data:`NO_BAR`)."""
     answer = out["answer"]
     width = (out.get("errors") or {}).get(next(iter(out.get("values") or {}), ""))
-    if answer is None or width is None:
+    if answer is None:
         return str(answer)
+    if width is None:
+        if not _is_number(answer):
+            return str(answer)
+        kind = _unbarred(out, set())
+        marks.add(kind)
+        return f"{answer} {kind}"
     confidence = out.get("confidence")
     level = f" ({confidence:.0%} confidence)" if confidence else ""
     return f"{_plus_minus(answer, width)}{level}"

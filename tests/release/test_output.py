@@ -90,7 +90,7 @@ def test_output_without_audit_is_the_same_on_neighbouring_databases(
         )
     assert isinstance(after["run"]["answer"], float) and "answer" not in after["analyze"]
     assert after["analyze"]["plan"] == [
-        {"aggregate": "COUNT(*)", "groups": "full share", "epsilon": 1.0, "delta": None}
+        {"aggregate": "COUNT(*)", "groups": "full share", "epsilon": 1.0, "delta": None, "mechanism": "cauchy"}
     ]
 
 
