@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import html
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ R2T = "r2t"  # the race of truncations under a privacy unit (sqldp.release.race)
 UNIT_HISTOGRAM = "r2t-histogram"
 
 
-@dataclass
+@dataclass(repr=False)
 class Measurement:
     """One aggregate (for one group): its sensitivity, the calibrated noise and, for ``run``, the value."""
 
@@ -58,6 +59,13 @@ class Measurement:
     # the selector of groups owned by one row (sqldp.owned): how many groups one neighbouring change can add or
     # remove — from the query and the schema, so released; None for every other measurement
     owned_groups: int | None = None
+
+    def __repr__(self) -> str:
+        """The analyst's view (what :meth:`to_json` gives without audit): a notebook or a log that shows a
+        measurement shows no true value, sensitivity or data-dependent noise scale. The data owner reads
+        those as attributes, or through ``to_json(audit=True)``."""
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.to_json().items())
+        return f"Measurement({shown})"
 
     @functools.cached_property
     def tables(self) -> dict[str, Any]:
@@ -94,7 +102,7 @@ AUDIT_WARNING = (
 )
 
 
-@dataclass
+@dataclass(repr=False)
 class Result:
     sql: str
     params: PrivacyParams | None
@@ -115,6 +123,26 @@ class Result:
     # a workflow's steps (sqldp.runner.Workflow): each uncorrelated scalar subquery's own result, released
     # before the statement ran with its value
     steps: list[Result] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        """The analyst's view, as ``sqldp run`` prints it (the noisy answer, ± its bar where that bar is
+        data-independent, ε, δ, the mechanism, the notes), whatever ``audit`` says: printing a result — what a
+        notebook or a log does by default — shows nothing computed from the private data without noise (the
+        dataclass repr showed true values, sensitivities and timings). :meth:`audit_view` is the data owner's."""
+        from sqldp.commands.analyze import format_text  # the CLI's formatter, so the two views cannot drift
+
+        return format_text(self.to_json(audit=False))
+
+    def _repr_html_(self) -> str:
+        """The analyst's view for Jupyter (the same text as :meth:`__repr__`, escaped, in a ``<pre>``)."""
+        return f"<pre>{html.escape(repr(self))}</pre>"
+
+    def audit_view(self) -> dict[str, Any]:
+        """The data owner's view: ``to_json(audit=True)``, with the sensitivities, noise scales, error bars,
+        chosen β, per-table terms and timings computed from the private data without noise, marked
+        ``"audit": true`` with its warning. Not for analysts (docs/output.md, "What each output field
+        reveals"); the true values stay attributes of the measurements only."""
+        return self.to_json(audit=True)
 
     @property
     def answer(self) -> Any:
@@ -211,9 +239,13 @@ class Result:
         return out
 
     def _mechanism(self) -> str | None:
-        """The mechanism the measurements used (data-independent: it follows from the query and the policy),
-        the policy's when nothing was measured."""
+        """The mechanism the measurements used (data-independent: it follows from the query and the policy);
+        before anything is measured (``analyze`` without audit) the one the plan gives each aggregate
+        (sqldp.release.mechanism_of), so that ``analyze`` names what ``run`` will use. The policy's only when
+        there is neither."""
         used = sorted({m.mechanism for group in self.measurements for m in group})
+        if not used:
+            used = sorted({step["mechanism"] for step in self.plan if "mechanism" in step})
         if used:
             return ", ".join(used)
         return self.params.mechanism if self.params else None
