@@ -61,6 +61,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ):
         p = sub.add_parser(name, parents=[common_options(), privacy_options(), engine_options()], help=helptext)
         p.set_defaults(func=run, release=name == "run")
+        if name == "run":
+            p.add_argument(
+                "--budget",
+                metavar="FILE",
+                help="charge the run to this budget file's limit, in the database's ledger; refused when spent "
+                "(without it the command line keeps no budget)",
+            )
 
 
 def engine_options() -> argparse.ArgumentParser:
@@ -335,13 +342,37 @@ def _describe_values(term: dict[str, Any]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     sql = read_query(args)
+    budget = None
+    if getattr(args, "budget", None):
+        from sqldp.commands.budget import read_budget_file
+
+        budget = read_budget_file(args.budget)  # before the session: a wrong file costs no connection
+        if args.engine == "spark":  # the ledger is PostgreSQL's (sqldp.proxy.ledger)
+            raise InputError(
+                "the budget ledger lives in PostgreSQL; it is not kept for --engine spark", where="--budget"
+            )
     session = open_session(args)
-    result = (session.run if args.release else session.analyze)(sql, audit=args.audit, **privacy_kwargs(args))
+    if budget is not None:
+        from sqldp.commands.budget import budget_json, budgeted_run
+
+        result, balance = budgeted_run(session, budget, sql, audit=args.audit, privacy=privacy_kwargs(args))
+    else:
+        result = (session.run if args.release else session.analyze)(sql, audit=args.audit, **privacy_kwargs(args))
     out = result.to_json()
+    if budget is not None:
+        out["budget"] = budget_json(budget, balance)
     if getattr(args, "privacy_at_risk", False):
         out["privacy_at_risk"] = privacy_at_risk_report(out)
-    emit(args, out, lambda o: format_text(o) + _risk_text(o.get("privacy_at_risk")))
+    emit(args, out, lambda o: format_text(o) + _risk_text(o.get("privacy_at_risk")) + _budget_text(o.get("budget")))
     return 0
+
+
+def _budget_text(b: dict[str, Any] | None) -> str:
+    if b is None:
+        return ""
+    from sqldp.commands.budget import budget_text
+
+    return "\n" + budget_text(b)
 
 
 def privacy_at_risk_report(out: dict[str, Any]) -> dict[str, Any] | None:

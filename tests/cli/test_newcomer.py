@@ -135,3 +135,75 @@ def test_the_quickstart_example_runs(tpch: str) -> None:
     assert "refused: budget: the query costs ε = 1.5" in r.stdout
     assert "spent 2.0 remaining (1.0, None)" in r.stdout
     assert "Traceback" not in r.stderr and "sensitivity" not in r.stdout
+
+
+def one_line(r: subprocess.CompletedProcess[str]) -> str:
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    return lines[0]
+
+
+def test_run_with_a_budget_file_is_charged_and_refused_once_spent(pg_dsn: str, tmp_path: Path) -> None:
+    import psycopg
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE t (id INT PRIMARY KEY, x INT); INSERT INTO t SELECT g, g % 7 FROM generate_series(1, 50) g"
+        )
+    budget = tmp_path / "mine.toml"
+    budget.write_text("epsilon_limit = 2.5\n")
+    query = "SELECT COUNT(*) FROM t"
+
+    def show() -> dict[str, Any]:
+        out = json.loads(ok(sqldp(pg_dsn, "budget", "show", "--budget", str(budget), "--format", "json")))
+        (entry,) = out["analysts"]
+        return dict(entry)
+
+    # nothing charged yet, no ledger in the database yet: the file's limit, nothing spent
+    assert show() == {
+        "analyst": "cli:mine", "epsilon_limit": 2.5, "epsilon_spent": 0.0, "epsilon_left": 2.5,
+        "delta_limit": 0.0, "delta_spent": 0.0, "queries": 0,
+    }  # fmt: skip
+    for spent in (1.0, 2.0):
+        out = json.loads(ok(sqldp(pg_dsn, "run", "--budget", str(budget), "--epsilon", "1", "--format", "json", query)))
+        assert isinstance(out["answer"], float)
+        assert out["budget"]["epsilon_spent"] == spent and out["budget"]["queries"] == spent
+        assert out["budget"]["epsilon_left"] == 2.5 - spent and out["budget"]["entry"] == "cli:mine"
+    text = ok(sqldp(pg_dsn, "run", "--budget", str(budget), "--epsilon", "0.25", query))
+    assert text.splitlines()[-1].startswith("budget cli:mine: ε 2.25 of 2.5 spent, 0.25 left (3 runs;")
+    # the next run does not fit: refused before anything is read, and nothing is charged
+    line = one_line(sqldp(pg_dsn, "run", "--budget", str(budget), "--epsilon", "1", query))
+    assert "privacy budget exhausted" in line and "0.25 of 2.5 left" in line
+    # a query refused by the analysis is refused before the charge
+    one_line(sqldp(pg_dsn, "run", "--budget", str(budget), "--epsilon", "0.1", "SELECT x FROM t"))
+    assert show()["epsilon_spent"] == 2.25 and show()["queries"] == 3
+    # the file is the limit's source: raising it lets the next run through; what was spent is kept
+    budget.write_text('name = "mine"\nepsilon_limit = 4\n')
+    ok(sqldp(pg_dsn, "run", "--budget", str(budget), "--epsilon", "1", query))
+    assert show()["epsilon_spent"] == 3.25
+    # without --budget nothing is charged (the command line keeps no budget)
+    ok(sqldp(pg_dsn, "run", "--epsilon", "1", query))
+    assert show()["epsilon_spent"] == 3.25
+    listed = json.loads(ok(sqldp(pg_dsn, "budget", "show", "--format", "json")))
+    assert [a["analyst"] for a in listed["analysts"]] == ["cli:mine"]
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "cannot read budget file: No such file or directory"),
+        ("epsilon_limt = 2\n", "unknown key 'epsilon_limt'"),
+        ("delta_limit = 0\n", "epsilon_limit is missing"),
+        ("epsilon_limit = -1\n", "epsilon_limit must be a number in [0, 1e+06], got -1"),
+        ("epsilon_limit = 1\ndelta_limit = 2\n", "delta_limit must be a number in [0, 1], got 2"),
+        ("epsilon_limit = [\n", "not a TOML budget file"),
+    ],
+)
+def test_a_bad_budget_file_is_one_line_naming_it(tmp_path: Path, content: str | None, expected: str) -> None:
+    budget = tmp_path / "b.toml"
+    if content is not None:
+        budget.write_text(content)
+    # no database is reached: the file is checked first
+    line = one_line(sqldp("postgresql://nobody@127.0.0.1:1/none", "run", "--budget", str(budget), "SELECT 1"))
+    assert line.startswith(f"sqldp: error: {budget}") and expected in line, line
