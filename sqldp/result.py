@@ -251,15 +251,24 @@ class Result:
         return self.params.mechanism if self.params else None
 
     def _error(self, main: Measurement | None) -> dict[str, Any]:
+        """The audit's headline error: the released answer's own bar where it has one (an AVG's bar, from its
+        COUNT's and centred SUM's by interval arithmetic: sqldp.release.error_bar), else the bar of the noisiest
+        measurement; ``of`` names which (an AVG's centred SUM has a bar in its own units, not the AVG's)."""
         conf = self.params.confidence if self.params else None
         if main is None:
             return {"confidence": conf, "absolute": 0.0, "relative": 0.0}
+        values = self.rows[0].get("values", {}) if self.rows and not (self.grouped or self.public) else {}
+        bars = self.rows[0].get("errors", {}) if values else {}
+        name = next(iter(values), None)
+        if len(values) == 1 and name in bars:
+            of, width, noisy = name, bars[name], values[name]
+        else:
+            of, width, noisy = main.aggregate, main.half_width, main.noisy_value
         # bar / |noisy answer| understates the error by orders of magnitude when the noise dominates the answer
         # (the noisy value is then mostly noise): no relative figure then, and say so
-        noisy = main.noisy_value
-        dominated = noisy is not None and main.half_width >= abs(noisy)
-        rel = None if noisy is None or dominated else main.half_width / abs(noisy)
-        out = {"confidence": conf, "absolute": main.half_width, "relative": rel}
+        dominated = noisy is not None and width >= abs(noisy)
+        rel = None if noisy is None or dominated else width / abs(noisy)
+        out = {"confidence": conf, "absolute": width, "relative": rel, "of": of}
         if dominated:
             out["noise_dominates"] = True
         return out

@@ -146,7 +146,8 @@ def format_text(out: dict[str, Any]) -> str:
     if not out["public"] and out.get("audit"):
         err = out["error"]
         lines.append(f"sensitivity = {out['sensitivity']:.6g}, noise scale = {out['noise_scale']:.6g}")
-        lines.append(f"error at {err['confidence']:.0%} confidence: ± {err['absolute']:.6g}")
+        of = f" ({err['of']})" if err.get("of") else ""
+        lines.append(f"error at {err['confidence']:.0%} confidence: ± {err['absolute']:.6g}{of}")
         for table, term in out["tables"].items():
             first, *rest = _describe_term(term)
             lines.append(f"  {table}: {first}")

@@ -207,3 +207,64 @@ def test_a_bad_budget_file_is_one_line_naming_it(tmp_path: Path, content: str | 
     # no database is reached: the file is checked first
     line = one_line(sqldp("postgresql://nobody@127.0.0.1:1/none", "run", "--budget", str(budget), "SELECT 1"))
     assert line.startswith(f"sqldp: error: {budget}") and expected in line, line
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sqldp.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "where"),
+    [
+        (("explain", "SELEC 1"), "syntax error", "query:1:7"),
+        (("explain", "-f", "missing.sql"), "cannot read query file: No such file or directory", "missing.sql"),
+        (("explain", "--bogus", "SELECT 1"), "unrecognized arguments: --bogus", None),
+        (("run", "--budget", "missing.toml", "SELECT 1"), "cannot read budget file", "missing.toml"),
+    ],
+)
+def test_errors_under_format_json_are_one_json_object(
+    tmp_path: Path, args: tuple[str, ...], error: str, where: str | None
+) -> None:
+    ddl = tmp_path / "s.sql"
+    ddl.write_text("CREATE TABLE t (id INT PRIMARY KEY, x INT);\n")
+    for form in (("--format", "json"), ("--format=json",)):
+        r = _cli(*args, "--schema", str(ddl), *form)
+        assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1, r.stderr
+        obj = json.loads(r.stderr)
+        assert set(obj) == {"error", "where"} and error in obj["error"] and obj["where"] == where, obj
+    text = _cli(*args, "--schema", str(ddl))  # without --format json: the one line of text, as before
+    assert text.returncode == 2 and text.stderr.startswith("sqldp: error: ") and error in text.stderr
+
+
+def test_char_group_keys_are_trimmed_in_json(tpch: str) -> None:
+    """CHAR(n) pads its values; a group is what PostgreSQL's = makes it, so its key is the unpadded value,
+    whether the groups are declared (o_orderpriority CHAR(15)), a public table's (n_name CHAR(25)) or chosen
+    by partition selection (p_brand CHAR(10))."""
+    selection = ("--mechanism", "laplace", "--delta", "1e-6")
+    cases = [
+        ((), "SELECT o_orderpriority, COUNT(*) FROM orders GROUP BY 1", "o_orderpriority"),
+        ((), "SELECT n_name, COUNT(*) FROM customer, nation WHERE c_nationkey = n_nationkey GROUP BY 1", "n_name"),
+        (selection, "SELECT p_brand, COUNT(*) FROM part GROUP BY 1", "p_brand"),
+    ]
+    for flags, sql, key in cases:
+        out = json.loads(ok(sqldp(tpch, "run", "--policy", "tpch", "--seed", "2", "--format", "json", *flags, sql)))
+        keys = [row["key"][key] for row in out["rows"]]
+        assert keys and all(k == k.rstrip(" ") for k in keys), keys
+
+
+def test_an_avgs_audit_error_is_its_own_bar(tpch: str) -> None:
+    """The audit's top-level error of AVG(o_totalprice) was its centred SUM's half-width (about 1.2·10⁶ at SF
+    0.01), not the AVG's bar (about 190): it is the released answer's own bar, and says whose."""
+    sql = "SELECT AVG(o_totalprice) AS avg_price FROM orders"
+    out = json.loads(ok(sqldp(tpch, "run", "--policy", "tpch", "--seed", "4", "--audit", "--format", "json", sql)))
+    assert out["error"]["absolute"] == out["errors"]["avg_price"] and out["error"]["of"] == "avg_price"
+    widest = max(m["half_width"] for m in out["measurements"][0])
+    assert out["error"]["absolute"] < widest / 100  # the SUM's bar is in the SUM's units
+    text = ok(sqldp(tpch, "run", "--policy", "tpch", "--seed", "4", "--audit", sql))
+    assert f"± {out['error']['absolute']:.6g} (avg_price)" in text
+
+
+def test_the_plot_flag_says_it_needs_matplotlib() -> None:
+    listing = _cli("--help").stdout
+    assert "--plot needs matplotlib" in " ".join(listing.split())
+    assert "needs matplotlib (pip install 'sqldp[plot]')" in " ".join(_cli("epsilon", "--help").stdout.split())
