@@ -268,3 +268,128 @@ def test_the_plot_flag_says_it_needs_matplotlib() -> None:
     listing = _cli("--help").stdout
     assert "--plot needs matplotlib" in " ".join(listing.split())
     assert "needs matplotlib (pip install 'sqldp[plot]')" in " ".join(_cli("epsilon", "--help").stdout.split())
+
+
+def _proxy(upstream: str, policy: str) -> tuple[subprocess.Popen[str], int, list[str]]:
+    """``sqldp proxy`` (one process) on a free port, once it says it listens; with what it said before."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = ["proxy", "--upstream", upstream, "--policy", policy, "--listen", f"127.0.0.1:{port}", "--workers", "1"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sqldp.cli", *argv, "--log-level", "warning"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    said = []
+    while not said or "listening" not in said[-1]:
+        line = proc.stderr.readline()
+        if not line:
+            proc.kill()
+            raise RuntimeError(f"proxy did not start: {said}")
+        said.append(line.rstrip("\n"))
+    return proc, port, said[:-1]
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def test_an_analyst_added_by_the_command_can_log_in_to_the_proxy(tpch: str, tmp_path: Path) -> None:
+    import psycopg
+
+    policy = tmp_path / "mine.toml"
+    add = ["analyst", "add", "alice", "--policy", str(policy), "--password-stdin", "--epsilon-limit", "2"]
+    r = subprocess.run(
+        [sys.executable, "-m", "sqldp.cli", *add, "--from", "tpch"],
+        input="correct horse\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "correct horse" not in policy.read_text() and "SCRAM-SHA-256$4096:" in policy.read_text()
+    # the shipped policy's tables are all there, with the analyst after them
+    shipped = (ROOT / "sqldp" / "data" / "schemas" / "tpch.toml").read_text()
+    assert policy.read_text().startswith(shipped.rstrip("\n"))
+    again = subprocess.run(
+        [sys.executable, "-m", "sqldp.cli", *add], input="x\n", capture_output=True, text=True, timeout=60
+    )
+    assert one_line(again).endswith("analysts.alice: analyst 'alice' is in the policy already")
+    proc, port, said = _proxy(tpch, str(policy))
+    try:
+        assert said == []  # an analyst can log in: no warning
+        params = {"host": "127.0.0.1", "port": str(port), "dbname": "tpch", "user": "alice"}
+        with psycopg.connect(**params, password="correct horse", autocommit=True) as conn:
+            (value,) = conn.execute("SELECT COUNT(*) FROM orders").fetchone() or (None,)
+        assert isinstance(value, float)
+        with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+            psycopg.connect(**params, password="wrong horse").close()
+    finally:
+        _stop(proc)
+    shown = json.loads(ok(sqldp(tpch, "budget", "show", "alice", "--format", "json")))["analysts"][0]
+    assert shown["epsilon_limit"] == 2.0 and shown["queries"] == 1 and shown["epsilon_spent"] > 0
+
+
+def test_the_proxy_warns_when_no_analyst_can_log_in(tpch: str) -> None:
+    proc, _, said = _proxy(tpch, "tpch")  # the shipped policy names no analyst
+    _stop(proc)
+    assert len(said) == 1 and said[0].startswith("sqldp proxy: warning: the policy names no analyst")
+    assert "sqldp analyst add NAME --policy FILE" in said[0] and "--from tpch" in said[0]
+
+
+def test_analyst_add_keeps_verifiers_in_the_credentials_file(tmp_path: Path) -> None:
+    from sqldp.policy.document import Policy
+    from sqldp.proxy.config import load
+
+    policy = tmp_path / "p.toml"
+    policy.write_text('[proxy]\ncredentials = "creds.toml"\n\n[tables.t]\nrows = "private"\n')
+    for name, limit in (("alice", "3"), ("bob o'neil", "0.5")):
+        add = ["analyst", "add", name, "--policy", str(policy), "--password-stdin", "--epsilon-limit", limit]
+        r = subprocess.run(
+            [sys.executable, "-m", "sqldp.cli", *add, "--delta-limit", "1e-6"],
+            input="pw\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 0, r.stderr
+    creds = tmp_path / "creds.toml"
+    assert "SCRAM-SHA-256$" not in policy.read_text() and creds.read_text().count("SCRAM-SHA-256$") == 2
+    assert creds.stat().st_mode & 0o777 == 0o600  # verifiers stay the owner's
+    config = load(Policy.from_file(policy))
+    assert {a: (x.epsilon_limit, x.delta_limit) for a, x in config.analysts.items()} == {
+        "alice": (3.0, 1e-6),
+        "bob o'neil": (0.5, 1e-6),
+    }
+    assert {p.name for p in tmp_path.iterdir()} == {"p.toml", "creds.toml"}  # no staging file left behind
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("--policy", "none.toml"), "none.toml: no such file; give --from POLICY"),
+        (("--policy", "none.toml", "--from", "nosuch"), "cannot read policy file"),
+        (("--policy", "none.toml", "--from", "tpch", "--epsilon-limit", "-1"), "--epsilon-limit: must be a number"),
+    ],
+)
+def test_analyst_add_refuses_with_one_line(tmp_path: Path, args: tuple[str, ...], expected: str) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "sqldp.cli", "analyst", "add", "alice", "--password-stdin", *args],
+        input="pw\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert expected in one_line(r)
+    assert not (tmp_path / "none.toml").exists()
