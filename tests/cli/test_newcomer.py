@@ -393,3 +393,17 @@ def test_analyst_add_refuses_with_one_line(tmp_path: Path, args: tuple[str, ...]
     )
     assert expected in one_line(r)
     assert not (tmp_path / "none.toml").exists()
+
+
+def test_the_demo_answers_and_says_what_next(pg_dsn: str) -> None:
+    """The README's first command, on a fresh database: it loads both data sets, every answer it prints has
+    its bar or the mark that says why not, and it ends by saying where to go next."""
+    r = subprocess.run(
+        [sys.executable, "-m", "sqldp.cli", "demo", "--dsn", pg_dsn], capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr
+    answers = [line.strip() for line in r.stdout.splitlines() if line.strip().startswith("answer = ")]
+    assert len(answers) >= 5
+    assert all("±" in a or a.endswith(" *") or a.endswith(" †") for a in answers), answers
+    assert r.stdout.rstrip().splitlines()[-5].strip() == "== what next"
+    assert "Traceback" not in r.stderr
