@@ -666,6 +666,20 @@ def mechanism_of(plan: Plan, params: PrivacyParams, joint: bool) -> str:
     return GLOBAL if plan.data_independent else params.mechanism
 
 
+def _expected_bound(plan: Plan) -> float | None:
+    """A data-independent plan's bound when it reads nothing to compute it (a GlobalPlan's number, a row or
+    value plan with no query: one private table's COUNT, a SUM's clamp), else None (a bound from public rows
+    is read when the query runs; the owned-groups selector is calibrated apart)."""
+    if not plan.data_independent or isinstance(plan, (UnitPlan, OwnedSelection)):
+        return None
+    if isinstance(plan, GlobalPlan):
+        return float(plan.bound)
+    # a row or value plan counts its queries without building them (sqldp.runner)
+    if getattr(plan, "query_count", None) == 0:
+        return float(plan.bind([])(0.0).sensitivity)
+    return None
+
+
 def describe(
     form: AnalysisForm, params: PrivacyParams, plans: Sequence[Plan], domains: Sequence[Any]
 ) -> list[dict[str, Any]]:
@@ -712,6 +726,12 @@ def describe(
         }
         if isinstance(plan, GlobalPlan):  # which global bound (the query, the schema and the policy decide it)
             entry["bound"] = plan.source
+        expected = None if joint or vector else _expected_bound(plan)
+        if expected is not None and eps is not None:
+            # a global bound that needs no query: the noise _templates will calibrate to it (calibrate), and
+            # its bar, follow from the query, the schema and the policy alone, so they are the error to expect
+            cal = mechanisms.calibrate_global(expected, eps)
+            entry["noise_scale"], entry["half_width"] = cal.scale, cal.half_width(params.confidence)
         if isinstance(plan, UnitPlan):
             entry["unit"] = plan.describe()
         out.append(entry)

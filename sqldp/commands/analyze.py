@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqldp.cli import common_options, emit, read_query
 from sqldp.errors import InputError
-from sqldp.result import AUDIT_WARNING, PUBLIC_SCALE
+from sqldp.result import AUDIT_WARNING, PUBLIC_SCALE, R2T, UNIT_HISTOGRAM
 
 if TYPE_CHECKING:
     from sqldp.session import Session
@@ -137,8 +137,7 @@ def format_text(out: dict[str, Any]) -> str:
         )
         for step in out.get("plan", []):
             share = f"ε = {step['epsilon']:g}" if step["epsilon"] is not None else "ε divided among the groups"
-            mech = f", {step['mechanism']}" if step.get("mechanism") else ""
-            lines.append(f"  {step['aggregate']}: {share} ({step['groups']}){mech}")
+            lines.append(f"  {step['aggregate']}: {share} ({step['groups']}){_expected(step, out.get('confidence'))}")
             if "unit" in step:
                 lines.append(f"    {_unit(step['unit'])}")
         for group in out.get("measurements", [])[:1]:
@@ -197,6 +196,24 @@ def _valued(value: Any, bar: float | None, kind: str, marks: set[str]) -> str:
         return _plus_minus(value, bar)
     marks.add(kind)
     return f"{_cell(value)} {kind}"
+
+
+def _expected(step: dict[str, Any], confidence: float | None) -> str:
+    """A plan step's mechanism and the error to expect before anything is read: the bar per value where the
+    bound is a number the query, the schema and the policy fix (sqldp.release.describe), else its form."""
+    mech = step.get("mechanism")
+    if not mech:
+        return ""
+    if "half_width" in step and confidence:
+        return (
+            f", {mech}: ± {step['half_width']:.3g} per value at {confidence:.0%} confidence"
+            f" (noise scale {step['noise_scale']:.3g})"
+        )
+    if mech in PUBLIC_SCALE:
+        return f", {mech}: a data-independent ± bar comes with each value"
+    if mech in (R2T, UNIT_HISTOGRAM):
+        return f", {mech}"
+    return f", {mech}: no ± bar (the noise is scaled to a bound computed from the data)"
 
 
 def _table(rows: list[dict[str, Any]], shown: dict[str, Any], marks: set[str]) -> list[str]:

@@ -57,6 +57,41 @@ def test_analyze_and_explain_name_the_mechanism_run_uses(tpch: str, policy: str,
     assert f"mechanism = {ran['mechanism']}" in text
 
 
+@pytest.mark.parametrize(
+    ("policy", "flags", "sql"),
+    [
+        ("tpch_catalog", (), "SELECT COUNT(*) FROM orders"),
+        ("tpch_catalog", ("--epsilon", "0.3", "--confidence", "0.95"), "SELECT SUM(l_quantity) FROM lineitem"),
+        ("tpch_catalog", (), "SELECT COUNT(*) FROM orders, lineitem WHERE o_orderkey = l_orderkey"),  # schema keys
+        ("tpch", ("--epsilon", "2"), "SELECT o_orderpriority, COUNT(*), AVG(o_totalprice) FROM orders GROUP BY 1"),
+    ],
+)
+def test_analyze_gives_the_error_run_will_have(tpch: str, policy: str, flags: tuple[str, ...], sql: str) -> None:
+    """Where the bound is a number the query, the schema and the policy fix, analyze (nothing read) gives the
+    noise scale and bar per value that run then calibrates, for every group."""
+    plan = json.loads(ok(sqldp(tpch, "analyze", "--policy", policy, "--format", "json", *flags, sql)))["plan"]
+    ran = json.loads(ok(sqldp(tpch, "run", "--policy", policy, "--seed", "1", "--format", "json", *flags, sql)))
+    assert all("half_width" in step for step in plan), plan
+    for group in ran["measurements"]:
+        for step, m in zip(plan, group, strict=True):
+            assert step["aggregate"] == m["aggregate"]
+            assert (step["noise_scale"], step["half_width"]) == (m["noise_scale"], m["half_width"])
+    text = ok(sqldp(tpch, "analyze", "--policy", policy, *flags, sql))
+    confidence = ran["confidence"]
+    assert f"± {plan[0]['half_width']:.3g} per value at {confidence:.0%} confidence" in text
+
+
+def test_analyze_says_the_form_of_an_error_it_cannot_give(tpch: str) -> None:
+    public_rows = "SELECT COUNT(*) FROM lineitem, part WHERE l_partkey = p_partkey AND p_size > 3"
+    smoothed = "SELECT COUNT(*) FROM orders a, orders b WHERE a.o_custkey = b.o_custkey"
+    text = ok(sqldp(tpch, "analyze", "--policy", "tpch_catalog", public_rows))  # part is public there
+    assert "laplace-global: a data-independent ± bar comes with each value" in text
+    text = ok(sqldp(tpch, "analyze", "--policy", "tpch", smoothed))
+    assert "cauchy: no ± bar (the noise is scaled to a bound computed from the data)" in text
+    plan = json.loads(ok(sqldp(tpch, "analyze", "--policy", "tpch", "--format", "json", smoothed)))["plan"]
+    assert "half_width" not in plan[0] and "noise_scale" not in plan[0]
+
+
 def test_explain_prints_no_limit_it_does_not_apply(tpch: str) -> None:
     text = ok(sqldp(tpch, "explain", "--policy", "tpch", "SELECT COUNT(*) FROM orders ORDER BY 1"))
     assert "after noise: ORDER BY count" in text and "LIMIT" not in text
