@@ -119,7 +119,7 @@ def budget_text(b: dict[str, Any]) -> str:
     delta = f", δ {b['delta_spent']:g} of {b['delta_limit']:g}" if b["delta_limit"] else ""
     return (
         f"budget {b['entry']}: ε {b['epsilon_spent']:g} of {b['epsilon_limit']:g} spent, {b['epsilon_left']:g} "
-        f"left{delta} ({b['queries']} runs; {b['file']})"
+        f"left{delta} ({b['queries']} run{'' if b['queries'] == 1 else 's'}; {b['file']})"
     )
 
 
