@@ -53,8 +53,8 @@ def test_analyze_and_explain_name_the_mechanism_run_uses(tpch: str, policy: str,
     assert {step["mechanism"] for step in analyzed["plan"]} == used
     explained = json.loads(ok(sqldp(tpch, "explain", "--policy", policy, "--format", "json", sql)))
     assert set(explained["mechanisms"].values()) == used
-    text = ok(sqldp(tpch, "analyze", "--policy", policy, sql))
-    assert f"mechanism = {ran['mechanism']}" in text
+    if policy == "tpch_catalog":  # the text says what the JSON says (one case: each CLI call takes seconds)
+        assert f"mechanism = {ran['mechanism']}" in ok(sqldp(tpch, "analyze", "--policy", policy, sql))
 
 
 @pytest.mark.parametrize(
@@ -76,9 +76,9 @@ def test_analyze_gives_the_error_run_will_have(tpch: str, policy: str, flags: tu
         for step, m in zip(plan, group, strict=True):
             assert step["aggregate"] == m["aggregate"]
             assert (step["noise_scale"], step["half_width"]) == (m["noise_scale"], m["half_width"])
-    text = ok(sqldp(tpch, "analyze", "--policy", policy, *flags, sql))
-    confidence = ran["confidence"]
-    assert f"± {plan[0]['half_width']:.3g} per value at {confidence:.0%} confidence" in text
+    if flags:  # the text gives the same figure (two cases: each CLI call takes seconds)
+        text = ok(sqldp(tpch, "analyze", "--policy", policy, *flags, sql))
+        assert f"± {plan[0]['half_width']:.3g} per value at {ran['confidence']:.0%} confidence" in text
 
 
 def test_analyze_says_the_form_of_an_error_it_cannot_give(tpch: str) -> None:
@@ -212,7 +212,8 @@ def test_run_with_a_budget_file_is_charged_and_refused_once_spent(pg_dsn: str, t
     assert "privacy budget exhausted" in line and "0.25 of 2.5 left" in line
     # a query refused by the analysis is refused before the charge
     one_line(sqldp(pg_dsn, "run", "--budget", str(budget), "--epsilon", "0.1", "SELECT x FROM t"))
-    assert show()["epsilon_spent"] == 2.25 and show()["queries"] == 3
+    shown = show()
+    assert shown["epsilon_spent"] == 2.25 and shown["queries"] == 3
     # the file is the limit's source: raising it lets the next run through; what was spent is kept
     budget.write_text('name = "mine"\nepsilon_limit = 4\n')
     ok(sqldp(pg_dsn, "run", "--budget", str(budget), "--epsilon", "1", query))
