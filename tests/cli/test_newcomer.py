@@ -321,7 +321,7 @@ def _proxy(upstream: str, policy: str) -> tuple[subprocess.Popen[str], int, list
         text=True,
     )
     assert proc.stderr is not None
-    said = []
+    said: list[str] = []
     while not said or "listening" not in said[-1]:
         line = proc.stderr.readline()
         if not line:
@@ -364,12 +364,12 @@ def test_an_analyst_added_by_the_command_can_log_in_to_the_proxy(tpch: str, tmp_
     proc, port, said = _proxy(tpch, str(policy))
     try:
         assert said == []  # an analyst can log in: no warning
-        params = {"host": "127.0.0.1", "port": str(port), "dbname": "tpch", "user": "alice"}
-        with psycopg.connect(**params, password="correct horse", autocommit=True) as conn:
+        client = f"host=127.0.0.1 port={port} dbname=tpch user=alice"
+        with psycopg.connect(f"{client} password='correct horse'", autocommit=True) as conn:
             (value,) = conn.execute("SELECT COUNT(*) FROM orders").fetchone() or (None,)
         assert isinstance(value, float)
         with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
-            psycopg.connect(**params, password="wrong horse").close()
+            psycopg.connect(f"{client} password='wrong horse'").close()
     finally:
         _stop(proc)
     shown = json.loads(ok(sqldp(tpch, "budget", "show", "alice", "--format", "json")))["analysts"][0]
