@@ -11,7 +11,7 @@ value-level privacy. Neither matters once the group *owns* the customer's row:
 plain-column group keys under the WHERE's column equalities and the uses already determined (Q10:
 ``c_custkey`` → customer → ``c_nationkey = n_nationkey`` → nation). Every product row of one group then
 holds the same row of u, on every database that satisfies the keys (the neighbour relation's databases,
-README "Fail closed").
+docs/sql.md, "Keys stop the growth").
 
 **The argument** (docs/sql.md, "Groups owned by one row"). Let O be the determined uses and K the others.
 Conditions, checked on the query's text, the catalog and the policy (a refusal names the one that fails):

@@ -1,4 +1,4 @@
-"""The release step (pipeline step 6 of 6, README "Layout"): from the analyses' plans and the rows the engine
+"""The release step (pipeline step 6 of 6, docs/layout.md): from the analyses' plans and the rows the engine
 read, the measurements and the noisy answer. Pure — no database, only the noise source — so every rule here
 is testable on its own: composition over aggregates and groups (NR §3.3.10.4), the mechanism and β (NR
 Theorems 3.53, 3.56 and 3.73, or Laplace on a global bound), the noise, and the post-processing of the noisy
@@ -103,7 +103,7 @@ def change_distances(plans: Sequence[Plan]) -> tuple[float, ...]:
     """The distances d of the single neighbouring changes that can move the query's aggregates, sorted: one row
     of a private table t is at its weight G_t; a change of a value in a norm has no bound (∞). Each plan says its
     own (``change_distances``); a plan that does not counts as ∞ (fail closed). A function of the query and the
-    policy only. The (ε, δ) mechanisms keep (ε·d, δ) at each of these (README "What (ε, δ) means here")."""
+    policy only. The (ε, δ) mechanisms keep (ε·d, δ) at each of these (docs/privacy.md)."""
     out: set[float] = set()
     for p in plans:
         out |= set(getattr(p, "change_distances", (math.inf,)))
@@ -281,10 +281,7 @@ def calibrate(
         return float(bound_at(beta).sensitivity)
 
     distances = change_distances([plan])
-    # the smoothed Laplace keeps (ε·d, δ) only for bounded d (mechanisms.laplace_delta_at): a value in a norm moves
-    # by any distance, so such a bound gets generalized Cauchy, ε·d at every d (NR Theorem 3.53), which the
-    # measurement's mechanism says
-    mechanism = "cauchy" if not math.isfinite(distances[-1]) else params.mechanism
+    mechanism = smoothed_mechanism(plan, params)  # the measurement's mechanism says which
     if params.beta is None:
         extra = plan.grid  # a value plan's bound is tightest on its own grid points
         cal = mechanisms.optimise_beta(smooth, eps, mechanism, delta=delta, extra=extra, distances=distances)
@@ -734,6 +731,41 @@ def error_bar(
     return max(value - span[0], span[1] - value, 0.0)
 
 
+def mechanism_of(plan: Plan, params: PrivacyParams, joint: bool) -> str:
+    """The mechanism ``_templates`` gives a plan's measurements, decided before anything is read (it follows
+    from the query's shape, the policy and (ε, δ) only): what ``analyze`` and ``explain`` name."""
+    if isinstance(plan, UnitPlan):
+        return UNIT_HISTOGRAM if plan.histogram else R2T
+    if joint:
+        return GAUSSIAN
+    if plan.data_independent:
+        return GLOBAL
+    return smoothed_mechanism(plan, params)
+
+
+def smoothed_mechanism(plan: Plan, params: PrivacyParams) -> str:
+    """The mechanism of a smoothed (data-dependent) bound: the user's, except that the smoothed Laplace keeps
+    (ε·d, δ) only for bounded distances (mechanisms.laplace_delta_at), so a bound that a value in a norm moves —
+    any distance — gets generalized Cauchy, ε·d at every d (NR Theorem 3.53). From the query and the policy."""
+    if params.mechanism == "laplace" and not math.isfinite(longest_change([plan])):
+        return "cauchy"
+    return params.mechanism
+
+
+def _expected_bound(plan: Plan) -> float | None:
+    """A data-independent plan's bound when it reads nothing to compute it (a GlobalPlan's number, a row or
+    value plan with no query: one private table's COUNT, a SUM's clamp), else None (a bound from public rows
+    is read when the query runs; the owned-groups selector is calibrated apart)."""
+    if not plan.data_independent or isinstance(plan, (UnitPlan, OwnedSelection)):
+        return None
+    if isinstance(plan, GlobalPlan):
+        return float(plan.bound)
+    # a row or value plan counts its queries without building them (sqldp.runner)
+    if getattr(plan, "query_count", None) == 0:
+        return float(plan.bind([])(0.0).sensitivity)
+    return None
+
+
 def describe(
     form: AnalysisForm, params: PrivacyParams, plans: Sequence[Plan], domains: Sequence[Any]
 ) -> list[dict[str, Any]]:
@@ -771,9 +803,21 @@ def describe(
         if vector:  # the share before the split over the groups (shares() divides it)
             eps = params.epsilon / len(plans)
         delta = share[1] if share else None
-        entry: dict[str, Any] = {"aggregate": agg.sql, "groups": how, "epsilon": eps, "delta": delta}
+        entry: dict[str, Any] = {
+            "aggregate": agg.sql,
+            "groups": how,
+            "epsilon": eps,
+            "delta": delta,
+            "mechanism": mechanism_of(plan, params, joint),
+        }
         if isinstance(plan, GlobalPlan):  # which global bound (the query, the schema and the policy decide it)
             entry["bound"] = plan.source
+        expected = None if joint or vector else _expected_bound(plan)
+        if expected is not None and eps is not None:
+            # a global bound that needs no query: the noise _templates will calibrate to it (calibrate), and
+            # its bar, follow from the query, the schema and the policy alone, so they are the error to expect
+            cal = mechanisms.calibrate_global(expected, eps)
+            entry["noise_scale"], entry["half_width"] = cal.scale, cal.half_width(params.confidence)
         if isinstance(plan, UnitPlan):
             entry["unit"] = plan.describe()
         out.append(entry)

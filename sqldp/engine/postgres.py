@@ -152,7 +152,7 @@ def configure(conn: psycopg.Connection) -> None:
     """Set up a connection the session reads through (autocommit): read only, and statements prepared from
     their first run, since an analysed query runs the same SQL texts every time (the session caches them).
     No statement timeout, whatever the server or role sets: how long a statement runs depends on the data, so
-    a timeout that cancels it would answer for the data without noise (README, "Errors are answers")."""
+    a timeout that cancels it would answer for the data without noise (docs/sql.md, "Errors are answers too")."""
     for statement in SETUP:
         conn.execute(statement)
     conn.prepare_threshold = 0
