@@ -90,6 +90,7 @@ async def _serve(built: object, host: str, port: int) -> None:
     _announce(where[0], where[1], 1)
     async with server:
         await stop.wait()
+        await built.server.shutdown()
 
 
 def _announce(host: str, port: int, workers: int) -> None:

@@ -244,6 +244,11 @@ class ProxyServer:
             await conn.run()
         except (ConnectionError, EOFError, asyncio.IncompleteReadError, TimeoutError):
             pass
+        except asyncio.CancelledError:
+            # the server is stopping (asyncio.run cancels what is left after shutdown()): the connection ends
+            # here. Re-raised, the cancellation reached asyncio's start_server callback, which logged it with a
+            # traceback (Python 3.11 streams: task.exception() of a cancelled task)
+            pass
         except Exception as exc:  # a bug must cost one connection, never the server; one line, no traceback
             _internal_log("connection", exc)
             await conn._fatal("XX000", "internal error in sqldp; the connection is closed")
@@ -252,6 +257,20 @@ class ProxyServer:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 writer.close()
                 await writer.wait_closed()
+
+    async def shutdown(self) -> None:
+        """On SIGTERM or SIGINT, before the event loop stops: every connected client is told, as PostgreSQL tells
+        its clients at a fast shutdown (57P01, FATAL), and its connection closed. A statement still running in a
+        worker thread has its answer dropped (a charge already made stays, as for a cancel)."""
+        connections = list(self.connections.values())
+
+        async def tell(conn: Connection) -> None:
+            with contextlib.suppress(TimeoutError):  # a client that reads nothing does not hold up the stop
+                await asyncio.wait_for(conn._fatal("57P01", "terminating connection due to administrator command"), 1)
+            with contextlib.suppress(Exception):
+                conn.writer.close()
+
+        await asyncio.gather(*(tell(c) for c in connections))
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
@@ -878,11 +897,13 @@ class Connection:
             a = harmless.show(stmt.words, {**self.server.settings, **self.settings})
             return Outcome(a.tag, a.columns, a.types, a.rows)
         if stmt.kind in ("set", "reset"):
-            name, value = harmless.set_(sql, stmt.words, self.settings)
+            name, value = harmless.set_(sql, stmt.words, self.settings, self.server.settings)
             if name == "all":
                 self.settings = {}
             elif value is None:
                 self.settings.pop(name, None)
+                if name in harmless.REPORTED:  # as PostgreSQL reports a reset: the value in effect again
+                    notes.append(pr.parameter_status(name, self.server.settings.get(name, "")))
             else:
                 self.settings[name] = value
                 if name in harmless.REPORTED:
