@@ -526,6 +526,7 @@ def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]
     histogram_release(result, noise)
     rows: list[tuple[dict[str, Any], dict[str, Any], dict[str, float]]] = []
     kept: list[list[Measurement]] = []
+
     def draw(m: Measurement) -> None:
         if m.mechanism == UNIT_HISTOGRAM:
             assert m.noisy_value is not None  # drawn by histogram_release, one τ for every group
