@@ -36,6 +36,7 @@ from sqldp.catalog import Catalog
 from sqldp.proxy import statements
 
 T = TypeVar("T")
+Views = dict[str, tuple[str, ...]]  # information_schema view → its columns, in order
 SYSTEM_SCHEMAS = ("pg_catalog", "information_schema")
 
 # Catalog relations that describe definitions only (names, types, keys, defaults, comments, indexes): per
@@ -123,10 +124,55 @@ def refusal(tree: exp.Expr) -> str | None:
 _CURRENT_DATABASE = re.compile(r"(?i)\b(?:pg_catalog\s*\.\s*)?(?:current_database\s*\(\s*\)|current_catalog\b)")
 
 
-def localize(sql_text: str, database: str) -> str:
+def localize(sql_text: str, database: str, views: Views | None = None, shadow: str = "") -> str:
     """The query as the shadow runs it: ``current_database()`` (JDBC's TABLE_CAT) is the database the client
-    connected to, not the shadow's name."""
-    return statements.replace_code(sql_text, _CURRENT_DATABASE, "'" + database.replace("'", "''") + "'::name")
+    connected to, not the shadow's name; so is every ``*_catalog`` column of the ``information_schema`` views
+    (``views``: their columns, :meth:`Shadow.views`), which PostgreSQL fills with the shadow's own name
+    (``shadow``): ibis lists ``information_schema.tables WHERE table_catalog = '<database>'``."""
+    local = statements.replace_code(sql_text, _CURRENT_DATABASE, "'" + database.replace("'", "''") + "'::name")
+    if views and "information_schema" in local.lower():
+        return _catalog_named(local, database, views, shadow)
+    return local
+
+
+# The columns of the information_schema views that PostgreSQL fills with current_database() (or NULL).
+def _is_catalog_column(name: str) -> bool:
+    return name.endswith("_catalog") or name == "catalog_name"
+
+
+def _catalog_named(sql_text: str, database: str, views: Views, shadow: str) -> str:
+    """Each ``information_schema.<view>`` read as a derived table of the same name (or alias) whose catalog
+    columns say ``database`` where the view says ``shadow``; the text as it was when there is none, or when a
+    column is named through the schema (``information_schema.tables.table_name``), which a derived table's
+    alias cannot stand for."""
+    tree = parse(sql_text)
+    if tree is None or any((c.args.get("db") or "") for c in tree.find_all(exp.Column)):
+        return sql_text
+    changed = False
+    for table in list(tree.find_all(exp.Table)):
+        columns = views.get(table.name.lower()) if (table.db or "").lower() == "information_schema" else None
+        if not columns or not any(_is_catalog_column(c) for c in columns):
+            continue
+        items: list[exp.Expr] = []
+        for name in columns:
+            col = exp.column(name, quoted=True)
+            if _is_catalog_column(name):
+                renamed = exp.If(this=exp.EQ(this=col.copy(), expression=exp.Literal.string(shadow)))
+                renamed.set("true", exp.Literal.string(database))
+                items.append(exp.alias_(exp.Case(ifs=[renamed], default=col), name, quoted=True))
+            else:
+                items.append(col)
+        source = exp.Table(this=exp.to_identifier(table.name, quoted=True), db=exp.to_identifier("information_schema"))
+        alias = table.args.get("alias")
+        alias = alias.copy() if alias is not None else exp.TableAlias(this=exp.to_identifier(table.name))
+        table.replace(exp.Subquery(this=exp.select(*items).from_(source), alias=alias))
+        changed = True
+    if not changed:
+        return sql_text
+    try:
+        return tree.sql(dialect="postgres")
+    except Exception:  # sqlglot cannot write it back: the text as the client sent it (its catalog as the shadow's)
+        return sql_text
 
 
 def parse(sql_text: str) -> exp.Expr | None:
@@ -226,6 +272,7 @@ class Shadow:
         self._lock = threading.Lock()
         self._ddl: list[str] | None = None  # what fills it, to build it again if it was dropped meanwhile
         self._marker = ""
+        self.views: Views = {}  # the information_schema views' columns (read on attaching): localize
 
     @classmethod
     def create(cls, owner_dsn: str, catalog: Catalog, *, owned: bool = True) -> Shadow | None:
@@ -280,7 +327,20 @@ class Shadow:
             conn = psycopg.connect(self.dsn, autocommit=True)
             conn.execute("SET default_transaction_read_only = on")
             conn.execute("SET statement_timeout = '10s'")  # an empty database: no data to time
+            if not self.views:
+                rows = conn.execute(
+                    "SELECT table_name, column_name FROM information_schema.columns "
+                    "WHERE table_schema = 'information_schema' ORDER BY table_name, ordinal_position"
+                ).fetchall()
+                views: dict[str, list[str]] = {}
+                for table, column in rows:
+                    views.setdefault(table, []).append(column)
+                self.views = {t: tuple(c) for t, c in views.items()}
             self._conn = conn
+
+    def localize(self, sql_text: str, database: str) -> str:
+        """:func:`localize` with this shadow's name and views."""
+        return localize(sql_text, database, self.views, self.name)
 
     def _drop_unused(self, owner: psycopg.Connection[Any]) -> None:
         """Drop this upstream's other shadows (a catalog since changed, a proxy killed before it could drop

@@ -790,7 +790,7 @@ class Connection:
             assert analyst is not None
             loop = asyncio.get_running_loop()
             shadow = self.server.shadow
-            local = shadow_catalog.localize(query, self.database) if shadow is not None else query
+            local = shadow.localize(query, self.database) if shadow is not None else query
             if shadow is not None and await self._off(self.server.answers_catalog, _with_nulls(local)):
                 got = await loop.run_in_executor(self.server.front, shadow.describe, local, types)
                 # its parameters keep the client's types: a text value left untyped is bound as a quoted
@@ -954,7 +954,8 @@ class Connection:
             if constant is not None:
                 return Outcome(constant.tag, constant.columns, constant.types, constant.rows)
         if any(w.startswith("pg_") or w == "information_schema" for w in stmt.words):
-            local = shadow_catalog.localize(stmt.sql, self.database)
+            shadow = self.server.shadow
+            local = shadow.localize(stmt.sql, self.database) if shadow is not None else stmt.sql
             if self.server.answers_catalog(local):
                 return _CatalogQuery(local)
             tables = self.server.session.catalog.tables

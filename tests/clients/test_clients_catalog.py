@@ -118,3 +118,47 @@ def test_a_shadow_left_behind_is_rebuilt_or_dropped(upstream: str, policy: Path,
             assert listed(again.port) == ["nation", "visits"]  # built again
             assert shadows(upstream) == [name]
     assert shadows(upstream) == []
+
+
+def test_information_schema_names_the_database_the_client_sees(proxy: ThreadedProxy) -> None:
+    """``table_catalog`` and every other catalog column of information_schema is ``current_database()`` as the
+    client sees it (the database it connected to), not the shadow's name (issue 38, item 5)."""
+    # ibis' list_tables(): its catalog from SELECT current_database(), then this (sqlglot-written) query
+    ibis = (
+        "SELECT DISTINCT table_name FROM information_schema.tables WHERE TRUE AND table_schema = 'public' "
+        "AND table_catalog = 'analytics'"
+    )
+    with psycopg.connect(client_dsn(proxy.port), autocommit=True) as conn:
+        assert conn.execute("SELECT current_database()").fetchone() == ("analytics",)
+        assert sorted(r[0] for r in conn.execute(ibis)) == ["nation", "visits"]
+        got = conn.execute(
+            "SELECT DISTINCT table_catalog FROM information_schema.tables WHERE table_catalog = current_database()"
+        ).fetchall()
+        assert got == [("analytics",)]
+        # several views, aliases, a join and a parameter (the extended protocol: Describe, then Bind)
+        rows = conn.execute(
+            "SELECT c.table_catalog, c.udt_catalog, k.constraint_catalog, c.column_name "
+            "FROM information_schema.columns c JOIN information_schema.key_column_usage AS k "
+            "ON k.table_name = c.table_name AND k.column_name = c.column_name WHERE c.table_name = %s",
+            ("visits",),
+        ).fetchall()
+        assert rows == [("analytics", "analytics", "analytics", "id")]
+        assert conn.execute("SELECT catalog_name FROM information_schema.schemata WHERE schema_name = 'public'")
+        everything = conn.execute("SELECT * FROM information_schema.tables WHERE table_schema = 'public'")
+        columns = [d.name for d in everything.description or []]
+        assert columns[:3] == ["table_catalog", "table_schema", "table_name"]  # the view's columns, in order
+        assert {r[0] for r in everything} == {"analytics"}
+    out = subprocess.run(
+        [
+            "psql",
+            client_dsn(proxy.port),
+            "-X",
+            "-At",
+            "-c",
+            "SELECT table_catalog, table_name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.stdout.split() == ["analytics|nation", "analytics|visits"], out.stdout + out.stderr
