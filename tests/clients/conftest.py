@@ -19,20 +19,26 @@ from sqldp.proxy.scram import make_verifier
 
 
 def fill(dsn: str) -> None:
-    """The proxy tests' tables (proxy_support.make_tables) and two more columns of nation: an integer one
-    that is no key (the JDBC reproducer of issue 38, item 2) and a char(3) one (bpchar on the wire)."""
+    """The proxy tests' tables (proxy_support.make_tables), two more columns of nation (an integer one that is
+    no key: the JDBC reproducer of issue 38, item 2; a char(3) one: bpchar on the wire) and an integer column
+    of visits to group by."""
     make_tables(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("ALTER TABLE nation ADD COLUMN n_regionkey integer NOT NULL DEFAULT 0")
         conn.execute("UPDATE nation SET n_regionkey = n_nationkey % 2")
         conn.execute("ALTER TABLE nation ADD COLUMN n_code char(3)")
         conn.execute("UPDATE nation SET n_code = upper(left(n_name, 3))")
+        # an integer group key of a private table (its domain declared in the policy)
+        conn.execute("ALTER TABLE visits ADD COLUMN floor integer NOT NULL DEFAULT 1")
+        conn.execute("UPDATE visits SET floor = 1 + id % 3")
 
 
 def write(path: Path) -> Path:
     # pg8000 (scramp) refuses SCRAM iteration counts under 4096, RFC 7677's minimum
     analyst = {"epsilon_limit": 100.0, "verifier": str(make_verifier(PASSWORD, iterations=4096))}
-    extra = '[tables.visits.columns.faculty]\ndomain = ["cs", "math"]\n'
+    extra = (
+        '[tables.visits.columns.faculty]\ndomain = ["cs", "math"]\n[tables.visits.columns.floor]\ndomain = [1, 2, 3]\n'
+    )
     return write_policy(path, {"alice": analyst}, extra=extra)
 
 
