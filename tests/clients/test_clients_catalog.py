@@ -54,9 +54,17 @@ def test_three_proxies_started_and_stopped_in_any_order(upstream: str, policy: P
         (shared,) = shadows(upstream)  # one for all three
         for p in (port, b.port, c.port):
             assert listed(p) == ["nation", "visits"]
-        with psycopg.connect(client_dsn(b.port), autocommit=True) as kept:  # a client connected throughout
+        # a client connected throughout, and one to the proxy process, which SIGTERM stops (issue 38, item 9,
+        # with worker processes; tests/clients/test_clients_shutdown.py has the single process)
+        with psycopg.connect(client_dsn(b.port), autocommit=True) as kept, psycopg.connect(client_dsn(port)) as cut:
+            cut.execute("SELECT COUNT(*) FROM visits").fetchone()  # in a transaction block
             proc.send_signal(signal.SIGTERM)  # the first started stops first
             assert proc.wait(timeout=30) == 0
+            assert proc.stderr is not None
+            log = proc.stderr.read()
+            assert "Traceback" not in log and "CancelledError" not in log, log
+            with pytest.raises(psycopg.OperationalError, match="administrator command"):
+                cut.execute("SELECT 1")
             assert shadows(upstream) == [shared]
             assert listed(b.port) == listed(c.port) == ["nation", "visits"]
             b.stop()  # then the middle one

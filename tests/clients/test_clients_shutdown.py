@@ -12,9 +12,10 @@ import pytest
 from proxy_support import client_dsn, start_proxy
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_sigterm_with_clients_connected(upstream: str, policy: Path, workers: int) -> None:
-    proc, port = start_proxy(upstream, policy, workers=workers, log_level="info")
+def test_sigterm_with_clients_connected(upstream: str, policy: Path) -> None:
+    """One process (`sqldp proxy --workers 1`); with worker processes: test_clients_catalog.py, which stops one
+    of three proxies with SIGTERM."""
+    proc, port = start_proxy(upstream, policy, workers=1, log_level="info")
     idle = psycopg.connect(client_dsn(port), autocommit=True)
     in_block = psycopg.connect(client_dsn(port))  # a transaction block open: BEGIN sent, waiting for more
     try:
