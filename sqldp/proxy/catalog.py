@@ -239,6 +239,9 @@ def ddl(catalog: Catalog, types: Callable[[str], dict[str, str]]) -> list[sql.Co
 # attaches to and drops shadow databases: several proxies on one upstream (docs/proxy.md, "Worker processes";
 # any number of proxy processes may share a ledger) start and stop in any order.
 _LOCK = "SELECT pg_advisory_lock(hashtext('sqldp.catalog'))"
+# A holder builds a shadow in about a second; a lock held far longer is a process that hangs, which must not
+# hold up every other proxy's start and stop for ever (the wait fails, the start goes on without a shadow).
+_LOCK_TIMEOUT = "SET lock_timeout = '30s'"
 _UNLOCK = "SELECT pg_advisory_unlock(hashtext('sqldp.catalog'))"
 _PREFIX = "sqldp_catalog_"
 # How long a stopping proxy waits for the connections of other processes to its shadow to end before it
@@ -302,6 +305,7 @@ class Shadow:
         process's connection to it); then drop the unused shadows of this upstream that another catalog left."""
         assert self._ddl is not None
         with psycopg.connect(self.owner_dsn, autocommit=True) as owner:
+            owner.execute(_LOCK_TIMEOUT)
             owner.execute(_LOCK)
             try:
                 row = owner.execute(
@@ -435,6 +439,7 @@ class Shadow:
             return
         try:
             with psycopg.connect(self.owner_dsn, autocommit=True) as owner:
+                owner.execute(_LOCK_TIMEOUT)
                 owner.execute(_LOCK)
                 # in use by another proxy (or by this one's worker processes, whose backends may still be on
                 # their way out): left in place, and dropped by the last one to stop
