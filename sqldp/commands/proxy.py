@@ -91,6 +91,7 @@ async def _serve(built: object, host: str, port: int) -> None:
     _announce(where[0], where[1], 1)
     async with server:
         await stop.wait()
+        await built.server.shutdown()
 
 
 def _warn_without_analysts(policy: str) -> None:

@@ -28,8 +28,8 @@ from sqldp.proxy.server import ProxyServer
 class Shared:
     """What a proxy sets up once in the database, however many server processes then serve (sqldp.proxy.workers):
     the analyst role's DSN (provisioned once: concurrent CREATE ROLE and GRANT collide) and the shadow
-    database's name (created once, dropped by the process that created it). The ledger's tables and limits are
-    written by that same set-up, before any process serves."""
+    database's name (None: there is none, the owner may not create a database). The ledger's tables and limits
+    are written by that same set-up, before any process serves."""
 
     analyst_dsn: str
     shadow: str | None
@@ -82,8 +82,9 @@ def build(
     shared: Shared | None = None,
 ) -> Built:
     """A proxy server with its pools. Without ``shared`` it also does the one-time set-up (the analyst role, the
-    ledger's tables and limits, a shadow database it owns and drops on close); with it, a worker process of
-    a proxy whose parent did that set-up: it logs in as the role given and attaches to the shadow."""
+    ledger's tables and limits, the shadow database it attaches to as an owner, dropping it on close when no
+    other proxy uses it); with it, a worker process of a proxy whose parent did that set-up: it logs in as the
+    role given and attaches to the shadow without owning it."""
     from sqldp.engine.postgres import SETUP, PostgresEngine, configure
     from sqldp.session import Session
 
@@ -112,10 +113,12 @@ def build(
                 ledger.ensure(conn)
                 ledger.sync_limits(conn, [(a.name, a.epsilon_limit, a.delta_limit) for a in cfg.analysts.values()])
             settings = harmless.server_settings(conn)
-        if shared is None:
-            shadow = catalog.Shadow.create(dsn, session.catalog)
+        # a worker attaches to its parent's shadow (same upstream and catalog: the same name), keeping what
+        # builds it, so that it can build it again if it was dropped meanwhile (sqldp.proxy.catalog.Shadow)
+        if shared is None or shared.shadow is not None:
+            shadow = catalog.Shadow.create(dsn, session.catalog, owned=shared is None)
         else:
-            shadow = catalog.Shadow(dsn, shared.shadow, owned=False) if shared.shadow is not None else None
+            shadow = None
         return Built(ProxyServer(session, cfg, ledger_pool, settings, shadow), cfg, pools, isolation)
     except BaseException:
         for p in pools:

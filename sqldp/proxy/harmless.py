@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlglot
-from sqlglot import exp
-from sqlglot.errors import ParseError
+from sqlglot import Dialect, exp
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType
 
 from sqldp.errors import ForbiddenError
 from sqldp.proxy import values as v
@@ -79,7 +80,16 @@ REPORTED = (
 )
 # SET that only changes the client's own view of the session; nothing sqldp computes depends on them.
 SETTABLE = {"application_name", "extra_float_digits", "client_min_messages"}
-_ALIASES = {"transaction isolation level": "transaction_isolation", "time zone": "TimeZone"}
+_ALIASES = {"transaction isolation level": "transaction_isolation", "time zone": "timezone"}
+# Settings a client may SET only to the value in effect (or RESET to it): the proxy does not pass a SET on to
+# the upstream, whose sessions keep the server's, so another value would be a promise the answers do not keep
+# (a zone changes how timestamptz values print and compare with dates; DMY changes how '01/02/2024' is read).
+# Drivers and shells send them on connecting: pgcli sets its local zone, JDBC and psycopg2 the encoding and
+# date style, often quoted.
+PINNED = {"TimeZone", "DateStyle", "client_encoding"}
+# Names of the zone UTC in the time zone database (links to one zone): equal to each other as settings.
+_UTC = {"utc", "etc/utc", "uct", "etc/uct", "gmt", "etc/gmt", "gmt0", "etc/gmt0", "gmt+0", "etc/gmt+0", "gmt-0"}
+_UTC |= {"etc/gmt-0", "greenwich", "etc/greenwich", "universal", "etc/universal", "zulu", "etc/zulu"}
 
 
 def server_settings(conn: Any) -> dict[str, str]:
@@ -124,8 +134,12 @@ def show(words: tuple[str, ...], settings: Mapping[str, str]) -> Answer:
     )
 
 
-def set_(sql: str, words: tuple[str, ...], session: dict[str, str]) -> tuple[str, str | None]:
-    """Apply a harmless SET/RESET to the session's own settings; return (name, new value or None for reset)."""
+def set_(
+    sql: str, words: tuple[str, ...], session: dict[str, str], server: Mapping[str, str] | None = None
+) -> tuple[str, str | None]:
+    """Apply a harmless SET/RESET to the session's own settings; return (name, new value or None for reset).
+    ``server`` holds the upstream's settings (:func:`server_settings`), the values a :data:`PINNED` setting
+    may be set to."""
     rest = [w for w in words[1:] if w not in ("session", "local")]
     if words[0] == "reset":
         name = " ".join(rest)
@@ -133,6 +147,9 @@ def set_(sql: str, words: tuple[str, ...], session: dict[str, str]) -> tuple[str
             return "all", None
         if name in SETTABLE:
             return name, None
+        pinned = _canonical(name)
+        if pinned in PINNED:
+            return pinned, None
         raise ForbiddenError(f"RESET {name} is not allowed through sqldp")
     if rest[:1] == ["transaction"] or rest[:3] == ["characteristics", "as", "transaction"]:
         return _transaction_characteristics(rest[1:] if rest[0] == "transaction" else rest[3:])
@@ -141,11 +158,10 @@ def set_(sql: str, words: tuple[str, ...], session: dict[str, str]) -> tuple[str
         if name == "default_transaction_read_only" and not {"on", "true", "1", "yes"} & set(rest[1:]):
             raise ForbiddenError("transactions that write are not allowed through sqldp (read only is fixed)")
         return "transaction", None
+    pinned = _canonical("time zone" if rest[:2] == ["time", "zone"] else "client_encoding" if name == "names" else name)
+    if pinned in PINNED:
+        return _pinned(pinned, sql, {**FIXED, **(server or {})})
     if name not in SETTABLE:
-        if name == "client_encoding" and any(x in ("utf8", "unicode") for x in rest[1:]):
-            return "client_encoding", "UTF8"
-        if name == "datestyle" and "iso" in rest[1:]:
-            return "DateStyle", "ISO, MDY"
         raise ForbiddenError(f"SET {name or '…'} is not allowed through sqldp (only {', '.join(sorted(SETTABLE))})")
     try:
         tree = sqlglot.parse_one(sql, read="postgres")
@@ -157,6 +173,68 @@ def set_(sql: str, words: tuple[str, ...], session: dict[str, str]) -> tuple[str
     if not value:
         raise ForbiddenError(f"SET {name}: could not read the value")
     return name, value
+
+
+_VALUE_TOKENS = {TokenType.STRING, TokenType.IDENTIFIER, TokenType.VAR, TokenType.NUMBER, TokenType.DEFAULT}
+
+
+def _set_values(sql: str) -> list[str] | None:
+    """The values of ``SET [SESSION | LOCAL] name {TO | =} v1, v2 …`` (``SET TIME ZONE v``, ``SET NAMES v``) as
+    written, quoted or not: strings without their quotes, words and numbers as they stand; None when the value
+    is anything else (an INTERVAL, an expression)."""
+    try:
+        tokens = list(Dialect.get_or_raise("postgres").tokenize(sql))
+    except (ParseError, TokenError):
+        return None
+    texts = [t.text.lower() for t in tokens]
+    i = 1
+    while i < len(texts) and texts[i] in ("session", "local"):
+        i += 1
+    i += 2 if texts[i : i + 2] == ["time", "zone"] else 1
+    if i < len(texts) and (texts[i] == "to" or tokens[i].token_type == TokenType.EQ):
+        i += 1
+    values, want_value = [], True
+    for t in tokens[i:]:
+        if want_value and t.token_type in _VALUE_TOKENS:
+            values.append(t.text)
+        elif not want_value and t.token_type == TokenType.COMMA:
+            pass
+        elif t.token_type == TokenType.SEMICOLON and not want_value:
+            break
+        else:
+            return None
+        want_value = not want_value
+    return values if values and not want_value else None
+
+
+def _pinned(name: str, sql: str, server: Mapping[str, str]) -> tuple[str, str | None]:
+    """SET of a :data:`PINNED` setting: accepted when it names the value in effect, in any spelling PostgreSQL
+    takes for it (quoted or not, any case, another name of the same zone); DEFAULT and LOCAL reset it."""
+    values = _set_values(sql)
+    current = server.get(name, "")
+    if values is None:
+        raise ForbiddenError(f"SET {name}: could not read the value (through sqldp it stays {current})")
+    low = [x.lower() for x in values]
+    if low in (["default"], ["local"]):
+        return name, None
+    if name == "TimeZone" and len(low) == 1:
+        if low[0] == current.lower() or (low[0] in _UTC and current.lower() in _UTC):
+            return name, current  # the zone in effect, as the server spells it
+    elif name == "client_encoding" and len(low) == 1:
+        if "".join(c for c in low[0] if c.isalnum()) in ("utf8", "unicode"):
+            return name, "UTF8"
+    elif name == "DateStyle":
+        # output style ISO and field order MDY are the server's (FIXED); "US" and "NonEuropean" also mean MDY
+        parts = {p for x in low for p in x.replace(",", " ").split()}
+        if parts and parts <= {"iso", "mdy", "us", "noneuropean"}:
+            return name, current
+    shown = ", ".join(values)
+    err = ForbiddenError(
+        f"SET {name} TO {shown} is not available through sqldp: the proxy's sessions keep {name} = {current}"
+    )
+    if name == "TimeZone":  # pgcli sets the machine's zone on connecting unless its config says not to
+        err.hint = "convert in the client instead (pgcli: use_local_timezone = False in its config)"
+    raise err
 
 
 _TX_WORDS = {"read", "only", "isolation", "level", "serializable", "repeatable", "committed", "uncommitted"}

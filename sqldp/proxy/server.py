@@ -13,6 +13,7 @@ commit → run and add noise → send. So an answer never leaves without its cha
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import json
@@ -25,12 +26,13 @@ import struct
 import threading
 import time
 import typing
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+import psycopg
 from psycopg import pq
 
 from sqldp.engine.postgres import Running, returning_after, watching
@@ -84,6 +86,8 @@ MAX_PORTALS = 256
 INLINE_BELOW = 256
 # How many checked answer texts the server remembers (ProxyServer.check); past that it starts again.
 CHECKED_KEPT = 4096
+# How many statement descriptions the server keeps (ProxyServer.description), least recently used dropped.
+DESCRIBED_KEPT = 4096
 # Messages whose oversize body can be skipped with the connection kept: the framing is intact and the
 # protocol has an error path for them (§55.2.2: ErrorResponse then ReadyForQuery; §55.2.3: skip to Sync).
 _SKIPPABLE = frozenset(b"QPBDECFdcf"[i : i + 1] for i in range(10))
@@ -103,6 +107,9 @@ class Outcome:
     types: list[int] | None = None
     rows: list[tuple[Any, ...]] = field(default_factory=list)
     notice: bytes = b""  # a NoticeResponse sent with the answer (what a private answer cost, its error bars)
+    # the statement the runner answered (None: answered otherwise): its result types are those its Describe
+    # announces (ProxyServer.description), which ``types``, read off the Python values, only approximate
+    query: str | None = None
 
 
 def prepare_query(session: Session, sql: str, privacy: Mapping[str, Any]) -> Prepared | Workflow | Chosen | SetRelease:
@@ -147,6 +154,11 @@ class ProxyServer:
         self._next_pid = 1000 + (os.getpid() % 1000) * 1000
         self._lock = threading.Lock()
         self._checked: set[str] = set()  # answer texts whose statements PostgreSQL parsed (check)
+        # statement descriptions by (text, parameter types, analyst's privacy): a statement's result types
+        # depend on its text and the catalog only, which do not change under a running proxy
+        self._described: collections.OrderedDict[tuple[Any, ...], Description | None] = collections.OrderedDict()
+        self._describer: psycopg.Connection[Any] | None = None  # upstream_describe's, opened on first use
+        self._describing = threading.Lock()
 
     def answers_catalog(self, sql: str) -> bool:
         """Whether ``sql`` is a system-catalog query the shadow database answers (sqldp.proxy.catalog)."""
@@ -188,6 +200,54 @@ class ProxyServer:
             if len(self._checked) >= CHECKED_KEPT:
                 self._checked.clear()
             self._checked.add(statements.answer)
+
+    def known_description(self, query: str, types: tuple[int, ...], privacy: Mapping[str, Any]) -> Any:
+        """The kept description of a statement (:meth:`description`), or :data:`UNKNOWN` (on the event loop: a
+        dictionary look-up)."""
+        key = (query, types, tuple(sorted(privacy.items())))
+        with self._lock:
+            if key not in self._described:
+                return UNKNOWN
+            self._described.move_to_end(key)
+            return self._described[key]
+
+    def description(self, query: str, types: tuple[int, ...], privacy: Mapping[str, Any]) -> Description | None:
+        """The statement's parameter and result types (:func:`describe`), kept: every path a client may take —
+        the simple protocol, an unnamed or a named statement, text or binary results — announces these, so a
+        driver that caches a statement's columns (pgjdbc past its prepareThreshold) decodes every execution
+        alike. In a worker thread: the analysis and the upstream's Parse/Describe take time."""
+        known = self.known_description(query, types, privacy)
+        if known is not UNKNOWN:
+            return typing.cast(Description | None, known)
+        desc = describe(self.session, query, types, privacy, self.upstream_describe)
+        with self._lock:
+            self._described[(query, types, tuple(sorted(privacy.items())))] = desc
+            while len(self._described) > DESCRIBED_KEPT:
+                self._described.popitem(last=False)
+        return desc
+
+    def upstream_describe(self, query: str, oids: list[int]) -> Shape | None:
+        """Parse and Describe upstream, as the analyst role, on a connection kept for them: no reading
+        connection is taken from the pool and reset afterwards (a Parse changes no session state: nothing
+        runs), which took 1.6 of a describe's 6 ms on a loaded machine."""
+        from sqldp.engine.postgres import configure
+
+        analyst_dsn = self.session.analyst_dsn
+        assert analyst_dsn is not None  # a PostgreSQL session: the proxy serves PostgreSQL only
+        with self._describing:
+            for attempt in (1, 2):
+                conn = self._describer
+                if conn is None or conn.closed:
+                    try:
+                        conn = psycopg.connect(analyst_dsn, autocommit=True, connect_timeout=10)
+                        configure(conn)  # as the reading connections: the same settings, read only
+                    except psycopg.Error:
+                        return None
+                    self._describer = conn
+                got = parse_describe(conn, query, oids)
+                if got is not None or not conn.closed or attempt == 2:
+                    return got  # refused by PostgreSQL, or answered; else the connection broke: once more
+            return None
 
     def as_worker(self, index: int, peers: tuple[str, ...]) -> None:
         """Serve as worker ``index`` of ``len(peers)`` processes sharing one port (sqldp.proxy.workers): the
@@ -244,6 +304,11 @@ class ProxyServer:
             await conn.run()
         except (ConnectionError, EOFError, asyncio.IncompleteReadError, TimeoutError):
             pass
+        except asyncio.CancelledError:
+            # the server is stopping (asyncio.run cancels what is left after shutdown()): the connection ends
+            # here. Re-raised, the cancellation reached asyncio's start_server callback, which logged it with a
+            # traceback (Python 3.11 streams: task.exception() of a cancelled task)
+            pass
         except Exception as exc:  # a bug must cost one connection, never the server; one line, no traceback
             _internal_log("connection", exc)
             await conn._fatal("XX000", "internal error in sqldp; the connection is closed")
@@ -253,9 +318,26 @@ class ProxyServer:
                 writer.close()
                 await writer.wait_closed()
 
+    async def shutdown(self) -> None:
+        """On SIGTERM or SIGINT, before the event loop stops: every connected client is told, as PostgreSQL tells
+        its clients at a fast shutdown (57P01, FATAL), and its connection closed. A statement still running in a
+        worker thread has its answer dropped (a charge already made stays, as for a cancel)."""
+        connections = list(self.connections.values())
+
+        async def tell(conn: Connection) -> None:
+            with contextlib.suppress(TimeoutError):  # a client that reads nothing does not hold up the stop
+                await asyncio.wait_for(conn._fatal("57P01", "terminating connection due to administrator command"), 1)
+            with contextlib.suppress(Exception):
+                conn.writer.close()
+
+        await asyncio.gather(*(tell(c) for c in connections))
+
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.front.shutdown(wait=False, cancel_futures=True)
+        with self._describing:
+            if self._describer is not None:
+                self._describer.close()
         if self.shadow is not None:
             self.shadow.close()
 
@@ -312,6 +394,9 @@ class Portal:
     types: tuple[int, ...] | None = None  # result column types as Describe of its statement announced them
     spans: tuple[statements.Span, ...] = ()  # where its parameters were bound (error positions map back)
     cursor: Cursor | None = None  # a portal made by DECLARE
+
+
+UNKNOWN = object()  # no description kept yet (ProxyServer.known_description)
 
 
 @dataclass(frozen=True)
@@ -410,8 +495,11 @@ class Connection:
         # closes those, as PostgreSQL drops the portals of a rolled-back subtransaction)
         self.savepoints: list[tuple[str, set[str]]] = []
         self.waking: asyncio.Future[None] | None = None  # set when the statement running now ends or is cancelled
-        self.abandoned: asyncio.Future[Outcome] | None = None  # a cancelled statement still running
+        self.abandoned: asyncio.Future[Any] | None = None  # a cancelled statement (or its description) still running
         self.described: dict[str, Description | None] = {}  # statement name → what the upstream said of it
+        # statement name → the result types its Describe announced: a Bind of it encodes by those (pgjdbc
+        # reads a named statement's executions by the columns it was told once)
+        self.announced: dict[str, tuple[int, ...]] = {}
         self.cancel_requested = False
         self.running: Running | None = None  # the upstream connections of the statement running now
         self.encrypted = False  # TLS was negotiated (SSLRequest): SCRAM-SHA-256-PLUS is offered
@@ -623,7 +711,7 @@ class Connection:
                 self.writer.write(pr.empty_query())
             else:
                 if outcome.columns is not None:
-                    types = outcome.types or []
+                    types = await self._runner_types(outcome) if outcome.query is not None else outcome.types or []
                     self.writer.write(pr.row_description(_fields(outcome.columns, types)))
                     self.writer.write(
                         b"".join(
@@ -651,24 +739,22 @@ class Connection:
                 )
             self.statements[msg.name] = (msg.query, msg.param_types)
             self.described.pop(msg.name, None)
+            self.announced.pop(msg.name, None)
             self.writer.write(pr.parse_complete())
         elif kind == b"B":
             bind = pr.parse_bind(body)
             if bind.statement not in self.statements:
                 raise SqlSyntaxError(f'prepared statement "{bind.statement}" does not exist')
+            # binary parameters need their types, binary results the columns' (§55.2.3), and every execution
+            # the same columns whichever path it takes: the statement's description (kept by the server)
+            desc = await self._description(bind.statement)
             query, types = self.statements[bind.statement]
-            # binary parameters need their types, binary results the columns' (§55.2.3): ask the upstream
-            unknown = any(f == 1 and (i >= len(types) or not types[i]) for i, f in enumerate(_param_formats(bind)))
-            desc = None
-            if unknown or 1 in bind.result_formats or bind.statement in self.described:
-                desc = await self._description(bind.statement)
-                query, types = self.statements[bind.statement]
+            announced = self.announced.get(bind.statement)
             if bind.portal and bind.portal not in self.portals and len(self.portals) >= MAX_PORTALS:
                 raise _TooLarge(f"too many open portals on this connection (limit {MAX_PORTALS}); close some")
             sql, empty, spans = await self._off(_bind, query, types, bind)
-            self.portals[bind.portal] = Portal(
-                sql, bind.result_formats, empty=empty, types=desc.columns if desc is not None else None, spans=spans
-            )
+            columns = announced if announced is not None else desc.columns if desc is not None else None
+            self.portals[bind.portal] = Portal(sql, bind.result_formats, empty=empty, types=columns, spans=spans)
             self.writer.write(pr.bind_complete())
         elif kind == b"D":
             target, name = pr.parse_describe_or_close(body, "Describe")
@@ -722,6 +808,7 @@ class Connection:
             (self.statements if target == "S" else self.portals).pop(name, None)
             if target == "S":
                 self.described.pop(name, None)
+                self.announced.pop(name, None)
             self.writer.write(pr.close_complete())
 
     def _portal(self, name: str) -> Portal:
@@ -738,7 +825,26 @@ class Connection:
                 if err.position is not None:  # into the statement as the client wrote it, with its $n
                     err.position = statements.unbound(portal.spans, err.position)
                 raise
+            if portal.types is None and portal.outcome.query is not None:
+                portal.types = tuple(await self._runner_types(portal.outcome))
         return portal.outcome
+
+    async def _runner_types(self, outcome: Outcome) -> list[int]:
+        """The result types of a statement the runner answered, as a Describe of it announces them (its
+        bound text: no parameters left); the types of its values where it has no description."""
+        columns = outcome.columns or []
+        if outcome.query is None or not columns:
+            return outcome.types or []
+        analyst = self.analyst
+        assert analyst is not None
+        desc = self.server.known_description(outcome.query, (), analyst.privacy)
+        if desc is UNKNOWN:
+            loop = asyncio.get_running_loop()
+            run = self.server.description
+            desc = await loop.run_in_executor(self.server.executor, run, outcome.query, (), analyst.privacy)
+        if isinstance(desc, Description) and len(desc.columns) == len(columns):
+            return list(desc.columns)
+        return outcome.types or []
 
     async def _describe_statement(self, name: str) -> None:
         """Parameter types as declared (unspecified ones as text) and, for a SELECT, the result columns as far as
@@ -752,15 +858,19 @@ class Connection:
         self.writer.write(pr.parameter_description(oids))
         fetched = self._cursor_shape(self.statements[name][0]) if names is None else None
         if fetched is not None and fetched.columns is not None:
-            self.writer.write(pr.row_description(_fields(fetched.columns, fetched.types or [])))
+            announced = list(fetched.types or [])
+            names = fetched.columns
         elif names is None:
             self.writer.write(pr.no_data())
+            return
         elif desc is not None:
-            self.writer.write(pr.row_description(_fields(list(desc.names), list(desc.columns))))
+            names, announced = list(desc.names), list(desc.columns)
         elif names == list(BUDGET_COLUMNS):
-            self.writer.write(pr.row_description(_fields(names, list(BUDGET_TYPES))))
-        else:
-            self.writer.write(pr.row_description(_fields(names, [v.TEXT] * len(names))))
+            announced = list(BUDGET_TYPES)
+        else:  # not known before it runs: text, and its executions are sent as text alike (Bind: announced)
+            announced = [v.TEXT] * len(names)
+        self.announced[name] = tuple(announced)
+        self.writer.write(pr.row_description(_fields(names, announced)))
 
     async def _description(self, name: str) -> Description | None:
         """The statement's parameter and result types (:func:`describe`), once per statement; parameters the
@@ -771,16 +881,21 @@ class Connection:
             assert analyst is not None
             loop = asyncio.get_running_loop()
             shadow = self.server.shadow
-            local = shadow_catalog.localize(query, self.database) if shadow is not None else query
+            local = shadow.localize(query, self.database) if shadow is not None else query
             if shadow is not None and await self._off(self.server.answers_catalog, _with_nulls(local)):
                 got = await loop.run_in_executor(self.server.front, shadow.describe, local, types)
                 # its parameters keep the client's types: a text value left untyped is bound as a quoted
                 # literal PostgreSQL types in place (a regclass, an oid), which sqldp's binding does not
                 self.described[name] = Description(*got) if got is not None else None
                 return self.described[name]
-            else:
-                desc = await loop.run_in_executor(
-                    self.server.executor, describe, self.server.session, query, types, analyst.privacy
+            desc = self.server.known_description(query, types, analyst.privacy)
+            if desc is UNKNOWN:
+                # the statement's analysis runs here, when a Bind or Describe first needs it: a CancelRequest
+                # (JDBC's setQueryTimeout) ends the wait at once, as it ends a running statement's
+                run = self.server.description
+                self.cancel_requested = False
+                desc = await self._cancellable(
+                    loop.run_in_executor(self.server.executor, run, query, types, analyst.privacy)
                 )
             self.described[name] = desc
             if desc is not None:
@@ -819,7 +934,7 @@ class Connection:
         self.writer.write(answered.notice)  # before its rows: psql prints it above the result
         return answered
 
-    async def _cancellable(self, work: Coroutine[Any, Any, Outcome]) -> Outcome:
+    async def _cancellable(self, work: Awaitable[T]) -> T:
         """``work``, or 57014 as soon as a CancelRequest for this connection arrives: a worker thread cannot be
         stopped, but its upstream queries are cancelled (``_cancel``: PQcancel on each connection it runs on),
         so it ends soon; a charge already made stays, none is made after the cancel (``cancel_requested``), and
@@ -878,11 +993,13 @@ class Connection:
             a = harmless.show(stmt.words, {**self.server.settings, **self.settings})
             return Outcome(a.tag, a.columns, a.types, a.rows)
         if stmt.kind in ("set", "reset"):
-            name, value = harmless.set_(sql, stmt.words, self.settings)
+            name, value = harmless.set_(sql, stmt.words, self.settings, self.server.settings)
             if name == "all":
                 self.settings = {}
             elif value is None:
                 self.settings.pop(name, None)
+                if name in harmless.REPORTED:  # as PostgreSQL reports a reset: the value in effect again
+                    notes.append(pr.parameter_status(name, self.server.settings.get(name, "")))
             else:
                 self.settings[name] = value
                 if name in harmless.REPORTED:
@@ -933,7 +1050,8 @@ class Connection:
             if constant is not None:
                 return Outcome(constant.tag, constant.columns, constant.types, constant.rows)
         if any(w.startswith("pg_") or w == "information_schema" for w in stmt.words):
-            local = shadow_catalog.localize(stmt.sql, self.database)
+            shadow = self.server.shadow
+            local = shadow.localize(stmt.sql, self.database) if shadow is not None else stmt.sql
             if self.server.answers_catalog(local):
                 return _CatalogQuery(local)
             tables = self.server.session.catalog.tables
@@ -962,7 +1080,7 @@ class Connection:
         assert self.analyst is not None
         loop = asyncio.get_running_loop()
         desc = await loop.run_in_executor(
-            self.server.executor, describe, self.server.session, d.query, (), self.analyst.privacy
+            self.server.executor, self.server.description, d.query, (), self.analyst.privacy
         )
         if desc is not None and len(desc.columns) == len(answered.columns):
             answered = dataclasses.replace(answered, types=list(desc.columns))
@@ -1109,7 +1227,8 @@ class Connection:
         columns, rows = result.table()
         types = [v.infer_type([r[i] for r in rows]) for i in range(len(columns))]
         notice = _notice(result, balance) if balance is not None else b""
-        return Outcome(f"SELECT {len(rows)}", list(columns), types, list(rows), notice), (eps, delta)
+        outcome = Outcome(f"SELECT {len(rows)}", list(columns), types, list(rows), notice, query=sql)
+        return outcome, (eps, delta)
 
 
 def _amount(x: Decimal) -> str:
@@ -1358,18 +1477,43 @@ def _bind(query: str, types: tuple[int, ...], bind: pr.Bind) -> tuple[str, bool,
     return sql, not statements.split(sql), tuple(spans)
 
 
-def describe(session: Session, query: str, types: tuple[int, ...], privacy: Mapping[str, Any]) -> Description | None:
+Shape = tuple[tuple[int, ...], tuple[str, ...], tuple[int, ...]]  # parameter types, column names, column types
+
+
+def parse_describe(conn: Any, query: str, oids: list[int]) -> Shape | None:
+    """PostgreSQL's Parse and Describe of ``query`` as the unnamed statement on ``conn`` (a psycopg
+    connection): nothing runs, no row is read. None when PostgreSQL refuses it."""
+    pg = conn.pgconn
+    ok = pq.ExecStatus.COMMAND_OK
+    if pg.prepare(b"", query.encode("utf-8"), oids).status != ok:
+        return None
+    d = pg.describe_prepared(b"")
+    if d.status != ok:
+        return None
+    params = tuple(d.param_type(i) for i in range(d.nparams))
+    names = tuple((d.fname(i) or b"?column?").decode("utf-8", "replace") for i in range(d.nfields))
+    return params, names, tuple(d.ftype(i) for i in range(d.nfields))
+
+
+def describe(
+    session: Session,
+    query: str,
+    types: tuple[int, ...],
+    privacy: Mapping[str, Any],
+    upstream_describe: Callable[[str, list[int]], Shape | None] | None = None,
+) -> Description | None:
     """Parameter and result column types of a SELECT, as a client learns them from Describe before it runs:
     asyncpg and pg8000 decode results by these (a noisy value announced as text failed to decode), asyncpg
     encodes parameters by them. None when unknown (the statement is not one the runner accepts).
 
     The runner's analysis (no data read) says which columns are released exactly; the upstream describes the
     statement (Parse and Describe read no rows) only after the analysis accepted it. Public columns and
-    group keys keep the upstream's types; every noisy value is float8."""
+    group keys keep the upstream's types; every noisy value is float8. ``upstream_describe`` does the Parse
+    and Describe (:meth:`ProxyServer.upstream_describe`); without it a connection of the session's does."""
     try:
         kind = statements.classify(query).kind
         if kind == "declare":  # its parameters are its query's; DECLARE itself returns no rows
-            inner = describe(session, statements.declare(query).query, types, privacy)
+            inner = describe(session, statements.declare(query).query, types, privacy, upstream_describe)
             return None if inner is None else Description(inner.params, (), ())
         if kind != "select":
             return None
@@ -1379,17 +1523,14 @@ def describe(session: Session, query: str, types: tuple[int, ...], privacy: Mapp
     except (SqldpError, RecursionError):
         return None
     oids = [types[i] if i < len(types) else 0 for i in range(n)]
-    with session.connection() as conn:
-        pg = conn.pgconn
-        ok = pq.ExecStatus.COMMAND_OK
-        if pg.prepare(b"", query.encode("utf-8"), oids).status != ok:
-            return None
-        d = pg.describe_prepared(b"")
-        if d.status != ok:
-            return None
-        params = tuple(d.param_type(i) for i in range(d.nparams))
-        names = tuple((d.fname(i) or b"?column?").decode("utf-8", "replace") for i in range(d.nfields))
-        upstream = tuple(d.ftype(i) for i in range(d.nfields))
+    if upstream_describe is None:
+        with session.connection() as conn:
+            got = parse_describe(conn, query, oids)
+    else:
+        got = upstream_describe(query, oids)
+    if got is None:
+        return None
+    params, names, upstream = got
     if prepared.public:
         return Description(params, names, upstream)
     # the measured statements: the query's own, or each measured branch of a set operation (sqldp.setops); a

@@ -143,6 +143,7 @@ async def _serve(server: Any, spec: Spec, index: int, report: Connection) -> Non
     report.send(("ready", listening.sockets[0].getsockname()[1]))
     async with listening, peer:
         await stop.wait()
+        await server.shutdown()
 
 
 class Supervisor:
