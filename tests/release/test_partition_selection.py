@@ -247,3 +247,34 @@ def test_exact_privacy_loss_over_every_neighbour(
             assert h <= delta * (1 + 1e-6), (rows, g, h)
             worst = max(worst, h)
     assert worst == pytest.approx(delta, rel=1e-3)  # a group of the changed row only, on one side: released w.p. δ
+
+
+def test_value_changes_under_partition_selection(pg_dsn: str) -> None:
+    """x in t's norm. A change of one row's x by k units (distance k) leaves every selection count and group as
+    it was, so COUNT's release is the same on both sides (loss 0 at every k); a SUM over x under partition
+    selection would move with it in a way the value-level plan does not bound per group, and is refused."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id INT PRIMARY KEY, g TEXT, x INT)")
+        conn.execute("CREATE TABLE u (id INT PRIMARY KEY, g TEXT)")
+    policy = RANGED.replace('[tables.t]\nrows = "private"\n', '[tables.t]\nrows = "private"\nnorm = "l1(x)"\n')
+    session = sqldp.connect(pg_dsn, Policy.from_toml(policy), seed=3)
+    sql, epsilon, delta = "SELECT t.g, COUNT(*) AS n FROM t GROUP BY t.g", 0.7, 1e-3
+    base = [(1, "a", 0), (2, "a", 3), (3, "b", 0), (4, "c", 2)]
+
+    def load(rows: list[tuple[int, str, int]]) -> dict[str, list]:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("TRUNCATE t")
+            with conn.cursor() as cur:
+                cur.executemany("INSERT INTO t VALUES (%s, %s, %s)", rows)
+        return _group_output(session, sql, epsilon, delta, sorted({g for _, g, _ in rows}))
+
+    d0 = load(base)
+    changes = [(i, step) for i, r in enumerate(base) for step in (-3, -2, -1, 1, 2, 3) if 0 <= r[2] + step <= 3]
+    assert len(changes) == 12
+    for i, step in changes:
+        k, g, x = base[i]
+        assert load([*base[:i], (k, g, x + step), *base[i + 1 :]]) == d0
+    with pytest.raises(RefusedError, match="several groups"):
+        session.prepare(
+            "SELECT t.g, COUNT(*) AS n, SUM(t.x) AS s FROM t GROUP BY t.g", epsilon=1.0, delta=1e-3, mechanism="laplace"
+        )
