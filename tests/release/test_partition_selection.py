@@ -197,6 +197,17 @@ def _hockey_stick(p: list | None, q: list | None, eps: float) -> float:
 FANOUT = '[tables.p]\nrows = "public"\n'
 
 
+def _loaded(
+    dsn: str, session: sqldp.session.Session, rows: list[tuple[int, str, int]], sql: str, eps: float, delta: float
+) -> dict[str, list]:
+    """t holding ``rows``, and sqldp's per-group figures for ``sql`` (:func:`_group_output`)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("TRUNCATE t")
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO t VALUES (%s, %s, %s)", rows)
+    return _group_output(session, sql, eps, delta, sorted({g for _, g, _ in rows}))
+
+
 @pytest.mark.parametrize("weight", [0.5, 1.0, 2.0, 20.0])
 @pytest.mark.parametrize(
     ("sql", "epsilon", "delta"),
@@ -229,11 +240,7 @@ def test_exact_privacy_loss_over_every_neighbour(
     neighbours += [[*base, (9, g, x)] for g in ("a", "b", "new") for x in (0, 3)]
 
     def load(rows: list[tuple[int, str, int]]) -> dict[str, list]:
-        with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            conn.execute("TRUNCATE t")
-            with conn.cursor() as cur:
-                cur.executemany("INSERT INTO t VALUES (%s, %s, %s)", rows)
-        return _group_output(session, sql, epsilon, delta, sorted({g for _, g, _ in rows}))
+        return _loaded(pg_dsn, session, rows, sql, epsilon, delta)
 
     d0 = load(base)
     worst = 0.0
@@ -262,11 +269,7 @@ def test_value_changes_under_partition_selection(pg_dsn: str) -> None:
     base = [(1, "a", 0), (2, "a", 3), (3, "b", 0), (4, "c", 2)]
 
     def load(rows: list[tuple[int, str, int]]) -> dict[str, list]:
-        with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            conn.execute("TRUNCATE t")
-            with conn.cursor() as cur:
-                cur.executemany("INSERT INTO t VALUES (%s, %s, %s)", rows)
-        return _group_output(session, sql, epsilon, delta, sorted({g for _, g, _ in rows}))
+        return _loaded(pg_dsn, session, rows, sql, epsilon, delta)
 
     d0 = load(base)
     changes = [(i, step) for i, r in enumerate(base) for step in (-3, -2, -1, 1, 2, 3) if 0 <= r[2] + step <= 3]
