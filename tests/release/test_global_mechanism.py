@@ -232,7 +232,9 @@ def test_text_output_shows_a_data_independent_error_bar_only(
     answer = next(line for line in text.splitlines() if line.startswith("answer = "))
     assert answer.endswith("± 1.5 (78% confidence)")  # −ln(0.22)/ε = 1.514 at ε = 1
     smoothed = format_text(s.run("SELECT COUNT(*) FROM r, s WHERE r.b = s.b").to_json())
-    assert "±" not in smoothed
+    # the answer has no bar; the footnote says why ("no ± bar: … computed from the data")
+    assert "±" not in next(line for line in smoothed.splitlines() if line.startswith("answer = "))
+    assert "no ± bar" in smoothed
     # a GROUP BY result is a psql-like table: header, rule, aligned rows (numbers to the right), row count
     _load(conn, {"r": [(0, 0)] * 7, "s": [], "p": [(0, 1), (0, 22)]})
     grouped = format_text(s.run("SELECT p.d AS d, COUNT(*) AS n FROM r, p WHERE r.b = p.b GROUP BY p.d").to_json())
