@@ -76,7 +76,27 @@ def _comparison(node: exp.Expr, scope: Scope, catalog: Catalog) -> list[tuple[ex
     left, right = node.this, node.expression
     if _untyped_null(left) or _untyped_null(right):
         return [(node, exp.cast(exp.null(), T.BOOLEAN))]
+    for null, other in ((left, right), (right, left)):
+        # a typed NULL (a parameter of a declared type, bound as NULL while a client describes): NULL too, where
+        # PostgreSQL has the operator for the two types; elsewhere its error stays PostgreSQL's
+        inner = null.unnest()
+        if isinstance(inner, exp.Cast) and isinstance(inner.this, exp.Null):
+            kind = _type(other, scope, catalog)
+            if kind is not None and _family(kind.this) is not None and _family(kind.this) == _family(inner.to.this):
+                return [(node, exp.cast(exp.null(), T.BOOLEAN))]
     return [*_against(left, (right,), scope, catalog), *_against(right, (left,), scope, catalog)]
+
+
+# types PostgreSQL compares with one another (its numeric, datetime and string categories)
+_FAMILIES = (
+    frozenset({*_INTEGERS, T.DECIMAL, T.DOUBLE, T.FLOAT}),
+    frozenset({T.DATE, T.TIMESTAMP, T.TIMESTAMPTZ}),
+    frozenset({T.TEXT, T.VARCHAR, T.CHAR, T.BPCHAR}),
+)
+
+
+def _family(kind: exp.DType) -> int | None:
+    return next((i for i, family in enumerate(_FAMILIES) if kind in family), None)
 
 
 def _against(

@@ -1,7 +1,7 @@
-"""Range filters on value-protected columns with parameters the clients send untyped, through the proxy
-(issue 38, item 3): psycopg binds a ``str`` as unknown, pg8000 inlines its parameters, asyncpg describes the
-statement (the parameter bound as NULL) and encodes its ``Decimal`` / ``date`` by the types Describe gives.
-Each was refused as "not linear" (asyncpg: Describe said text, and asyncpg would not send a Decimal)."""
+"""Range filters on value-protected columns with parameters the clients send untyped, through the proxy:
+psycopg binds a ``str`` as unknown, pg8000 inlines its parameters, asyncpg describes the statement (the
+parameter bound as NULL) and encodes its ``Decimal`` / ``date`` by the types Describe gives. Each was refused as
+"not linear" (asyncpg: Describe said text, and asyncpg would not send a Decimal)."""
 
 from __future__ import annotations
 
