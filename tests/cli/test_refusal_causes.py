@@ -1,6 +1,6 @@
 """Refusals that name their cause, through the real entry point (`python -m sqldp explain`, the shipped TPC-H
 schema file: no database is read). Each was a traceback (CLI exit 70) or a refusal naming the wrong cause
-found by an outside fuzzing run (issue 38, items 6 and 7)."""
+found by an outside fuzzing run."""
 
 from __future__ import annotations
 

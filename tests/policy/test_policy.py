@@ -111,7 +111,7 @@ def test_norm_of_large_values_does_not_overflow() -> None:
         ),
         ("[analysts.a]\nverifier = 'V'\nepsilon_limit = 1\ndelta = 1.5\n", "analysts.a.delta", "< 1"),
         ("[analysts.a]\nverifier = 'V'\nepsilon_limit = 1\nconfidence = 2\n", "analysts.a.confidence", "< 1"),
-        # a Laplace analyst without δ loaded, then every private query failed naming --delta (issue 38, item 8)
+        # a Laplace analyst without δ loaded, then every private query failed naming --delta
         (
             "[analysts.a]\nverifier = 'V'\nepsilon_limit = 1\nmechanism = 'laplace'\n",
             "analysts.a.mechanism",
