@@ -503,6 +503,8 @@ def compile_form(
     # a value-level plan may move private conjuncts into its aggregate (NR §3.3.8.4, q_m); the aggregates
     # share one answer query, so they must agree on what stays in WHERE
     wheres = [p.conjuncts for p in plans]
+    if not wheres:  # normalize makes a GROUP BY without aggregates partition selection; nothing else has none
+        raise RefusedError("the query measures no aggregate over the private tables it reads")
     if len({tuple(c.sql for c in w) for w in wheres}) > 1:
         raise RefusedError("the aggregates of this query need different continuous filters; ask them one by one")
     answer = answer_query(dataclasses.replace(form, aggregates=tuple(p.aggregate for p in plans), conjuncts=wheres[0]))
