@@ -1,14 +1,17 @@
 """Refusals that name their cause, through the real entry point (`python -m sqldp explain`, the shipped TPC-H
 schema file: no database is read). Each was a traceback (CLI exit 70) or a refusal naming the wrong cause
-found by an outside fuzzing run."""
+found by an outside fuzzing run; and the proxy's policy check of an analyst's mechanism."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+from sqldp.proxy.scram import make_verifier
 
 
 def explain(sql: str, *flags: str, policy: str = "tpch_catalog") -> tuple[int, dict[str, object], str]:
@@ -92,3 +95,19 @@ def test_group_by_without_aggregates_is_partition_selection_not_an_index_error()
     )
     assert code == 0 and out["refused"] is None, (code, err, out["refused"])
     assert out["mechanisms"] == {"COUNT(*)": "laplace-global"}
+
+
+def test_the_proxy_refuses_a_laplace_analyst_without_delta_when_it_loads_the_policy(tmp_path: Path) -> None:
+    """It loaded, then every private query of the analyst failed naming --delta, a flag no analyst has."""
+    policy = tmp_path / "policy.toml"
+    verifier = make_verifier("pw")
+    policy.write_text(f'[analysts.alice]\nverifier = "{verifier}"\nepsilon_limit = 1\nmechanism = "laplace"\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "sqldp", "proxy", "--upstream", f"postgresql://nobody@/none?host={tmp_path}&port=1",
+         "--policy", str(policy), "--listen", "127.0.0.1:0"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2 and len(lines) == 1, (done.returncode, done.stderr[-500:])
+    assert f"{policy}: analysts.alice.mechanism: mechanism = 'laplace' gives (ε, δ)-DP" in lines[0]
+    assert "set delta here or in [defaults]" in lines[0] and "--delta" not in lines[0]
