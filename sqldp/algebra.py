@@ -1,4 +1,4 @@
-"""Relational algebra: small immutable nodes built by the front end (pipeline step 1 of 6, README "Layout").
+"""Relational algebra: small immutable nodes built by the front end (pipeline step 1 of 6, docs/layout.md).
 
 The nodes mirror NR §3.3.7.2: relations, selection σ, product ×, projection π, renaming ρ, union,
 difference, distinct and aggregation. Expressions inside nodes are sqlglot trees whose columns are

@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 from sqldp import __version__
 from sqldp.errors import InputError, SqldpError
 
-COMMAND_MODULES = ("db", "explain", "analyze", "demo", "epsilon", "budget", "proxy", "completion")
+COMMAND_MODULES = ("db", "explain", "analyze", "demo", "epsilon", "budget", "analyst", "proxy", "completion")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -110,7 +110,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _wants_json(argv: Sequence[str] | None) -> bool:
+    """Whether the command line asks for ``--format json``, read from the tokens themselves: an error may come
+    before (or from) parsing them."""
+    tokens = list(sys.argv[1:] if argv is None else argv)
+    tokens = tokens[: tokens.index("--")] if "--" in tokens else tokens
+    pairs = zip(tokens, [*tokens[1:], ""], strict=True)
+    return any(t == "--format=json" or (t == "--format" and nxt == "json") for t, nxt in pairs)
+
+
+def _error(message: str, where: str | None, as_json: bool) -> None:
+    """One line on stderr: ``sqldp: error: where: message``, or under ``--format json`` the object
+    ``{"error": message, "where": where}`` (where null when the problem has no place)."""
+    if as_json:
+        print(json.dumps({"error": " ".join(message.split()), "where": where}, ensure_ascii=False), file=sys.stderr)
+    else:
+        print(f"sqldp: error: {f'{where}: ' if where else ''}{' '.join(message.split())}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    as_json = _wants_json(argv)
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -119,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         return int(args.func(args) or 0)
     except SqldpError as err:
-        print(f"sqldp: error: {err}", file=sys.stderr)
+        _error(err.message, err.where, as_json)
         return err.exit_code
     except KeyboardInterrupt:
         print("sqldp: interrupted", file=sys.stderr)
@@ -129,9 +148,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a bug in sqldp: still one line unless asked for more
         if os.environ.get("SQLDP_DEBUG"):
             traceback.print_exc()
-        print(
-            f"sqldp: internal error: {exc.__class__.__name__}: {exc} (set SQLDP_DEBUG=1 for details)", file=sys.stderr
-        )
+        text = f"{exc.__class__.__name__}: {exc} (set SQLDP_DEBUG=1 for details)"
+        if as_json:
+            _error(f"internal error: {text}", None, True)
+        else:
+            print(f"sqldp: internal error: {text}", file=sys.stderr)
         return 70
 
 

@@ -2,7 +2,7 @@
 
 The DDL and privacy policies live in ``sqldp/data/schemas/`` (:func:`dataset_path`): ``tpch.sql`` /
 ``tpch.toml`` for the NAPLES benchmark (NR §4.3.3.2–§4.3.3.3) and ``cafeteria.sql`` / ``cafeteria.toml`` /
-``cafeteria.csv`` for the example of the guessing-advantage paper ([LP] in the README's References; NR §3.3.10).
+``cafeteria.csv`` for the example of the guessing-advantage paper ([LP] in docs/references.md; NR §3.3.10).
 
 Every loader works in ONE transaction: the tables are created, the CSV files streamed in with
 ``COPY … FROM STDIN`` and the foreign keys validated, or — on any failure — nothing is left behind.

@@ -1,4 +1,4 @@
-"""The analysis form: what ``normalize`` hands to the sensitivity analyses (pipeline step 2 of 6, README "Layout").
+"""The analysis form: what ``normalize`` hands to the sensitivity analyses (pipeline step 2 of 6, docs/layout.md).
 
 A query in analysis form is ``aggregate(expr) over σθ(U1 × … × Un)`` (NR §3.3.7.2–3.3.7.3, §3.3.8.2):
 

@@ -1,4 +1,4 @@
-"""SQL text → relational algebra (pipeline step 1 of 6, README "Layout").
+"""SQL text → relational algebra (pipeline step 1 of 6, docs/layout.md).
 
 Exactly one PostgreSQL statement is parsed with sqlglot, checked against the catalog (unknown tables and
 columns are refused with their position), qualified (every column gets its table use's alias; sqlglot's

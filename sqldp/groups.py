@@ -52,14 +52,15 @@ def partition_selection(form: AnalysisForm, policy: Policy, delta: float | None)
     refused by :func:`key_domains`).
 
     Which keys occur in a private table is itself private. Partition selection releases a group only if its
-    COUNT(*) plus Laplace noise at c/ε exceeds τ = c·(1 + ln(1/(2δ))/ε), for c the count's data-independent
-    bound and a neighbouring change that touches one group: a group whose count moves by at most c then
-    appears with probability ratio ≤ e^ε, and one that exists on one side only (count ≤ c) with probability
-    ≤ δ — (ε, δ)-DP (Korolova, Kenthapadi, Mishra, Ntoulas, "Releasing search queries and clicks privately",
-    WWW 2009; Wilson et al., "Differentially private SQL with bounded user contribution", PoPETs 2020). The
-    count is the query's own COUNT(*) when it has one, else one more measurement with its share of ε and δ
-    (sequential composition); the conditions (a data-independent count bound, disjoint groups) are checked on
-    its plan when it is made."""
+    COUNT(*) plus Laplace noise at c/ε exceeds τ = M + (c/ε)·ln(1/(2δ)) (sqldp.release.selection_threshold),
+    for c the count's data-independent bound per unit of distance, M the largest count one change gives a group
+    that exists on one side only, and a neighbouring change that touches one group: a group whose count moves
+    by at most c·d then appears with probability ratio ≤ e^(εd), and one that exists on one side only (count
+    ≤ M) with probability ≤ δ — (ε·d, δ)-DP (Korolova, Kenthapadi, Mishra, Ntoulas, "Releasing search queries
+    and clicks privately", WWW 2009; Wilson et al., "Differentially private SQL with bounded user
+    contribution", PoPETs 2020). The count is the query's own COUNT(*) when it has one, else one more
+    measurement with its share of ε and δ (sequential composition); the conditions (a data-independent count
+    bound, disjoint groups) are checked on its plan when it is made."""
     if delta is None or not (
         form.distinct_rows or any(_undeclared_private(form, policy, key) for key in form.group_by)
     ):

@@ -100,6 +100,10 @@ class NoiseSource:
     def sign(self) -> float:
         return 1.0 if self._rng.random() < 0.5 else -1.0
 
+    def index(self, n: int) -> int:
+        """A uniform integer in [0, n), exactly (``randrange`` rejects the bits past n)."""
+        return self._rng.randrange(n)
+
 
 # -- distributions --------------------------------------------------------------------------------
 
@@ -567,6 +571,51 @@ def laplace_beta_limit(epsilon: float, delta: float) -> float:
     return epsilon / (epsilon - 1.0 - math.log(delta / 2.0))
 
 
+def laplace_delta_at(epsilon: float, b: float, beta: float, distances: Sequence[float] = (1.0,)) -> float:
+    """The δ of the smoothed Laplace f(x) + (c(x)/b)·Lap(1) (c a β-smooth bound) for one change at each distance
+    d of ``distances``, at the loss ε·d: NR Theorem 3.56's δ (:func:`laplace_delta`) for d ≤ 1, and for d > 1
+    exp(−d·(ε − b·e^(βd))/(e^(βd) − 1)) where β + b·e^(βd) ≤ ε, else 1 (no such δ). At distance d the two
+    scales differ by e^(βd) and the means by up to d·e^(βd)·c (NR Lemma 3.78); the density ratio is then at most
+    e^(βd + b·d·e^(βd)) from the narrower side, and from the wider side e^(b·d·e^(βd) + |η|(e^(βd) − 1)), which
+    exceeds e^(εd) only when |η| > d·(ε − b·e^(βd))/(e^(βd) − 1) (docs/privacy.md, "The smoothed Laplace at
+    distance d"). The theorem's own δ does not grow with d, which fails there: at ε = 1, δ = 10⁻⁶ and sqldp's
+    β = 0.0345, b = ½, a change at distance 20 has hockey-stick divergence 0.115. ∞ (a value in a norm): 1."""
+    out = laplace_delta(epsilon, b, beta)
+    for d in distances:
+        if d <= 1.0 or beta == 0.0:
+            continue
+        if not math.isfinite(d):
+            return 1.0
+        grow = math.exp(beta * d)
+        if beta + b * grow > epsilon:
+            return 1.0
+        out = max(out, math.exp(-d * (epsilon - b * grow) / math.expm1(beta * d)))
+    return out
+
+
+def laplace_beta(epsilon: float, delta: float, distances: Sequence[float] = (1.0,)) -> tuple[float, float]:
+    """sqldp's (β, b) for the smoothed Laplace at (ε, δ): b = ε/2 and β = half of Theorem 3.56's limit, lowered
+    (by bisection, 60 halvings of the interval) until :func:`laplace_delta_at` ≤ δ at every change distance;
+    data-independent. Raises where no β > 0 keeps δ (an unbounded distance)."""
+    beta = 0.5 * laplace_beta_limit(epsilon, delta)
+    b = laplace_b(epsilon, delta, beta)
+    if laplace_delta_at(epsilon, b, beta, distances) <= delta:
+        return beta, b
+    b = 0.5 * epsilon
+    if any(not math.isfinite(d) for d in distances):
+        raise RefusedError("the smoothed Laplace keeps no δ for changes of unbounded distance (a value in a norm)")
+    lo, hi = 0.0, beta
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if laplace_delta_at(epsilon, b, mid, distances) <= delta:
+            lo = mid
+        else:
+            hi = mid
+    if lo == 0.0:
+        raise RefusedError(f"the smoothed Laplace keeps δ = {delta:g} at no β for change distances {distances}")
+    return lo, b
+
+
 def laplace_delta(epsilon: float, b: float, beta: float) -> float:
     """δ of Theorem 3.56 (with the factor 2: ε = 1, b = β = 0.1 → 2.4682e−4)."""
     if beta == 0.0:
@@ -588,10 +637,18 @@ def calibrate_cauchy(sensitivity: float, epsilon: float, beta: float, gamma: flo
     return Calibration("cauchy", epsilon, None, beta, b, c, c / b, gamma)
 
 
-def calibrate_laplace(sensitivity: float, epsilon: float, delta: float | None, beta: float) -> Calibration:
+def calibrate_laplace(
+    sensitivity: float, epsilon: float, delta: float | None, beta: float, distances: Sequence[float] = (1.0,)
+) -> Calibration:
     if not delta:
         raise InputError("the Laplace mechanism gives (ε, δ)-DP: pass --delta (NR Theorem 3.56)", where="--delta")
     b = laplace_b(epsilon, delta, beta)
+    if laplace_delta_at(epsilon, b, beta, distances) > delta:
+        raise InputError(
+            f"β = {beta:g} keeps δ = {delta:g} only for changes at distance ≤ 1; this query's changes reach "
+            f"{max(distances):g} (a table weight): choose a smaller β or let sqldp choose it",
+            where="--beta",
+        )
     c = _check_sensitivity(sensitivity)
     return Calibration("laplace", epsilon, delta, beta, b, c, c / b)
 
@@ -623,25 +680,43 @@ def gaussian_delta(sigma: float, epsilon: float, l2: float = 1.0) -> float:
     return float(special.ndtr(a - b) - math.exp(epsilon + special.log_ndtr(-a - b)))
 
 
+def gaussian_delta_at(sigma: float, epsilon: float, distances: Sequence[float] = (1.0,)) -> float:
+    """The largest δ over the changes at the given ``distances`` d of ``f + N(0, σ²I)`` for ℓ2 sensitivity 1
+    per unit of distance, each at the loss ε·d it is promised: max_d of the hockey-stick divergence at e^(ε·d)
+    of N(d, σ²) from N(0, σ²) (:func:`gaussian_delta` with Δ = d). For d > 1 the divergence at e^(εd) is larger
+    than at distance 1 (ε = 1, δ = 10⁻³ at d = 1 gives 1.8·10⁻³ at d = 2), so a σ calibrated for distance 1 does
+    not give (εd, δ) there (docs/privacy.md, "The Gaussian at distance d")."""
+    return max(gaussian_delta(sigma, epsilon * d, d) for d in distances)
+
+
 @functools.lru_cache(maxsize=256)
-def gaussian_sigma(epsilon: float, delta: float) -> float:
-    """The σ of the analytic Gaussian mechanism for ℓ2 sensitivity 1 (scale it by Δ₂): the least σ with
-    :func:`gaussian_delta` ≤ δ, found by Brent's method (the divergence decreases in σ), then raised by a
-    relative 1e−9 — far more than the doubles' error in Φ moves δ — and checked, so that the σ returned is
-    on the safe side. Unlike the classic σ = Δ√(2 ln(1.25/δ))/ε (Dwork & Roth Thm A.1), valid for ε < 1
-    only, it holds for every ε > 0 and is never larger."""
+def gaussian_sigma(epsilon: float, delta: float, distances: tuple[float, ...] = (1.0,)) -> float:
+    """The σ of the analytic Gaussian mechanism for ℓ2 sensitivity 1 per unit of distance (scale it by Δ₂): the
+    least σ with :func:`gaussian_delta_at` ≤ δ for every change distance in ``distances`` (each divergence
+    decreases in σ, so their maximum does), found by Brent's method, then raised by a relative 1e−9 — far more
+    than the doubles' error in Φ moves δ — and checked, so that the σ returned is on the safe side. Unlike the
+    classic σ = Δ√(2 ln(1.25/δ))/ε (Dwork & Roth Thm A.1), valid for ε < 1 only, it holds for every ε > 0 and
+    is never larger. ``distances`` must be finite: no σ gives (εd, δ) for every d > 0 (the divergence at
+    e^(εd) tends to 1 as d grows), which is why value-level changes never get the Gaussian
+    (sqldp.release.gaussian)."""
     if not (epsilon > 0 and math.isfinite(epsilon)):
         raise InputError(f"ε must be positive and finite, got {epsilon}", where="--epsilon")
     if not 0.0 < delta < 1.0:
         raise InputError(f"the Gaussian mechanism needs 0 < δ < 1, got {delta}", where="--delta")
+    if not distances or not all(d > 0 and math.isfinite(d) for d in distances):
+        raise ValueError(f"the Gaussian needs finite positive change distances, got {distances}")
+
+    def excess(x: float) -> float:
+        return gaussian_delta_at(x, epsilon, distances) - delta
+
     lo, hi = 1e-3, 1.0
-    while gaussian_delta(lo, epsilon) <= delta:  # δ(σ) → 1 − 0 as σ → 0: a σ with too large a δ
+    while excess(lo) <= 0:  # δ(σ) → 1 − 0 as σ → 0: a σ with too large a δ
         lo /= 2.0
-    while gaussian_delta(hi, epsilon) > delta:
+    while excess(hi) > 0:
         hi *= 2.0
-    root = float(optimize.brentq(lambda x: gaussian_delta(x, epsilon) - delta, lo, hi, xtol=1e-15, rtol=1e-13))
+    root = float(optimize.brentq(excess, lo, hi, xtol=1e-15, rtol=1e-13))
     sigma = root * (1.0 + 1e-9)
-    while gaussian_delta(sigma, epsilon) > delta:
+    while excess(sigma) > 0:
         sigma *= 1.0 + 1e-9
     return sigma
 
@@ -652,12 +727,18 @@ def gaussian_rho(l2: float, sigma: float) -> float:
     return l2 * l2 / (2.0 * sigma * sigma)
 
 
-def zcdp_epsilon(rho: float, delta: float) -> float:
-    """The ε of the (ε, δ)-DP that ρ-zCDP implies (Bun and Steinke, TCC 2016, Prop. 1.3): ρ + 2√(ρ ln(1/δ))."""
-    return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
+def zcdp_epsilon(rho: float, delta: float, longest: float = 1.0) -> float:
+    """The ε for which ρ-zCDP per unit of distance gives (ε·d, δ)-DP for every change at distance d ≤
+    ``longest``. ρ-zCDP at distance 1 is ρd²-zCDP at distance d (a pure ε-DP release is (εd)²/2-, a Gaussian of
+    ℓ2 sensitivity d per change d²/(2σ²)-zCDP), which gives (ρd² + 2d√(ρ ln(1/δ)), δ)-DP (Bun and Steinke,
+    TCC 2016, Prop. 1.3) = (d·(ρd + 2√(ρ ln(1/δ))), δ): so ε = ρ·max(1, D) + 2√(ρ ln(1/δ)) for D = ``longest``.
+    No finite ε holds for unbounded distances (value-level changes): ``longest`` must be finite."""
+    if not math.isfinite(longest):
+        raise ValueError("zCDP gives no (εd, δ) for every d: the change distances must be bounded")
+    return rho * max(1.0, longest) + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
 
 
-def gaussian_wins(epsilon: float, delta: float, values: int) -> bool:
+def gaussian_wins(epsilon: float, delta: float, values: int, distances: tuple[float, ...] = (1.0,)) -> bool:
     """Whether ``values`` global bounds released together get less noise from one Gaussian release than from
     Laplace at an equal ε split (sqldp.release.shares), from (ε, δ) and the count alone — data-independent.
 
@@ -665,17 +746,21 @@ def gaussian_wins(epsilon: float, delta: float, values: int) -> bool:
     releasing f_i/c_i whose vector moves by ≤ √k in ℓ2 (each part's ℓ2 ≤ its ℓ1 ≤ 1), gives it σ = c_i·√k·σ₁,
     σ₁ = :func:`gaussian_sigma` (ε, δ). Both are proportional to c_i, so one comparison decides for every
     aggregate: median |noise| ln 2·k/ε against Φ⁻¹(¾)·√k·σ₁ (the measure the truncation choice uses). At
-    ε = 1, δ = 10⁻⁶ (σ₁ ≈ 4.22) the Gaussian wins from k = 17 values on."""
+    ε = 1, δ = 10⁻⁶ (σ₁ ≈ 4.22) the Gaussian wins from k = 17 values on. σ₁ is calibrated for every change
+    distance in ``distances`` (table weights); Laplace's ε·d at distance d needs no change."""
     laplace = math.log(2.0) * values / epsilon
-    gaussian = gaussian_abs_quantile(0.5) * math.sqrt(values) * gaussian_sigma(epsilon, delta)
+    gaussian = gaussian_abs_quantile(0.5) * math.sqrt(values) * gaussian_sigma(epsilon, delta, distances)
     return gaussian < laplace
 
 
-def calibrate_gaussian(sensitivity: float, epsilon: float, delta: float, values: int) -> Calibration:
-    """One coordinate of a Gaussian release of ``values`` global bounds together at (ε, δ): σ = c·√k·σ₁ (see
-    :func:`gaussian_wins`). ``epsilon`` and ``delta`` are the whole release's."""
+def calibrate_gaussian(
+    sensitivity: float, epsilon: float, delta: float, values: int, distances: tuple[float, ...] = (1.0,)
+) -> Calibration:
+    """One coordinate of a Gaussian release of ``values`` global bounds together at (ε·d, δ) for a change at
+    each distance d in ``distances``: σ = c·√k·σ₁ (see :func:`gaussian_wins`). ``epsilon`` and ``delta`` are
+    the whole release's."""
     c = _check_sensitivity(sensitivity)
-    sigma = c * math.sqrt(values) * gaussian_sigma(epsilon, delta)
+    sigma = c * math.sqrt(values) * gaussian_sigma(epsilon, delta, distances)
     return Calibration("gaussian", epsilon, delta, 0.0, epsilon, c, sigma)
 
 
@@ -697,6 +782,7 @@ def optimise_beta(
     delta: float | None = None,
     gamma: float = GAMMA,
     extra: Sequence[float] = (),
+    distances: Sequence[float] = (1.0,),
 ) -> Calibration:
     """Choose β to minimise the noise scale c_β(x)/b_β over the fixed grid (NR Theorem 3.73).
 
@@ -704,12 +790,14 @@ def optimise_beta(
     passes those points, where its bound is tightest); the feasible ones join the family.
 
     Theorem 3.73 is proved for generalized Cauchy. For Laplace it is not, so the Laplace mechanism uses one
-    data-independent β: the one that spends half of ε on b (b = ε/2)."""
+    data-independent β: the one that spends half of ε on b (b = ε/2), lowered where the query's changes reach
+    beyond distance 1 (:func:`laplace_beta`; ``distances``, from the query and the policy)."""
     if mechanism == "laplace":
         if not delta:
             raise InputError("the Laplace mechanism gives (ε, δ)-DP: pass --delta (NR Theorem 3.56)", where="--delta")
-        beta = 0.5 * laplace_beta_limit(epsilon, delta)
-        return calibrate_laplace(smooth(beta), epsilon, delta, beta)
+        beta, b = laplace_beta(epsilon, delta, distances)
+        c = _check_sensitivity(smooth(beta))
+        return Calibration("laplace", epsilon, delta, beta, b, c, c / b)
     best: Calibration | None = None
     limit = epsilon / (gamma + 1.0)
     for beta in sorted({*beta_grid(epsilon, gamma), *(b for b in extra if 0 < b < limit)}):

@@ -32,11 +32,11 @@ JOIN needs no term of its own here.
 The histogram's keys (the counts) are private values without a declared domain. They are released
 
 * with **DP partition selection** when δ > 0 is allowed (the COUNT(*) of each bucket present in the data, with
-  Laplace noise at 2/(G·ε), released only above :func:`sqldp.release.selection_threshold` τ = c·(1 +
-  ln(1/(2δ))/ε) for c = 2/G; a neighbouring change makes at most one bucket appear or vanish on each side,
-  with count 1 ≤ c there, so it passes with probability ½·e^{−(τ−1)ε/c} = δ·e^{−(1−1/c)ε} ≤ δ — Korolova, Kenthapadi,
-  Mishra, Ntoulas, "Releasing search queries and clicks privately", WWW 2009; Wilson et al., "Differentially
-  private SQL with bounded user contribution", PoPETs 2020), or
+  Laplace noise at c/ε, c = 2/G, released only above :func:`sqldp.release.selection_threshold` τ = 1 +
+  (c/ε)·ln(1/(2δ)); a neighbouring change makes at most one bucket appear or vanish on each side, with count 1
+  there at any weight G, so it passes with probability ½·e^{−(τ−1)ε/c} = δ — Korolova, Kenthapadi, Mishra,
+  Ntoulas, "Releasing search queries and clicks privately", WWW 2009; Wilson et al., "Differentially private SQL
+  with bounded user contribution", PoPETs 2020), or
 * over the **domain 0 … τ** when the policy declares ``max_rows_per = { f = τ }`` on B (docs/truncation.md):
   B is read truncated to τ rows per f, so a group of one A row counts at most τ; a neighbouring change of B
   is then one row in and one out of the same f, i.e. of the same inner group: still ℓ1 ≤ 2. Every bucket
@@ -385,16 +385,16 @@ def compile_histogram(
     weights = [policy.table(u.table).weight for u in form.uses if not policy.table(u.table).public]
     bound = L1_CHANGE / min(weights)
     terms = {
-        u.table: {"sensitivity": L1_CHANGE / policy.table(u.table).weight, "method": "sqldp.nested (ℓ1 ≤ 2 per row)"}
+        u.table: {
+            "sensitivity": L1_CHANGE / policy.table(u.table).weight,
+            "weight": policy.table(u.table).weight,
+            "method": "sqldp.nested (ℓ1 ≤ 2 per row)",
+        }
         for u in form.uses
         if not policy.table(u.table).public
     }
     truncations: tuple[Truncation, ...] = ()
     if params.delta:
-        if bound < 1.0:
-            # a bucket that exists on one side only has count 1, which the threshold's argument needs to be at most
-            # the bound c (sqldp.release.selection_threshold); a table weight above 2 makes c = 2/G smaller
-            raise _refuse("DP partition selection of the counts needs table weights of at most 2")
         form = dataclasses.replace(form, select_by=0)
         domains = (KeyDomain(None, None, private=True),)
     else:
@@ -421,7 +421,8 @@ def compile_histogram(
         # the domain 0 … τ runs on Spark (the truncation keeps PostgreSQL's rows, sqldp.rewrite.total_order);
         # partition selection of the counts present has not been compared with PostgreSQL there
         raise _refuse("DP partition selection of the counts runs on PostgreSQL only (declare max_rows_per for Spark)")
-    plan = GlobalPlan(form, form.aggregates[0], bound, terms, truncations=truncations)
+    # a bucket that exists on one side only holds one inner group (the lemma): its count is 1 at any weight
+    plan = GlobalPlan(form, form.aggregates[0], bound, terms, truncations=truncations, one_sided=1.0)
     derived = exp.Subquery(this=shape.inner(), alias=exp.TableAlias(this=exp.to_identifier(shape.alias)))
     bucket = exp.column(BUCKET, table=shape.alias)
     answer = (

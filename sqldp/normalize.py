@@ -1,4 +1,4 @@
-"""Relational algebra → analysis form (pipeline step 2 of 6, README "Layout"; the shapes of NR §3.3.7.3 and §3.3.8.2).
+"""Relational algebra → analysis form (pipeline step 2 of 6, docs/layout.md; the shapes of NR §3.3.7.3 and §3.3.8.2).
 
 The analyses handle ``aggregate(expr) over σθ(U1 × … × Un)``. This module flattens selections and
 products, inlines FROM-subqueries and WITH references that are plain select-project-join blocks (each

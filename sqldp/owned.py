@@ -11,7 +11,7 @@ value-level privacy. Neither matters once the group *owns* the customer's row:
 plain-column group keys under the WHERE's column equalities and the uses already determined (Q10:
 ``c_custkey`` → customer → ``c_nationkey = n_nationkey`` → nation). Every product row of one group then
 holds the same row of u, on every database that satisfies the keys (the neighbour relation's databases,
-README "Fail closed").
+docs/sql.md, "Keys stop the growth").
 
 **The argument** (docs/sql.md, "Groups owned by one row"). Let O be the determined uses and K the others.
 Conditions, checked on the query's text, the catalog and the policy (a refusal names the one that fails):
@@ -51,7 +51,24 @@ one-sided group with probability ½·e^(−(τ−1)) = δ_s/k and a common group
 sides: (0, δ_s) for the selection, whatever the distance of the change (a relabel by 0.01 of ``c_acctbal`` is
 a change at distance 10⁻⁴), so the selector spends no ε. With the values' (ε_v, δ_v) on the common groups the
 release is (ε, δ)-DP, δ per neighbouring change like the count-based selection and the smoothed Laplace of
-NR Thm 3.56. It answers what the query asks and no more: each group is one private row, so a group is
+NR Thm 3.56.
+
+**One noise scale for every group.** Where the bound form's bound is global, every released group's noise scale
+is the same on every database, and the released groups' values are independent given the selection: a change
+moves one common group's value, and parallel composition is exact. Where it is read from the data (smoothed),
+the one scale s(x) serves every released group, and a change of a row of K moves s for all of them: each
+released group whose value did not move still costs the dilation s(x)/s(x′) (NR Thm 3.53's β part, or the
+tail of Thm 3.56's δ), so m released groups cost m dilations, which parallel composition does not cover. The
+release then shows at most :data:`SHARED_SCALE_GROUPS` = 1 group: of the groups selected, one drawn uniformly
+(post-processing of the selection, which does not read s). Couple the two sides' selector draws on the common
+groups: outside the event that a one-sided group passes (probability ≤ δ_s) both sides select the same groups
+and show the same one, g; then only g's value is released, one smoothed release at (ε_v, δ_v) — its value moved
+or not, its scale dilated by e^(±βd) — so the loss is that of one release. Summing over the group shown,
+H_(e^(εd)) ≤ δ_s + Σ_g P[g shown]·δ_v ≤ δ. The answer was almost always empty (each group passes with
+probability δ_s/k); it now lists at most one row. (tests/release/test_owned_groups.py: the exact loss summed
+over every common group whose scale moved; the run path shows at most one group.)
+
+It answers what the query asks and no more: each group is one private row, so a group is
 released with probability at most δ_s/k — the answer is almost always empty, which is the honest DP answer to
 "list these customers".
 """
@@ -77,6 +94,10 @@ from sqldp.sensitivity.model_check import keys_of
 from sqldp.sensitivity.plan import Plan
 from sqldp.sensitivity.units import UnitPlan, unit_tables
 from sqldp.sqlgen import answer_query
+
+# the most groups a release shows when the values' noise scale is read from the data (module docstring, "One noise
+# scale for every group"); a global bound shows every group selected
+SHARED_SCALE_GROUPS = 1
 
 
 @dataclass(frozen=True)
@@ -364,6 +385,12 @@ def compile_owned(
         groups_per_change=owned.groups_per_change,
     )
     plans = tuple(made[i] for i in range(len(form.aggregates)))
+    notes: tuple[str, ...] = (owned.note(),)
+    if not all(p.data_independent for p in plans):
+        notes += (
+            f"the values' noise scale is read from the data and shared by the groups: at most {SHARED_SCALE_GROUPS} "
+            "group selected is shown (drawn uniformly; docs/sql.md, 'Groups owned by one row')",
+        )
     # the answer's WHERE: the values' (a value plan may move a private conjunct into its aggregate, NR §3.3.8.4)
     # and the conjuncts on the owning rows, in the query's order
     keep = {c.sql for c in (*kept, *owned.dropped)}
@@ -371,7 +398,7 @@ def compile_owned(
     where = tuple(c for c in form.conjuncts if c.sql in keep) + tuple(c for c in kept if c not in form.conjuncts)
     answer = answer_query(dataclasses.replace(form, aggregates=tuple(p.aggregate for p in plans), conjuncts=where))
     statements = rewrite(form, answer, plans, domains, catalog, policy, dialect)
-    return plans, dataclasses.replace(statements, notes=(owned.note(),))
+    return plans, dataclasses.replace(statements, notes=notes)
 
 
 def own_selector(form: AnalysisForm, catalog: Catalog, policy: Policy) -> AnalysisForm:

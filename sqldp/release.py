@@ -1,4 +1,4 @@
-"""The release step (pipeline step 6 of 6, README "Layout"): from the analyses' plans and the rows the engine
+"""The release step (pipeline step 6 of 6, docs/layout.md): from the analyses' plans and the rows the engine
 read, the measurements and the noisy answer. Pure — no database, only the noise source — so every rule here
 is testable on its own: composition over aggregates and groups (NR §3.3.10.4), the mechanism and β (NR
 Theorems 3.53, 3.56 and 3.73, or Laplace on a global bound), the noise, and the post-processing of the noisy
@@ -20,7 +20,7 @@ from sqldp.errors import RefusedError
 from sqldp.form import AGG_PREFIX, AnalysisForm, Output
 from sqldp.groups import all_groups
 from sqldp.mechanisms import NoiseSource
-from sqldp.owned import OwnedSelection
+from sqldp.owned import SHARED_SCALE_GROUPS, OwnedSelection
 from sqldp.params import PrivacyParams, check_beta
 from sqldp.result import GAUSSIAN, GLOBAL, PUBLIC_SCALE, R2T, UNIT_HISTOGRAM, Measurement, Result
 from sqldp.sensitivity.global_bound import GlobalPlan
@@ -83,14 +83,36 @@ def gaussian(form: AnalysisForm, params: PrivacyParams, plans: Sequence[Plan]) -
     √k in ℓ2 on neighbours, and N(0, σ₁²) on each of its coordinates with σ₁ the analytic Gaussian σ for
     (ε, δ) at ℓ2 sensitivity 1, scaled by √k — i.e. N(0, (c_i·√k·σ₁)²) on f_i — is (ε, δ)-DP (Balle and Wang,
     ICML 2018, Theorem 8). Each aggregate carries (ε/k, δ/k) of it in the shares, which add up to the
-    release's (ε, δ)."""
+    release's (ε, δ).
+
+    At distance d (a row of a table of weight G is at G) the vector moves by √k·d, and the promise is (ε·d, δ):
+    σ₁ is calibrated for every distance one change of the query's tables can have (:func:`change_distances`,
+    :func:`sqldp.mechanisms.gaussian_sigma`). Where a change has no bounded distance (a value in a norm) no σ
+    gives (ε·d, δ) for every d, so the Gaussian is not used there and Laplace at ε/k each is."""
     return (
         bool(params.delta)
         and form.select_by is None
         and bool(plans)
         and all(p.data_independent and not isinstance(p, UnitPlan) for p in plans)
-        and mechanisms.gaussian_wins(params.epsilon, params.delta or 0.0, len(plans))
+        and math.isfinite(longest_change(plans))
+        and mechanisms.gaussian_wins(params.epsilon, params.delta or 0.0, len(plans), change_distances(plans))
     )
+
+
+def change_distances(plans: Sequence[Plan]) -> tuple[float, ...]:
+    """The distances d of the single neighbouring changes that can move the query's aggregates, sorted: one row
+    of a private table t is at its weight G_t; a change of a value in a norm has no bound (∞). Each plan says its
+    own (``change_distances``); a plan that does not counts as ∞ (fail closed). A function of the query and the
+    policy only. The (ε, δ) mechanisms keep (ε·d, δ) at each of these (docs/privacy.md)."""
+    out: set[float] = set()
+    for p in plans:
+        out |= set(getattr(p, "change_distances", (math.inf,)))
+    return tuple(sorted(out)) or (1.0,)
+
+
+def longest_change(plans: Sequence[Plan]) -> float:
+    """The largest distance of one neighbouring change that moves the query's answer (:func:`change_distances`)."""
+    return change_distances(plans)[-1]
 
 
 def zcdp(form: AnalysisForm, params: PrivacyParams, plans: Sequence[Plan]) -> float | None:
@@ -103,10 +125,15 @@ def zcdp(form: AnalysisForm, params: PrivacyParams, plans: Sequence[Plan]) -> fl
       σ = √k·σ₁, so ρ = k/(2kσ₁²) = 1/(2σ₁²) (Prop. 1.6).
     * A pure ε-DP release (no aggregate spends δ: Laplace on global bounds, generalized Cauchy, R2T) is
       ε²/2-zCDP (Prop. 1.4).
-    * The smoothed Laplace of NR Theorem 3.56 and partition selection spend δ: None."""
+    * The smoothed Laplace of NR Theorem 3.56 and partition selection spend δ: None.
+
+    ρ is per unit of distance: for a change at distance d the release is ρd²-zCDP (the Gaussian's shift and a
+    pure release's loss both scale with d), which the session converts at the longest distance of its runs
+    (:func:`longest_change`, :func:`sqldp.mechanisms.zcdp_epsilon`)."""
     if gaussian(form, params, plans):
         assert params.delta is not None
-        return mechanisms.gaussian_rho(1.0, mechanisms.gaussian_sigma(params.epsilon, params.delta))
+        sigma = mechanisms.gaussian_sigma(params.epsilon, params.delta, change_distances(plans))
+        return mechanisms.gaussian_rho(1.0, sigma)
     if params.delta and any(not p.data_independent or i == form.select_by for i, p in enumerate(plans)):
         return None
     return params.epsilon * params.epsilon / 2.0
@@ -218,7 +245,7 @@ def choose_truncation(
     def unit(ps: Sequence[Plan], split: Sequence[Share | None], i: int) -> float:
         """Median |noise| per unit of a global bound: Laplace at the share's ε, or the Gaussian vector's."""
         if gaussian(form, params, ps):
-            sigma = mechanisms.gaussian_sigma(params.epsilon, params.delta or 0.0)
+            sigma = mechanisms.gaussian_sigma(params.epsilon, params.delta or 0.0, change_distances(ps))
             return mechanisms.gaussian_abs_quantile(0.5) * math.sqrt(k) * sigma
         return ln2 / share(split, i)
 
@@ -253,11 +280,13 @@ def calibrate(
     def smooth(beta: float) -> float:
         return float(bound_at(beta).sensitivity)
 
+    distances = change_distances([plan])
+    mechanism = smoothed_mechanism(plan, params)  # the measurement's mechanism says which
     if params.beta is None:
         extra = plan.grid  # a value plan's bound is tightest on its own grid points
-        cal = mechanisms.optimise_beta(smooth, eps, params.mechanism, delta=delta, extra=extra)
-    elif params.mechanism == "laplace":
-        cal = mechanisms.calibrate_laplace(smooth(params.beta), eps, delta, params.beta)
+        cal = mechanisms.optimise_beta(smooth, eps, mechanism, delta=delta, extra=extra, distances=distances)
+    elif mechanism == "laplace":
+        cal = mechanisms.calibrate_laplace(smooth(params.beta), eps, delta, params.beta, distances)
     else:
         cal = mechanisms.calibrate_cauchy(smooth(params.beta), eps, params.beta)
     return cal, bound_at(cal.beta)
@@ -289,7 +318,7 @@ def _templates(
     check_beta(params, smoothed(split, plans))  # the group count is known now
     joint = gaussian(form, params, plans)
     out = []
-    for agg, plan, rows, share in zip(form.aggregates, plans, results, split, strict=True):
+    for i, (agg, plan, rows, share) in enumerate(zip(form.aggregates, plans, results, split, strict=True)):
         assert share is not None
         eps, delta = share
         if isinstance(plan, UnitPlan):
@@ -304,7 +333,8 @@ def _templates(
             cal, bound = calibrate(plan, rows, eps, delta, params)
         if joint:  # the whole query's (ε, δ) on one Gaussian vector: this aggregate's coordinates of it
             assert params.delta is not None
-            cal = mechanisms.calibrate_gaussian(cal.sensitivity, params.epsilon, params.delta, len(plans))
+            distances = change_distances(plans)
+            cal = mechanisms.calibrate_gaussian(cal.sensitivity, params.epsilon, params.delta, len(plans), distances)
         if dilated(form, params, plan, agg.kind, groups):
             # calibrated at the split share ε/m and β: the vector's b = ε/(γ+1) − m·β is m times that b, and
             # its sensitivity the bound times the histogram factor
@@ -331,6 +361,7 @@ def _templates(
                 calibration=cal,
                 bound=plan.source if isinstance(plan, GlobalPlan) else None,
                 owned_groups=plan.groups_per_change if isinstance(plan, OwnedSelection) else None,
+                one_sided=one_sided_count(plan, bound) if i == form.select_by else None,
             )
         )
     return out
@@ -526,6 +557,7 @@ def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]
     histogram_release(result, noise)
     rows: list[tuple[dict[str, Any], dict[str, Any], dict[str, float]]] = []
     kept: list[list[Measurement]] = []
+
     def draw(m: Measurement) -> None:
         if m.mechanism == UNIT_HISTOGRAM:
             assert m.noisy_value is not None  # drawn by histogram_release, one τ for every group
@@ -611,21 +643,64 @@ def _selection(
     for (value, scale, threshold), members in classes.items():
         drawn = mechanisms.laplace_selection(len(members), value, scale, threshold, noise)
         chosen.update({members[j]: v for j, v in drawn.items()})
+    if shared_scale(form, measurements) and len(chosen) > SHARED_SCALE_GROUPS:
+        # owned groups whose values share a noise scale read from the data: show one selected group, drawn
+        # uniformly (post-processing of the selection; sqldp.owned, "One noise scale for every group")
+        assert SHARED_SCALE_GROUPS == 1
+        pick = sorted(chosen)[noise.index(len(chosen))]
+        chosen = {pick: chosen[pick]}
     return chosen
 
 
+def shared_scale(form: AnalysisForm, measurements: Sequence[Sequence[Measurement]]) -> bool:
+    """Whether the groups are owned (sqldp.owned) and a value's noise scale is read from the data: decided by the
+    mechanisms, which the query, the schema and the policy decide."""
+    if form.select_by is None or not measurements:
+        return False
+    first = measurements[0]
+    return first[form.select_by].owned_groups is not None and any(
+        m.mechanism not in PUBLIC_SCALE for i, m in enumerate(first) if i != form.select_by
+    )
+
+
+def one_sided_count(plan: Plan, bound: Bound) -> float:
+    """The largest count one neighbouring change can give a group that exists on one side only: the plan's own
+    figure where it has one (a bucket of the nested histogram holds one inner group: 1), else the count's join
+    rows for one row of the table that moves most, c_t·G_t per private table t — the bound c_t is per unit of
+    distance and one row of t is at distance G_t (NR §3.3.7). ∞ where a term does not say its weight (fail
+    closed: :func:`selection_threshold` then refuses)."""
+    own = getattr(plan, "one_sided", None)
+    if own is not None:
+        return float(own)
+    counts = [
+        float(t["sensitivity"]) * float(t["weight"]) if "sensitivity" in t and "weight" in t else math.inf
+        for t in bound.tables.values()
+    ]
+    return max(counts, default=math.inf)
+
+
 def selection_threshold(selector: Measurement) -> float:
-    """τ = c·(1 + ln(1/(2δ))/ε) for the selection count's bound c and its (ε, δ) share: a group is released when
-    its noisy count (Laplace at c/ε) exceeds τ (sqldp.groups.partition_selection). For owned groups
-    (sqldp.owned) the selected value is the group's indicator, equal on both sides of a common group, under
-    Laplace noise of scale b = 1, and k one-sided groups share δ: τ = 1 + b·ln(k/(2δ)), so that each is released
-    with probability ½·e^(−(τ−1)/b) = δ/k."""
+    """τ = M + b·ln(1/(2δ)) for the selection count's noise scale b = c/ε, its δ share and M
+    (:func:`one_sided_count`) the largest count a group that exists on one side of one neighbouring change can
+    have: a group is released when its noisy count exceeds τ (sqldp.groups.partition_selection), which a
+    one-sided group does with probability ½·e^(−(τ − M)/b) = δ at most, at any distance of the change; a common
+    group's count moves by at most c·d at distance d, costing ε·d. (c·(1 + ln(1/(2δ))/ε), which this replaced,
+    took M = c: at a table weight G > 1 a row at distance G gives a one-sided group of count c·G, released with
+    probability δ·e^(ε(G − 1)).) For owned groups (sqldp.owned) the selected value is the group's indicator,
+    equal on both sides of a common group, under Laplace noise of scale b = 1, and k one-sided groups share δ:
+    τ = 1 + b·ln(k/(2δ)), so that each is released with probability ½·e^(−(τ−1)/b) = δ/k, whatever the
+    distance of the change."""
     if selector.delta is None or selector.mechanism != GLOBAL:
         raise RefusedError("partition selection needs δ > 0 and a data-independent count bound")
-    c, eps = selector.sensitivity, selector.epsilon
     if selector.owned_groups is not None:
         return 1.0 + selector.noise_scale * math.log(selector.owned_groups / (2.0 * selector.delta))
-    return c * (1.0 + math.log(1.0 / (2.0 * selector.delta)) / eps)
+    m = selector.one_sided
+    if m is None or not math.isfinite(m):
+        raise RefusedError(
+            "DP partition selection needs a bound on the count of a group that one change creates; this query's "
+            "count bound does not say it"
+        )
+    return m + selector.noise_scale * math.log(1.0 / (2.0 * selector.delta))
 
 
 def error_bar(
@@ -654,6 +729,41 @@ def error_bar(
     if span is None or not all(math.isfinite(x) for x in span):
         return None
     return max(value - span[0], span[1] - value, 0.0)
+
+
+def mechanism_of(plan: Plan, params: PrivacyParams, joint: bool) -> str:
+    """The mechanism ``_templates`` gives a plan's measurements, decided before anything is read (it follows
+    from the query's shape, the policy and (ε, δ) only): what ``analyze`` and ``explain`` name."""
+    if isinstance(plan, UnitPlan):
+        return UNIT_HISTOGRAM if plan.histogram else R2T
+    if joint:
+        return GAUSSIAN
+    if plan.data_independent:
+        return GLOBAL
+    return smoothed_mechanism(plan, params)
+
+
+def smoothed_mechanism(plan: Plan, params: PrivacyParams) -> str:
+    """The mechanism of a smoothed (data-dependent) bound: the user's, except that the smoothed Laplace keeps
+    (ε·d, δ) only for bounded distances (mechanisms.laplace_delta_at), so a bound that a value in a norm moves —
+    any distance — gets generalized Cauchy, ε·d at every d (NR Theorem 3.53). From the query and the policy."""
+    if params.mechanism == "laplace" and not math.isfinite(longest_change([plan])):
+        return "cauchy"
+    return params.mechanism
+
+
+def _expected_bound(plan: Plan) -> float | None:
+    """A data-independent plan's bound when it reads nothing to compute it (a GlobalPlan's number, a row or
+    value plan with no query: one private table's COUNT, a SUM's clamp), else None (a bound from public rows
+    is read when the query runs; the owned-groups selector is calibrated apart)."""
+    if not plan.data_independent or isinstance(plan, (UnitPlan, OwnedSelection)):
+        return None
+    if isinstance(plan, GlobalPlan):
+        return float(plan.bound)
+    # a row or value plan counts its queries without building them (sqldp.runner)
+    if getattr(plan, "query_count", None) == 0:
+        return float(plan.bind([])(0.0).sensitivity)
+    return None
 
 
 def describe(
@@ -693,9 +803,21 @@ def describe(
         if vector:  # the share before the split over the groups (shares() divides it)
             eps = params.epsilon / len(plans)
         delta = share[1] if share else None
-        entry: dict[str, Any] = {"aggregate": agg.sql, "groups": how, "epsilon": eps, "delta": delta}
+        entry: dict[str, Any] = {
+            "aggregate": agg.sql,
+            "groups": how,
+            "epsilon": eps,
+            "delta": delta,
+            "mechanism": mechanism_of(plan, params, joint),
+        }
         if isinstance(plan, GlobalPlan):  # which global bound (the query, the schema and the policy decide it)
             entry["bound"] = plan.source
+        expected = None if joint or vector else _expected_bound(plan)
+        if expected is not None and eps is not None:
+            # a global bound that needs no query: the noise _templates will calibrate to it (calibrate), and
+            # its bar, follow from the query, the schema and the policy alone, so they are the error to expect
+            cal = mechanisms.calibrate_global(expected, eps)
+            entry["noise_scale"], entry["half_width"] = cal.scale, cal.half_width(params.confidence)
         if isinstance(plan, UnitPlan):
             entry["unit"] = plan.describe()
         out.append(entry)

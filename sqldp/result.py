@@ -1,10 +1,11 @@
 """What a query gives back: per aggregate and group a :class:`Measurement`, gathered in a :class:`Result`,
-and what of them an analyst may see (README, "What each output field reveals")."""
+and what of them an analyst may see (docs/output.md, "What each output field reveals")."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import html
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ R2T = "r2t"  # the race of truncations under a privacy unit (sqldp.release.race)
 UNIT_HISTOGRAM = "r2t-histogram"
 
 
-@dataclass
+@dataclass(repr=False)
 class Measurement:
     """One aggregate (for one group): its sensitivity, the calibrated noise and, for ``run``, the value."""
 
@@ -58,6 +59,17 @@ class Measurement:
     # the selector of groups owned by one row (sqldp.owned): how many groups one neighbouring change can add or
     # remove — from the query and the schema, so released; None for every other measurement
     owned_groups: int | None = None
+    # DP partition selection's count (sqldp.release.selection_threshold): the largest count one neighbouring change
+    # can give a group that exists on one side only, at the change's own distance — from the query and the
+    # policy, so released; None for every other measurement
+    one_sided: float | None = None
+
+    def __repr__(self) -> str:
+        """The analyst's view (what :meth:`to_json` gives without audit): a notebook or a log that shows a
+        measurement shows no true value, sensitivity or data-dependent noise scale. The data owner reads
+        those as attributes, or through ``to_json(audit=True)``."""
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.to_json().items())
+        return f"Measurement({shown})"
 
     @functools.cached_property
     def tables(self) -> dict[str, Any]:
@@ -66,7 +78,7 @@ class Measurement:
         return {t: _jsonable(term) for t, term in self.terms.items()}
 
     def to_json(self, *, audit: bool = False) -> dict[str, Any]:
-        """Without ``audit`` only what the query, the policy and the noise decide (see README, "What each
+        """Without ``audit`` only what the query, the policy and the noise decide (see docs/output.md, "What each
         output field reveals"): the aggregate, its ε and δ share and the noisy value."""
         if not audit:
             out = {k: getattr(self, k) for k in _RELEASED}
@@ -94,7 +106,7 @@ AUDIT_WARNING = (
 )
 
 
-@dataclass
+@dataclass(repr=False)
 class Result:
     sql: str
     params: PrivacyParams | None
@@ -115,6 +127,24 @@ class Result:
     # a workflow's steps (sqldp.runner.Workflow): each uncorrelated scalar subquery's own result, released
     # before the statement ran with its value
     steps: list[Result] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        """The analyst's view, as ``sqldp run`` prints it (the noisy answer, ± its bar where that bar is
+        data-independent, ε, δ, the mechanism, the notes), whatever ``audit`` says: printing a result — what a
+        notebook or a log does by default — shows nothing computed from the private data without noise (the
+        dataclass repr showed true values, sensitivities and timings). :meth:`audit_view` is the data owner's."""
+        return format_text(self.to_json(audit=False))
+
+    def _repr_html_(self) -> str:
+        """The analyst's view for Jupyter (the same text as :meth:`__repr__`, escaped, in a ``<pre>``)."""
+        return f"<pre>{html.escape(repr(self))}</pre>"
+
+    def audit_view(self) -> dict[str, Any]:
+        """The data owner's view: ``to_json(audit=True)``, with the sensitivities, noise scales, error bars,
+        chosen β, per-table terms and timings computed from the private data without noise, marked
+        ``"audit": true`` with its warning. Not for analysts (docs/output.md, "What each output field
+        reveals"); the true values stay attributes of the measurements only."""
+        return self.to_json(audit=True)
 
     @property
     def answer(self) -> Any:
@@ -164,7 +194,7 @@ class Result:
         answer and the data-independent figures only — ε, δ, the mechanism, β when the user fixed it, the
         per-aggregate ε/δ shares. The sensitivity, noise scale, error bar, chosen β (NR Theorem 3.73),
         per-table terms and timings are functions of the private data released without noise, so they
-        appear only in audit mode (README, "What each output field reveals")."""
+        appear only in audit mode (docs/output.md, "What each output field reveals")."""
         audit = self.audit if audit is None else audit
         p = self.params
         out: dict[str, Any] = {
@@ -211,23 +241,36 @@ class Result:
         return out
 
     def _mechanism(self) -> str | None:
-        """The mechanism the measurements used (data-independent: it follows from the query and the policy),
-        the policy's when nothing was measured."""
+        """The mechanism the measurements used (data-independent: it follows from the query and the policy);
+        before anything is measured (``analyze`` without audit) the one the plan gives each aggregate
+        (sqldp.release.mechanism_of), so that ``analyze`` names what ``run`` will use. The policy's only when
+        there is neither."""
         used = sorted({m.mechanism for group in self.measurements for m in group})
+        if not used:
+            used = sorted({step["mechanism"] for step in self.plan if "mechanism" in step})
         if used:
             return ", ".join(used)
         return self.params.mechanism if self.params else None
 
     def _error(self, main: Measurement | None) -> dict[str, Any]:
+        """The audit's headline error: the released answer's own bar where it has one (an AVG's bar, from its
+        COUNT's and centred SUM's by interval arithmetic: sqldp.release.error_bar), else the bar of the noisiest
+        measurement; ``of`` names which (an AVG's centred SUM has a bar in its own units, not the AVG's)."""
         conf = self.params.confidence if self.params else None
         if main is None:
             return {"confidence": conf, "absolute": 0.0, "relative": 0.0}
+        values = self.rows[0].get("values", {}) if self.rows and not (self.grouped or self.public) else {}
+        bars = self.rows[0].get("errors", {}) if values else {}
+        name = next(iter(values), None)
+        if len(values) == 1 and name in bars:
+            of, width, noisy = name, bars[name], values[name]
+        else:
+            of, width, noisy = main.aggregate, main.half_width, main.noisy_value
         # bar / |noisy answer| understates the error by orders of magnitude when the noise dominates the answer
         # (the noisy value is then mostly noise): no relative figure then, and say so
-        noisy = main.noisy_value
-        dominated = noisy is not None and main.half_width >= abs(noisy)
-        rel = None if noisy is None or dominated else main.half_width / abs(noisy)
-        out = {"confidence": conf, "absolute": main.half_width, "relative": rel}
+        dominated = noisy is not None and width >= abs(noisy)
+        rel = None if noisy is None or dominated else width / abs(noisy)
+        out = {"confidence": conf, "absolute": width, "relative": rel, "of": of}
         if dominated:
             out["noise_dominates"] = True
         return out
@@ -243,3 +286,245 @@ def _jsonable(term: Any) -> Any:
     if isinstance(term, float) and not math.isfinite(term):
         return str(term)
     return term
+
+
+# -- the text form (what `sqldp run` and `sqldp analyze` print, and what printing a Result shows) --------------
+
+
+def format_text(out: dict[str, Any]) -> str:
+    lines = []
+    if out.get("audit"):
+        lines.append(out.get("warning") or AUDIT_WARNING)
+    if out.get("test_mode"):
+        lines.append("TEST MODE: noise drawn from a seeded generator; not private")
+    if out["public"]:
+        lines.append("public data: answered exactly")
+    else:
+        beta = f", β = {out['beta']:.4g}" if out.get("beta") is not None else ""
+        lines.append(
+            f"ε = {out['epsilon']:g}{' (from advantage ' + str(out['advantage']) + ')' if out['advantage'] else ''}"
+            # no δ (JSON null) is pure ε-DP: say so rather than print a δ of 0 the JSON does not have
+            + (f", δ = {out['delta']:g}" if out["delta"] is not None else " (pure ε-DP)")
+            + f"{beta}, mechanism = {out['mechanism']}"
+        )
+        for step in out.get("plan", []):
+            share = f"ε = {step['epsilon']:g}" if step["epsilon"] is not None else "ε divided among the groups"
+            lines.append(f"  {step['aggregate']}: {share} ({step['groups']}){_expected(step, out.get('confidence'))}")
+            if "unit" in step:
+                lines.append(f"    {_unit(step['unit'])}")
+        for group in out.get("measurements", [])[:1]:
+            lines.extend(f"  {m['aggregate']}: {_unit(m['unit'])}" for m in group if m.get("unit"))
+    if not out["public"] and out.get("audit"):
+        err = out["error"]
+        lines.append(f"sensitivity = {out['sensitivity']:.6g}, noise scale = {out['noise_scale']:.6g}")
+        of = f" ({err['of']})" if err.get("of") else ""
+        lines.append(f"error at {err['confidence']:.0%} confidence: ± {err['absolute']:.6g}{of}")
+        for table, term in out["tables"].items():
+            first, *rest = _describe_term(term)
+            lines.append(f"  {table}: {first}")
+            lines.extend(f"    {line}" for line in rest)
+    marks: set[str] = set()
+    extra = {k: v for k, v in out.get("values", {}).items()}
+    if "answer" in out and len(extra) <= 1:
+        lines.append(f"answer = {_with_error_bar(out, marks)}")
+    elif "answer" in out:  # several outputs, no single answer: each on its line
+        lines.append("answer:")
+        bars = out.get("errors") or {}
+        kind = _unbarred(out, {k for k in extra if k in bars})
+        lines.extend(f"  {k} = {_valued(v, bars.get(k), kind, marks)}" for k, v in extra.items())
+    if "rows" in out:
+        lines.extend(_table(out["rows"], out, marks))
+    # the marks' reasons, then the notes: how the answer was computed (an AVG's centring and clamp, a workflow
+    # step, …), which the query, the policy and the flags decide, so they are shown to everyone
+    lines.extend(f"{mark} {NO_BAR[mark]}" for mark in sorted(marks, key=list(NO_BAR).index))
+    lines.extend(f"note: {n}" for n in out.get("notes", []))
+    return "\n".join(lines)
+
+
+# why a released value has no error bar: its noise is scaled to a bound computed from the data (a bar would
+# reveal that bound, docs/output.md), or its interval at the confidence is unbounded (a ratio whose noisy
+# denominator's interval reaches 0, as an AVG over a group that may be empty: the value is then clamped to the
+# column's declared range, sqldp.release.error_bar)
+NO_BAR = {
+    "*": "no ± bar: the noise is scaled to a bound computed from the data, which a bar would reveal "
+    "(the data owner sees it with --audit)",
+    "†": "no finite ± bar at this confidence: the interval of the noisy aggregates it is computed from "
+    "leaves it unbounded (an AVG whose COUNT may be 0 shows its value clamped to the declared range)",
+}
+
+
+def _unbarred(out: dict[str, Any], barred: set[str]) -> str:
+    """The mark for a value released without a bar: "†" when its noise scale is data-independent (some value
+    of its column has a bar, or every measurement of the result is calibrated to a global bound), else "*"."""
+    mechanisms = {m["mechanism"] for group in out.get("measurements", []) for m in group}
+    return "†" if barred or (mechanisms and mechanisms <= PUBLIC_SCALE) else "*"
+
+
+def _valued(value: Any, bar: float | None, kind: str, marks: set[str]) -> str:
+    """A released value as text: ``value ± bar``, or the value and its mark when it has no bar."""
+    if not _is_number(value):
+        return _cell(value)
+    if bar is not None:
+        return _plus_minus(value, bar)
+    marks.add(kind)
+    return f"{_cell(value)} {kind}"
+
+
+def _expected(step: dict[str, Any], confidence: float | None) -> str:
+    """A plan step's mechanism and the error to expect before anything is read: the bar per value where the
+    bound is a number the query, the schema and the policy fix (sqldp.release.describe), else its form."""
+    mech = step.get("mechanism")
+    if not mech:
+        return ""
+    if "half_width" in step and confidence:
+        return (
+            f", {mech}: ± {step['half_width']:.3g} per value at {confidence:.0%} confidence"
+            f" (noise scale {step['noise_scale']:.3g})"
+        )
+    if mech in PUBLIC_SCALE:
+        return f", {mech}: a data-independent ± bar comes with each value"
+    if mech in (R2T, UNIT_HISTOGRAM):
+        return f", {mech}"
+    return f", {mech}: no ± bar (the noise is scaled to a bound computed from the data)"
+
+
+def _table(rows: list[dict[str, Any]], shown: dict[str, Any], marks: set[str]) -> list[str]:
+    """Rows as psql prints them: a header, aligned columns (numbers to the right), and the row count; a value
+    with a data-independent error bar as ``value ± bar``, a released value without one with its mark
+    (:data:`NO_BAR`)."""
+    records = [{**r["key"], **r["values"]} if "values" in r and "key" in r else r.get("values", r) for r in rows]
+    if not records:
+        return ["(0 rows)"]
+    names = list(records[0])
+    bars = [r.get("errors", {}) if "values" in r else {} for r in rows]
+    # the released (noisy) columns; a public result's rows are exact and carry no "values"
+    released = {n for r in rows if "values" in r for n in r["values"]}
+    kinds = {n: _unbarred(shown, {n} & {k for bar in bars for k in bar}) for n in released}
+    cells = [
+        [_valued(rec.get(n), bar.get(n), kinds[n], marks) if n in released else _cell(rec.get(n)) for n in names]
+        for rec, bar in zip(records, bars, strict=True)
+    ]
+    widths = [max(len(n), *(len(c[i]) for c in cells)) for i, n in enumerate(names)]
+    numeric = [all(_is_number(rec.get(n)) for rec in records) for n in names]
+    out = [" " + " | ".join(n.center(w) for n, w in zip(names, widths, strict=True)) + " "]
+    out.append("-" + "-+-".join("-" * w for w in widths) + "-")
+    for c in cells:
+        parts = (v.rjust(w) if num else v.ljust(w) for v, w, num in zip(c, widths, numeric, strict=True))
+        out.append(" " + " | ".join(parts) + " ")
+    out.append(f"({len(records)} row{'s' if len(records) != 1 else ''})")
+    return out
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.2f}" if math.isfinite(v) and abs(v) < 1e15 else repr(v)
+    return str(v)
+
+
+def _with_error_bar(out: dict[str, Any], marks: set[str]) -> str:
+    """The answer, and ± its error bar where that bar is data-independent (the analyst output then carries it,
+    ``errors``), rounded to the bar's second digit; "noise dominates" when the bar is wider than the answer;
+    without a bar, its mark (:data:`NO_BAR`)."""
+    answer = out["answer"]
+    width = (out.get("errors") or {}).get(next(iter(out.get("values") or {}), ""))
+    if answer is None:
+        return str(answer)
+    if width is None:
+        if not _is_number(answer):
+            return str(answer)
+        kind = _unbarred(out, set())
+        marks.add(kind)
+        return f"{answer} {kind}"
+    confidence = out.get("confidence")
+    level = f" ({confidence:.0%} confidence)" if confidence else ""
+    return f"{_plus_minus(answer, width)}{level}"
+
+
+def _plus_minus(value: float, width: float) -> str:
+    if width == 0 or not math.isfinite(width):
+        return f"{value:g}"
+    digits = max(0, 1 - math.floor(math.log10(width)))
+    dominated = ", noise dominates" if width >= abs(value) else ""
+    return f"{value:.{digits}f} ± {width:.{digits}f}{dominated}"
+
+
+def _unit(u: dict[str, Any]) -> str:
+    """A privacy unit's data-independent figures (sqldp.sensitivity.units.UnitPlan.describe)."""
+    names = [f"{n} ({t}.{k})" for n, t, k in zip(*(u[x].split(", ") for x in ("unit", "table", "key")), strict=True)]
+    how = {"linear program": ", linear program", "across groups": ", truncated across groups"}
+    lp = how.get(u.get("truncation", ""), "")
+    tau = f", τ = {u['tau']:g} chosen by the race" if "tau" in u else ""  # a function of noisy values
+    beta = u.get("selection_beta", u["beta"])  # a histogram's race only chooses τ (docs/units.md)
+    return f"unit {', '.join(names)}, GS {u['gs']:g}, {u['races']} races (R2T{lp}, β = {beta:g}){tau}"
+
+
+def _describe_term(term: Any) -> list[str]:
+    """One table's contribution as text lines: a row-level term on one line, e.g. ``sensitivity 7.41
+    (derivative 7 at the data, 7.41 smoothed; G = 1; uses t)`` (a global one has no derivative at the data:
+    ``sensitivity 7 (global derivative bound 7, no count read at the data; G = 1; uses orders)``); a value-level
+    term (``docs/columns.md``) on a line per part."""
+    if not isinstance(term, dict):
+        return [str(term)]
+    if "value_sensitivity" in term or "norm" in term:
+        return _describe_values(term)
+    if set(term) == {"rows"}:  # a combined bound's table with private rows and no value read (TPC-H Q12's orders)
+        return ["rows: " + " ".join(_describe_term(term["rows"]))]
+    if "truncated" in term:  # R2T under a privacy unit (sqldp.sensitivity.units)
+        values = ", ".join(f"{v:.6g}" for v in term["truncated"])
+        taus = ", ".join(f"{t:.6g}" for t in term.get("thresholds", []))
+        largest = term["largest_contribution"]
+        return [f"largest contribution of one unit {largest:.6g}; Q(I, τ) for τ = {taus}: {values}"]
+    if "sensitivity" not in term:
+        return [str(term)]
+    line = f"sensitivity {term['sensitivity']:.6g}"
+    if "derivative" in term and "smooth_derivative" in term:
+        line += (
+            f" (derivative {term['derivative']:.6g} at the data, {term['smooth_derivative']:.6g} smoothed;"
+            f" G = {term.get('weight', 1):g}; uses {', '.join(term.get('uses', []))})"
+        )
+    elif "smooth_derivative" in term:  # a global row bound reads no count at the data (sqldp.sensitivity.rows)
+        line += (
+            f" (global derivative bound {term['smooth_derivative']:.6g}, no count read at the data;"
+            f" G = {term.get('weight', 1):g}; uses {', '.join(term.get('uses', []))})"
+        )
+    known = {"sensitivity", "derivative", "smooth_derivative", "weight", "uses"}
+    extra = {k: v for k, v in term.items() if k not in known}
+    return [line + (f" {extra}" if extra else "")]
+
+
+def _describe_values(term: dict[str, Any]) -> list[str]:
+    """A value-level term (NR §3.3.8), and in combined mode its row-level part and c2 (§3.3.9.3)."""
+    terms = term.get("column_terms", {})
+    by_column = ", ".join(f"{c} {v:.6g}" for c, v in sorted(terms.get("terms", {}).items(), key=lambda kv: -kv[1]) if v)
+    head = f"values under {term.get('norm')} (rows {term.get('row_privacy', '?')}): "
+    if "value_sensitivity" not in term:  # a global combined bound reads no value query (sqldp.sensitivity.columns)
+        lines = [head + "global bound, c3·c4 below (no value-level scan)"]
+    else:
+        lines = [
+            head
+            + f"sensitivity {term['value_sensitivity']:.6g}"
+            + (f"; by column at β = {terms['at_beta']:g}: {by_column}" if by_column else "")
+        ]
+    slopes = {c: v["filter_slope"] for c, v in term.get("columns", {}).items() if v.get("filter_slope")}
+    if slopes:
+        lines.append("private filters' slopes: " + ", ".join(f"{c} {v:.4g}" for c, v in sorted(slopes.items())))
+    if "window" in term:
+        w = term["window"]
+        lines.append(f"window on {w['column']}: support {w['support']}, scanned {w['scanned']}")
+    if "filtered_out_shift" in term:
+        lines.append(f"filtered-out rows enter shifted by Δ = {term['filtered_out_shift']:.6g}")
+    if "rows" in term:
+        lines.append("rows: " + " ".join(_describe_term(term["rows"])))
+    if "combined_sensitivity" in term:
+        lines.append(
+            f"combined: {term['combined_sensitivity']:.6g} (NR §3.3.9: c3 = {term['c3']:.6g}, a product row's "
+            f"largest derivative over the declared ranges; c4 = {term['c4']:.6g}, the smoothed number of product "
+            "rows a row is in)"
+        )
+    return lines

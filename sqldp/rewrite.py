@@ -1,4 +1,4 @@
-"""The rewriter (pipeline step 4 of 6, README "Layout"): the SQL that actually runs, built from the answer
+"""The rewriter (pipeline step 4 of 6, docs/layout.md): the SQL that actually runs, built from the answer
 query and the plans' queries by an ordered list of tree → tree rules, as sqlglot's optimizer composes its
 rules. None of them changes what a query computes:
 

@@ -1,4 +1,4 @@
-"""A prepared query and its run: the pipeline's last two steps put together (README "Layout").
+"""A prepared query and its run: the pipeline's last two steps put together (docs/layout.md).
 
 :class:`Prepared` holds what :meth:`sqldp.session.Session.prepare` decided without reading data — the form,
 the privacy parameters, one sensitivity plan per aggregate and the SQL the rewriter produced. ``run`` hands

@@ -34,7 +34,7 @@ from sqldp.mechanisms import NoiseSource, zcdp_epsilon
 from sqldp.normalize import PublicRelease, normalize, relations_read
 from sqldp.params import PrivacyParams, check_beta, resolve_params
 from sqldp.policy import Policy
-from sqldp.release import choose_truncation, declared_groups, shares, smoothed, zcdp
+from sqldp.release import choose_truncation, declared_groups, longest_change, shares, smoothed, zcdp
 from sqldp.result import Result
 from sqldp.rewrite import Statements, rewrite
 from sqldp.runner import Prepared, Workflow
@@ -118,6 +118,9 @@ class Session:
         # the runs' ρ added up (zCDP, sqldp.release.zcdp), or None once a run spent δ that zCDP cannot express:
         # a second, often tighter, account of the same runs (see guarantee)
         self.rho_spent: float | None = 0.0
+        # the longest distance of one neighbouring change among the runs' (sqldp.release.longest_change): the
+        # zCDP account's ρ is per unit of distance and converts to (ε·d, δ) for d up to it (mechanisms.zcdp_epsilon)
+        self.longest: float = 1.0
         self._lock = threading.Lock()
         # prepare() reads no data and depends only on the text, the privacy arguments, the catalog and the
         # policy, so a repeated query skips parsing and analysis; the proxy's connections share one session,
@@ -328,19 +331,21 @@ class Session:
     def guarantee(self) -> tuple[float, float]:
         """The (ε, δ) the session's runs together are DP with: the tighter in ε of the two accounts that fit
         the budget (the sequential one, else the least ε)."""
-        options = self._accounts(self.spent, self.delta_spent, self.rho_spent)
+        options = self._accounts(self.spent, self.delta_spent, self.rho_spent, self.longest)
         fitting = [o for o in options if self._fits(*o)] or options
         return min(fitting, key=lambda o: o[0])
 
-    def _accounts(self, eps: float, delta: float, rho: float | None) -> list[tuple[float, float]]:
-        """(ε, δ) pairs that each hold for the whole session: sequential composition (Dwork & Roth Thm 3.16),
-        and — when every run is ρ-zCDP — the sum of the ρ's (Bun and Steinke, TCC 2016, Lemma 2.3, adaptive)
-        converted at δ′ (their Prop. 1.3): δ′ the δ budget if set, else the δ the runs were charged, so that
-        the session's δ never exceeds what was allowed or accepted. Every input is data-independent."""
+    def _accounts(self, eps: float, delta: float, rho: float | None, longest: float) -> list[tuple[float, float]]:
+        """(ε, δ) pairs that each hold for the whole session, as (ε·d, δ) for one change at distance d:
+        sequential composition (Dwork & Roth Thm 3.16), and — when every run is ρ-zCDP — the sum of the ρ's
+        (Bun and Steinke, TCC 2016, Lemma 2.3, adaptive) converted at δ′ (their Prop. 1.3) for changes up to the
+        runs' ``longest`` distance (sqldp.mechanisms.zcdp_epsilon): δ′ the δ budget if set, else the δ the runs
+        were charged, so that the session's δ never exceeds what was allowed or accepted. Every input is
+        data-independent."""
         options = [(eps, delta)]
         tail = self.delta_budget if self.delta_budget is not None else delta
-        if rho is not None and rho > 0 and tail > 0:
-            options.append((zcdp_epsilon(rho, tail), tail))
+        if rho is not None and rho > 0 and tail > 0 and math.isfinite(longest):
+            options.append((zcdp_epsilon(rho, tail, longest), tail))
         return options
 
     def _fits(self, eps: float, delta: float) -> bool:
@@ -366,7 +371,12 @@ class Session:
                 if isinstance(prepared, (selection.Selection, selection.Argmax))
                 else None
             )
-            self._charge(prepared.params.epsilon, prepared.params.delta or 0.0, rho)
+            longest = (
+                longest_change(prepared.plans)
+                if isinstance(prepared, Prepared) and isinstance(prepared.form, AnalysisForm)
+                else self.policy.longest_change
+            )
+            self._charge(prepared.params.epsilon, prepared.params.delta or 0.0, rho, longest)
         result = prepared.run()
         result.audit = audit
         return result
@@ -377,7 +387,7 @@ class Session:
         Then, on PostgreSQL, refuse them with :class:`sqldp.errors.TooLargeError` when the planner expects a
         step of more rows than ``max_estimated_rows`` (EXPLAIN, nothing run). That estimate comes from the
         statistics of the private tables: an operational guard of whoever holds the session (the data owner's
-        side, README "What each output field reveals"), a refusal before any charge, never an analyst's figure.
+        side, docs/output.md "What each output field reveals"), a refusal before any charge, never an analyst's figure.
         Once per answer text while the session lives (the schema is the one the catalog was read from)."""
         statements = prepared.statements
         if statements is None:
@@ -404,12 +414,14 @@ class Session:
                 self._checked.clear()
             self._checked.add(statements.answer)
 
-    def _charge(self, eps: float, delta: float, rho: float | None = None) -> None:
-        """Charge a run's (ε, δ) (and ρ, None where it is not ρ-zCDP); refuse it when no account of the
-        session with it fits the budget."""
+    def _charge(self, eps: float, delta: float, rho: float | None = None, longest: float = 1.0) -> None:
+        """Charge a run's (ε, δ) (and ρ, None where it is not ρ-zCDP; ``longest``, the longest distance of one
+        change that moves its answer); refuse it when no account of the session with it fits the budget."""
         with self._lock:
             total = None if rho is None or self.rho_spent is None else self.rho_spent + rho
-            if not any(self._fits(*o) for o in self._accounts(self.spent + eps, self.delta_spent + delta, total)):
+            reach = max(self.longest, longest)
+            accounts = self._accounts(self.spent + eps, self.delta_spent + delta, total, reach)
+            if not any(self._fits(*o) for o in accounts):
                 left = self.remaining
                 raise BudgetExhaustedError(
                     f"the query costs ε = {eps:g}, δ = {delta:g}; the session's budget has ε = {left[0]}, "
@@ -419,6 +431,7 @@ class Session:
             self.spent += eps
             self.delta_spent += delta
             self.rho_spent = total
+            self.longest = reach
 
 
 def compile_form(

@@ -212,7 +212,7 @@ class SetRelease:
         result = Result(self.sql, self.params, notes=self._notes(), grouped=True, released=True)
         result.columns = list(columns)
         result.test_mode = any(r.test_mode for r in results)
-        # each released value keeps its branch's data-independent error bar (README, "Answers"), under the set
+        # each released value keeps its branch's data-independent error bar (docs/output.md), under the set
         # operation's column names; a row found in several branches takes its first occurrence's, as `combine`
         # keeps its first occurrence (equal noisy values from two branches are improbable; exact rows have none)
         bars: dict[Row, dict[str, float]] = {}

@@ -102,8 +102,8 @@ def matched_keys(derived: exp.Subquery, semi: SemiJoin, form: AnalysisForm) -> e
         for side, other in ((e.this, e.expression), (e.expression, e.this)):
             reads = {c.table for c in other.find_all(exp.Column)}
             # the outer side a column: the IN subquery then reads values and evaluates only conjuncts the WHERE
-            # evaluates on u's rows anyway, so it raises no error the answer would not (README, "Errors are
-            # answers")
+            # evaluates on u's rows anyway, so it raises no error the answer would not (docs/sql.md, "Errors are
+            # answers too")
             mine = isinstance(side, exp.Column) and side.table == semi.use.alias and semi.use.alias not in reads
             if mine and isinstance(other, exp.Column):
                 outer.setdefault(side.name, other)

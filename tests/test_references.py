@@ -1,7 +1,7 @@
 """Every reference the code and the docs make resolves to something a reader of the repository can find:
 file paths (``sqldp/…``, ``tests/…``, ``benchmarks/…``, ``docs/…``) exist, dotted names (``sqldp.x.y``)
 import, and nothing cites files that do not ship (the design notes the project started from, line numbers
-of a report draft, issue numbers). The report is cited by title, section and theorem (README, References)."""
+of a report draft, issue numbers). The report is cited by title, section and theorem (docs/references.md)."""
 
 from __future__ import annotations
 

@@ -131,6 +131,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     lp.set_defaults(func=run_load)
 
 
+# after the demo, where to go: the data stays loaded, so the README's first query answers at once
+NEXT = """
+== what next
+   sqldp run --policy tpch "SELECT o_orderpriority, COUNT(*) FROM orders GROUP BY 1"   # your own query
+   sqldp analyze --policy tpch -f q.sql       # how it would be answered, before anything is read or spent
+   How to read ± and the confidence: the README, "One query, and how to read its answer"; the Python
+   library and notebooks: docs/output.md; a budget for these runs: sqldp run --budget FILE (docs/output.md)."""
+
+
 def _check_scale(scale: float) -> None:
     if not 0 < scale <= 100:
         raise InputError(f"scale factor must be in (0, 100], got {scale}", where="--scale")
@@ -179,6 +188,8 @@ def run_demo(args: argparse.Namespace) -> int:
             print(f"\n== {title}\n   {sql}")
             text = f"refused: {result['refused']}" if "refused" in result else format_text(result)
             print("   " + text.replace("\n", "\n   "))
+    if args.format == "text":
+        print(NEXT)
     if args.format == "json":
         emit(args, {"demo": outputs}, lambda p: "")
     return 0

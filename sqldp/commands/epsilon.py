@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "epsilon",
-        help="ε for a guessing-advantage target, or the advantage an ε allows",
+        help="ε for a guessing-advantage target, or the advantage an ε allows (--plot needs matplotlib)",
         description="ε for an advantage target (--advantage) or the advantage of an ε (--epsilon), for the goals "
         "of --policy or an inline goal (--prior/--radius, --membership); privacy at risk and its cost model.",
     )
@@ -44,7 +44,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--combine", choices=("and", "or", "each"), default="and", help="how attributes combine")
     g.add_argument("--search", choices=("simplified", "a"), default="simplified", help="restricted-space search")
     p.add_argument(
-        "--plot", metavar="FILE", help="draw posterior and advantage against ε (NR Fig. 55): FILE.png, .svg or .pdf"
+        "--plot",
+        metavar="FILE",
+        help="draw posterior and advantage against ε (NR Fig. 55): FILE.png, .svg or .pdf; needs matplotlib "
+        "(pip install 'sqldp[plot]')",
     )
     r = p.add_argument_group("privacy at risk (Laplace mechanism; Dandekar, Basu and Bressan, PoPETs 2021)")
     r.add_argument("--risk", action="store_true", help="report (ε, γ) pairs of a Laplace mechanism at ε₀")

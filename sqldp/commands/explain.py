@@ -22,6 +22,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
     # imported here, not at the top: every command module is imported for `sqldp --help`, which must not wait
     # for z3, scipy and the analyses
+    import math
+
     from sqldp import algebra as ra
     from sqldp import selection, setops
     from sqldp.errors import InputError
@@ -30,9 +32,9 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
     from sqldp.groups import partition_selection
     from sqldp.normalize import PublicRelease, normalize, relations_read
     from sqldp.owned import OwnedSelection, own_selector
-    from sqldp.params import resolve_params
-    from sqldp.release import gaussian
-    from sqldp.result import GAUSSIAN, GLOBAL, R2T, UNIT_HISTOGRAM
+    from sqldp.params import PrivacyParams, resolve_params
+    from sqldp.release import gaussian, longest_change, mechanism_of
+    from sqldp.result import GLOBAL, R2T, UNIT_HISTOGRAM
     from sqldp.sensitivity import model_check
     from sqldp.sensitivity.global_bound import GlobalPlan
     from sqldp.sensitivity.units import UnitPlan
@@ -106,15 +108,22 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
         default = policy.defaults.mechanism or "cauchy"
         # at the policy's default (ε, δ): one Gaussian vector for all the aggregates where it wins
         # (sqldp.release.gaussian; the choice depends on ε, δ and the query's shape only)
+        params: PrivacyParams | None
         try:
-            joint = gaussian(form, resolve_params(policy, outputs=max(1, len(form.aggregates))), plans)
+            params = resolve_params(policy, outputs=max(1, len(form.aggregates)))
         except InputError:  # no default ε in the policy: the mechanism is chosen when the query runs
-            joint = False
+            params = None
+        joint = params is not None and gaussian(form, params, plans)
 
         def mechanism(p: Any) -> str:
+            if params is not None:  # the rule the release applies (what `run` and `analyze` name)
+                return mechanism_of(p, params, joint)
             if isinstance(p, UnitPlan):
                 return UNIT_HISTOGRAM if p.histogram else R2T
-            return GAUSSIAN if joint else GLOBAL if p.data_independent else default
+            if p.data_independent:
+                return GLOBAL
+            # the smoothed Laplace keeps no δ at unbounded distances: such a bound gets Cauchy (release.calibrate)
+            return "cauchy" if not math.isfinite(longest_change([p])) else default
 
         out["mechanisms"] = {agg.sql: mechanism(p) for agg, p in zip(form.aggregates, plans, strict=True)}
         # which global bound each aggregate's noise would be calibrated to (the release's "bound")
@@ -202,7 +211,8 @@ def _text(out: dict[str, Any]) -> str:
         lines.append("  outputs:    " + ", ".join(f"{o['name']} = {o['expr']}" for o in a["outputs"]))
         if a["order_by"] or a["limit"] is not None:
             order = ", ".join(o["output"] + (" DESC" if o["desc"] else "") for o in a["order_by"])
-            lines.append(f"  after noise: ORDER BY {order or '-'} LIMIT {a['limit']}")
+            limit = f" LIMIT {a['limit']}" if a["limit"] is not None else ""  # no LIMIT: none is applied
+            lines.append(f"  after noise: ORDER BY {order or '-'}{limit}")
         if a["rewrites"]:
             lines.append("  rewrites:   " + "; ".join(a["rewrites"]))
         for agg, mech in out.get("mechanisms", {}).items():

@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"must be between 1 and {workers.MAX_WORKERS}, got {count}", where="--workers")
     level = getattr(logging, args.log_level.upper())
     logging.basicConfig(stream=sys.stderr, level=level, format="%(message)s")
+    _warn_without_analysts(args.policy)
     dsn = resolve_dsn(args.upstream or args.dsn, args.data_dir)
     if count > 1:
         return workers.serve(
@@ -90,6 +91,21 @@ async def _serve(built: object, host: str, port: int) -> None:
     _announce(where[0], where[1], 1)
     async with server:
         await stop.wait()
+
+
+def _warn_without_analysts(policy: str) -> None:
+    """A policy without [analysts] starts a proxy nobody can log in to (the shipped ones name none): say so
+    and how to add one, rather than leave every login failing with the same message as a wrong password."""
+    from sqldp.policy.analysts import parse_proxy
+    from sqldp.policy.document import Policy
+
+    if not parse_proxy(Policy.from_file(policy)).analysts:
+        print(
+            f"sqldp proxy: warning: the policy names no analyst, so nobody can log in; add one with "
+            f'`sqldp analyst add NAME --policy FILE` (FILE a copy: --from {policy}; docs/proxy.md, "Passwords")',
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _announce(host: str, port: int, workers: int) -> None:

@@ -1,4 +1,4 @@
-"""Execution engines (pipeline step 5 of 6, README "Layout"): the only code that talks to a database.
+"""Execution engines (pipeline step 5 of 6, docs/layout.md): the only code that talks to a database.
 
 An engine runs the statements of one analysed query (:class:`sqldp.rewrite.Statements`) in ONE snapshot, so
 the answer and its sensitivity see the same data, and hands back plain rows; what to run is decided before

@@ -153,7 +153,8 @@ def configure(conn: psycopg.Connection, statement_timeout: float | None = None) 
     their first run, since an analysed query runs the same SQL texts every time (the session caches them).
     The statement timeout is the session's (seconds; None: none), whatever the server or role sets. A timeout
     that cancels a private query's statements ends its release after the charge, which stays: "ran over T" is
-    a function of the latency the caller sees anyway, the timing side channel (README, "Errors are answers")."""
+    a function of the latency the caller sees anyway, the timing side channel (docs/sql.md, "Errors are answers
+    too"; docs/limits.md)."""
     for statement in SETUP:
         conn.execute(statement)
     if statement_timeout:

@@ -11,6 +11,7 @@ Every problem is reported as ``file: key: problem`` and nothing is guessed; ever
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -95,6 +96,16 @@ class Policy:
     def table(self, name: str) -> TablePolicy:
         """The table's policy; fail closed for tables the policy does not name (private rows, G = 1)."""
         return self.tables.get(name.lower()) or TablePolicy(name.lower())
+
+    @property
+    def longest_change(self) -> float:
+        """The longest distance one neighbouring change can have under this policy, whatever the query reads: the
+        largest weight of a row-private table (1 for the tables it does not name), ∞ when a table has values in a
+        norm (a value change has no bounded distance). The session's zCDP account converts at it for the runs
+        whose plans do not say their own (sqldp.release.longest_change)."""
+        if any(t.norm is not None for t in self.tables.values()):
+            return math.inf
+        return max([1.0, *(t.weight for t in self.tables.values() if t.rows_private)])
 
     def is_sensitive(self, table: str, column: str) -> bool:
         return column.lower() in self.table(table).sensitive_columns

@@ -3,7 +3,7 @@
 
 Those queries never reach the upstream database, whose catalogs hold more than the analyst may see:
 ``pg_stats`` holds sampled column values, ``pg_class.reltuples`` row counts, ``pg_stat_*`` and
-``pg_database_size`` activity and sizes, all of them functions of the private data (README, "Public data").
+``pg_database_size`` activity and sizes, all of them functions of the private data (docs/sql.md, "Public data").
 They run instead in a *shadow* database the proxy creates on the upstream server at start-up, holding the
 catalog's tables as empty tables with their column names, types, NOT NULL, primary, unique and foreign keys —
 sqldp's catalog, nothing else: no row was ever in them, so no statistic describes data. A catalog query runs

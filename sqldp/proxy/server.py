@@ -1078,7 +1078,7 @@ class Connection:
         Every refusal that does not depend on the data happens in ``prepare_query``, before the charge. The noisy
         result set leaves (``Result.table``) with a NOTICE (:func:`_notice`) of what is data-independent: the
         charge, the ledger's balance and the error bars of ``laplace-global`` values. No sensitivity, smooth
-        noise scale, its error bar or a chosen β: those are functions of the private data (README, "What each
+        noise scale, its error bar or a chosen β: those are functions of the private data (docs/output.md, "What each
         output field reveals")."""
         try:
             prepared = prepare_query(self.server.session, sql, analyst.privacy)
@@ -1119,7 +1119,7 @@ def _amount(x: Decimal) -> str:
 
 
 def _notice(result: Result, balance: ledger.Balance) -> bytes:
-    """What a private answer may carry besides its values (README, "What each output field reveals"): ε and δ
+    """What a private answer may carry besides its values (docs/output.md, "What each output field reveals"): ε and δ
     this statement spent and what the analyst has left (the ledger: a function of the queries asked, not of
     the data), and the error bar of each value whose noise scale is data-independent (``laplace-global``:
     ``sqldp.release.error_bar``; its interval arithmetic reads only the noisy values, post-processing, Dwork &
@@ -1266,7 +1266,7 @@ BUDGET_TYPES = (v.TEXT, v.NUMERIC, v.NUMERIC, v.NUMERIC, v.NUMERIC, v.NUMERIC, v
 
 def budget_outcome(b: ledger.Balance) -> Outcome:
     """The analyst's balance as the one row of ``SHOW sqldp.budget``. It depends on the queries the analyst
-    asked and the policy's limits, never on the data (README, "What each output field reveals")."""
+    asked and the policy's limits, never on the data (docs/output.md, "What each output field reveals")."""
     delta_left = max(Decimal(0), b.delta_limit - b.delta_spent)
     row = (b.analyst, b.epsilon_limit, b.epsilon_spent, b.epsilon_left, b.delta_limit, b.delta_spent, delta_left)
     return Outcome("SHOW", list(BUDGET_COLUMNS), list(BUDGET_TYPES), [(*row, b.queries)])
@@ -1304,7 +1304,7 @@ def _from_upstream(err: DatabaseError, *, public: bool) -> SqldpError:
     connection (class 08, or no SQLSTATE) is not the client's connection and is reported as 58000
     (system_error): drivers take 08 for a dropped connection of their own. Over private tables, after the
     charge: one fixed SQLSTATE and message whatever failed, since which error it was (and its message, which
-    may quote a value) could depend on the private rows (README, "Errors are answers")."""
+    may quote a value) could depend on the private rows (docs/sql.md, "Errors are answers too")."""
     if not public:
         return _Withheld(err.sqlstate)
     code = err.sqlstate if not err.sqlstate.startswith("08") else "58000"

@@ -1,5 +1,5 @@
 """Sensitivity analyses: pure functions from (analysis form, catalog, policy) to a *plan* (pipeline step 3 of
-6, README "Layout").
+6, docs/layout.md).
 
 The plan contract every analysis implements is :class:`sqldp.sensitivity.plan.Plan`: the queries to run in
 the answer's snapshot, how their results bind to a β ↦ bound function, the aggregate it covers, whether
@@ -155,8 +155,8 @@ def _bounded_types(form: AnalysisForm, catalog: Catalog, reads: set[ColumnRef]) 
     it, so on a DOUBLE PRECISION, REAL or unconstrained NUMERIC column the statement would fail, or the bound
     would be NaN, for some data: an error or refusal that answers for that data. Integer, DATE and NUMERIC(p, s)
     values with p − s ≤ 300 and s ≤ 300 lie well inside double precision's range and are never subnormal, so
-    only those are read by the value-level analysis. (NUMERIC(p, s) still admits NaN: an open case, see the
-    README's limits.)"""
+    only those are read by the value-level analysis. (NUMERIC(p, s) still admits NaN: an open case, see
+    docs/sql.md, "Errors are answers too".)"""
     for ref in sorted(reads, key=str):
         column = catalog.table(form.use(ref.alias).table).column(ref.column)
         if column.kind == "numeric" and not _inside_double(column.type_sql):

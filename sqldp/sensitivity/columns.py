@@ -131,6 +131,12 @@ class ColumnPlan:
     semi_plan: RowPlan | None = None
 
     @property
+    def change_distances(self) -> frozenset[float]:
+        """The distances of the neighbouring changes that move this aggregate: a change of a sensitive value is at
+        its norm's distance, which has no bound (∞), besides the row-private tables' weights."""
+        return frozenset({math.inf, *self.weights.values()}) if self.tables_info else frozenset(self.weights.values())
+
+    @property
     def queries(self) -> tuple[exp.Select, ...]:
         out = list(self.value_queries)
         for p in (self.row_plan, self.count_plan, self.semi_plan):

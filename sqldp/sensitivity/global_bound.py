@@ -64,7 +64,7 @@ from sqldp.sensitivity.intervals import domain, interval
 from sqldp.sensitivity.plan import Bound, ExactUnfolded
 from sqldp.sensitivity.rows import RowPlan
 
-TIMEOUT = 1.0  # seconds of solver time per (query, table); beyond it the data-dependent plan is used
+TIMEOUT = 1.0  # reference seconds of solver steps per (query, table) (model_check.Budget); beyond, the smoothed plan
 # the same under declared contribution bounds: a self-join on a declared key with τ = 28 (TPC-H orders per
 # customer) needs 1 s per use on an idle machine to prove 2τ, and the alternative is a smoothed bound several
 # times larger. The result is cached per (schema, query, table), so a session pays it once per query shape.
@@ -107,8 +107,21 @@ class GlobalPlan(ExactUnfolded):
     # which global bound this is (released: it depends on the query, the schema and the policy only)
     source: str = "schema keys (NR §3.3.13)"
 
+    # the largest count one neighbouring change can give a group that exists on one side only (DP partition
+    # selection's threshold, sqldp.release.selection_threshold); None: the count's bound at the change's distance
+    # (the terms' sensitivity times weight: one row of t moves at most c_t·G_t join rows)
+    one_sided: float | None = None
+
     queries: tuple[exp.Select, ...] = ()
     data_independent: bool = True
+
+    @property
+    def change_distances(self) -> frozenset[float]:
+        """The distances of the neighbouring changes that move this aggregate: G_t for a row of each private table
+        in the terms; ∞ (no bound) where a term does not say its weight."""
+        return frozenset(float(t["weight"]) if "weight" in t else math.inf for t in self.terms.values()) or frozenset(
+            {math.inf}
+        )
 
     def bind(self, results: Sequence[Any]) -> Callable[[float], Bound]:
         return lambda beta: Bound(self.bound, self.terms)
@@ -176,8 +189,7 @@ def _join_rows(rows: RowPlan, catalog: Catalog, timeout: float) -> dict[str, flo
             n = found.value
             if len(_cache) > 4096:
                 _cache.clear()
-            if not found.timed_out:  # a busy machine's timeout is not the query's answer: tried again next time
-                _cache[key] = n
+            _cache[key] = n  # the search's budget counts solver steps, not seconds: the same answer every time
         # each derived table read from this table adds its rows' reach (NR §3.3.13.9 with c_D = 1)
         n += sum(_semi_join_rows(rows.form, s.semi, catalog, timeout) for s in rows.semis if s.semi.use.table == table)
         if not math.isfinite(n):
@@ -346,8 +358,7 @@ def workflow_plan(rows: RowPlan, catalog: Catalog, *, timeout: float = TIMEOUT) 
             return None  # no released step in a form's WHERE (sqldp.session answers those first); fail closed
         if len(_workflow_cache) > 1024:
             _workflow_cache.clear()
-        if not found.timed_out:  # a busy machine's timeout is not the query's answer: tried again next time
-            _workflow_cache[key] = found
+        _workflow_cache[key] = found  # a budget of solver steps (model_check.Budget): the same answer every time
     terms: dict[str, Any] = {}
     bound = 0.0
     for table in sorted(rows.private):

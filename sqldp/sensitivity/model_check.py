@@ -36,8 +36,9 @@ Soundness of the translation (every part keeps "the bound is an upper bound"):
   this). Constructs that are not monotone (IS NULL, COALESCE, CASE over a nullable column) are untranslatable
   and become free Booleans. A UNIQUE constraint on a nullable column allows repeated
   NULLs, so only PRIMARY KEY and UNIQUE over NOT NULL columns are uniqueness constraints here.
-* The N search returns (smallest N proven unsatisfiable) − 1; a check the solver cannot finish in time
-  counts as satisfiable, so a timeout only makes the bound larger (∞ when no N below the cap is proven).
+* The N search returns (smallest N proven unsatisfiable) − 1; a check the solver cannot finish within the
+  search's budget counts as satisfiable, so running out only makes the bound larger (∞ when no N below the cap
+  is proven). The budget counts z3's resource units (:class:`Budget`), not seconds: the same on every machine.
 """
 
 from __future__ import annotations
@@ -59,8 +60,44 @@ Semantics = Literal["bag", "set"]
 # the largest N tried; a query that still has N + 1 rows in its derivative is reported unbounded (NR §4.3.6.3
 # stopped at 10; keys give answers far above that, e.g. a 50-day window of daily rows)
 DEFAULT_CAP = 64
-DEFAULT_TIMEOUT = 5.0  # seconds per (query, table)
+# The search's budget per (query, table), in reference seconds: z3 resource units (its ``rlimit``, a count of the
+# solver's own steps) at UNITS_PER_SECOND, never a wall clock. The same query, schema and policy then get the same
+# bound on any machine under any load; a wall-clock limit gave the same self-join noise scales 27, 31 or 56 in
+# fresh processes on a busy machine. UNITS_PER_SECOND is what this z3 spent per second on the TPC-H checks on the
+# project's 2-core machine (benchmarks/results/model_check.md): a budget, not a promise of time.
+DEFAULT_TIMEOUT = 5.0
+UNITS_PER_SECOND = 3_000_000
 _EPOCH = dt.date(2000, 1, 1)
+
+
+class Budget:
+    """What one sensitivity search may still spend, in z3 resource units (:data:`UNITS_PER_SECOND`). Shared by
+    the checks of one search and the searches it runs for its parts; a check gets what is left as its
+    ``rlimit`` and is charged what z3 counts it spent (z3's ``rlimit count`` is the context's running total)."""
+
+    def __init__(self, units: int) -> None:
+        self.left = units
+
+    @classmethod
+    def of(cls, seconds: float) -> Budget:
+        return cls(int(max(0.0, seconds) * UNITS_PER_SECOND))
+
+    def check(self, solver: z3.Solver) -> z3.CheckSatResult:
+        """``solver.check()`` within what is left (unknown when nothing is), charged its resource units."""
+        if self.left <= 0:
+            return z3.unknown
+        solver.set("rlimit", self.left)
+        before = _units(solver)
+        result = solver.check()
+        self.left -= max(1, _units(solver) - before)
+        return result
+
+
+def _units(solver: z3.Solver) -> int:
+    try:
+        return int(solver.statistics().get_key_value("rlimit count"))
+    except z3.Z3Exception:  # no step counted yet
+        return 0
 
 
 @dataclass(frozen=True)
@@ -718,7 +755,7 @@ def _search(
     catalog: Catalog,
     positions: Sequence[int],
     key_of: dict[str, list[tuple[str, ...]]],
-    deadline: float,
+    budget: Budget,
     cap: int,
     *,
     proven_above: bool = False,
@@ -742,12 +779,10 @@ def _search(
             return z3.unsat
         while len(f.rows) < n:
             f.add_row()
-        left = deadline - time.perf_counter()
-        if left <= 0:
+        if budget.left <= 0:
             return z3.unknown
         solver = f.solver(n)
-        solver.set("timeout", max(1, int(left * 1000)))
-        result = solver.check()
+        result = budget.check(solver)
         if result == z3.sat and (found is None or n > found[1]):
             found = (solver.model(), n)
         return result
@@ -998,10 +1033,13 @@ def sensitivity(
     method: Literal["auto", "exact", "fast"] = "auto",
     timeout: float = DEFAULT_TIMEOUT,
     cap: int = DEFAULT_CAP,
+    budget: Budget | None = None,
 ) -> GlobalSensitivity:
-    """The global sensitivity of ``query`` w.r.t. adding or removing one row of ``table`` (NR §3.3.13.4–7)."""
+    """The global sensitivity of ``query`` w.r.t. adding or removing one row of ``table`` (NR §3.3.13.4–7).
+    ``timeout`` is the search's budget in reference seconds (:data:`UNITS_PER_SECOND`), unless ``budget``, the
+    caller's, is given: the result does not depend on the machine or its load."""
     t0 = time.perf_counter()
-    deadline = t0 + timeout
+    budget = budget if budget is not None else Budget.of(timeout)
     table = table.lower()
     positions = [j for j, u in enumerate(query.uses) if u.table == table]
     if not positions:
@@ -1012,7 +1050,7 @@ def sensitivity(
         # differ between any two rows; then N rows with distinct outputs exist iff N distinct rows do: Ψ_{Q,N}
         # is Φ_{Q,N}, which the solver decides without ordering strings and functions (TPC-H Q7's GROUP BY
         # EXTRACT(YEAR …) ran out of 30 s as Ψ; as Φ the keys answer at once). An upper bound, said so.
-        bag = sensitivity(SPJ(query.uses, query.conditions), catalog, table, method=method, timeout=timeout, cap=cap)
+        bag = sensitivity(SPJ(query.uses, query.conditions), catalog, table, method=method, cap=cap, budget=budget)
         approx = (*bag.approximated, *(a for a in loose if a not in bag.approximated))
         return replace(bag, exact=False, approximated=approx, witness=None, seconds=time.perf_counter() - t0)
     key_of = {u.table: keys_of(catalog.table(u.table)) for u in query.uses}
@@ -1035,7 +1073,7 @@ def sensitivity(
     if keyless_other or (target_keyless and len(positions) > 1):
         # Theorem 3.109, cases 3 and 4: repeated rows multiply the derivative without bound, unless it is empty
         relaxed = {t: keys or [tuple(catalog.table(t).columns)] for t, keys in key_of.items()}
-        found = _search(query, catalog, positions, relaxed, deadline, cap=0)
+        found = _search(query, catalog, positions, relaxed, budget, cap=0)
         if found.bound == 0:
             return done(0.0, True, "duplicates", found)
         why = f"table {keyless_other[0]!r} has no uniqueness constraint" if keyless_other else "repeated rows"
@@ -1043,17 +1081,17 @@ def sensitivity(
     if target_keyless:  # case 2: t used once, compare whole rows
         key_of = {**key_of, table: []}
     if _pumpable(query, catalog, table):
-        found = _search(query, catalog, positions, key_of, deadline, cap=0)
+        found = _search(query, catalog, positions, key_of, budget, cap=0)
         if found.bound == 0:
             return done(0.0, True, "smt", found)
         return done(math.inf, found.witness is not None, "keys (rows of other tables renew without end)", found)
     if len(positions) == 1 and _one_row(query, catalog, key_of, positions[0]):
         # the keys fix the one row: Φ_2 is unsatisfiable without a check (:func:`_one_row`)
-        found = _search(query, catalog, positions, key_of, deadline, cap=1, proven_above=True)
+        found = _search(query, catalog, positions, key_of, budget, cap=1, proven_above=True)
         return done(found.bound, found.reached, "keys (they fix the derivative's one row)", found)
 
     if len(positions) == 1 or method == "exact":
-        found = _search(query, catalog, positions, key_of, deadline, cap)
+        found = _search(query, catalog, positions, key_of, budget, cap)
         # Theorem 3.110 (b): with set semantics the bound is exact only for a table used once
         exact = found.reached and (query.semantics == "bag" or len(positions) == 1)
         return done(found.bound, exact, "smt", found)
@@ -1063,9 +1101,7 @@ def sensitivity(
     for j in positions:
         copy = f"{table}__use{j}"
         renamed = _as_copy(query, catalog, j, copy)
-        part = sensitivity(
-            renamed[0], renamed[1], copy, method="exact", timeout=max(0.0, deadline - time.perf_counter()), cap=cap
-        )
+        part = sensitivity(renamed[0], renamed[1], copy, method="exact", cap=cap, budget=budget)
         total += part.value
         approx_all += [a for a in part.approximated if a not in approx_all]
         timed_out |= part.timed_out
@@ -1074,7 +1110,7 @@ def sensitivity(
     fast = _Search(total, False, approx_all, None, timed_out)
     if method == "fast" or not math.isfinite(total):
         return done(total, False, "smt-fast", fast)
-    found = _search(query, catalog, positions, key_of, deadline, min(cap, int(total)), proven_above=total <= cap)
+    found = _search(query, catalog, positions, key_of, budget, min(cap, int(total)), proven_above=total <= cap)
     # the copies' approximations hold for the whole (the exact formula may have been skipped: proven_above)
     found = found._replace(approximated=list(dict.fromkeys([*approx_all, *found.approximated])))
     if found.bound < total or (found.reached and query.semantics == "bag"):
@@ -1226,7 +1262,13 @@ def _block(select: exp.Select, *, inner: bool) -> tuple[list[Use], list[exp.Expr
 
 
 def query_sensitivity(
-    tree: exp.Expr, catalog: Catalog, table: str, *, timeout: float = DEFAULT_TIMEOUT, cap: int = DEFAULT_CAP
+    tree: exp.Expr,
+    catalog: Catalog,
+    table: str,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    cap: int = DEFAULT_CAP,
+    budget: Budget | None = None,
 ) -> GlobalSensitivity:
     """The global sensitivity of a qualified query: a block (:func:`from_select`) or a set operation of blocks.
 
@@ -1235,18 +1277,17 @@ def query_sensitivity(
     min(m_A, m_B), max(m_A − m_B, 0)) changes by at most the changes of m_A and m_B. So the rows one row of t
     changes are at most S_A + S_B, each branch by Ψ over its select list (the set forms, Theorem 3.110) or Φ
     (the ALL forms). An upper bound: the two worst cases need not happen in one database."""
+    budget = budget if budget is not None else Budget.of(timeout)
     if isinstance(tree, exp.Subquery):
-        return query_sensitivity(tree.this, catalog, table, timeout=timeout, cap=cap)
+        return query_sensitivity(tree.this, catalog, table, cap=cap, budget=budget)
     if not isinstance(tree, exp.SetOperation):
-        return sensitivity(from_select(tree), catalog, table, timeout=timeout, cap=cap)
+        return sensitivity(from_select(tree), catalog, table, cap=cap, budget=budget)
     if tree.args.get("limit") is not None or tree.args.get("offset") is not None:
         raise ValueError("LIMIT over a set operation keeps rows the data chooses: not a join–filter query")
     t0 = time.perf_counter()
-    deadline = t0 + timeout
     distinct = bool(tree.args.get("distinct"))
     parts = []
     for side in (tree.this, tree.expression):
-        left = max(0.0, deadline - time.perf_counter())
         inner = side.this if isinstance(side, exp.Subquery) else side
         if isinstance(inner, exp.Select) and (inner.args.get("group") or inner.find(exp.AggFunc) is not None):
             # a group whose aggregate changes is one row out and another in: not the rows Ψ counts
@@ -1254,15 +1295,15 @@ def query_sensitivity(
         if isinstance(inner, exp.Select) and distinct:
             spj = from_select(inner)
             spj = SPJ(spj.uses, spj.conditions, spj.projections if spj.semantics == "set" else _listed(inner), "set")
-            parts.append(sensitivity(spj, catalog, table, timeout=left, cap=cap))
+            parts.append(sensitivity(spj, catalog, table, cap=cap, budget=budget))
         elif isinstance(inner, exp.Select):
             spj = from_select(inner)
             if spj.semantics == "set":  # a DISTINCT or grouped branch under ALL: its distinct rows
-                parts.append(sensitivity(spj, catalog, table, timeout=left, cap=cap))
+                parts.append(sensitivity(spj, catalog, table, cap=cap, budget=budget))
             else:
-                parts.append(sensitivity(SPJ(spj.uses, spj.conditions), catalog, table, timeout=left, cap=cap))
+                parts.append(sensitivity(SPJ(spj.uses, spj.conditions), catalog, table, cap=cap, budget=budget))
         else:
-            part = query_sensitivity(inner, catalog, table, timeout=left, cap=cap)
+            part = query_sensitivity(inner, catalog, table, cap=cap, budget=budget)
             # a nested set operation's rows are distinct when it is a set form; its bound counts rows either way
             parts.append(part)
     value = parts[0].value + parts[1].value

@@ -1,4 +1,4 @@
-"""The plan contract every sensitivity analysis implements (pipeline step 3 of 6, README "Layout").
+"""The plan contract every sensitivity analysis implements (pipeline step 3 of 6, docs/layout.md).
 
 An analysis is a pure function from (analysis form, catalog, policy) to a plan; the plan carries its own bound,
 as Tumult Core and OpenDP pair every transformation with its stability map. Nothing here touches a database:

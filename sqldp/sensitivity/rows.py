@@ -1005,6 +1005,12 @@ class RowPlan(ExactUnfolded):
     unread_grouped: frozenset[int] = frozenset()
 
     @property
+    def change_distances(self) -> frozenset[float]:
+        """The distances of the neighbouring changes that move this aggregate: one row of a private table t is at
+        its weight G_t (row-level privacy: no value changes)."""
+        return frozenset(self.weights[t] for t in self.private) or frozenset({1.0})
+
+    @property
     def query_count(self) -> int:
         """``len(self.queries)`` without building them: the runner and ColumnPlan.bind ask it at every run."""
         return (1 if len(self.unread) < len(self.scalars) else 0) + len(self.grouped) - len(self.unread_grouped)

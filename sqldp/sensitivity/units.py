@@ -151,6 +151,11 @@ class UnitPlan:
     histogram: bool = False
 
     @property
+    def change_distances(self) -> frozenset[float]:
+        """A neighbour differs in one unit's rows, at distance 1 (units have no weights)."""
+        return frozenset({1.0})
+
+    @property
     def queries(self) -> tuple[exp.Select, ...]:
         return () if self.histogram else (self.query,)
 

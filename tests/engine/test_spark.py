@@ -968,3 +968,46 @@ def test_a_session_sqldp_starts_on_a_local_master_gets_the_local_settings() -> N
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     assert out.stdout.split()[-3:] == ["4", "false", "true"]
+
+
+# -- the (ε, δ) paths at a table weight above 1 give PostgreSQL's figures on Spark ---------------------------
+#
+# The release is engine-independent code; what an engine could change is what it reads. Under lineitem at
+# weight 2 (rows only), partition selection's threshold (its one-sided count M = c·G, sqldp.release.
+# one_sided_count) and the Gaussian vector's σ (calibrated at distance 2) must be the same on both engines, and
+# the selector's true counts too: the brute-force oracles that check these figures on PostgreSQL
+# (tests/release/test_partition_selection.py, tests/release/test_gaussian_release.py) then hold on Spark.
+
+WEIGHTED = [
+    ("selection", "SELECT l_suppkey, COUNT(*) AS n, SUM(l_quantity) AS q FROM lineitem GROUP BY l_suppkey"),
+    ("gaussian", "SELECT " + ", ".join(f"SUM(l_quantity + {i})" for i in range(20)) + " FROM lineitem"),
+]
+
+
+@pytest.mark.parametrize(("case", "sql"), WEIGHTED, ids=[c for c, _ in WEIGHTED])
+def test_delta_paths_at_weight_two_give_postgresql_figures_on_spark(
+    tpch_dsn: Any, spark_tpch: Any, case: str, sql: str
+) -> None:
+    from sqldp.release import selection_threshold
+
+    text = datasets.dataset_path("tpch_catalog.toml").read_text(encoding="utf-8")
+    head, tail = text.split("[tables.lineitem]\n", 1)
+    body, rest = tail.split("\n\n", 1)
+    lines = [ln for ln in body.splitlines() if not ln.startswith("norm")]
+    text = head + "[tables.lineitem]\n" + "\n".join(lines).replace("weight = 1.0", "weight = 2.0") + "\n\n" + rest
+    keys = datasets.dataset_path("tpch.sql")
+    spark, _ = spark_tpch
+    pg = sqldp.connect(tpch_dsn[0], policy=Policy.from_toml(text), schema=keys)
+    sp = sqldp.connect(spark=spark, policy=Policy.from_toml(text), schema=keys)
+    privacy: dict[str, Any] = {"epsilon": 1.0, "delta": 1e-6, "mechanism": "laplace"}
+    a, b = pg.analyze(sql, audit=True, **privacy), sp.analyze(sql, audit=True, **privacy)
+    figures = [[(m.mechanism, m.noise_scale, m.one_sided, m.true_value) for m in g] for g in a.measurements]
+    assert figures == [[(m.mechanism, m.noise_scale, m.one_sided, m.true_value) for m in g] for g in b.measurements]
+    if case == "selection":
+        sel = a.measurements[0][0]
+        assert sel.one_sided == 1.0 and sel.sensitivity == 0.5  # a row moves one count by 1, at distance 2
+        assert [selection_threshold(g[0]) for g in a.measurements] == [
+            selection_threshold(g[0]) for g in b.measurements
+        ]
+    else:
+        assert {m.mechanism for m in a.measurements[0]} == {"gaussian-global"}

@@ -146,7 +146,7 @@ def test_order_and_limit_apply_to_the_released_rows(session: Session) -> None:
 
 def test_released_rows_keep_their_branch_error_bars(session: Session) -> None:
     """Each released value carries the error bar its branch gave it, under the set operation's column names;
-    an exact public row has none (README, "Answers": every released value carries its own error bar)."""
+    an exact public row has none (docs/output.md: every released value carries its own error bar)."""
     sql = (
         "SELECT t.g, COUNT(*) AS n FROM t WHERE t.g IN ('a', 'b') GROUP BY 1 "
         "UNION ALL SELECT t.g AS h, COUNT(*) AS c FROM t WHERE t.g = 'c' GROUP BY 1 "

@@ -89,15 +89,28 @@ def _neighbours() -> list[list[tuple[int, int, int]]]:
     return added + removed
 
 
-# (10, 0.1): a setting where the classic σ, valid for ε < 1 only, gives 4× the δ; 8 values choose the Gaussian
+# (10, 0.1): a setting where the classic σ, valid for ε < 1 only, gives 4× the δ; 8 values choose the Gaussian.
+# At a table weight G one row is a change at distance G, promised (ε·G, δ): the divergence is taken at e^(εG)
+# (a σ calibrated for distance 1 gives 1.5·10⁻² at G = 5 for δ = 10⁻³, 15× δ)
+@pytest.mark.parametrize("weight", [0.5, 1.0, 2.0, 20.0])
 @pytest.mark.parametrize(("eps", "delta"), [(1.0, 1e-3), (10.0, 0.1)])
-def test_every_neighbour_is_within_delta_at_epsilon(
-    session: tuple[sqldp.session.Session, psycopg.Connection], eps: float, delta: float
+def test_every_neighbour_is_within_delta_at_epsilon(pg_dsn: str, eps: float, delta: float, weight: float) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+        s = sqldp.connect(pg_dsn, Policy.from_toml(f"[tables.r]\nweight = {weight}\n" + POLICY))
+        _check_every_neighbour(s, conn, eps, delta, weight)
+
+
+def _check_every_neighbour(
+    s: sqldp.session.Session, conn: psycopg.Connection, eps: float, delta: float, weight: float
 ) -> None:
-    s, conn = session
     _load(conn, BASE)
     f = _truth(conn)
     scales, used = _scales(s, eps, delta)
+    if not mechanisms.gaussian_wins(eps, delta, 8, (weight,)):
+        # calibrated for distance G the Gaussian loses to Laplace at ε/k (pure ε·d at every d): not chosen
+        assert used == {GLOBAL}
+        return
     assert used == {GAUSSIAN} and len(scales) == len(f) == 16
     worst = 0.0
     for rows in _neighbours():
@@ -106,9 +119,27 @@ def test_every_neighbour_is_within_delta_at_epsilon(
         scales2, _ = _scales(s, eps, delta)
         assert scales2 == scales  # data-independent
         d = math.sqrt(sum(((x - y) / sd) ** 2 for x, y, sd in zip(f, f2, scales, strict=True)))
-        worst = max(worst, _divergence(d, eps))
+        worst = max(worst, _divergence(d, eps * weight))
     assert worst <= delta
     assert worst > delta * (1 - 1e-6)  # attained: one added row reaches every bound
+
+
+def test_values_in_a_norm_never_get_the_gaussian(pg_dsn: str) -> None:
+    """A change of a value in a norm has no bounded distance, and no σ gives (ε·d, δ) for every d: the same
+    8 global bounds get Laplace at ε/k each instead, and the session's zCDP account is not used."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+        _load(conn, BASE)
+    normed = POLICY.replace("[tables.r.columns.a]", '[tables.r]\nnorm = "l1(a)"\n[tables.r.columns.a]')
+    s = sqldp.connect(pg_dsn, Policy.from_toml(normed))
+    out = s.analyze("SELECT SUM(r.b), COUNT(*), SUM(r.a) FROM r", audit=True, epsilon=1.0, delta=1e-3)
+    assert out.measurements[0][0].mechanism != GAUSSIAN
+    many = ", ".join(f"SUM(r.b + {i})" for i in range(20))
+    out = s.analyze(f"SELECT SUM(r.a), {many} FROM r", audit=True, epsilon=1.0, delta=1e-6, mechanism="laplace")
+    assert GAUSSIAN not in {m.mechanism for m in out.measurements[0]}
+    plain = sqldp.connect(pg_dsn, Policy.from_toml(POLICY))
+    out = plain.analyze(f"SELECT {many} FROM r", audit=True, epsilon=1.0, delta=1e-6, mechanism="laplace")
+    assert {m.mechanism for m in out.measurements[0]} == {GAUSSIAN}  # the same without the norm
 
 
 def test_many_values_at_epsilon_one_delta_one_in_a_million(

@@ -1,4 +1,4 @@
-"""What sqldp's output reveals (README, "What each output field reveals"): without audit mode, the output of
+"""What sqldp's output reveals (docs/output.md, "What each output field reveals"): without audit mode, the output of
 ``run`` and ``analyze`` and the proxy's result sets carry nothing computed from the private data but the noisy
 answer; every refusal that does not need the data comes before the proxy charges the analyst."""
 
@@ -90,7 +90,7 @@ def test_output_without_audit_is_the_same_on_neighbouring_databases(
         )
     assert isinstance(after["run"]["answer"], float) and "answer" not in after["analyze"]
     assert after["analyze"]["plan"] == [
-        {"aggregate": "COUNT(*)", "groups": "full share", "epsilon": 1.0, "delta": None}
+        {"aggregate": "COUNT(*)", "groups": "full share", "epsilon": 1.0, "delta": None, "mechanism": "cauchy"}
     ]
 
 

@@ -40,18 +40,39 @@ def session(pg_dsn: str) -> Iterator[sqldp.session.Session]:
     yield sqldp.connect(pg_dsn, Policy.from_toml(POLICY), seed=17)
 
 
-@pytest.mark.parametrize(("epsilon", "delta", "c"), [(1.0, 1e-6, 1.0), (0.3, 0.01, 1.0), (2.0, 1e-9, 3.0)])
-def test_a_group_on_one_side_only_is_released_with_probability_delta(epsilon: float, delta: float, c: float) -> None:
-    """A neighbour adds or removes up to c rows of one group: a group with count c on one side and absent on the
-    other is released with P[c + Lap(c/ε) > τ] = ½·exp(−ε(τ − c)/c), which must be ≤ δ (here = δ exactly)."""
-    selector = Measurement("COUNT(*)", epsilon, delta, 0.0, c, c / epsilon, 0.0, {}, mechanism=GLOBAL)
+@pytest.mark.parametrize(
+    ("epsilon", "delta", "c", "weight"),
+    [
+        (1.0, 1e-6, 1.0, 1.0),
+        (0.3, 0.01, 1.0, 1.0),
+        (2.0, 1e-9, 3.0, 1.0),
+        (1.0, 1e-6, 0.5, 2.0),
+        (1.0, 1e-6, 0.05, 20.0),
+    ],
+)
+def test_a_group_on_one_side_only_is_released_with_probability_delta(
+    epsilon: float, delta: float, c: float, weight: float
+) -> None:
+    """A neighbour at distance G adds or removes up to M = c·G rows of one group (c per unit of distance): a group
+    with count M on one side and absent on the other is released with P[M + Lap(c/ε) > τ] = ½·exp(−ε(τ − M)/c),
+    which must be ≤ δ (here = δ exactly) at every weight G; a common group's release probability moves by at most
+    e^(εG) when its count moves by c·G."""
+    one_change = c * weight
+    selector = Measurement(
+        "COUNT(*)", epsilon, delta, 0.0, c, c / epsilon, 0.0, {}, mechanism=GLOBAL, one_sided=one_change
+    )
     tau = selection_threshold(selector)
-    released = 0.5 * math.exp(-epsilon * (tau - c) / c)
+    released = 0.5 * math.exp(-epsilon * (tau - one_change) / c)
     assert released == pytest.approx(delta, rel=1e-9) and released <= delta * (1 + 1e-9)
-    # the loss for groups present on both sides: the release probabilities of counts n and n + c differ by at
-    # most e^ε (the Laplace tail is e^ε-Lipschitz in the shift)
     for n in (c, 2 * c, tau, tau + c):
-        assert _released(n + c, tau, c / epsilon) / _released(n, tau, c / epsilon) <= math.exp(epsilon) * (1 + 1e-9)
+        ratio = _released(n + one_change, tau, c / epsilon) / _released(n, tau, c / epsilon)
+        assert ratio <= math.exp(epsilon * weight) * (1 + 1e-9)
+
+
+def test_the_threshold_fails_closed_without_a_one_sided_count() -> None:
+    selector = Measurement("COUNT(*)", 1.0, 1e-6, 0.0, 1.0, 1.0, 0.0, {}, mechanism=GLOBAL)
+    with pytest.raises(RefusedError, match="bound on the count of a group that one change creates"):
+        selection_threshold(selector)
 
 
 def _released(n: float, tau: float, scale: float) -> float:
@@ -173,23 +194,36 @@ def _hockey_stick(p: list | None, q: list | None, eps: float) -> float:
     return max(0.0, p_bot - scale * q_bot) + area
 
 
+FANOUT = '[tables.p]\nrows = "public"\n'
+
+
+@pytest.mark.parametrize("weight", [0.5, 1.0, 2.0, 20.0])
 @pytest.mark.parametrize(
     ("sql", "epsilon", "delta"),
     [
         ("SELECT t.g, COUNT(*) AS n FROM t GROUP BY t.g", 1.0, 0.01),
         ("SELECT t.g, COUNT(*) AS n, SUM(t.x) AS s FROM t GROUP BY t.g", 0.7, 1e-3),
+        # a fan-out to a public table: one row of t is two join rows (p holds each key twice)
+        ("SELECT t.g, COUNT(*) AS n FROM t JOIN p ON p.k = t.x GROUP BY t.g", 1.0, 0.01),
     ],
 )
-def test_exact_privacy_loss_over_every_neighbour(pg_dsn: str, sql: str, epsilon: float, delta: float) -> None:
-    """Every neighbour (one row of t removed, or one added to a present or a new group) of a tiny database: the
-    released outputs' hockey-stick divergence at e^ε, in both directions, is ≤ δ, with the scales, shares and
+def test_exact_privacy_loss_over_every_neighbour(
+    pg_dsn: str, sql: str, epsilon: float, delta: float, weight: float
+) -> None:
+    """Every neighbour (one row of t removed, or one added to a present or a new group) of a tiny database, t at
+    ``weight`` G (one row at distance G): the released outputs' hockey-stick divergence at e^(εG), in both
+    directions, is ≤ δ — the README's "(ε·d, δ) for one change at distance d" — with the scales, shares and
     threshold sqldp computes (not restated here). Groups untouched by the changed row have equal output
     distributions and integrate out; the changed row touches exactly one group. The bound is attained (a group
-    present on one side only is released with probability δ), so a lower threshold fails it."""
+    present on one side only is released with probability δ), so a lower threshold fails it: the threshold
+    c·(1 + ln(1/(2δ))/ε) that ignored G gave 0.9986 at G = 20."""
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id INT PRIMARY KEY, g TEXT, x INT)")
         conn.execute("CREATE TABLE u (id INT PRIMARY KEY, g TEXT)")
-    session = sqldp.connect(pg_dsn, Policy.from_toml(RANGED), seed=3)
+        conn.execute("CREATE TABLE p (id INT PRIMARY KEY, k INT)")
+        conn.execute("INSERT INTO p SELECT i, i / 2 FROM generate_series(0, 7) AS i")  # keys 0 … 3, twice each
+    policy = RANGED.replace('[tables.t]\nrows = "private"\n', f'[tables.t]\nrows = "private"\nweight = {weight}\n')
+    session = sqldp.connect(pg_dsn, Policy.from_toml(policy + FANOUT), seed=3)
     base = [(1, "a", 1), (2, "a", 3), (3, "b", 0), (4, "c", 2)]
     neighbours = [[r for r in base if r != drop] for drop in base]
     neighbours += [[*base, (9, g, x)] for g in ("a", "b", "new") for x in (0, 3)]
@@ -209,7 +243,7 @@ def test_exact_privacy_loss_over_every_neighbour(pg_dsn: str, sql: str, epsilon:
         assert len(changed) == 1, changed
         g = changed[0]
         for p, q in ((d0.get(g), d1.get(g)), (d1.get(g), d0.get(g))):
-            h = _hockey_stick(p, q, epsilon)
+            h = _hockey_stick(p, q, epsilon * weight)
             assert h <= delta * (1 + 1e-6), (rows, g, h)
             worst = max(worst, h)
-    assert worst == pytest.approx(delta, rel=1e-3)  # a group of one row on one side only: released w.p. δ
+    assert worst == pytest.approx(delta, rel=1e-3)  # a group of the changed row only, on one side: released w.p. δ

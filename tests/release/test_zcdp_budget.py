@@ -109,3 +109,34 @@ def test_a_run_that_spends_delta_otherwise_ends_the_zcdp_account(pg_dsn: str) ->
     assert fresh.remaining[0] == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(BudgetExhaustedError):
         fresh.run(MANY, **privacy)
+
+
+def _sigma_at(eps: float, delta: float, d: float) -> float:
+    """σ for ℓ2 sensitivity d at the loss ε·d (the hockey-stick divergence of N(d, σ²) from N(0, σ²) at e^(εd))."""
+
+    def excess(s: float) -> float:
+        a, b = d / (2 * s), eps * s
+        return float(special.ndtr(a - b) - math.exp(eps * d) * special.ndtr(-a - b)) - delta
+
+    return float(optimize.brentq(excess, 0.01, 1000.0, xtol=1e-14))
+
+
+def test_a_weight_above_one_converts_at_its_distance(pg_dsn: str) -> None:
+    """r at weight 2: one row is a change at distance 2, promised (ε·2, δ). The Gaussian is calibrated at distance
+    2, and the zCDP account (ρ per unit distance, ρ·d² at d) converts at d = 2: ε = 2ρ + 2√(ρ ln(1/δ′)) — the
+    conversion at distance 1 would overspend at d = 2 (ρ·4 + 2·2√(ρL) > 2·(ρ + 2√(ρL))). Both expected counts
+    are computed here, independently of sqldp."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS r (a INT, b INT); CREATE TABLE IF NOT EXISTS s (b INT)")
+        conn.execute("DELETE FROM r; INSERT INTO r VALUES (1, 0), (2, 1)")
+    s = sqldp.connect(pg_dsn, Policy.from_toml("[tables.r]\nweight = 2.0\n" + POLICY), budget=2.0, delta_budget=1e-5)
+    privacy = {"epsilon": 0.25, "delta": 1e-6, "mechanism": "laplace"}
+    measured = s.analyze(MANY, audit=True, **privacy).measurements[0]
+    assert {m.mechanism for m in measured} == {"gaussian-global"}
+    sigma = _sigma_at(0.25, 1e-6, 2.0)
+    # SUM(a + 0), a ∈ [0, 2]: bound 2/G = 1 per unit of distance
+    assert measured[0].noise_scale == pytest.approx(1.0 * math.sqrt(20) * sigma, rel=1e-6)
+    rho = 1 / (2 * sigma**2)
+    expected = max(t for t in range(1, 1000) if 2 * t * rho + 2 * math.sqrt(t * rho * math.log(1e5)) <= 2.0)
+    assert _runs_until_refused(s, MANY, **privacy) == expected
+    assert s.longest == 2.0
