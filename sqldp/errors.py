@@ -82,6 +82,13 @@ class ForbiddenError(RefusedError):
     sqlstate = "42501"  # insufficient_privilege
 
 
+class TooLargeError(RefusedError):
+    """A private query whose statements PostgreSQL's planner expects to be larger than the session allows
+    (sqldp.session.Session.check): refused before anything runs or is charged."""
+
+    sqlstate = "54000"  # program_limit_exceeded
+
+
 class BudgetExhaustedError(SqldpError):
     """The analyst's privacy budget does not cover the query."""
 
@@ -89,9 +96,16 @@ class BudgetExhaustedError(SqldpError):
     hint = "SHOW sqldp.budget (through the proxy) or sqldp budget show says what is left"
 
 
+# SQLSTATE classes of a database that cannot serve (PostgreSQL manual, Appendix A): no connection, too few
+# resources, shut down by an operator (57P01…, not 57014, a cancelled statement), a system or internal error
+UNREACHABLE_CLASSES = ("08", "53", "57P", "58", "XX")
+
+
 class DatabaseError(SqldpError):
     """The database could not be reached or failed while running sqldp's own SQL. ``sqlstate`` is
-    PostgreSQL's own code when it reported one (a division by zero is 22012), else 08000 (no connection)."""
+    PostgreSQL's own code when it reported one (a division by zero is 22012), else 08000 (no connection).
+    The CLI exits 1 for a database that cannot serve (:data:`UNREACHABLE_CLASSES`) and 2, as for other bad
+    input, for a statement PostgreSQL rejected or failed on (42883: an operator that does not exist)."""
 
     exit_code = 1
     sqlstate = "08000"  # connection_exception
@@ -100,6 +114,7 @@ class DatabaseError(SqldpError):
         super().__init__(message, where=where)
         if sqlstate:
             self.sqlstate = sqlstate
+        self.exit_code = 1 if self.sqlstate.startswith(UNREACHABLE_CLASSES) else 2
 
 
 class StatementError(InputError):

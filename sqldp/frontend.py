@@ -19,7 +19,7 @@ from sqlglot.optimizer.qualify import qualify
 from sqlglot.tokens import TokenType
 
 from sqldp import algebra as ra
-from sqldp import dates
+from sqldp import dates, literals
 from sqldp.catalog import Catalog
 from sqldp.errors import (
     CatalogError,
@@ -220,8 +220,9 @@ def parse(sql: str, catalog: Catalog) -> ParsedQuery:
         raise RefusedError(f"only queries (SELECT) can be answered, not {kind}", where=position(sql, tree))
     try:
         _check_tables(sql, tree, catalog)
-        # constant date ± interval becomes the date PostgreSQL computes (sqldp.dates), before any analysis
-        qualified = dates.fold_date_arithmetic(_qualify(sql, tree, catalog))
+        # untyped literals get the type PostgreSQL resolves them to (sqldp.literals), and constant date ±
+        # interval becomes the date PostgreSQL computes (sqldp.dates), before any analysis
+        qualified = dates.fold_date_arithmetic(literals.resolve(_qualify(sql, tree, catalog), catalog))
         assert isinstance(qualified, exp.Query)
         return ParsedQuery(sql, qualified, Builder(sql).query(qualified, {}), tree)
     except RecursionError:

@@ -89,7 +89,8 @@ def key_domains(form: AnalysisForm, policy: Policy, catalog: Catalog | None = No
         # them occur with the private rows is private): every group is chosen by partition selection
         if form.select_by is None:
             raise RefusedError(
-                "SELECT DISTINCT over private tables releases which values occur; allow δ > 0 "
+                "SELECT DISTINCT over private tables releases which values occur (so does GROUP BY without "
+                "aggregates); allow δ > 0 "
                 "(--mechanism laplace --delta D) for DP partition selection"
             )
         return tuple(KeyDomain(None, None, private=True) for _ in form.group_by)

@@ -272,9 +272,18 @@ class Normalizer:
             released = [r.table for r in ra.relations(root) if r.table in private]
             if not released:  # the private tables are read only inside expression subqueries
                 self._subqueries(statement, private)
+            listed = [r.table for r in _unaggregated(root) if r.table in private]
+            if released and not listed:
+                # every private row is read under a GROUP BY / aggregate of a derived table: what leaves is
+                # an outer query over aggregated results, not rows; the cause to name is that shape
+                raise ForbiddenError(
+                    f"an outer query reads the aggregated results of a derived table over private table "
+                    f"{released[0]!r}: post-processing aggregates in an outer query is not supported yet; "
+                    "ask the aggregate query itself (ORDER BY and LIMIT may follow its GROUP BY)"
+                )
             raise ForbiddenError(
-                f"the query releases rows of private table {(released or private)[0]!r}; only aggregates "
-                f"({aggregates.supported()}) over private tables can be answered"
+                f"the query releases rows of private table {(listed or released or private)[0]!r}; only "
+                f"aggregates ({aggregates.supported()}) over private tables can be answered"
             )
         # SUM/COUNT/AVG over a derived table grouped by one key: the aggregate of its rows it equals (sqldp.nested)
         body = nested.flatten(self, body) or body
@@ -307,6 +316,11 @@ class Normalizer:
             self._check_post_processed(having, body.having, "HAVING may compare aggregates and numbers")
             self.notes.append("HAVING evaluated on the noisy aggregates (post-processing)")
         order_by, limit = self._order(sort, outputs, body) if sort is not None else ((), None)
+        if groups and not measured and not distinct_rows:
+            # GROUP BY with no aggregate lists the groups present in the data, as SELECT DISTINCT does (also
+            # over a declared or public key: which occur with the private rows is private)
+            distinct_rows = True
+            self.notes.append("GROUP BY without aggregates → groups chosen by DP partition selection")
         form = AnalysisForm(
             uses=tuple(block.uses),
             conjuncts=tuple(conjuncts),
@@ -495,3 +509,13 @@ def normalize(parsed: ParsedQuery, catalog: Catalog, policy: Policy) -> Analysis
             if err.join in keep:  # cannot happen (a kept join is not left out); fail closed all the same
                 raise RefusedError(str(err), where=err.where) from None
             keep |= {err.join}
+
+
+def _unaggregated(node: ra.Node) -> list[ra.Relation]:
+    """The relation uses of ``node`` that no aggregation (γ) or DISTINCT (δ) sits above: the rows an answer
+    would list as they are."""
+    if isinstance(node, ra.Relation):
+        return [node]
+    if isinstance(node, (ra.Aggregate, ra.Distinct)):
+        return []
+    return [r for c in ra.children(node) for r in _unaggregated(c)]

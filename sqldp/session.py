@@ -25,10 +25,11 @@ from sqldp.context import load_catalog, load_policy
 from sqldp.db import connect, resolve_dsn
 from sqldp.engine import Engine
 from sqldp.engine.postgres import PostgresEngine
-from sqldp.errors import BudgetExhaustedError, InputError, RefusedError
+from sqldp.errors import BudgetExhaustedError, InputError, RefusedError, TooLargeError
 from sqldp.form import AnalysisForm, single_aggregate
 from sqldp.frontend import ParsedQuery, locate, parse, parse_statement, too_deep
 from sqldp.groups import KeyDomain, key_domains, partition_selection
+from sqldp.limits import DEFAULT_MAX_ESTIMATED_ROWS, DEFAULT_STATEMENT_TIMEOUT
 from sqldp.mechanisms import NoiseSource, zcdp_epsilon
 from sqldp.normalize import PublicRelease, normalize, relations_read
 from sqldp.params import PrivacyParams, check_beta, resolve_params
@@ -66,7 +67,16 @@ class Session:
         delta_budget: float | None = None,
         spark: Any = None,
         spark_tables: Mapping[str, str] | None = None,
+        statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT,
+        max_estimated_rows: float | None = DEFAULT_MAX_ESTIMATED_ROWS,
     ) -> None:
+        for name, limit in (("statement_timeout", statement_timeout), ("max_estimated_rows", max_estimated_rows)):
+            if limit is not None and not (isinstance(limit, (int, float)) and math.isfinite(limit) and limit >= 0):
+                raise InputError(f"{name} must be a finite number ≥ 0 (0: no limit), got {limit!r}", where=name)
+        # seconds a statement may run on PostgreSQL, and the planner's row estimate a private query may reach
+        # before it is refused uncharged (check); None or 0: no limit
+        self.statement_timeout = statement_timeout or None
+        self.max_estimated_rows = max_estimated_rows or None
         self.policy = load_policy(policy)
         self.engine: Engine
         if spark is not None:
@@ -94,7 +104,9 @@ class Session:
                 )
             # ``pool``: an optional psycopg_pool.ConnectionPool of connections set up by engine.postgres.configure
             # (the proxy reuses connections: opening one per query costs milliseconds)
-            self.engine = PostgresEngine(self.analyst_dsn, pool=pool, first=first)
+            self.engine = PostgresEngine(
+                self.analyst_dsn, pool=pool, first=first, statement_timeout=self.statement_timeout
+            )
         self.noise = NoiseSource.seeded(seed) if seed is not None else NoiseSource()
         # a privacy budget for this session's releases (sequential composition, NR §3.3.10.4): each run is
         # charged its ε (and δ) before anything is read, and refused when the budget does not cover it
@@ -118,6 +130,7 @@ class Session:
             tuple[str, tuple[tuple[str, Any], ...]], Prepared | Workflow | selection.Chosen | SetRelease
         ] = OrderedDict()
         self._cached_for: tuple[Policy, Catalog] = (self.policy, self.catalog)
+        self._checked: set[str] = set()  # answer statements PostgreSQL's parse analysis accepted (check)
 
     @property
     def dialect(self) -> str:
@@ -297,6 +310,8 @@ class Session:
         """The data owner's analysis: sensitivity and noise scale from the data, nothing released. With
         ``audit=False``, the plan only: nothing is read (what an analyst may see, as ``sqldp analyze``)."""
         prepared = self.prepare(sql, **privacy)
+        if audit and not prepared.public:  # it runs the statements a release would: the same checks first
+            self.check(prepared)
         return prepared.analyze() if audit else prepared.describe()
 
     def cost(self, sql: str, **privacy: Any) -> tuple[float, float]:
@@ -344,6 +359,10 @@ class Session:
         before anything is read; a charged query that then fails stays charged (its failure is an answer)."""
         prepared = self.prepare(sql, **privacy)
         if prepared.params is not None:
+            # PostgreSQL's parse analysis first (reads no row), as the proxy does: a statement it rejects on its
+            # text and the schema alone (COUNT(SUM(x)), a type error in WHERE) is a free StatementError, not a
+            # charged failure
+            self.check(prepared)
             # a workflow's steps are charged sequentially only (their ρ is not added up)
             rho = (
                 zcdp(prepared.form, prepared.params, prepared.plans)
@@ -361,6 +380,39 @@ class Session:
         result = prepared.run()
         result.audit = audit
         return result
+
+    def check(self, prepared: Prepared | Workflow | selection.Chosen | SetRelease) -> None:
+        """Have the engine parse and type the statements a private query will run, without reading a row
+        (:meth:`sqldp.engine.Engine.check`); raises :class:`sqldp.errors.StatementError` for one it rejects.
+        Then, on PostgreSQL, refuse them with :class:`sqldp.errors.TooLargeError` when the planner expects a
+        step of more rows than ``max_estimated_rows`` (EXPLAIN, nothing run). That estimate comes from the
+        statistics of the private tables: an operational guard of whoever holds the session (the data owner's
+        side, docs/output.md "What each output field reveals"), a refusal before any charge, never an analyst's figure.
+        Once per answer text while the session lives (the schema is the one the catalog was read from)."""
+        statements = prepared.statements
+        if statements is None:
+            return
+        with self._lock:
+            if statements.answer in self._checked:
+                return
+        texts = statements.all()
+        if isinstance(prepared, Workflow):  # each scalar subquery's step runs statements of its own first
+            steps = (p.statements for _, p in prepared.steps if not p.public and p.statements is not None)
+            texts = [*texts, *(t for s in steps for t in s.all())]
+        self.engine.check(texts)
+        if self.max_estimated_rows is not None and isinstance(self.engine, PostgresEngine):
+            rows, at = self.engine.largest_estimate(texts)
+            if rows > self.max_estimated_rows:
+                which = "its answer statement" if at == 0 else f"its statement {at + 1} of {len(texts)}"
+                raise TooLargeError(
+                    f"PostgreSQL's planner expects a step of {rows:.3g} rows in {which}, over this session's "
+                    f"limit of {self.max_estimated_rows:.3g} (max_estimated_rows, --max-estimated-rows; 0: no "
+                    "limit); nothing was run or charged"
+                )
+        with self._lock:
+            if len(self._checked) >= PREPARED_CACHE:
+                self._checked.clear()
+            self._checked.add(statements.answer)
 
     def _charge(self, eps: float, delta: float, rho: float | None = None, longest: float = 1.0) -> None:
         """Charge a run's (ε, δ) (and ρ, None where it is not ρ-zCDP; ``longest``, the longest distance of one
@@ -464,6 +516,8 @@ def compile_form(
     # a value-level plan may move private conjuncts into its aggregate (NR §3.3.8.4, q_m); the aggregates
     # share one answer query, so they must agree on what stays in WHERE
     wheres = [p.conjuncts for p in plans]
+    if not wheres:  # normalize makes a GROUP BY without aggregates partition selection; nothing else has none
+        raise RefusedError("the query measures no aggregate over the private tables it reads")
     if len({tuple(c.sql for c in w) for w in wheres}) > 1:
         raise RefusedError("the aggregates of this query need different continuous filters; ask them one by one")
     answer = answer_query(dataclasses.replace(form, aggregates=tuple(p.aggregate for p in plans), conjuncts=wheres[0]))

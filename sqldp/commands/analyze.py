@@ -9,11 +9,13 @@ are functions of the private data released without noise, and says so in the out
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqldp.cli import common_options, emit, read_query
 from sqldp.errors import InputError
+from sqldp.limits import DEFAULT_MAX_ESTIMATED_ROWS, DEFAULT_STATEMENT_TIMEOUT
 from sqldp.result import _describe_term, format_text  # noqa: F401  (_describe_term: tests read it here)
 
 if TYPE_CHECKING:
@@ -84,6 +86,19 @@ def engine_options() -> argparse.ArgumentParser:
         help="Spark: register each <table>.parquet of DIR (default: where sqldp load --engine spark writes); "
         "keys from --schema, else DIR/schema.sql when present",
     )
+    g.add_argument(
+        "--statement-timeout",
+        type=float,
+        metavar="SECONDS",
+        help=f"PostgreSQL: cancel a statement after SECONDS (default {DEFAULT_STATEMENT_TIMEOUT:g}; 0: no limit)",
+    )
+    g.add_argument(
+        "--max-estimated-rows",
+        type=float,
+        metavar="N",
+        help="PostgreSQL: refuse, before running or charging it, a private query whose plan expects a step of "
+        f"more than N rows (default {DEFAULT_MAX_ESTIMATED_ROWS:g}; 0: no limit)",
+    )
     return p
 
 
@@ -91,8 +106,15 @@ def open_session(args: argparse.Namespace) -> Session:
     """The session a command runs on: PostgreSQL (``--dsn``) or Spark (``--engine spark``)."""
     from sqldp.session import Session  # imported when a command runs: `sqldp --help` stays fast
 
+    limits = {}
+    for flag, name in (("--statement-timeout", "statement_timeout"), ("--max-estimated-rows", "max_estimated_rows")):
+        value = getattr(args, name, None)
+        if value is not None:
+            if not (math.isfinite(value) and value >= 0):
+                raise InputError(f"must be a finite number ≥ 0 (0: no limit), got {value:g}", where=flag)
+            limits[name] = value
     if getattr(args, "engine", "postgres") != "spark":
-        return Session(args.dsn, args.policy, schema=args.schema, data_dir=args.data_dir, seed=args.seed)
+        return Session(args.dsn, args.policy, schema=args.schema, data_dir=args.data_dir, seed=args.seed, **limits)
     if args.dsn:
         raise InputError("--dsn is PostgreSQL's; with --engine spark the data comes from --spark-data", where="--dsn")
     from sqldp import datasets

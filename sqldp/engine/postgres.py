@@ -148,19 +148,25 @@ def _unaliased(text: str) -> str:
     return text
 
 
-def configure(conn: psycopg.Connection) -> None:
+def configure(conn: psycopg.Connection, statement_timeout: float | None = None) -> None:
     """Set up a connection the session reads through (autocommit): read only, and statements prepared from
     their first run, since an analysed query runs the same SQL texts every time (the session caches them).
-    No statement timeout, whatever the server or role sets: how long a statement runs depends on the data, so
-    a timeout that cancels it would answer for the data without noise (docs/sql.md, "Errors are answers too")."""
+    The statement timeout is the session's (seconds; None: none), whatever the server or role sets. A timeout
+    that cancels a private query's statements ends its release after the charge, which stays: "ran over T" is
+    a function of the latency the caller sees anyway, the timing side channel (docs/sql.md, "Errors are answers
+    too"; docs/limits.md)."""
     for statement in SETUP:
         conn.execute(statement)
+    if statement_timeout:
+        conn.execute(f"SET statement_timeout = {max(1, round(statement_timeout * 1000))}")  # milliseconds
     conn.prepare_threshold = 0
 
 
 def database_error(exc: psycopg.Error) -> DatabaseError:
     """One line from PostgreSQL's message (its first line says what failed)."""
     diag = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if exc.sqlstate == "57014" and "statement timeout" in diag:  # the session's limit (configure), not a cancel
+        diag += " (the session's statement_timeout, --statement-timeout SECONDS; 0: no limit)"
     return DatabaseError(f"PostgreSQL failed on the query: {diag}", sqlstate=exc.sqlstate)
 
 
@@ -272,11 +278,21 @@ class PostgresEngine:
     ConnectionPool of connections set up by :func:`configure`) when given, else on a few it keeps open
     (opening one costs ≈ 6 ms, more than many plain queries). ``first`` is an open connection to reuse."""
 
-    def __init__(self, dsn: str, *, pool: Any = None, first: psycopg.Connection | None = None) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        pool: Any = None,
+        first: psycopg.Connection | None = None,
+        statement_timeout: float | None = None,
+    ) -> None:
         self.dsn = dsn
         self.pool = pool
+        # seconds each statement may run on the connections this engine opens (None: no limit); a pool's
+        # connections are set up by whoever made the pool (the proxy has its own timeout, docs/proxy.md)
+        self.statement_timeout = statement_timeout
         if first is not None:
-            configure(first)
+            configure(first, statement_timeout)
         self._idle: list[psycopg.Connection] = [first] if first is not None else []
         self._lock = threading.Lock()
 
@@ -308,7 +324,7 @@ class PostgresEngine:
             conn = self._idle.pop() if self._idle else None
         if conn is None or conn.closed:
             conn = connect(self.dsn)
-            configure(conn)
+            configure(conn, self.statement_timeout)
         try:
             yield conn
         except BaseException:
@@ -369,6 +385,26 @@ class PostgresEngine:
                         f"PostgreSQL refused the query: {primary.decode('utf-8', 'replace')}",
                         sqlstate=(sqlstate or b"42000").decode("ascii"),
                     )
+
+    def largest_estimate(self, texts: Sequence[str]) -> tuple[float, int]:
+        """The largest number of rows PostgreSQL's planner expects any step of any of ``texts`` to produce
+        (EXPLAIN without ANALYZE: it plans from the tables' statistics and runs nothing), and the index of the
+        statement it is in. The estimate reads pg_class and pg_statistic, which describe the private tables
+        too: a figure for the data owner's guard (sqldp.session.Session.check), never for an analyst."""
+        largest, where = 0.0, 0
+        with self.connection() as conn:
+            for i, text in enumerate(texts):
+                try:
+                    row = conn.execute(f"EXPLAIN (FORMAT JSON) {text}").fetchone()
+                except psycopg.Error as exc:
+                    raise database_error(exc) from exc
+                plans = [row[0][0]["Plan"]] if row is not None else []
+                while plans:
+                    node = plans.pop()
+                    if float(node.get("Plan Rows", 0)) > largest:
+                        largest, where = float(node["Plan Rows"]), i
+                    plans.extend(node.get("Plans", ()))
+        return largest, where
 
     def execute(self, statements: Statements, speed: Speed) -> Fetched:
         with self.connection() as conn:

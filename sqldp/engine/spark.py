@@ -233,8 +233,8 @@ class SparkEngine:
 
     def check(self, texts: Sequence[str]) -> None:
         """Nothing before the run: the statements name the per-query snapshot views, which exist only while
-        :meth:`execute` runs, where Spark's analyser checks them first. The proxy, the one caller that must
-        refuse before charging, serves PostgreSQL only."""
+        :meth:`execute` runs, where Spark's analyser checks them first. The proxy serves PostgreSQL only; a
+        budgeted Session on Spark (sqldp.session.Session.check) charges a statement Spark then rejects."""
 
     def execute_public(self, sql: str) -> tuple[list[str], list[Row]]:
         """A statement over public tables, in Spark SQL that reads only snapshot names

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from sqldp.errors import PolicyError
-from sqldp.policy.document import PRIVACY_KEYS, Policy, parse_privacy
+from sqldp.policy.document import PRIVACY_KEYS, Defaults, Policy, parse_privacy
 from sqldp.policy.keys import check_keys
 from sqldp.policy.values import positive
 
@@ -128,7 +128,10 @@ def parse_proxy(policy: Policy) -> ProxyPolicy:
     analysts_raw = raw.get("analysts", {})
     if not isinstance(analysts_raw, dict):
         raise PolicyError("must be a table of tables", where=f"{source}: analysts")
-    analysts = {name: _analyst(name, spec, creds, f"{source}: analysts.{name}") for name, spec in analysts_raw.items()}
+    analysts = {
+        name: _analyst(name, spec, creds, f"{source}: analysts.{name}", policy.defaults)
+        for name, spec in analysts_raw.items()
+    }
     for name in creds:
         if name not in analysts:
             raise PolicyError(
@@ -154,7 +157,7 @@ def _timeout(spec: Mapping[str, Any], where: str) -> float | None:
     return positive(spec["statement_timeout"], f"{where}.statement_timeout", upper=86400)
 
 
-def _analyst(name: str, spec: Any, creds: Mapping[str, str], where: str) -> AnalystPolicy:
+def _analyst(name: str, spec: Any, creds: Mapping[str, str], where: str, defaults: Defaults) -> AnalystPolicy:
     check_keys(spec, ANALYST_KEYS, {"epsilon_limit"}, where)  # epsilon_limit: every analyst needs an ε budget
     text = spec.get("verifier", creds.get(name))
     if text is None:
@@ -163,11 +166,22 @@ def _analyst(name: str, spec: Any, creds: Mapping[str, str], where: str) -> Anal
         raise PolicyError("verifier given both here and in the credentials file", where=f"{where}.verifier")
     if not isinstance(text, str):
         raise PolicyError("must be a SCRAM-SHA-256 verifier string", where=f"{where}.verifier")
+    privacy = parse_privacy(spec, where)
+    # an analyst cannot pass --delta: a Laplace mechanism without a δ from the policy would refuse every
+    # private query of theirs with a message about a flag they do not have, so the data owner hears it now
+    mechanism = privacy.get("mechanism", defaults.mechanism)
+    if mechanism == "laplace" and privacy.get("delta", defaults.delta) is None:
+        origin = "mechanism = 'laplace'" if "mechanism" in privacy else "[defaults] mechanism = 'laplace'"
+        raise PolicyError(
+            f"{origin} gives (ε, δ)-DP and needs a δ per query, which this analyst cannot pass: set delta here "
+            "or in [defaults] (and a delta_limit to spend it), or use mechanism = 'cauchy'",
+            where=f"{where}.mechanism" if "mechanism" in privacy else where,
+        )
     return AnalystPolicy(
         name,
         text,
         positive(spec["epsilon_limit"], f"{where}.epsilon_limit", allow_zero=True),
         positive(spec.get("delta_limit", 0.0), f"{where}.delta_limit", allow_zero=True),
-        parse_privacy(spec, where),
+        privacy,
         _timeout(spec, where),
     )

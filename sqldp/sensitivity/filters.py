@@ -156,7 +156,10 @@ def linear(e: exp.Expr, info: ColumnInfo) -> Linear:
             ) from None
         return Linear({}, float(days))
     if isinstance(e, exp.Literal) and not e.is_string:
-        return Linear({}, float(e.this))
+        value = float(e.this)
+        if not math.isfinite(value):  # 1e309: a NUMERIC in PostgreSQL, infinity in the filter's arithmetic
+            raise RefusedError(f"the number {e.this} in a private filter is beyond double precision (±1.8e308)")
+        return Linear({}, value)
     if isinstance(e, exp.Interval):
         return Linear({}, _interval_days(e))
     if isinstance(e, exp.Column) and e.table:
@@ -219,6 +222,8 @@ def _slopes(lin: Linear, info: ColumnInfo, per_unit: float) -> dict[ColumnRef, f
 def _on_grid(x: float, g: Fraction) -> tuple[float, bool]:
     """x/g rounded when it is within float noise of an integer, and whether it is one."""
     k = x / float(g)
+    if not math.isfinite(k):  # a constant near 1e308 over a fine grid: no grid step holds it
+        raise RefusedError(f"the constant {x:g} of a private filter is too large for its column's grid")
     r = round(k)
     if abs(k - r) <= 1e-9 * max(1.0, abs(k)):
         return float(r), True
@@ -236,6 +241,9 @@ def compare(
         op = exp.GT if op is exp.LT else exp.GTE
     if not d.coefs:
         raise RefusedError("a private filter compares constants only")
+    if not (math.isfinite(d.const) and all(math.isfinite(c) for c in d.coefs.values())):
+        # finite parts whose sum or product overflows (1e308 + 1e308): the ramp's arithmetic would be infinite
+        raise RefusedError("a private filter's constants are beyond double precision (±1.8e308)")
     g = d.grid
     if g is not None and g > 0:
         cap = 4.0 / SIGMOID_ALPHA if op in (exp.GT, exp.GTE) else 2.0 / SIGMOID_ALPHA

@@ -111,6 +111,17 @@ def test_norm_of_large_values_does_not_overflow() -> None:
         ),
         ("[analysts.a]\nverifier = 'V'\nepsilon_limit = 1\ndelta = 1.5\n", "analysts.a.delta", "< 1"),
         ("[analysts.a]\nverifier = 'V'\nepsilon_limit = 1\nconfidence = 2\n", "analysts.a.confidence", "< 1"),
+        # a Laplace analyst without δ loaded, then every private query failed naming --delta
+        (
+            "[analysts.a]\nverifier = 'V'\nepsilon_limit = 1\nmechanism = 'laplace'\n",
+            "analysts.a.mechanism",
+            r"needs a δ per query, which this analyst cannot pass: set delta here or in \[defaults\]",
+        ),
+        (
+            "[defaults]\nmechanism = 'laplace'\n[analysts.a]\nverifier = 'V'\nepsilon_limit = 1\n",
+            "analysts.a",
+            r"\[defaults\] mechanism = 'laplace' gives \(ε, δ\)-DP",
+        ),
     ],
 )
 def test_proxy_sections_are_one_line_errors_naming_the_key(text: str, where: str, problem: str) -> None:
@@ -122,6 +133,22 @@ def test_proxy_sections_are_one_line_errors_naming_the_key(text: str, where: str
     with pytest.raises(PolicyError, match=problem) as err:
         config.load(Policy.from_toml(text, source="p.toml"))
     assert err.value.where == f"p.toml: {where}"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[analysts.a]\nverifier = 'V'\nepsilon_limit = 1\nmechanism = 'laplace'\ndelta = 1e-6\n",
+        "[defaults]\ndelta = 1e-6\n[analysts.a]\nverifier = 'V'\nepsilon_limit = 1\nmechanism = 'laplace'\n",
+        "[defaults]\nmechanism = 'laplace'\n[analysts.a]\nverifier = 'V'\nepsilon_limit = 1\nmechanism = 'cauchy'\n",
+    ],
+)
+def test_a_laplace_analyst_with_a_delta_from_the_policy_loads(text: str) -> None:
+    from sqldp.proxy import config
+    from sqldp.proxy.scram import make_verifier
+
+    text = text.replace("'V'", repr(str(make_verifier("pw"))))
+    assert "a" in config.load(Policy.from_toml(text, source="p.toml")).analysts
 
 
 @pytest.mark.parametrize(

@@ -278,8 +278,9 @@ def test_an_error_on_one_more_row_never_answers(pg_dsn: str, query: str, row: st
 
 def test_a_statement_timeout_does_not_answer_for_the_data(pg_dsn: str) -> None:
     """A timeout the data trips is an answer (how many rows share a key decides how long the join takes): sqldp's
-    connections set no statement timeout, whatever the database configures, so the slow D is answered like the
-    fast one (without it, PostgreSQL cancels the slow one: "canceling statement due to statement timeout")."""
+    connections set the session's own statement timeout (docs/limits.md), whatever the database configures, so
+    the slow D is answered like the fast one (with the database's, PostgreSQL cancels the slow one: "canceling
+    statement due to statement timeout")."""
     with psycopg.connect(pg_dsn, autocommit=True) as c:
         c.execute("CREATE TABLE t (id INT PRIMARY KEY, k INT)")
         c.execute("INSERT INTO t SELECT i, i FROM generate_series(1, 3000) i")
