@@ -35,15 +35,51 @@ class KeyDomain:
     # a column of a private table with no declared domain: its groups are those present in the data, each
     # released only if its noisy count passes a threshold (DP partition selection, :func:`partition_selection`)
     private: bool = False
+    # keys whose groups are the DISTINCT tuples of public tables (:func:`_joint_domains`), not the product of
+    # each key's values: the GROUP BY positions of the keys, in the order of ``query``'s columns; every member
+    # carries the same ``query``. Empty for a domain of one key.
+    joint: tuple[int, ...] = ()
 
     @property
     def ordered(self) -> exp.Select | None:
-        """The public domain's values in ORDER BY order: value i is group i (see :func:`match_groups`)."""
+        """The public domain's values (tuples, for a joint domain) in ORDER BY order: row i is group i (see
+        :func:`match_groups`)."""
         if self.query is None:
             return None
-        q = exp.select("v").from_(exp.Subquery(this=self.query.copy(), alias=_alias("__s", "v")))
-        q.set("order", _by_v())
+        names = _value_names(max(1, len(self.joint)))
+        q = exp.select(*names).from_(exp.Subquery(this=self.query.copy(), alias=_alias("__s", *names)))
+        q.set("order", _by_v(names))
         return q
+
+
+def factors(domains: Sequence[KeyDomain]) -> list[tuple[int, ...]]:
+    """The GROUP BY positions of each independent part of the group domain, in order of their first key: one
+    key alone, or the members of a joint domain. The released groups are the product of the parts' groups."""
+    out: list[tuple[int, ...]] = []
+    for j, d in enumerate(domains):
+        if not d.joint:
+            out.append((j,))
+        elif d.joint[0] == j:
+            out.append(d.joint)
+    return out
+
+
+def read_factors(
+    domains: Sequence[KeyDomain], reads: Sequence[Sequence[object] | None]
+) -> list[tuple[tuple[object, ...], ...]]:
+    """Each part's groups (:func:`factors`) as tuples of key values, in the order its domain statement (or the
+    policy) lists them: ``reads`` is what the engine read per key (the rows of a joint domain's statement at its
+    first member, None at the others and for declared domains)."""
+    out: list[tuple[tuple[object, ...], ...]] = []
+    for positions in factors(domains):
+        d, read = domains[positions[0]], reads[positions[0]]
+        if d.values is not None:
+            out.append(tuple((v,) for v in d.values))
+        elif d.joint:
+            out.append(tuple(tuple(r) for r in read or ()))  # type: ignore[arg-type]
+        else:
+            out.append(tuple((v,) for v in read or ()))
+    return out
 
 
 def partition_selection(form: AnalysisForm, policy: Policy, delta: float | None) -> AnalysisForm:
@@ -92,8 +128,12 @@ def key_domains(form: AnalysisForm, policy: Policy, catalog: Catalog | None = No
                 "(--mechanism laplace --delta D) for DP partition selection"
             )
         return tuple(KeyDomain(None, None, private=True) for _ in form.group_by)
+    joint = _joint_domains(form, policy, catalog)
     out = []
-    for key in form.group_by:
+    for j, key in enumerate(form.group_by):
+        if j in joint:
+            out.append(joint[j])
+            continue
         years = _date_domain(form, policy, key)
         if years is not None:
             out.append(KeyDomain(years, None))
@@ -106,12 +146,19 @@ def key_domains(form: AnalysisForm, policy: Policy, catalog: Catalog | None = No
             out.append(KeyDomain(kept, None))
             continue
         if not isinstance(key, exp.Column) or not key.table:
+            public = _public_key(form, policy, catalog, key)
+            if public is not None and allowed is None:
+                # an expression of public columns (SUBSTRING(w_name, 1, 20)): its values over the public rows
+                # the public conjuncts let through, computed by PostgreSQL (_distinct_tuples)
+                out.append(KeyDomain(None, _distinct_tuples(form, policy, [public])))
+                continue
             if allowed is None or not _derived_key(key):
                 raise about(
                     key,
                     RefusedError(
                         f"GROUP BY {key.sql(dialect='postgres')}: only plain columns can be group keys (their "
-                        "domain must come from the policy or a public table), an expression of columns that the "
+                        "domain must come from the policy or a public table), an expression of public tables' "
+                        "columns, an expression of columns that the "
                         "WHERE clause restricts to constants (key IN (…)), EXTRACT of a field with a fixed set of "
                         f"values ({', '.join(EXTRACT_FIELDS)}) from a date or timestamp, or a CASE whose every "
                         "branch is a constant",
@@ -155,6 +202,120 @@ def key_domains(form: AnalysisForm, policy: Policy, catalog: Catalog | None = No
     return tuple(out)
 
 
+@dataclass(frozen=True)
+class _PublicKey:
+    """A group key computed from the columns of public table uses only, with what restricts its values: the
+    column's declared domain (a plain column's) and the constants a WHERE conjunct keeps it among."""
+
+    expr: exp.Expr
+    aliases: frozenset[str]
+    declared: tuple[object, ...] | None
+    allowed: list[exp.Literal] | None
+
+
+def _public_key(form: AnalysisForm, policy: Policy, catalog: Catalog | None, key: exp.Expr) -> _PublicKey | None:
+    """The key as a :class:`_PublicKey` when every column it reads is of a public use and its domain is not the
+    calendar's or the query text's (:func:`_date_domain`, :func:`fixed_domain`, which keep precedence); else
+    None."""
+    if not _derived_key(key) or _date_domain(form, policy, key) is not None:
+        return None
+    if catalog is not None and fixed_domain(form, catalog, key) is not None:
+        return None
+    columns = list(key.find_all(exp.Column))
+    aliases = frozenset(c.table for c in columns)
+    try:
+        if not all(policy.table(form.use(a).table).public for a in aliases):
+            return None
+    except KeyError:  # a column of a semi-join's derived table: not a product use
+        return None
+    if not all(any(u.alias == a for u in form.uses) for a in aliases):
+        return None
+    declared = None
+    if isinstance(key, exp.Column):
+        declared = policy.table(form.use(key.table).table).column(key.name).domain
+    return _PublicKey(key, aliases, declared, _constant_filter(form, key))
+
+
+def _linked(form: AnalysisForm, policy: Policy, start: frozenset[str]) -> tuple[list[str], list[exp.Expr]]:
+    """The public uses linked to ``start`` through conjuncts that read public uses only (transitively), and those
+    conjuncts; ``start``'s aliases first. A conjunct over an unlinked public table would only multiply the rows
+    a DISTINCT over them reads (a cross product) without narrowing the keys."""
+    public = {u.alias for u in form.uses if policy.table(u.table).public}
+    candidates = [
+        (c.expr, {r.alias for r in c.columns})
+        for c in form.conjuncts
+        if c.columns and {r.alias for r in c.columns} <= public and not c.expr.find(exp.Subquery, exp.Exists)
+    ]
+    aliases: dict[str, None] = dict.fromkeys(sorted(start))
+    conjuncts: list[exp.Expr] = []
+    grown = True
+    while grown:
+        grown = False
+        for expr, reads in candidates:
+            if not any(expr is c for c in conjuncts) and reads & aliases.keys():
+                conjuncts.append(expr)
+                aliases.update(dict.fromkeys(sorted(reads)))
+                grown = True
+    return list(aliases), conjuncts
+
+
+def _distinct_tuples(form: AnalysisForm, policy: Policy, keys: Sequence[_PublicKey]) -> exp.Select:
+    """``SELECT DISTINCT k1, …, km FROM <the public uses linked to the keys' uses> WHERE <the public conjuncts
+    linking them> AND every ki IS NOT NULL [AND ki IN (its declared domain, its constants)]``.
+
+    Every row of the query's product satisfies every conjunct, in particular those reading public uses only,
+    so its keys' values form one of these tuples: a group outside the set is empty on every database with
+    these public tables, whatever the private rows (the form is an inner product; semi- and anti-joins only
+    remove rows). The set is a function of the public tables alone, so releasing a noisy value for each of its
+    tuples, present in the private rows or not, is the same mechanism as over a declared domain (docs/sql.md,
+    "Group domains from public tables"); a NULL key is never a group, as for one public column."""
+    start = frozenset(a for k in keys for a in k.aliases)
+    aliases, conjuncts = _linked(form, policy, start)
+    q = exp.select(*(k.expr.copy() for k in keys)).distinct()
+    for i, alias in enumerate(aliases):
+        source = exp.to_table(form.use(alias).table).as_(alias)
+        q = q.from_(source) if i == 0 else q.join(source, join_type="cross")
+    for k in keys:
+        q = q.where(k.expr.copy().is_(exp.null()).not_())
+    for c in conjuncts:
+        q = q.where(c.copy())
+    for k in keys:
+        if k.declared is not None:
+            q = q.where(k.expr.copy().isin(*(_literal(v) for v in k.declared if v is not None)))
+        if k.allowed is not None:  # PostgreSQL's own IN on the key: the same groups the query keeps
+            q = q.where(k.expr.copy().isin(*(v.copy() for v in k.allowed)))
+    return q
+
+
+def _joint_domains(form: AnalysisForm, policy: Policy, catalog: Catalog | None) -> dict[int, KeyDomain]:
+    """The joint domains of the GROUP BY keys computed from public uses: the keys whose uses are linked
+    through conjuncts over public uses only (or are one use) form one part, and a part of two or more keys
+    has the DISTINCT tuples of its public uses as groups (:func:`_distinct_tuples`), not the product of each
+    key's values — TPC-DS's ``GROUP BY i_item_id, i_item_desc`` has the 1,356 pairs of its item rows, not
+    900 × 1,347. Keys in parts that no public conjunct links (an item and a store, joined only through
+    private sales) are independent: their product is the right domain, and that of the parts' DISTINCT
+    tuples. Positions → domain, for the members of parts of two or more keys."""
+    keys = {j: _public_key(form, policy, catalog, key) for j, key in enumerate(form.group_by)}
+    public = {j: k for j, k in keys.items() if k is not None}
+    parts: list[tuple[list[int], set[str]]] = []
+    for j, k in public.items():
+        reach = set(_linked(form, policy, k.aliases)[0])
+        touching = [p for p in parts if p[1] & reach]
+        merged = ([j], reach)
+        for p in touching:
+            parts.remove(p)
+            merged = (sorted(merged[0] + p[0]), merged[1] | p[1])
+        parts.append(merged)
+    out: dict[int, KeyDomain] = {}
+    for members, _ in parts:
+        if len(members) < 2:
+            continue
+        query = _distinct_tuples(form, policy, [public[j] for j in members])
+        for j in members:
+            out[j] = KeyDomain(None, query, joint=tuple(members))
+    return out
+
+
 def _public_domain(
     form: AnalysisForm,
     policy: Policy,
@@ -172,24 +333,8 @@ def _public_domain(
     so releasing exactly its groups (each with noise, present in the data or not) reveals nothing private,
     as with the whole column (NR §3.3.10.4: the released set must not depend on private data). Fewer groups
     leave more budget per group or a larger β."""
-    public = {u.alias for u in form.uses if policy.table(u.table).public}
-    candidates = [
-        (c.expr, {r.alias for r in c.columns})
-        for c in form.conjuncts
-        if c.columns and {r.alias for r in c.columns} <= public and not c.expr.find(exp.Subquery, exp.Exists)
-    ]
-    # only conjuncts linked to the key's table through other such conjuncts narrow its values; a filter on an
-    # unlinked public table would only multiply the rows the DISTINCT reads (a cross product)
-    aliases: dict[str, None] = {key.table: None}
-    conjuncts: list[exp.Expr] = []
-    grown = True
-    while grown:
-        grown = False
-        for expr, reads in candidates:
-            if not any(expr is c for c in conjuncts) and reads & aliases.keys():
-                conjuncts.append(expr)
-                aliases.update(dict.fromkeys(sorted(reads)))
-                grown = True
+    # only conjuncts linked to the key's table through other such conjuncts narrow its values (_linked)
+    aliases, conjuncts = _linked(form, policy, frozenset({key.table}))
     if not conjuncts:
         return None
     q = exp.select(key.copy()).distinct()
@@ -497,42 +642,71 @@ def all_groups(domains: list[tuple[object, ...]]) -> list[tuple[object, ...]]:
     return [tuple(g) for g in itertools.product(*domains)]
 
 
+def part_groups(
+    parts: Sequence[tuple[int, ...]], values: Sequence[Sequence[tuple[object, ...]]]
+) -> list[tuple[object, ...]]:
+    """Every group's key values in GROUP BY order: the product of the parts' groups (:func:`factors`,
+    :func:`read_factors`), in the order of :func:`all_groups` over the parts."""
+    order = [j for positions in parts for j in positions]
+    out = []
+    for combination in itertools.product(*values):
+        key: list[object] = [None] * len(order)
+        for j, v in zip(order, (v for part in combination for v in part), strict=True):
+            key[j] = v
+        out.append(tuple(key))
+    return out
+
+
 def match_groups(answer: exp.Select, domains: Sequence[KeyDomain]) -> exp.Select:
-    """The answer query (keys ``__key<j>`` first) with, in front, the index of each key's group in its domain
-    (NULL: outside the domain, never released), decided by PostgreSQL's ``=`` on the key column's type.
+    """The answer query (keys ``__key<j>`` first) with, in front, the index of each part's group (:func:`factors`)
+    in its domain (NULL: outside the domain, never released), decided by PostgreSQL's ``=`` on the key column's
+    type.
 
     A declared value is an untyped literal (``__key0 = 'a'``), which PostgreSQL types as the key column, as
     if the analyst had written the comparison; ``CASE`` takes the first value that matches, so an answer row
     is one group even if two declared values were equal in PostgreSQL. A public domain is its DISTINCT values
-    numbered in ORDER BY (the order the engine reads them in, in the same snapshot) and joined with ``=``;
-    its values are pairwise distinct under that ``=``, which is an equivalence, so a row matches one."""
+    (tuples, for a joint domain) numbered in ORDER BY (the order the engine reads them in, in the same
+    snapshot) and joined with ``=`` on every key of the part; its tuples are pairwise distinct under that
+    ``=``, which is an equivalence on each key (two tuples that agree on every key are one), so a row matches
+    one."""
     items: list[exp.Expr] = []
     select = exp.select().from_(exp.Subquery(this=answer.copy(), alias=_alias("__a")))
-    for j, d in enumerate(domains):
-        key = exp.column(f"__key{j}", table="__a")
+    for f, positions in enumerate(factors(domains)):
+        d = domains[positions[0]]
         if d.values is not None:
+            key = exp.column(f"__key{positions[0]}", table="__a")
             case = exp.Case()
             for i, v in enumerate(d.values):
                 # the NULL group (fixed_domain): the rows whose key IS NULL, which no = matches
                 match = key.copy().is_(exp.null()) if v is None else exp.EQ(this=key.copy(), expression=_literal(v))
                 case = case.when(match, exp.Literal.number(i))
-            items.append(exp.alias_(case, f"__group{j}"))
+            items.append(exp.alias_(case, f"__group{f}"))
         else:
             assert d.query is not None
-            number = exp.Window(this=exp.RowNumber(), order=_by_v())
-            ranked = exp.select(exp.alias_(exp.Sub(this=number, expression=exp.Literal.number(1)), "i"), "v").from_(
-                exp.Subquery(this=d.query.copy(), alias=_alias("__s", "v"))
+            names = _value_names(len(positions))
+            number = exp.Window(this=exp.RowNumber(), order=_by_v(names))
+            ranked = exp.select(exp.alias_(exp.Sub(this=number, expression=exp.Literal.number(1)), "i"), *names).from_(
+                exp.Subquery(this=d.query.copy(), alias=_alias("__s", *names))
             )
-            select = select.join(
-                exp.Subquery(this=ranked, alias=_alias(f"__d{j}")),
-                on=exp.EQ(this=key.copy(), expression=exp.column("v", table=f"__d{j}")),
+            on = exp.and_(
+                *(
+                    exp.EQ(this=exp.column(f"__key{j}", table="__a"), expression=exp.column(v, table=f"__d{f}"))
+                    for j, v in zip(positions, names, strict=True)
+                )
             )
-            items.append(exp.alias_(exp.column("i", table=f"__d{j}"), f"__group{j}"))
+            select = select.join(exp.Subquery(this=ranked, alias=_alias(f"__d{f}")), on=on)
+            items.append(exp.alias_(exp.column("i", table=f"__d{f}"), f"__group{f}"))
     return select.select(*items, exp.Column(this=exp.Star(), table=exp.to_identifier("__a")), copy=False)
 
 
-def _by_v() -> exp.Order:
-    return exp.Order(expressions=[exp.Ordered(this=exp.column("v"))])
+def _value_names(n: int) -> list[str]:
+    """The columns of a domain statement: ``v`` for one key (the statements of one-key domains keep their text),
+    ``v0`` … for a joint domain's keys."""
+    return ["v"] if n == 1 else [f"v{i}" for i in range(n)]
+
+
+def _by_v(names: Sequence[str] = ("v",)) -> exp.Order:
+    return exp.Order(expressions=[exp.Ordered(this=exp.column(n)) for n in names])
 
 
 def _alias(name: str, *columns: str) -> exp.TableAlias:

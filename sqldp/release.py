@@ -18,7 +18,7 @@ from sqlglot import exp
 from sqldp import mechanisms
 from sqldp.errors import RefusedError
 from sqldp.form import AGG_PREFIX, AnalysisForm, Output
-from sqldp.groups import all_groups
+from sqldp.groups import all_groups, part_groups
 from sqldp.mechanisms import NoiseSource
 from sqldp.owned import OwnedSelection
 from sqldp.params import PrivacyParams, check_beta
@@ -473,19 +473,27 @@ def measure(
     made: Sequence[Measurement],
     answer_rows: Sequence[tuple[Any, ...]],
     domain_values: Sequence[Sequence[Any]],
+    parts: Sequence[tuple[int, ...]] | None = None,
 ) -> tuple[list[tuple[Any, ...]], list[list[Measurement]]]:
-    """The groups (every combination of the key domains; ``[()]`` without GROUP BY) and, per group, the
-    templates with the group's true value from the answer rows. A group with no rows has COUNT and SUM 0 (SUM
-    of nothing is NULL in SQL, 0 as a function) and no MIN, MAX or AVG."""
+    """The groups (every combination of the parts' groups; ``[()]`` without GROUP BY) and, per group, the
+    templates with the group's true value from the answer rows. ``domain_values`` lists each key's values, or,
+    with ``parts`` (sqldp.groups.factors: the GROUP BY positions of each independent part of the domain), each
+    part's groups as tuples of its keys' values (sqldp.groups.read_factors). A group with no rows has COUNT and
+    SUM 0 (SUM of nothing is NULL in SQL, 0 as a function) and no MIN, MAX or AVG."""
     if form.select_by is not None:  # partition selection: the groups present in the data, in key order
         k = len(form.group_by)
         by_key = {tuple(r[:k]): tuple(r) for r in answer_rows}
         groups = sorted(by_key, key=lambda g: tuple(_sort_key(v) for v in g))
         indices = groups
+    elif form.group_by:
+        if parts is None:
+            parts = [(j,) for j in range(len(domain_values))]
+            domain_values = [tuple((v,) for v in vals) for vals in domain_values]
+        groups = part_groups(parts, domain_values)
+        by_key = by_group(answer_rows, [len(vals) for vals in domain_values])
+        indices = all_groups([tuple(range(len(vals))) for vals in domain_values])
     else:
-        groups = all_groups([tuple(vals) for vals in domain_values]) if form.group_by else [()]
-        by_key = by_group(answer_rows, [len(vals) for vals in domain_values]) if form.group_by else {}
-        indices = all_groups([tuple(range(len(vals))) for vals in domain_values]) if form.group_by else [()]
+        groups, by_key, indices = [()], {}, [()]
     out = []
     for g in indices:
         row = by_key.get(g) if form.group_by else (answer_rows[0] if answer_rows else None)
@@ -526,6 +534,7 @@ def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]
     histogram_release(result, noise)
     rows: list[tuple[dict[str, Any], dict[str, Any], dict[str, float]]] = []
     kept: list[list[Measurement]] = []
+
     def draw(m: Measurement) -> None:
         if m.mechanism == UNIT_HISTOGRAM:
             assert m.noisy_value is not None  # drawn by histogram_release, one τ for every group

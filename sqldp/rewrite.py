@@ -420,7 +420,8 @@ DIALECT_RULES: dict[str, tuple[Rule, ...]] = {"postgres": (), "spark": (spark,)}
 class Statements:
     """The SQL texts one analysed query runs, generated once (sqlglot's generator costs milliseconds on large
     bounds): the answer, the plan queries not folded into it, each distinct text once, and the queries reading
-    the group domains that come from public tables (None for a domain the policy declares)."""
+    the group domains that come from public tables, one per key (None for a domain the policy declares, and
+    for the keys of a joint domain after its first, whose statement reads the tuples of them all)."""
 
     answer: str
     queries: tuple[str, ...]  # distinct texts: two plans often ask the same (c1 and c4 of a combined COUNT)
@@ -485,9 +486,11 @@ def rewrite(
     order = tuple(where_is[distinct.index(t)][0] for t in texts)
     columns = tuple(where_is[distinct.index(t)][1] for t in texts)
     ordered = []
-    for d in domains:
+    for j, d in enumerate(domains):
         query = d.ordered
-        ordered.append(None if query is None or d.values is not None else apply(query, QUERY_RULES))
+        # a joint domain's statement is read once, at its first key (sqldp.groups.read_factors)
+        first = d.values is None and (not d.joint or d.joint[0] == j)
+        ordered.append(apply(query, QUERY_RULES) if first and query is not None else None)
     return Statements(
         answer_sql,
         queries,
