@@ -24,7 +24,7 @@ from sqlglot import exp
 
 from sqldp.catalog import Catalog
 from sqldp.errors import RefusedError, about
-from sqldp.form import Aggregate, AnalysisForm
+from sqldp.form import KEY_PREFIX, Aggregate, AnalysisForm
 from sqldp.policy import EPOCH, Policy
 
 
@@ -39,47 +39,146 @@ class KeyDomain:
     # each key's values: the GROUP BY positions of the keys, in the order of ``query``'s columns; every member
     # carries the same ``query``. Empty for a domain of one key.
     joint: tuple[int, ...] = ()
+    # expressions of the part's keys (form.key_exprs: outputs such as age + 1, HAVING conjuncts over keys)
+    # written over the domain statement's columns (v, or v0 … of a joint domain), computed by PostgreSQL next to
+    # the values; set on the part's first key, with their indices into form.key_exprs. ``cast``: the SQL type of
+    # a declared domain's key column, as which its values are read (the statement lists them as constants)
+    extras: tuple[exp.Expr, ...] = ()
+    extra_index: tuple[int, ...] = ()
+    cast: exp.DataType | None = None
 
     @property
     def ordered(self) -> exp.Select | None:
         """The public domain's values (tuples, for a joint domain) in ORDER BY order: row i is group i (see
-        :func:`match_groups`)."""
-        if self.query is None:
-            return None
+        :func:`match_groups`), followed by the ``extras`` over them. A declared domain with ``extras``: its values,
+        as constants of the key's type, in the declared order, and the ``extras``; else None."""
         names = _value_names(max(1, len(self.joint)))
-        q = exp.select(*names).from_(exp.Subquery(this=self.query.copy(), alias=_alias("__s", *names)))
-        q.set("order", _by_v(names))
+        extras = [e.copy() for e in self.extras]
+        if self.query is not None:
+            q = exp.select(*names, *extras).from_(exp.Subquery(this=self.query.copy(), alias=_alias("__s", *names)))
+            q.set("order", _by_v(names))
+            return q
+        if self.values is None or not self.extras or not self.values:
+            return None
+        assert self.cast is not None
+        rows = [
+            exp.Tuple(
+                expressions=[
+                    exp.Literal.number(i),
+                    exp.Cast(this=exp.null() if v is None else _literal(v), to=self.cast.copy()),
+                ]
+            )
+            for i, v in enumerate(self.values)
+        ]
+        listed = exp.Values(expressions=rows, alias=_alias("__s", "i", "v"))
+        q = exp.select("v", *extras).from_(listed)
+        q.set("order", _by_v(["i"]))
         return q
 
 
-def factors(domains: Sequence[KeyDomain]) -> list[tuple[int, ...]]:
+def factors(domains: Sequence[KeyDomain], extras: bool = False) -> list[tuple[int, ...]]:
     """The GROUP BY positions of each independent part of the group domain, in order of their first key: one
-    key alone, or the members of a joint domain. The released groups are the product of the parts' groups."""
+    key alone, or the members of a joint domain. The released groups are the product of the parts' groups.
+    With ``extras``, each part's positions go on with ``len(domains) + i`` for the key expressions i it
+    computes (:attr:`KeyDomain.extra_index`): a group's tuple is then its keys and every key expression."""
     out: list[tuple[int, ...]] = []
     for j, d in enumerate(domains):
-        if not d.joint:
-            out.append((j,))
-        elif d.joint[0] == j:
-            out.append(d.joint)
+        if not d.joint or d.joint[0] == j:
+            positions = d.joint or (j,)
+            more = tuple(len(domains) + i for i in d.extra_index) if extras else ()
+            out.append((*positions, *more))
     return out
 
 
 def read_factors(
     domains: Sequence[KeyDomain], reads: Sequence[Sequence[object] | None]
 ) -> list[tuple[tuple[object, ...], ...]]:
-    """Each part's groups (:func:`factors`) as tuples of key values, in the order its domain statement (or the
-    policy) lists them: ``reads`` is what the engine read per key (the rows of a joint domain's statement at its
-    first member, None at the others and for declared domains)."""
+    """Each part's groups (:func:`factors`) as tuples of its key values and key expressions (``factors(…,
+    extras=True)``), in the order its domain statement (or the policy) lists them: ``reads`` is what the engine
+    read per key (the rows of a part's statement at its first key, None at the others and for a declared domain
+    without key expressions). A declared key's value is the policy's, as without expressions."""
     out: list[tuple[tuple[object, ...], ...]] = []
     for positions in factors(domains):
         d, read = domains[positions[0]], reads[positions[0]]
+        rows = [r if isinstance(r, tuple) else (r,) for r in read or ()]
         if d.values is not None:
-            out.append(tuple((v,) for v in d.values))
-        elif d.joint:
-            out.append(tuple(tuple(r) for r in read or ()))  # type: ignore[arg-type]
+            if d.extras:
+                out.append(tuple((v, *r[1:]) for v, r in zip(d.values, rows, strict=True)))
+            else:
+                out.append(tuple((v,) for v in d.values))
         else:
-            out.append(tuple((v,) for v in read or ()))
+            out.append(tuple(rows))
     return out
+
+
+def key_expressions(form: AnalysisForm, domains: Sequence[KeyDomain], catalog: Catalog | None) -> tuple[KeyDomain, ...]:
+    """The domains with each of the form's key expressions (outputs of group keys, HAVING conjuncts over keys)
+    attached to the part whose keys it reads (:attr:`KeyDomain.extras`).
+
+    Its value for a group is a function of the group's key values, which the part's domain lists: PostgreSQL
+    computes it over those values (a public domain's statement, or a declared domain's values as constants of
+    the key column's type), so its meaning, types and NULLs are PostgreSQL's own. It reads no private row: the
+    domain is public or declared, and computing the expression, or keeping the groups whose HAVING conjunct over
+    keys is true, is post-processing of the released set of groups (NR §3.3.10.4: that set must not depend on
+    private data; a function of it does not). Refused, with the reason: under DP partition selection (no
+    domain to compute over), an expression of keys of independent parts, and a declared domain of a key that
+    is no plain column (a calendar or CASE domain, whose values' SQL type is not a column's)."""
+    if not form.key_exprs:
+        return tuple(domains)
+
+    def shown(e: exp.Expr) -> str:
+        def back(node: exp.Expr) -> exp.Expr:
+            if isinstance(node, exp.Column) and not node.table and node.name.startswith(KEY_PREFIX):
+                return form.group_by[int(node.name[len(KEY_PREFIX) :])].copy()
+            return node
+
+        return e.copy().transform(back).sql(dialect="postgres")
+
+    if any(d.private for d in domains):
+        raise RefusedError(
+            f"{shown(form.key_exprs[0])} is an expression of GROUP BY keys, computed over the keys' declared or "
+            "public domain; under DP partition selection the groups are the data's and there is none"
+        )
+    out = list(domains)
+    part_of = {j: p for p in factors(domains) for j in p}
+    attached: dict[tuple[int, ...], list[int]] = {}
+    for i, e in enumerate(form.key_exprs):
+        keys = {int(c.name[len(KEY_PREFIX) :]) for c in e.find_all(exp.Column)}
+        parts = {part_of[j] for j in keys}
+        if len(parts) > 1:
+            raise RefusedError(
+                f"{shown(e)} reads GROUP BY keys whose domains are independent (their product is the groups); an "
+                "expression of keys is computed over one key's domain, or over the tuples of keys of public tables "
+                "that public conjuncts link"
+            )
+        attached.setdefault(parts.pop(), []).append(i)
+    for positions, indices in attached.items():
+        first = out[positions[0]]
+        names = _value_names(len(positions))
+        column = {f"{KEY_PREFIX}{j}": n for j, n in zip(positions, names, strict=True)}
+
+        def over_values(node: exp.Expr, column: dict[str, str] = column) -> exp.Expr:
+            if isinstance(node, exp.Column) and not node.table and node.name in column:
+                return exp.column(column[node.name])
+            return node
+
+        cast = None
+        if first.values is not None:
+            key = form.group_by[positions[0]]
+            if not isinstance(key, exp.Column) or not key.table or catalog is None:
+                raise about(
+                    key,
+                    RefusedError(
+                        f"{shown(form.key_exprs[indices[0]])}: an expression of GROUP BY key "
+                        f"{key.sql(dialect='postgres')} is computed over the values of a key column's declared or "
+                        "public domain, not over a calendar's or a CASE's"
+                    ),
+                )
+            info = catalog.table(form.use(key.table).table).column(key.name)
+            cast = exp.DataType.build(info.type_sql, dialect="postgres")
+        extras = tuple(form.key_exprs[i].copy().transform(over_values) for i in indices)
+        out[positions[0]] = dataclasses.replace(first, extras=extras, extra_index=tuple(indices), cast=cast)
+    return tuple(out)
 
 
 def partition_selection(form: AnalysisForm, policy: Policy, delta: float | None) -> AnalysisForm:
@@ -127,7 +226,7 @@ def key_domains(form: AnalysisForm, policy: Policy, catalog: Catalog | None = No
                 "SELECT DISTINCT over private tables releases which values occur; allow δ > 0 "
                 "(--mechanism laplace --delta D) for DP partition selection"
             )
-        return tuple(KeyDomain(None, None, private=True) for _ in form.group_by)
+        return key_expressions(form, tuple(KeyDomain(None, None, private=True) for _ in form.group_by), catalog)
     joint = _joint_domains(form, policy, catalog)
     out = []
     for j, key in enumerate(form.group_by):
@@ -199,7 +298,7 @@ def key_domains(form: AnalysisForm, policy: Policy, catalog: Catalog | None = No
                     "or allow δ > 0 (--mechanism laplace --delta D) for DP partition selection",
                 ),
             )
-    return tuple(out)
+    return key_expressions(form, tuple(out), catalog)
 
 
 @dataclass(frozen=True)

@@ -489,7 +489,7 @@ def rewrite(
     for j, d in enumerate(domains):
         query = d.ordered
         # a joint domain's statement is read once, at its first key (sqldp.groups.read_factors)
-        first = d.values is None and (not d.joint or d.joint[0] == j)
+        first = not d.joint or d.joint[0] == j
         ordered.append(apply(query, QUERY_RULES) if first and query is not None else None)
     return Statements(
         answer_sql,

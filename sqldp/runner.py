@@ -82,7 +82,7 @@ class Prepared:
         fetched = self.engine.execute(statements, self.speed)
         answer_rows, results = self._split(form, statements, fetched.answer, fetched.queries)
         # each independent part of the group domain: one key's values, or a joint domain's tuples
-        parts = factors(self.domains)
+        parts = factors(self.domains, extras=True)  # a group's tuple: its keys, then each key expression
         domain_values = read_factors(self.domains, fetched.domains)
         result = Result(self.sql, params, test_mode=self.noise.test_mode, notes=list(form.notes))
         result.grouped = bool(form.group_by)
