@@ -251,13 +251,17 @@ def key_domains(form: AnalysisForm, policy: Policy, catalog: Catalog | None = No
                 # the public conjuncts let through, computed by PostgreSQL (_distinct_tuples)
                 out.append(KeyDomain(None, _distinct_tuples(form, policy, [public])))
                 continue
+            declared = _declared_image(form, policy, catalog, key) if allowed is None else None
+            if declared is not None:
+                out.append(KeyDomain(None, declared))
+                continue
             if allowed is None or not _derived_key(key):
                 raise about(
                     key,
                     RefusedError(
                         f"GROUP BY {key.sql(dialect='postgres')}: only plain columns can be group keys (their "
                         "domain must come from the policy or a public table), an expression of public tables' "
-                        "columns, an expression of columns that the "
+                        "columns or of one column with a declared domain, an expression of columns that the "
                         "WHERE clause restricts to constants (key IN (…)), EXTRACT of a field with a fixed set of "
                         f"values ({', '.join(EXTRACT_FIELDS)}) from a date or timestamp, or a CASE whose every "
                         "branch is a constant",
@@ -333,6 +337,41 @@ def _public_key(form: AnalysisForm, policy: Policy, catalog: Catalog | None, key
     if isinstance(key, exp.Column):
         declared = policy.table(form.use(key.table).table).column(key.name).domain
     return _PublicKey(key, aliases, declared, _constant_filter(form, key))
+
+
+def _declared_image(form: AnalysisForm, policy: Policy, catalog: Catalog | None, key: exp.Expr) -> exp.Select | None:
+    """For a key that is an expression of one column c with a declared domain (``GROUP BY age / 10``), the
+    statement of its groups: ``SELECT DISTINCT e(v) FROM (VALUES (CAST(d1 AS T)), …) AS __s(v) WHERE e(v) IS NOT
+    NULL``, the expression's values over c's declared values d1, … as constants of c's type T, computed by
+    PostgreSQL (its arithmetic, its functions); else None.
+
+    The set is a function of the policy and the query text, as the declared domain is, so releasing a noisy value
+    for each of its values is the declared-domain mechanism (NR §3.3.11: a derived column's domain follows from
+    the constraints on the column it is computed from). A group is every row whose key has that value — PostgreSQL's
+    GROUP BY, also for a row whose c lies outside the declared domain — and a row whose key is outside the set
+    (or NULL) is in no released group; each row is in at most one, as for any key computed from the row."""
+    if catalog is None or not _derived_key(key):
+        return None
+    columns = list(key.find_all(exp.Column))
+    if len({(c.table, c.name) for c in columns}) != 1 or not columns[0].table:
+        return None
+    column = columns[0]
+    try:
+        use = form.use(column.table)
+    except KeyError:
+        return None
+    declared = policy.table(use.table).column(column.name).domain
+    if not declared or not any(u.alias == use.alias for u in form.uses):
+        return None
+    cast = exp.DataType.build(catalog.table(use.table).column(column.name).type_sql, dialect="postgres")
+    rows = [exp.Tuple(expressions=[exp.Cast(this=_literal(v), to=cast.copy())]) for v in declared if v is not None]
+
+    def over_v(node: exp.Expr) -> exp.Expr:
+        return exp.column("v") if isinstance(node, exp.Column) else node
+
+    image = key.copy().transform(over_v)
+    q = exp.select(image).distinct().from_(exp.Values(expressions=rows, alias=_alias("__s", "v")))
+    return q.where(image.copy().is_(exp.null()).not_())
 
 
 def _linked(form: AnalysisForm, policy: Policy, start: frozenset[str]) -> tuple[list[str], list[exp.Expr]]:

@@ -199,7 +199,7 @@ def test_what_stays_refused_says_why(dsn: str, sql: str, message: str) -> None:
 def _neighbours(base: list[tuple[int, int, bool | None, int]]) -> Iterator[list[tuple[int, int, bool | None, int]]]:
     """Every database with one more person than ``base``: any age (also outside the domain), marital status and
     an extreme income."""
-    for age, married, income in itertools.product((18, 20, 21, 30), (True, False, None), (0, 100)):
+    for age, married, income in itertools.product((15, 18, 20, 21, 30), (True, False, None), (0, 100)):
         yield [*base, (99, age, married, income)]
 
 
@@ -216,6 +216,7 @@ def _vector(dsn: str, sql: str, rows: list[tuple[int, int, bool | None, int]]) -
     [
         "SELECT age - 18 AS years, married, COUNT(*) AS n FROM pums GROUP BY age, married HAVING age < 21",
         "SELECT NOT married AS single, SUM(income) AS s FROM pums GROUP BY married HAVING married IS NOT NULL",
+        "SELECT age / 10 AS decade, COUNT(*) AS n FROM pums GROUP BY age / 10",
     ],
 )
 def test_one_more_person_costs_at_most_epsilon(dsn: str, sql: str) -> None:
@@ -243,3 +244,23 @@ def test_order_by_expressions_of_keys_and_of_released_aggregates(dsn: str) -> No
     assert len(differences) == len(AGES) and differences == sorted(differences, reverse=True)
     with pytest.raises(RefusedError, match="not an output of the query"):
         _run(dsn, "SELECT age, COUNT(*) AS n FROM pums GROUP BY age ORDER BY MAX(income)")
+
+
+def test_a_key_expression_of_a_declared_column_takes_its_values_over_the_domain(dsn: str) -> None:
+    """``GROUP BY age / 10`` with age declared 18 … 22: the groups are PostgreSQL's age / 10 over the declared
+    values (1 and 2), rows or not; a group holds every row with that value, as PostgreSQL's GROUP BY (age 15 is
+    outside the declared domain and still a row of decade 1), and a value outside the set (age 30's 3) is never
+    released. An output over the key expression is computed over the same values."""
+    sql = "SELECT age / 10 AS decade, age / 10 * 10 AS lo, COUNT(*) AS n FROM pums GROUP BY age / 10"
+    for rows in [*BASES, [(1, 15, True, 3), (2, 30, None, 4), (3, 20, False, 5)]]:
+        _load(dsn, rows)
+        result = _run(dsn, sql)
+        assert [(r["key"]["decade"], r["key"]["lo"]) for r in result.rows] == [(1, 10), (2, 20)]
+        plain = {(d, lo): float(n) for d, lo, n in _plain(dsn, sql) if d in (1, 2)}
+        got = {
+            (r["key"]["decade"], r["key"]["lo"]): ms[0].true_value
+            for r, ms in zip(result.rows, result.measurements, strict=True)
+        }
+        assert got == {k: plain.get(k, 0.0) for k in got}, rows
+    with pytest.raises(RefusedError, match="only plain columns"):
+        _run(dsn, "SELECT income / 10, COUNT(*) FROM pums GROUP BY income / 10")  # income has a range, no domain
