@@ -219,3 +219,25 @@ def test_a_key_expression_over_a_private_column_stays_refused(dsn: str) -> None:
     """Only expressions of public columns take their values from the public rows."""
     with pytest.raises(RefusedError, match="only plain columns"):
         _run(dsn, "SELECT UPPER(s.channel), COUNT(*) FROM sales s GROUP BY UPPER(s.channel)")
+
+
+def test_expressions_of_a_joint_domains_keys(dsn: str) -> None:
+    """An output and a HAVING conjunct over two keys of one joint domain are computed over its tuples by the
+    domain's statement: the values are PostgreSQL's, for every pair, rows or not."""
+    sql = (
+        "SELECT i.item_id || '/' || i.descr AS both, COUNT(*) AS n FROM sales s, item i WHERE s.ik = i.ik "
+        "GROUP BY i.item_id, i.descr HAVING i.item_id <> 'B' OR i.descr LIKE 'green%' ORDER BY 1"
+    )
+    expected = sorted(f"{a}/{b}" for a, b in _public(dsn, PAIRS) if a != "B" or b.startswith("green"))
+    for rows in BASES:
+        _load(dsn, rows)
+        result = _run(dsn, sql)
+        assert [r["key"]["both"] for r in result.rows] == expected
+        plain = {k: float(n) for k, n in _plain(dsn, sql, 1).items() if k[0] is not None}
+        kept = [ms for ms in result.measurements if ms[0].noisy_value is not None]
+        assert len(kept) == len(expected)
+        got = {
+            r["key"]["both"]: next(m for m in kept if m[0].noisy_value == r["values"]["n"])[0].true_value
+            for r in result.rows
+        }
+        assert got == {k: plain.get((k,), 0.0) for k in expected}, rows
