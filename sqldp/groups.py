@@ -27,6 +27,8 @@ from sqldp.errors import RefusedError, about
 from sqldp.form import KEY_PREFIX, Aggregate, AnalysisForm
 from sqldp.policy import EPOCH, Policy
 
+DOMAIN_ALIAS = "__s"  # the derived table of a domain statement (its columns: v, v0 …, or __key<j> with key expressions)
+
 
 @dataclass(frozen=True)
 class KeyDomain:
@@ -40,23 +42,27 @@ class KeyDomain:
     # carries the same ``query``. Empty for a domain of one key.
     joint: tuple[int, ...] = ()
     # expressions of the part's keys (form.key_exprs: outputs such as age + 1, HAVING conjuncts over keys)
-    # written over the domain statement's columns (v, or v0 … of a joint domain), computed by PostgreSQL next to
+    # written over the domain statement's columns (__s.__key<j> for key j), computed by PostgreSQL next to
     # the values; set on the part's first key, with their indices into form.key_exprs. ``cast``: the SQL type of
     # a declared domain's key column, as which its values are read (the statement lists them as constants)
     extras: tuple[exp.Expr, ...] = ()
     extra_index: tuple[int, ...] = ()
     cast: exp.DataType | None = None
+    positions: tuple[int, ...] = ()  # with ``extras``: the part's GROUP BY positions (the statement's columns)
 
     @property
     def ordered(self) -> exp.Select | None:
         """The public domain's values (tuples, for a joint domain) in ORDER BY order: row i is group i (see
         :func:`match_groups`), followed by the ``extras`` over them. A declared domain with ``extras``: its values,
         as constants of the key's type, in the declared order, and the ``extras``; else None."""
-        names = _value_names(max(1, len(self.joint)))
         extras = [e.copy() for e in self.extras]
+        keys = [f"{KEY_PREFIX}{j}" for j in self.positions]
+        columns = [exp.column(k, table=DOMAIN_ALIAS) for k in keys]
         if self.query is not None:
-            q = exp.select(*names, *extras).from_(exp.Subquery(this=self.query.copy(), alias=_alias("__s", *names)))
-            q.set("order", _by_v(names))
+            names = keys if extras else _value_names(max(1, len(self.joint)))
+            q = exp.select(*(columns if extras else names), *extras)
+            q = q.from_(exp.Subquery(this=self.query.copy(), alias=_alias(DOMAIN_ALIAS, *names)))
+            q.set("order", exp.Order(expressions=[exp.Ordered(this=c) for c in columns]) if extras else _by_v(names))
             return q
         if self.values is None or not self.extras or not self.values:
             return None
@@ -70,9 +76,9 @@ class KeyDomain:
             )
             for i, v in enumerate(self.values)
         ]
-        listed = exp.Values(expressions=rows, alias=_alias("__s", "i", "v"))
-        q = exp.select("v", *extras).from_(listed)
-        q.set("order", _by_v(["i"]))
+        listed = exp.Values(expressions=rows, alias=_alias(DOMAIN_ALIAS, "__i", *keys))
+        q = exp.select(*columns, *extras).from_(listed)
+        q.set("order", exp.Order(expressions=[exp.Ordered(this=exp.column("__i", table=DOMAIN_ALIAS))]))
         return q
 
 
@@ -152,14 +158,15 @@ def key_expressions(form: AnalysisForm, domains: Sequence[KeyDomain], catalog: C
                 "that public conjuncts link"
             )
         attached.setdefault(parts.pop(), []).append(i)
+
     for positions, indices in attached.items():
         first = out[positions[0]]
-        names = _value_names(len(positions))
-        column = {f"{KEY_PREFIX}{j}": n for j, n in zip(positions, names, strict=True)}
 
-        def over_values(node: exp.Expr, column: dict[str, str] = column) -> exp.Expr:
-            if isinstance(node, exp.Column) and not node.table and node.name in column:
-                return exp.column(column[node.name])
+        def over_values(node: exp.Expr) -> exp.Expr:
+            # key j as the statement's column __s.__key<j>: qualified, so that the Spark rule (sqldp.spark_sql)
+            # knows its type (sqldp.rewrite gives it key j's), and v / 2 truncates there as in PostgreSQL
+            if isinstance(node, exp.Column) and not node.table and node.name.startswith(KEY_PREFIX):
+                return exp.column(node.name, table=DOMAIN_ALIAS)
             return node
 
         cast = None
@@ -177,7 +184,9 @@ def key_expressions(form: AnalysisForm, domains: Sequence[KeyDomain], catalog: C
             info = catalog.table(form.use(key.table).table).column(key.name)
             cast = exp.DataType.build(info.type_sql, dialect="postgres")
         extras = tuple(form.key_exprs[i].copy().transform(over_values) for i in indices)
-        out[positions[0]] = dataclasses.replace(first, extras=extras, extra_index=tuple(indices), cast=cast)
+        out[positions[0]] = dataclasses.replace(
+            first, extras=extras, extra_index=tuple(indices), cast=cast, positions=positions
+        )
     return tuple(out)
 
 

@@ -30,9 +30,9 @@ from sqlglot import exp
 
 from sqldp.catalog import Catalog, Table, constant, exact_type
 from sqldp.errors import CatalogError, RefusedError
-from sqldp.form import AnalysisForm, ColumnRef
+from sqldp.form import KEY_PREFIX, AnalysisForm, ColumnRef
 from sqldp.frontend import conjuncts
-from sqldp.groups import KeyDomain, match_groups
+from sqldp.groups import DOMAIN_ALIAS, KeyDomain, match_groups
 from sqldp.pg_arithmetic import case_values
 from sqldp.policy import Policy
 from sqldp.sensitivity import model_check
@@ -460,6 +460,9 @@ def rewrite(
     kind_of = domain(form, catalog, policy).kind
 
     def kind(ref: ColumnRef) -> str:
+        key = form.group_by[int(ref.column[len(KEY_PREFIX) :])] if _domain_key(ref, len(form.group_by)) else None
+        if isinstance(key, exp.Column) and key.table:  # key j in a domain statement (sqldp.groups.key_expressions)
+            ref = ColumnRef(key.table, key.name)
         try:
             return kind_of(ref)
         except (KeyError, CatalogError):  # an alias or column of the plans' own subqueries
@@ -503,6 +506,14 @@ def rewrite(
         tables=tuple(sorted(read)),
         truncations=truncations,
     )
+
+
+def _domain_key(ref: ColumnRef, keys: int) -> bool:
+    """Whether ``ref`` is ``__s.__key<j>``, group key j's column in a domain statement with key expressions."""
+    if ref.alias != DOMAIN_ALIAS or not ref.column.startswith(KEY_PREFIX):
+        return False
+    index = ref.column[len(KEY_PREFIX) :]
+    return index.isdigit() and int(index) < keys
 
 
 def one_row(q: exp.Expr) -> bool:

@@ -215,10 +215,13 @@ def test_one_more_sale_costs_at_most_epsilon_over_the_joint_groups(dsn: str, sql
             assert loss <= EPSILON + 1e-9, (neighbour[-1], loss)
 
 
-def test_a_key_expression_over_a_private_column_stays_refused(dsn: str) -> None:
-    """Only expressions of public columns take their values from the public rows."""
+def test_a_key_expression_over_a_private_column_without_a_domain_stays_refused(dsn: str) -> None:
+    """Only expressions of public columns take their values from the public rows (and of a declared column from
+    its domain: UPPER(s.channel) is WEB and SHOP)."""
     with pytest.raises(RefusedError, match="only plain columns"):
-        _run(dsn, "SELECT UPPER(s.channel), COUNT(*) FROM sales s GROUP BY UPPER(s.channel)")
+        _run(dsn, "SELECT s.qty + 1, COUNT(*) FROM sales s GROUP BY s.qty + 1")
+    upper = _run(dsn, "SELECT UPPER(s.channel) AS c, COUNT(*) FROM sales s GROUP BY UPPER(s.channel)")
+    assert [r["key"]["c"] for r in upper.rows] == ["SHOP", "WEB"]
 
 
 def test_expressions_of_a_joint_domains_keys(dsn: str) -> None:
