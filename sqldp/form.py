@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 AggKind = Literal["count", "sum", "min", "max"]
 AGG_PREFIX = "__agg"
+KEY_PREFIX = "__key"  # group key j in AnalysisForm.key_exprs, as in the answer query (sqldp.sqlgen.answer_query)
 
 
 def placeholder(index: int) -> exp.Column:
@@ -96,6 +97,10 @@ class Output:
     expr: exp.Expr
     aggregates: tuple[int, ...]  # indices into AnalysisForm.aggregates used by expr
     group_key: int | None = None  # index into AnalysisForm.group_by when the output is a key
+    # an expression of group keys (``age + 1``, ``SUBSTRING(name, 1, 3)``): its index into
+    # AnalysisForm.key_exprs, whose value per group is computed by PostgreSQL over the group domain's values
+    # (sqldp.groups); ``group_key`` is then the first key it reads
+    derived: int | None = None
 
     @property
     def is_key(self) -> bool:
@@ -104,8 +109,13 @@ class Output:
 
 @dataclass(frozen=True)
 class OrderKey:
-    output: int  # index into AnalysisForm.outputs
+    output: int  # index into AnalysisForm.outputs; -1 for an expression that is no output (``expr``, ``derived``)
     descending: bool = False
+    # ORDER BY an expression of released aggregates (``__agg<i>`` placeholders, computed on the noisy values), or
+    # of the group keys alone (its index into AnalysisForm.key_exprs, computed over the domain); ``sql`` as written
+    expr: exp.Expr | None = None
+    derived: int | None = None
+    sql: str = ""
 
 
 SCALAR_VALUE = "__value"  # the column of a decorrelated scalar subquery's derived table holding its value
@@ -228,6 +238,11 @@ class AnalysisForm:
     semijoins: tuple[SemiJoin, ...] = ()
     # a histogram of per-key counts (sqldp.nested): the uses are its inner query's two tables, analysed there
     nested: PerKeyCounts | None = None
+    # expressions of the group keys alone, each key j written as the column ``__key<j>`` (KEY_PREFIX): the
+    # outputs that compute them (Output.derived) and the HAVING conjuncts that read keys only (``key_having``,
+    # indices into it: a filter on the public or declared group domain, post-processing)
+    key_exprs: tuple[exp.Expr, ...] = ()
+    key_having: tuple[int, ...] = ()
 
     def use(self, alias: str) -> TableUse:
         """The table use an alias names: one of the product's, or a semi-join's (its columns are read by the
@@ -260,7 +275,10 @@ def describe(form: AnalysisForm) -> dict[str, Any]:
         "aggregates": [a.sql for a in form.aggregates],
         "outputs": [{"name": o.name, "expr": sql(o.expr), "group_key": o.is_key} for o in form.outputs],
         "group_by": [sql(g) for g in form.group_by],
-        "order_by": [{"output": form.outputs[k.output].name, "desc": k.descending} for k in form.order_by],
+        "order_by": [
+            {"output": form.outputs[k.output].name if k.output >= 0 else k.sql, "desc": k.descending}
+            for k in form.order_by
+        ],
         "limit": form.limit,
         "rewrites": list(dict.fromkeys(form.notes)),
         **(

@@ -24,8 +24,10 @@ from sqlglot import exp
 
 from sqldp.catalog import Catalog
 from sqldp.errors import RefusedError, about
-from sqldp.form import Aggregate, AnalysisForm
+from sqldp.form import KEY_PREFIX, Aggregate, AnalysisForm
 from sqldp.policy import EPOCH, Policy
+
+DOMAIN_ALIAS = "__s"  # the derived table of a domain statement (its columns: v, v0 …, or __key<j> with key expressions)
 
 
 @dataclass(frozen=True)
@@ -35,15 +37,157 @@ class KeyDomain:
     # a column of a private table with no declared domain: its groups are those present in the data, each
     # released only if its noisy count passes a threshold (DP partition selection, :func:`partition_selection`)
     private: bool = False
+    # keys whose groups are the DISTINCT tuples of public tables (:func:`_joint_domains`), not the product of
+    # each key's values: the GROUP BY positions of the keys, in the order of ``query``'s columns; every member
+    # carries the same ``query``. Empty for a domain of one key.
+    joint: tuple[int, ...] = ()
+    # expressions of the part's keys (form.key_exprs: outputs such as age + 1, HAVING conjuncts over keys)
+    # written over the domain statement's columns (__s.__key<j> for key j), computed by PostgreSQL next to
+    # the values; set on the part's first key, with their indices into form.key_exprs. ``cast``: the SQL type of
+    # a declared domain's key column, as which its values are read (the statement lists them as constants)
+    extras: tuple[exp.Expr, ...] = ()
+    extra_index: tuple[int, ...] = ()
+    cast: exp.DataType | None = None
+    positions: tuple[int, ...] = ()  # with ``extras``: the part's GROUP BY positions (the statement's columns)
 
     @property
     def ordered(self) -> exp.Select | None:
-        """The public domain's values in ORDER BY order: value i is group i (see :func:`match_groups`)."""
-        if self.query is None:
+        """The public domain's values (tuples, for a joint domain) in ORDER BY order: row i is group i (see
+        :func:`match_groups`), followed by the ``extras`` over them. A declared domain with ``extras``: its values,
+        as constants of the key's type, in the declared order, and the ``extras``; else None."""
+        extras = [e.copy() for e in self.extras]
+        keys = [f"{KEY_PREFIX}{j}" for j in self.positions]
+        columns = [exp.column(k, table=DOMAIN_ALIAS) for k in keys]
+        if self.query is not None:
+            names = keys if extras else _value_names(max(1, len(self.joint)))
+            q = exp.select(*(columns if extras else names), *extras)
+            q = q.from_(exp.Subquery(this=self.query.copy(), alias=_alias(DOMAIN_ALIAS, *names)))
+            q.set("order", exp.Order(expressions=[exp.Ordered(this=c) for c in columns]) if extras else _by_v(names))
+            return q
+        if self.values is None or not self.extras or not self.values:
             return None
-        q = exp.select("v").from_(exp.Subquery(this=self.query.copy(), alias=_alias("__s", "v")))
-        q.set("order", _by_v())
+        assert self.cast is not None
+        rows = [
+            exp.Tuple(
+                expressions=[
+                    exp.Literal.number(i),
+                    exp.Cast(this=exp.null() if v is None else _literal(v), to=self.cast.copy()),
+                ]
+            )
+            for i, v in enumerate(self.values)
+        ]
+        listed = exp.Values(expressions=rows, alias=_alias(DOMAIN_ALIAS, "__i", *keys))
+        q = exp.select(*columns, *extras).from_(listed)
+        q.set("order", exp.Order(expressions=[exp.Ordered(this=exp.column("__i", table=DOMAIN_ALIAS))]))
         return q
+
+
+def factors(domains: Sequence[KeyDomain], extras: bool = False) -> list[tuple[int, ...]]:
+    """The GROUP BY positions of each independent part of the group domain, in order of their first key: one
+    key alone, or the members of a joint domain. The released groups are the product of the parts' groups.
+    With ``extras``, each part's positions go on with ``len(domains) + i`` for the key expressions i it
+    computes (:attr:`KeyDomain.extra_index`): a group's tuple is then its keys and every key expression."""
+    out: list[tuple[int, ...]] = []
+    for j, d in enumerate(domains):
+        if not d.joint or d.joint[0] == j:
+            positions = d.joint or (j,)
+            more = tuple(len(domains) + i for i in d.extra_index) if extras else ()
+            out.append((*positions, *more))
+    return out
+
+
+def read_factors(
+    domains: Sequence[KeyDomain], reads: Sequence[Sequence[object] | None]
+) -> list[tuple[tuple[object, ...], ...]]:
+    """Each part's groups (:func:`factors`) as tuples of its key values and key expressions (``factors(…,
+    extras=True)``), in the order its domain statement (or the policy) lists them: ``reads`` is what the engine
+    read per key (the rows of a part's statement at its first key, None at the others and for a declared domain
+    without key expressions). A declared key's value is the policy's, as without expressions."""
+    out: list[tuple[tuple[object, ...], ...]] = []
+    for positions in factors(domains):
+        d, read = domains[positions[0]], reads[positions[0]]
+        rows = [r if isinstance(r, tuple) else (r,) for r in read or ()]
+        if d.values is not None:
+            if d.extras:
+                out.append(tuple((v, *r[1:]) for v, r in zip(d.values, rows, strict=True)))
+            else:
+                out.append(tuple((v,) for v in d.values))
+        else:
+            out.append(tuple(rows))
+    return out
+
+
+def key_expressions(form: AnalysisForm, domains: Sequence[KeyDomain], catalog: Catalog | None) -> tuple[KeyDomain, ...]:
+    """The domains with each of the form's key expressions (outputs of group keys, HAVING conjuncts over keys)
+    attached to the part whose keys it reads (:attr:`KeyDomain.extras`).
+
+    Its value for a group is a function of the group's key values, which the part's domain lists: PostgreSQL
+    computes it over those values (a public domain's statement, or a declared domain's values as constants of
+    the key column's type), so its meaning, types and NULLs are PostgreSQL's own. It reads no private row: the
+    domain is public or declared, and computing the expression, or keeping the groups whose HAVING conjunct over
+    keys is true, is post-processing of the released set of groups (NR §3.3.10.4: that set must not depend on
+    private data; a function of it does not). Refused, with the reason: under DP partition selection (no
+    domain to compute over), an expression of keys of independent parts, and a declared domain of a key that
+    is no plain column (a calendar or CASE domain, whose values' SQL type is not a column's)."""
+    if not form.key_exprs:
+        return tuple(domains)
+
+    def shown(e: exp.Expr) -> str:
+        def back(node: exp.Expr) -> exp.Expr:
+            if isinstance(node, exp.Column) and not node.table and node.name.startswith(KEY_PREFIX):
+                return form.group_by[int(node.name[len(KEY_PREFIX) :])].copy()
+            return node
+
+        return e.copy().transform(back).sql(dialect="postgres")
+
+    if any(d.private for d in domains):
+        raise RefusedError(
+            f"{shown(form.key_exprs[0])} is an expression of GROUP BY keys, computed over the keys' declared or "
+            "public domain; under DP partition selection the groups are the data's and there is none"
+        )
+    out = list(domains)
+    part_of = {j: p for p in factors(domains) for j in p}
+    attached: dict[tuple[int, ...], list[int]] = {}
+    for i, e in enumerate(form.key_exprs):
+        keys = {int(c.name[len(KEY_PREFIX) :]) for c in e.find_all(exp.Column)}
+        parts = {part_of[j] for j in keys}
+        if len(parts) > 1:
+            raise RefusedError(
+                f"{shown(e)} reads GROUP BY keys whose domains are independent (their product is the groups); an "
+                "expression of keys is computed over one key's domain, or over the tuples of keys of public tables "
+                "that public conjuncts link"
+            )
+        attached.setdefault(parts.pop(), []).append(i)
+
+    for positions, indices in attached.items():
+        first = out[positions[0]]
+
+        def over_values(node: exp.Expr) -> exp.Expr:
+            # key j as the statement's column __s.__key<j>: qualified, so that the Spark rule (sqldp.spark_sql)
+            # knows its type (sqldp.rewrite gives it key j's), and v / 2 truncates there as in PostgreSQL
+            if isinstance(node, exp.Column) and not node.table and node.name.startswith(KEY_PREFIX):
+                return exp.column(node.name, table=DOMAIN_ALIAS)
+            return node
+
+        cast = None
+        if first.values is not None:
+            key = form.group_by[positions[0]]
+            if not isinstance(key, exp.Column) or not key.table or catalog is None:
+                raise about(
+                    key,
+                    RefusedError(
+                        f"{shown(form.key_exprs[indices[0]])}: an expression of GROUP BY key "
+                        f"{key.sql(dialect='postgres')} is computed over the values of a key column's declared or "
+                        "public domain, not over a calendar's or a CASE's"
+                    ),
+                )
+            info = catalog.table(form.use(key.table).table).column(key.name)
+            cast = exp.DataType.build(info.type_sql, dialect="postgres")
+        extras = tuple(form.key_exprs[i].copy().transform(over_values) for i in indices)
+        out[positions[0]] = dataclasses.replace(
+            first, extras=extras, extra_index=tuple(indices), cast=cast, positions=positions
+        )
+    return tuple(out)
 
 
 def partition_selection(form: AnalysisForm, policy: Policy, delta: float | None) -> AnalysisForm:
@@ -93,9 +237,13 @@ def key_domains(form: AnalysisForm, policy: Policy, catalog: Catalog | None = No
                 "aggregates); allow δ > 0 "
                 "(--mechanism laplace --delta D) for DP partition selection"
             )
-        return tuple(KeyDomain(None, None, private=True) for _ in form.group_by)
+        return key_expressions(form, tuple(KeyDomain(None, None, private=True) for _ in form.group_by), catalog)
+    joint = _joint_domains(form, policy, catalog)
     out = []
-    for key in form.group_by:
+    for j, key in enumerate(form.group_by):
+        if j in joint:
+            out.append(joint[j])
+            continue
         years = _date_domain(form, policy, key)
         if years is not None:
             out.append(KeyDomain(years, None))
@@ -108,12 +256,23 @@ def key_domains(form: AnalysisForm, policy: Policy, catalog: Catalog | None = No
             out.append(KeyDomain(kept, None))
             continue
         if not isinstance(key, exp.Column) or not key.table:
+            public = _public_key(form, policy, catalog, key)
+            if public is not None and allowed is None:
+                # an expression of public columns (SUBSTRING(w_name, 1, 20)): its values over the public rows
+                # the public conjuncts let through, computed by PostgreSQL (_distinct_tuples)
+                out.append(KeyDomain(None, _distinct_tuples(form, policy, [public])))
+                continue
+            declared = _declared_image(form, policy, catalog, key) if allowed is None else None
+            if declared is not None:
+                out.append(KeyDomain(None, declared))
+                continue
             if allowed is None or not _derived_key(key):
                 raise about(
                     key,
                     RefusedError(
                         f"GROUP BY {key.sql(dialect='postgres')}: only plain columns can be group keys (their "
-                        "domain must come from the policy or a public table), an expression of columns that the "
+                        "domain must come from the policy or a public table), an expression of public tables' "
+                        "columns or of one column with a declared domain, an expression of columns that the "
                         "WHERE clause restricts to constants (key IN (…)), EXTRACT of a field with a fixed set of "
                         f"values ({', '.join(EXTRACT_FIELDS)}) from a date or timestamp, or a CASE whose every "
                         "branch is a constant",
@@ -154,7 +313,156 @@ def key_domains(form: AnalysisForm, policy: Policy, catalog: Catalog | None = No
                     "or allow δ > 0 (--mechanism laplace --delta D) for DP partition selection",
                 ),
             )
-    return tuple(out)
+    return key_expressions(form, tuple(out), catalog)
+
+
+@dataclass(frozen=True)
+class _PublicKey:
+    """A group key computed from the columns of public table uses only, with what restricts its values: the
+    column's declared domain (a plain column's) and the constants a WHERE conjunct keeps it among."""
+
+    expr: exp.Expr
+    aliases: frozenset[str]
+    declared: tuple[object, ...] | None
+    allowed: list[exp.Literal] | None
+
+
+def _public_key(form: AnalysisForm, policy: Policy, catalog: Catalog | None, key: exp.Expr) -> _PublicKey | None:
+    """The key as a :class:`_PublicKey` when every column it reads is of a public use and its domain is not the
+    calendar's or the query text's (:func:`_date_domain`, :func:`fixed_domain`, which keep precedence); else
+    None."""
+    if not _derived_key(key) or _date_domain(form, policy, key) is not None:
+        return None
+    if catalog is not None and fixed_domain(form, catalog, key) is not None:
+        return None
+    columns = list(key.find_all(exp.Column))
+    aliases = frozenset(c.table for c in columns)
+    try:
+        if not all(policy.table(form.use(a).table).public for a in aliases):
+            return None
+    except KeyError:  # a column of a semi-join's derived table: not a product use
+        return None
+    if not all(any(u.alias == a for u in form.uses) for a in aliases):
+        return None
+    declared = None
+    if isinstance(key, exp.Column):
+        declared = policy.table(form.use(key.table).table).column(key.name).domain
+    return _PublicKey(key, aliases, declared, _constant_filter(form, key))
+
+
+def _declared_image(form: AnalysisForm, policy: Policy, catalog: Catalog | None, key: exp.Expr) -> exp.Select | None:
+    """For a key that is an expression of one column c with a declared domain (``GROUP BY age / 10``), the
+    statement of its groups: ``SELECT DISTINCT e(v) FROM (VALUES (CAST(d1 AS T)), …) AS __s(v) WHERE e(v) IS NOT
+    NULL``, the expression's values over c's declared values d1, … as constants of c's type T, computed by
+    PostgreSQL (its arithmetic, its functions); else None.
+
+    The set is a function of the policy and the query text, as the declared domain is, so releasing a noisy value
+    for each of its values is the declared-domain mechanism (NR §3.3.11: a derived column's domain follows from
+    the constraints on the column it is computed from). A group is every row whose key has that value — PostgreSQL's
+    GROUP BY, also for a row whose c lies outside the declared domain — and a row whose key is outside the set
+    (or NULL) is in no released group; each row is in at most one, as for any key computed from the row."""
+    if catalog is None or not _derived_key(key):
+        return None
+    columns = list(key.find_all(exp.Column))
+    if len({(c.table, c.name) for c in columns}) != 1 or not columns[0].table:
+        return None
+    column = columns[0]
+    try:
+        use = form.use(column.table)
+    except KeyError:
+        return None
+    declared = policy.table(use.table).column(column.name).domain
+    if not declared or not any(u.alias == use.alias for u in form.uses):
+        return None
+    cast = exp.DataType.build(catalog.table(use.table).column(column.name).type_sql, dialect="postgres")
+    rows = [exp.Tuple(expressions=[exp.Cast(this=_literal(v), to=cast.copy())]) for v in declared if v is not None]
+
+    def over_v(node: exp.Expr) -> exp.Expr:
+        return exp.column("v") if isinstance(node, exp.Column) else node
+
+    image = key.copy().transform(over_v)
+    q = exp.select(image).distinct().from_(exp.Values(expressions=rows, alias=_alias("__s", "v")))
+    return q.where(image.copy().is_(exp.null()).not_())
+
+
+def _linked(form: AnalysisForm, policy: Policy, start: frozenset[str]) -> tuple[list[str], list[exp.Expr]]:
+    """The public uses linked to ``start`` through conjuncts that read public uses only (transitively), and those
+    conjuncts; ``start``'s aliases first. A conjunct over an unlinked public table would only multiply the rows
+    a DISTINCT over them reads (a cross product) without narrowing the keys."""
+    public = {u.alias for u in form.uses if policy.table(u.table).public}
+    candidates = [
+        (c.expr, {r.alias for r in c.columns})
+        for c in form.conjuncts
+        if c.columns and {r.alias for r in c.columns} <= public and not c.expr.find(exp.Subquery, exp.Exists)
+    ]
+    aliases: dict[str, None] = dict.fromkeys(sorted(start))
+    conjuncts: list[exp.Expr] = []
+    grown = True
+    while grown:
+        grown = False
+        for expr, reads in candidates:
+            if not any(expr is c for c in conjuncts) and reads & aliases.keys():
+                conjuncts.append(expr)
+                aliases.update(dict.fromkeys(sorted(reads)))
+                grown = True
+    return list(aliases), conjuncts
+
+
+def _distinct_tuples(form: AnalysisForm, policy: Policy, keys: Sequence[_PublicKey]) -> exp.Select:
+    """``SELECT DISTINCT k1, …, km FROM <the public uses linked to the keys' uses> WHERE <the public conjuncts
+    linking them> AND every ki IS NOT NULL [AND ki IN (its declared domain, its constants)]``.
+
+    Every row of the query's product satisfies every conjunct, in particular those reading public uses only,
+    so its keys' values form one of these tuples: a group outside the set is empty on every database with
+    these public tables, whatever the private rows (the form is an inner product; semi- and anti-joins only
+    remove rows). The set is a function of the public tables alone, so releasing a noisy value for each of its
+    tuples, present in the private rows or not, is the same mechanism as over a declared domain (docs/sql.md,
+    "Group domains from public tables"); a NULL key is never a group, as for one public column."""
+    start = frozenset(a for k in keys for a in k.aliases)
+    aliases, conjuncts = _linked(form, policy, start)
+    q = exp.select(*(k.expr.copy() for k in keys)).distinct()
+    for i, alias in enumerate(aliases):
+        source = exp.to_table(form.use(alias).table).as_(alias)
+        q = q.from_(source) if i == 0 else q.join(source, join_type="cross")
+    for k in keys:
+        q = q.where(k.expr.copy().is_(exp.null()).not_())
+    for c in conjuncts:
+        q = q.where(c.copy())
+    for k in keys:
+        if k.declared is not None:
+            q = q.where(k.expr.copy().isin(*(_literal(v) for v in k.declared if v is not None)))
+        if k.allowed is not None:  # PostgreSQL's own IN on the key: the same groups the query keeps
+            q = q.where(k.expr.copy().isin(*(v.copy() for v in k.allowed)))
+    return q
+
+
+def _joint_domains(form: AnalysisForm, policy: Policy, catalog: Catalog | None) -> dict[int, KeyDomain]:
+    """The joint domains of the GROUP BY keys computed from public uses: the keys whose uses are linked
+    through conjuncts over public uses only (or are one use) form one part, and a part of two or more keys
+    has the DISTINCT tuples of its public uses as groups (:func:`_distinct_tuples`), not the product of each
+    key's values — TPC-DS's ``GROUP BY i_item_id, i_item_desc`` has the 1,356 pairs of its item rows, not
+    900 × 1,347. Keys in parts that no public conjunct links (an item and a store, joined only through
+    private sales) are independent: their product is the right domain, and that of the parts' DISTINCT
+    tuples. Positions → domain, for the members of parts of two or more keys."""
+    keys = {j: _public_key(form, policy, catalog, key) for j, key in enumerate(form.group_by)}
+    public = {j: k for j, k in keys.items() if k is not None}
+    parts: list[tuple[list[int], set[str]]] = []
+    for j, k in public.items():
+        reach = set(_linked(form, policy, k.aliases)[0])
+        touching = [p for p in parts if p[1] & reach]
+        merged = ([j], reach)
+        for p in touching:
+            parts.remove(p)
+            merged = (sorted(merged[0] + p[0]), merged[1] | p[1])
+        parts.append(merged)
+    out: dict[int, KeyDomain] = {}
+    for members, _ in parts:
+        if len(members) < 2:
+            continue
+        query = _distinct_tuples(form, policy, [public[j] for j in members])
+        for j in members:
+            out[j] = KeyDomain(None, query, joint=tuple(members))
+    return out
 
 
 def _public_domain(
@@ -174,24 +482,8 @@ def _public_domain(
     so releasing exactly its groups (each with noise, present in the data or not) reveals nothing private,
     as with the whole column (NR §3.3.10.4: the released set must not depend on private data). Fewer groups
     leave more budget per group or a larger β."""
-    public = {u.alias for u in form.uses if policy.table(u.table).public}
-    candidates = [
-        (c.expr, {r.alias for r in c.columns})
-        for c in form.conjuncts
-        if c.columns and {r.alias for r in c.columns} <= public and not c.expr.find(exp.Subquery, exp.Exists)
-    ]
-    # only conjuncts linked to the key's table through other such conjuncts narrow its values; a filter on an
-    # unlinked public table would only multiply the rows the DISTINCT reads (a cross product)
-    aliases: dict[str, None] = {key.table: None}
-    conjuncts: list[exp.Expr] = []
-    grown = True
-    while grown:
-        grown = False
-        for expr, reads in candidates:
-            if not any(expr is c for c in conjuncts) and reads & aliases.keys():
-                conjuncts.append(expr)
-                aliases.update(dict.fromkeys(sorted(reads)))
-                grown = True
+    # only conjuncts linked to the key's table through other such conjuncts narrow its values (_linked)
+    aliases, conjuncts = _linked(form, policy, frozenset({key.table}))
     if not conjuncts:
         return None
     q = exp.select(key.copy()).distinct()
@@ -499,42 +791,71 @@ def all_groups(domains: list[tuple[object, ...]]) -> list[tuple[object, ...]]:
     return [tuple(g) for g in itertools.product(*domains)]
 
 
+def part_groups(
+    parts: Sequence[tuple[int, ...]], values: Sequence[Sequence[tuple[object, ...]]]
+) -> list[tuple[object, ...]]:
+    """Every group's key values in GROUP BY order: the product of the parts' groups (:func:`factors`,
+    :func:`read_factors`), in the order of :func:`all_groups` over the parts."""
+    order = [j for positions in parts for j in positions]
+    out = []
+    for combination in itertools.product(*values):
+        key: list[object] = [None] * len(order)
+        for j, v in zip(order, (v for part in combination for v in part), strict=True):
+            key[j] = v
+        out.append(tuple(key))
+    return out
+
+
 def match_groups(answer: exp.Select, domains: Sequence[KeyDomain]) -> exp.Select:
-    """The answer query (keys ``__key<j>`` first) with, in front, the index of each key's group in its domain
-    (NULL: outside the domain, never released), decided by PostgreSQL's ``=`` on the key column's type.
+    """The answer query (keys ``__key<j>`` first) with, in front, the index of each part's group (:func:`factors`)
+    in its domain (NULL: outside the domain, never released), decided by PostgreSQL's ``=`` on the key column's
+    type.
 
     A declared value is an untyped literal (``__key0 = 'a'``), which PostgreSQL types as the key column, as
     if the analyst had written the comparison; ``CASE`` takes the first value that matches, so an answer row
     is one group even if two declared values were equal in PostgreSQL. A public domain is its DISTINCT values
-    numbered in ORDER BY (the order the engine reads them in, in the same snapshot) and joined with ``=``;
-    its values are pairwise distinct under that ``=``, which is an equivalence, so a row matches one."""
+    (tuples, for a joint domain) numbered in ORDER BY (the order the engine reads them in, in the same
+    snapshot) and joined with ``=`` on every key of the part; its tuples are pairwise distinct under that
+    ``=``, which is an equivalence on each key (two tuples that agree on every key are one), so a row matches
+    one."""
     items: list[exp.Expr] = []
     select = exp.select().from_(exp.Subquery(this=answer.copy(), alias=_alias("__a")))
-    for j, d in enumerate(domains):
-        key = exp.column(f"__key{j}", table="__a")
+    for f, positions in enumerate(factors(domains)):
+        d = domains[positions[0]]
         if d.values is not None:
+            key = exp.column(f"__key{positions[0]}", table="__a")
             case = exp.Case()
             for i, v in enumerate(d.values):
                 # the NULL group (fixed_domain): the rows whose key IS NULL, which no = matches
                 match = key.copy().is_(exp.null()) if v is None else exp.EQ(this=key.copy(), expression=_literal(v))
                 case = case.when(match, exp.Literal.number(i))
-            items.append(exp.alias_(case, f"__group{j}"))
+            items.append(exp.alias_(case, f"__group{f}"))
         else:
             assert d.query is not None
-            number = exp.Window(this=exp.RowNumber(), order=_by_v())
-            ranked = exp.select(exp.alias_(exp.Sub(this=number, expression=exp.Literal.number(1)), "i"), "v").from_(
-                exp.Subquery(this=d.query.copy(), alias=_alias("__s", "v"))
+            names = _value_names(len(positions))
+            number = exp.Window(this=exp.RowNumber(), order=_by_v(names))
+            ranked = exp.select(exp.alias_(exp.Sub(this=number, expression=exp.Literal.number(1)), "i"), *names).from_(
+                exp.Subquery(this=d.query.copy(), alias=_alias("__s", *names))
             )
-            select = select.join(
-                exp.Subquery(this=ranked, alias=_alias(f"__d{j}")),
-                on=exp.EQ(this=key.copy(), expression=exp.column("v", table=f"__d{j}")),
+            on = exp.and_(
+                *(
+                    exp.EQ(this=exp.column(f"__key{j}", table="__a"), expression=exp.column(v, table=f"__d{f}"))
+                    for j, v in zip(positions, names, strict=True)
+                )
             )
-            items.append(exp.alias_(exp.column("i", table=f"__d{j}"), f"__group{j}"))
+            select = select.join(exp.Subquery(this=ranked, alias=_alias(f"__d{f}")), on=on)
+            items.append(exp.alias_(exp.column("i", table=f"__d{f}"), f"__group{f}"))
     return select.select(*items, exp.Column(this=exp.Star(), table=exp.to_identifier("__a")), copy=False)
 
 
-def _by_v() -> exp.Order:
-    return exp.Order(expressions=[exp.Ordered(this=exp.column("v"))])
+def _value_names(n: int) -> list[str]:
+    """The columns of a domain statement: ``v`` for one key (the statements of one-key domains keep their text),
+    ``v0`` … for a joint domain's keys."""
+    return ["v"] if n == 1 else [f"v{i}" for i in range(n)]
+
+
+def _by_v(names: Sequence[str] = ("v",)) -> exp.Order:
+    return exp.Order(expressions=[exp.Ordered(this=exp.column(n)) for n in names])
 
 
 def _alias(name: str, *columns: str) -> exp.TableAlias:

@@ -22,6 +22,7 @@ from sqldp.catalog import Catalog
 from sqldp.errors import ForbiddenError, RefusedError
 from sqldp.form import (
     AGG_PREFIX,
+    KEY_PREFIX,
     AggKind,
     Aggregate,
     AnalysisForm,
@@ -304,18 +305,37 @@ class Normalizer:
             if isinstance(g, exp.Literal):
                 raise self.refuse("GROUP BY by position is not supported; name the expression", g)
         measured: list[Aggregate] = []
-        outputs = tuple(self._output(name, e, block, groups, measured) for name, e in body.items)
+        key_exprs: list[exp.Expr] = []  # expressions of the group keys alone (outputs, HAVING conjuncts)
+        outputs = tuple(self._output(name, e, block, groups, measured, key_exprs) for name, e in body.items)
         for (name, e), o in zip(body.items, outputs, strict=True):
             if not o.is_key:  # computed on the noisy values after the run: refused now, before any charge
                 self._check_post_processed(o.expr, e, f"output {name!r} may combine aggregates and numbers")
         having = None
+        key_having: list[int] = []
         if body.having is not None:
-            # HAVING filters the *noisy* groups: its aggregates are measured (and paid for) like the SELECT
-            # list's, and the condition runs on the released values — post-processing, so no extra cost
-            having = self._output("HAVING", body.having, block, groups, measured).expr
-            self._check_post_processed(having, body.having, "HAVING may compare aggregates and numbers")
-            self.notes.append("HAVING evaluated on the noisy aggregates (post-processing)")
-        order_by, limit = self._order(sort, outputs, body) if sort is not None else ((), None)
+            # a HAVING conjunct that reads group keys only (HAVING age < 30, HAVING married) keeps or drops a
+            # group by its key alone: a filter on the group domain, computed by PostgreSQL over the domain's
+            # values (sqldp.groups), post-processing of a domain that is public or declared
+            rest = []
+            for part in split_and(body.having):
+                derived = self._key_expression(self._guard_dates(self._substitute(part, block.exports), block), groups)
+                if derived is None:
+                    rest.append(part)
+                    continue
+                key_having.append(len(key_exprs))
+                key_exprs.append(derived)
+            if key_having:
+                self.notes.append("HAVING over the group keys alone filters the group domain (post-processing)")
+            if rest:
+                # HAVING filters the *noisy* groups: its aggregates are measured (and paid for) like the SELECT
+                # list's, and the condition runs on the released values — post-processing, so no extra cost
+                condition = rest[0] if len(rest) == 1 else exp.and_(*rest)
+                having = self._output("HAVING", condition, block, groups, measured).expr
+                self._check_post_processed(having, condition, "HAVING may compare aggregates and numbers")
+                self.notes.append("HAVING evaluated on the noisy aggregates (post-processing)")
+        order_by, limit = (
+            self._order(sort, outputs, body, (block, groups, measured, key_exprs)) if sort is not None else ((), None)
+        )
         if groups and not measured and not distinct_rows:
             # GROUP BY with no aggregate lists the groups present in the data, as SELECT DISTINCT does (also
             # over a declared or public key: which occur with the private rows is private)
@@ -333,6 +353,8 @@ class Normalizer:
             having=having,
             distinct_rows=distinct_rows,
             semijoins=tuple(block.semijoins),
+            key_exprs=tuple(key_exprs),
+            key_having=tuple(key_having),
         )
         subqueries.skips_unmatched(form, self.null_extended)
         return form
@@ -379,14 +401,52 @@ class Normalizer:
         table = next(u.table for u in block.uses if u.alias == ref.alias)
         return self.policy.is_sensitive(table, ref.column)
 
+    @staticmethod
+    def _keys_written(e: exp.Expr, groups: tuple[exp.Expr, ...]) -> exp.Expr:
+        """``e`` with each subexpression equal to group key j written as the column ``__key<j>``."""
+
+        def swap(node: exp.Expr) -> exp.Expr:
+            for j, g in enumerate(groups):
+                if node == g:
+                    return exp.column(f"{KEY_PREFIX}{j}")
+            return node
+
+        return e.copy().transform(swap)
+
+    def _key_expression(self, e: exp.Expr, groups: tuple[exp.Expr, ...]) -> exp.Expr | None:
+        """``e`` over the group keys (:meth:`_keys_written`) when it reads group keys and nothing else — no other
+        column, aggregate, window or subquery; else None. Its value for a group is a function of the group's key
+        values only, so it is computed over the group domain's values (public or declared), never over rows."""
+        written = self._keys_written(e, groups)
+        columns = list(written.find_all(exp.Column))
+        if not columns or any(c.table or not c.name.startswith(KEY_PREFIX) for c in columns):
+            return None
+        banned = (exp.AggFunc, exp.Window, exp.Subquery, exp.Exists, exp.Select, exp.Placeholder, exp.Parameter)
+        if any(isinstance(n, banned) for n in written.walk()):
+            return None
+        return written
+
     def _output(
-        self, name: str, e: exp.Expr, block: _SPJ, groups: tuple[exp.Expr, ...], aggs: list[Aggregate]
+        self,
+        name: str,
+        e: exp.Expr,
+        block: _SPJ,
+        groups: tuple[exp.Expr, ...],
+        aggs: list[Aggregate],
+        key_exprs: list[exp.Expr] | None = None,
     ) -> Output:
         expr = self._substitute(e, block.exports)
         guarded = self._guard_dates(expr, block)
         for i, g in enumerate(groups):
             if guarded == g:
                 return Output(name, guarded, (), group_key=i)
+        derived = self._key_expression(guarded, groups) if key_exprs is not None else None
+        if derived is not None and key_exprs is not None:
+            # an expression of group keys (SELECT age + 1 … GROUP BY age): a key output, whose value per group
+            # PostgreSQL computes over the group domain (sqldp.groups); group_key names the first key it reads
+            first = min(int(c.name[len(KEY_PREFIX) :]) for c in derived.find_all(exp.Column))
+            key_exprs.append(derived)
+            return Output(name, guarded, (), group_key=first, derived=len(key_exprs) - 1)
         used: list[int] = []
 
         def lift(node: exp.Expr) -> exp.Expr:
@@ -415,6 +475,13 @@ class Normalizer:
 
         lifted = expr.transform(lift)
         stray = [c for c in lifted.find_all(exp.Column) if c.table]
+        if stray and not any(c.table for c in self._keys_written(lifted, groups).find_all(exp.Column)):
+            what = "a HAVING conjunct" if name == "HAVING" else f"output {name!r}"
+            raise self.refuse(
+                f"{what} combines GROUP BY keys with aggregates; it may be an expression of the keys alone or of "
+                "aggregates and numbers alone",
+                e,
+            )
         if stray:
             raise self.refuse(
                 f"output {name!r} uses {stray[0].sql(dialect='postgres')} outside an aggregate and the GROUP BY keys", e
@@ -458,13 +525,55 @@ class Normalizer:
         used.append(len(aggs) - 1)
         return placeholder(len(aggs) - 1)
 
+    def _order_expression(
+        self,
+        key: exp.Expr,
+        desc: bool,
+        outputs: tuple[Output, ...],
+        body: ra.Aggregate,
+        scope: tuple[_SPJ, tuple[exp.Expr, ...], list[Aggregate], list[exp.Expr]] | None,
+    ) -> OrderKey | None:
+        """``ORDER BY e`` for an expression e that is no output (else None): of the group keys alone (a key
+        expression, computed over the domain) or of aggregates the query measures anyway (computed on their
+        noisy values). One that would need another measurement is refused by the caller."""
+        if scope is None or isinstance(key, exp.Literal) or (isinstance(key, exp.Column) and not key.table):
+            return None
+        if any(key == item for _, item in body.items):
+            return None
+        block, groups, measured, key_exprs = scope
+        shown = key.sql(dialect="postgres")
+        derived = self._key_expression(self._guard_dates(self._substitute(key, block.exports), block), groups)
+        if derived is not None:
+            key_exprs.append(derived)
+            return OrderKey(-1, desc, derived=len(key_exprs) - 1, sql=shown)
+        if not any(isinstance(n, exp.AggFunc) for n in key.walk()):
+            return None
+        before = len(measured)
+        lifted = self._output("ORDER BY", key, block, groups, measured)
+        if len(measured) > before:
+            del measured[before:]
+            return None  # refused by the caller: sorting by it would need one more measurement
+        self._check_post_processed(lifted.expr, key, "ORDER BY may combine released aggregates and numbers")
+        return OrderKey(-1, desc, expr=lifted.expr, sql=shown)
+
     def _order(
-        self, sort: ra.Sort, outputs: tuple[Output, ...], body: ra.Aggregate
+        self,
+        sort: ra.Sort,
+        outputs: tuple[Output, ...],
+        body: ra.Aggregate,
+        scope: tuple[_SPJ, tuple[exp.Expr, ...], list[Aggregate], list[exp.Expr]] | None = None,
     ) -> tuple[tuple[OrderKey, ...], int | None]:
+        """The ORDER BY keys: outputs (by position, name or equal expression), and with ``scope`` (the block, the
+        group keys, the measured aggregates and the key expressions) an expression of the group keys alone or
+        of aggregates already measured, computed after the noise like an output (post-processing)."""
         if sort.offset:
             raise self.refuse("OFFSET is not supported")
         keys = []
         for key, desc in sort.keys:
+            expression = self._order_expression(key, desc, outputs, body, scope)
+            if expression is not None:
+                keys.append(expression)
+                continue
             index = None
             if isinstance(key, exp.Literal) and not key.is_string and key.this.isdigit():
                 index = int(key.this) - 1

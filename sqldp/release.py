@@ -18,7 +18,7 @@ from sqlglot import exp
 from sqldp import mechanisms
 from sqldp.errors import RefusedError
 from sqldp.form import AGG_PREFIX, AnalysisForm, Output
-from sqldp.groups import all_groups
+from sqldp.groups import all_groups, part_groups
 from sqldp.mechanisms import NoiseSource
 from sqldp.owned import SHARED_SCALE_GROUPS, OwnedSelection
 from sqldp.params import PrivacyParams, check_beta
@@ -504,19 +504,27 @@ def measure(
     made: Sequence[Measurement],
     answer_rows: Sequence[tuple[Any, ...]],
     domain_values: Sequence[Sequence[Any]],
+    parts: Sequence[tuple[int, ...]] | None = None,
 ) -> tuple[list[tuple[Any, ...]], list[list[Measurement]]]:
-    """The groups (every combination of the key domains; ``[()]`` without GROUP BY) and, per group, the
-    templates with the group's true value from the answer rows. A group with no rows has COUNT and SUM 0 (SUM
-    of nothing is NULL in SQL, 0 as a function) and no MIN, MAX or AVG."""
+    """The groups (every combination of the parts' groups; ``[()]`` without GROUP BY) and, per group, the
+    templates with the group's true value from the answer rows. ``domain_values`` lists each key's values, or,
+    with ``parts`` (sqldp.groups.factors: the GROUP BY positions of each independent part of the domain), each
+    part's groups as tuples of its keys' values (sqldp.groups.read_factors). A group with no rows has COUNT and
+    SUM 0 (SUM of nothing is NULL in SQL, 0 as a function) and no MIN, MAX or AVG."""
     if form.select_by is not None:  # partition selection: the groups present in the data, in key order
         k = len(form.group_by)
         by_key = {tuple(r[:k]): tuple(r) for r in answer_rows}
         groups = sorted(by_key, key=lambda g: tuple(_sort_key(v) for v in g))
         indices = groups
+    elif form.group_by:
+        if parts is None:
+            parts = [(j,) for j in range(len(domain_values))]
+            domain_values = [tuple((v,) for v in vals) for vals in domain_values]
+        groups = part_groups(parts, domain_values)
+        by_key = by_group(answer_rows, [len(vals) for vals in domain_values])
+        indices = all_groups([tuple(range(len(vals))) for vals in domain_values])
     else:
-        groups = all_groups([tuple(vals) for vals in domain_values]) if form.group_by else [()]
-        by_key = by_group(answer_rows, [len(vals) for vals in domain_values]) if form.group_by else {}
-        indices = all_groups([tuple(range(len(vals))) for vals in domain_values]) if form.group_by else [()]
+        groups, by_key, indices = [()], {}, [()]
     out = []
     for g in indices:
         row = by_key.get(g) if form.group_by else (answer_rows[0] if answer_rows else None)
@@ -555,7 +563,8 @@ def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]
     """Sample each measurement's noise and compute the released rows from the noisy values only (post-processing
     keeps the guarantee, Dwork & Roth Prop. 2.1): the output expressions, HAVING, ORDER BY and LIMIT."""
     histogram_release(result, noise)
-    rows: list[tuple[dict[str, Any], dict[str, Any], dict[str, float]]] = []
+    # per released row: its keys, values, error bars, and the values of ORDER BY's expressions that are no output
+    rows: list[tuple[dict[str, Any], dict[str, Any], dict[str, float], dict[int, Any]]] = []
     kept: list[list[Measurement]] = []
 
     def draw(m: Measurement) -> None:
@@ -570,6 +579,8 @@ def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]
 
     chosen = _selection(form, result.measurements, noise) if form.select_by is not None else None
     for index, (g, measured) in enumerate(zip(groups, result.measurements, strict=True)):
+        if any(g[len(form.group_by) + i] is not True for i in form.key_having):
+            continue  # HAVING over the keys alone: a filter on the (public or declared) domain; NULL drops, as SQL
         for m in measured:
             if m.true_value is None:
                 # only MIN/MAX (AggKind) of a group with no rows; a refusal is an answer, and this one depends on public
@@ -595,17 +606,31 @@ def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]
         errors: dict[str, float] = {}
         for o in form.outputs:
             if o.is_key:
-                keys[o.name] = g[o.group_key]  # type: ignore[index]
+                # a key expression's value follows the keys in the group's tuple (sqldp.groups.factors)
+                keys[o.name] = g[o.group_key if o.derived is None else len(form.group_by) + o.derived]  # type: ignore[index]
                 continue
             values[o.name] = evaluate(o.expr, noisy)
             bar = error_bar(o, measured, values[o.name], result.params.confidence if result.params else None)
             if bar is not None:
                 errors[o.name] = bar
-        rows.append((keys, values, errors))
-    for key in reversed(form.order_by):
+        # ORDER BY an expression: of the noisy aggregates (post-processing), or of the keys (over the domain)
+        order = {
+            i: evaluate(k.expr, noisy) if k.expr is not None else g[len(form.group_by) + k.derived]  # type: ignore[operator]
+            for i, k in enumerate(form.order_by)
+            if k.output < 0
+        }
+        rows.append((keys, values, errors, order))
+    for i, key in reversed(list(enumerate(form.order_by))):
+        if key.output < 0:
+
+            def by_expression(row: tuple[Any, ...], i: int = i) -> tuple[int, Any]:
+                return _sort_key(row[3][i])
+
+            rows.sort(key=by_expression, reverse=key.descending)
+            continue
         out: Output = form.outputs[key.output]
 
-        def sort_key(row: tuple[dict[str, Any], ...], o: Output = out) -> tuple[int, Any]:
+        def sort_key(row: tuple[Any, ...], o: Output = out) -> tuple[int, Any]:
             return _sort_key(row[0].get(o.name) if o.is_key else row[1].get(o.name))
 
         rows.sort(key=sort_key, reverse=key.descending)
@@ -615,7 +640,7 @@ def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]
         result.measurements = kept  # how many groups the data has is private; the selected ones are released
     result.columns = [o.name for o in form.outputs]
     result.rows = []
-    for k, v, bars in rows:
+    for k, v, bars, _ in rows:
         row: dict[str, Any] = {"key": k, "values": v} if form.group_by else {"values": v}
         if bars:
             row["errors"] = bars

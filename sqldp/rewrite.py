@@ -30,9 +30,9 @@ from sqlglot import exp
 
 from sqldp.catalog import Catalog, Table, constant, exact_type
 from sqldp.errors import CatalogError, RefusedError
-from sqldp.form import AnalysisForm, ColumnRef
+from sqldp.form import KEY_PREFIX, AnalysisForm, ColumnRef
 from sqldp.frontend import conjuncts
-from sqldp.groups import KeyDomain, match_groups
+from sqldp.groups import DOMAIN_ALIAS, KeyDomain, match_groups
 from sqldp.pg_arithmetic import case_values
 from sqldp.policy import Policy
 from sqldp.sensitivity import model_check
@@ -420,7 +420,8 @@ DIALECT_RULES: dict[str, tuple[Rule, ...]] = {"postgres": (), "spark": (spark,)}
 class Statements:
     """The SQL texts one analysed query runs, generated once (sqlglot's generator costs milliseconds on large
     bounds): the answer, the plan queries not folded into it, each distinct text once, and the queries reading
-    the group domains that come from public tables (None for a domain the policy declares)."""
+    the group domains that come from public tables, one per key (None for a domain the policy declares, and
+    for the keys of a joint domain after its first, whose statement reads the tuples of them all)."""
 
     answer: str
     queries: tuple[str, ...]  # distinct texts: two plans often ask the same (c1 and c4 of a combined COUNT)
@@ -459,6 +460,9 @@ def rewrite(
     kind_of = domain(form, catalog, policy).kind
 
     def kind(ref: ColumnRef) -> str:
+        key = form.group_by[int(ref.column[len(KEY_PREFIX) :])] if _domain_key(ref, len(form.group_by)) else None
+        if isinstance(key, exp.Column) and key.table:  # key j in a domain statement (sqldp.groups.key_expressions)
+            ref = ColumnRef(key.table, key.name)
         try:
             return kind_of(ref)
         except (KeyError, CatalogError):  # an alias or column of the plans' own subqueries
@@ -485,9 +489,11 @@ def rewrite(
     order = tuple(where_is[distinct.index(t)][0] for t in texts)
     columns = tuple(where_is[distinct.index(t)][1] for t in texts)
     ordered = []
-    for d in domains:
+    for j, d in enumerate(domains):
         query = d.ordered
-        ordered.append(None if query is None or d.values is not None else apply(query, QUERY_RULES))
+        # a joint domain's statement is read once, at its first key (sqldp.groups.read_factors)
+        first = not d.joint or d.joint[0] == j
+        ordered.append(apply(query, QUERY_RULES) if first and query is not None else None)
     return Statements(
         answer_sql,
         queries,
@@ -500,6 +506,14 @@ def rewrite(
         tables=tuple(sorted(read)),
         truncations=truncations,
     )
+
+
+def _domain_key(ref: ColumnRef, keys: int) -> bool:
+    """Whether ``ref`` is ``__s.__key<j>``, group key j's column in a domain statement with key expressions."""
+    if ref.alias != DOMAIN_ALIAS or not ref.column.startswith(KEY_PREFIX):
+        return False
+    index = ref.column[len(KEY_PREFIX) :]
+    return index.isdigit() and int(index) < keys
 
 
 def one_row(q: exp.Expr) -> bool:

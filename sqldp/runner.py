@@ -23,7 +23,7 @@ from sqldp import release
 from sqldp.engine import Engine, Speed
 from sqldp.errors import RefusedError
 from sqldp.form import AnalysisForm
-from sqldp.groups import KeyDomain
+from sqldp.groups import KeyDomain, factors, read_factors
 from sqldp.mechanisms import NoiseSource
 from sqldp.normalize import PublicRelease
 from sqldp.params import PrivacyParams
@@ -81,16 +81,15 @@ class Prepared:
         t_plan = time.perf_counter()
         fetched = self.engine.execute(statements, self.speed)
         answer_rows, results = self._split(form, statements, fetched.answer, fetched.queries)
-        domain_values = [
-            d.values if d.values is not None else read or ()
-            for d, read in zip(self.domains, fetched.domains, strict=True)
-        ]
+        # each independent part of the group domain: one key's values, or a joint domain's tuples
+        parts = factors(self.domains, extras=True)  # a group's tuple: its keys, then each key expression
+        domain_values = read_factors(self.domains, fetched.domains)
         result = Result(self.sql, params, test_mode=self.noise.test_mode, notes=list(form.notes))
         result.grouped = bool(form.group_by)
         # under partition selection every aggregate has disjoint groups (checked when prepared): full shares
         groups = math.prod(len(v) for v in domain_values) if form.group_by and form.select_by is None else 1
         made = release.templates(form, params, self.plans, results, groups)
-        keys, result.measurements = release.measure(form, made, answer_rows, domain_values)
+        keys, result.measurements = release.measure(form, made, answer_rows, domain_values, parts)
         if noisy:
             release.release(form, result, keys, self.noise)
         result.timings = {

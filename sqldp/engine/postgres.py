@@ -411,7 +411,10 @@ class PostgresEngine:
             try:
                 out, t_answer, t_queries = self._answer_and_queries(conn, statements, speed)
                 domains = [
-                    None if text is None else tuple(r[0] for r in conn.execute(text).fetchall())
+                    # a joint group domain's statement has a column per key: its rows are the groups
+                    None
+                    if text is None
+                    else tuple(r[0] if len(r) == 1 else tuple(r) for r in conn.execute(text).fetchall())
                     for text in statements.domains
                 ]
                 end(conn)

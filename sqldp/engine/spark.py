@@ -220,7 +220,11 @@ class SparkEngine:
                 domain_jobs = [None if q is None else pool.submit(run, q) for q in statements.domains]
                 answer = answer_job.result()
                 queries = [j.result() for j in jobs]
-                domains = [None if j is None else tuple(r[0] for r in j.result()) for j in domain_jobs]
+                # a joint group domain's statement has a column per key: its rows are the groups
+                domains = [
+                    None if j is None else tuple(r[0] if len(r) == 1 else tuple(r) for r in j.result())
+                    for j in domain_jobs
+                ]
                 t1, t2 = done["answer"], time.perf_counter()
         except SnapshotChanged:
             raise
