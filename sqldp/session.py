@@ -15,16 +15,13 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
-
-import psycopg
+from typing import TYPE_CHECKING, Any
 
 from sqldp import allowlist, db, nested, owned, selection, sensitivity, setops, subqueries
 from sqldp.catalog import Catalog
 from sqldp.context import load_catalog, load_policy
 from sqldp.db import connect, resolve_dsn
 from sqldp.engine import Engine
-from sqldp.engine.postgres import PostgresEngine
 from sqldp.errors import BudgetExhaustedError, InputError, RefusedError
 from sqldp.form import AnalysisForm, single_aggregate
 from sqldp.frontend import ParsedQuery, locate, parse, parse_statement, too_deep
@@ -44,6 +41,9 @@ from sqldp.setops import SetRelease
 from sqldp.spark_sql import public_statement
 from sqldp.sqlgen import answer_query
 from sqldp.subqueries import ScalarStep
+
+if TYPE_CHECKING:  # psycopg costs ~0.1 s to import: not for the paths that read no database (explain)
+    import psycopg
 
 PREPARED_CACHE = 256  # analysed queries kept per session
 
@@ -94,6 +94,8 @@ class Session:
                 )
             # ``pool``: an optional psycopg_pool.ConnectionPool of connections set up by engine.postgres.configure
             # (the proxy reuses connections: opening one per query costs milliseconds)
+            from sqldp.engine.postgres import PostgresEngine  # with psycopg: only a session on PostgreSQL
+
             self.engine = PostgresEngine(self.analyst_dsn, pool=pool, first=first)
         self.noise = NoiseSource.seeded(seed) if seed is not None else NoiseSource()
         # a privacy budget for this session's releases (sequential composition, NR §3.3.10.4): each run is
@@ -124,6 +126,8 @@ class Session:
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
         """An autocommit, read-only connection as the analyst role (the PostgreSQL engine's)."""
+        from sqldp.engine.postgres import PostgresEngine
+
         if not isinstance(self.engine, PostgresEngine):
             raise InputError("this session runs on Spark; it has no PostgreSQL connection")
         with self.engine.connection() as conn:
