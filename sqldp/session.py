@@ -24,7 +24,7 @@ from sqldp.db import connect, resolve_dsn
 from sqldp.engine import Engine
 from sqldp.errors import BudgetExhaustedError, InputError, RefusedError
 from sqldp.form import AnalysisForm, single_aggregate
-from sqldp.frontend import ParsedQuery, locate, parse, parse_statement, too_deep
+from sqldp.frontend import ParsedQuery, locate, parse, parse_statement, token_key, too_deep
 from sqldp.groups import KeyDomain, key_domains, partition_selection
 from sqldp.mechanisms import NoiseSource, zcdp_epsilon
 from sqldp.normalize import PublicRelease, normalize, relations_read
@@ -113,9 +113,10 @@ class Session:
         # policy, so a repeated query skips parsing and analysis; the proxy's connections share one session,
         # hence one cache. It holds for the policy and catalog it was filled under (_cached_for): replacing
         # either (a policy reload) empties it
-        self._prepared: OrderedDict[
-            tuple[str, tuple[tuple[str, Any], ...]], Prepared | Workflow | selection.Chosen | SetRelease
-        ] = OrderedDict()
+        # (text or token stream (sqldp.frontend.token_key), privacy arguments) → the analysed statement
+        self._prepared: OrderedDict[tuple[object, ...], Prepared | Workflow | selection.Chosen | SetRelease] = (
+            OrderedDict()
+        )
         self._cached_for: tuple[Policy, Catalog] = (self.policy, self.catalog)
 
     @property
@@ -140,7 +141,8 @@ class Session:
         """Parse, normalise, plan and resolve the privacy parameters, refusing what cannot be analysed.
         Reads no data: the proxy charges the analyst's budget between this and :meth:`Prepared.run`."""
         t0 = time.perf_counter()
-        key = (sql, tuple(sorted(privacy.items())))
+        args = tuple(sorted(privacy.items()))
+        key: tuple[object, ...] = (sql, args)
         with self._lock:
             if self._cached_for[0] is not self.policy or self._cached_for[1] is not self.catalog:
                 self._prepared.clear()
@@ -148,6 +150,14 @@ class Session:
             cached = self._prepared.get(key)
             if cached is not None:
                 self._prepared.move_to_end(key)
+        tokens = token_key(sql) if cached is None else None
+        if tokens is not None:  # the same statement spelt with other whitespace: the same analysis
+            with self._lock:
+                current = self._cached_for[0] is self.policy and self._cached_for[1] is self.catalog
+                alias = self._prepared.get((tokens, args)) if current else None
+                if isinstance(alias, Prepared):
+                    cached = dataclasses.replace(alias, sql=sql)  # the result names the text as sent
+                    self._prepared[key] = cached
         if cached is not None:
             return dataclasses.replace(cached, started=t0)
         prepared_under = (self.policy, self.catalog)
@@ -159,6 +169,10 @@ class Session:
             if self._cached_for[0] is not prepared_under[0] or self._cached_for[1] is not prepared_under[1]:
                 return prepared  # the policy or catalog changed meanwhile: not kept under the new one
             self._prepared[key] = prepared
+            if tokens is not None and isinstance(prepared, Prepared) and not prepared.public:
+                # only where the statements that run are generated from the tree (a public statement runs
+                # as written; a workflow splices values into its own text at run time)
+                self._prepared[(tokens, args)] = prepared
             while len(self._prepared) > PREPARED_CACHE:
                 self._prepared.popitem(last=False)
         return prepared
