@@ -66,6 +66,21 @@ def _child(argv: list[str]) -> tuple[float, float, int, str]:
     return cpu, wall, done.returncode, done.stderr.strip()
 
 
+def _yardstick(runs: int = 5) -> tuple[float, float]:
+    """Median CPU of a bare interpreter and of one importing sqlglot (sqldp's parser, a fixed cost of every
+    cold process): how loaded the machine was, to compare runs made at different times."""
+    out = []
+    for code in ("pass", "import sqlglot"):
+        cpus = []
+        for _ in range(runs):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            subprocess.run([sys.executable, "-c", code], check=True)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpus.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+        out.append(statistics.median(cpus))
+    return out[0], out[1]
+
+
 def _cold(argv: list[str], runs: int) -> tuple[float, float, int, str]:
     """Medians of ``runs`` cold processes (CPU, wall), the last exit code and stderr."""
     cpus, walls, code, err = [], [], 0, ""
@@ -247,6 +262,7 @@ def main() -> None:
     only = set(args.queries.split(",")) if args.queries else None
     t0 = time.perf_counter()
     load = os.getloadavg()
+    bare, sqlglot_import = _yardstick()
     rows, session = bench(args.scale, args.cold, args.warm, only)
     slowest = [r["query"] for r in sorted(rows, key=lambda r: -r["warm_analysis_cpu"])[: args.profile]]
     profiled = profile(session, slowest) if slowest else ""
@@ -315,7 +331,9 @@ def main() -> None:
             f"# Latency: the 22 TPC-H queries, SF {args.scale:g}, cold process and warm session",
             "",
             f"Machine: {machine()}, shared with other jobs (load average {load[0]:.2f} at the start; CPU times "
-            f"matter more than wall times). Date: {dt.date.today()}. Took {time.perf_counter() - t0:.0f} s.",
+            f"matter more than wall times). Date: {dt.date.today()}. Took {time.perf_counter() - t0:.0f} s. "
+            f"Yardstick at the start: a bare `python -c pass` took {bare:.3f} s of CPU, `import sqlglot` "
+            f"{sqlglot_import:.3f} s (the load inflates CPU times too).",
             "",
             f"Command: `{command}` (policy `{POLICY}`, ε = 1; a refusal asking for δ > 0 retried with Laplace, "
             f"δ = {DELTA:g}; embedded PostgreSQL). Seconds; what each column measures: the docstring of "
