@@ -7,6 +7,7 @@ query text; :class:`sqldp.runner.Prepared` then runs it on the session's engine 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import threading
@@ -22,7 +23,7 @@ from sqldp.catalog import Catalog
 from sqldp.context import load_catalog, load_policy
 from sqldp.db import connect, resolve_dsn
 from sqldp.engine import Engine
-from sqldp.errors import BudgetExhaustedError, InputError, RefusedError
+from sqldp.errors import BudgetExhaustedError, InputError, RefusedError, SqldpError
 from sqldp.form import AnalysisForm, single_aggregate
 from sqldp.frontend import ParsedQuery, locate, parse, parse_statement, token_key, too_deep
 from sqldp.groups import KeyDomain, key_domains, partition_selection
@@ -113,10 +114,11 @@ class Session:
         # policy, so a repeated query skips parsing and analysis; the proxy's connections share one session,
         # hence one cache. It holds for the policy and catalog it was filled under (_cached_for): replacing
         # either (a policy reload) empties it
-        # (text or token stream (sqldp.frontend.token_key), privacy arguments) → the analysed statement
-        self._prepared: OrderedDict[tuple[object, ...], Prepared | Workflow | selection.Chosen | SetRelease] = (
-            OrderedDict()
-        )
+        # (text or token stream (sqldp.frontend.token_key), privacy arguments) → the analysed statement, or the
+        # refusal of one
+        self._prepared: OrderedDict[
+            tuple[object, ...], Prepared | Workflow | selection.Chosen | SetRelease | SqldpError
+        ] = OrderedDict()
         self._cached_for: tuple[Policy, Catalog] = (self.policy, self.catalog)
 
     @property
@@ -158,13 +160,25 @@ class Session:
                 if isinstance(alias, Prepared):
                     cached = dataclasses.replace(alias, sql=sql)  # the result names the text as sent
                     self._prepared[key] = cached
+        if isinstance(cached, SqldpError):
+            raise copy.copy(cached)  # a fresh exception (its traceback starts here), the same message and place
         if cached is not None:
             return dataclasses.replace(cached, started=t0)
         prepared_under = (self.policy, self.catalog)
         try:
             prepared = self._prepare(sql, t0, **privacy)
         except RecursionError:  # the parser bounds depth; this is the last line should an analysis still recurse
-            raise too_deep() from None
+            raise too_deep() from None  # not kept: how deep Python may recurse depends on the calling thread
+        except (RefusedError, InputError) as refusal:
+            # a refusal is as much a function of the text, privacy arguments, catalog and policy as an analysis
+            # (a DatabaseError is not: the database may answer next time); kept under the exact text only, since
+            # its message may point into it
+            with self._lock:
+                if self._cached_for[0] is prepared_under[0] and self._cached_for[1] is prepared_under[1]:
+                    self._prepared[key] = refusal
+                    while len(self._prepared) > PREPARED_CACHE:
+                        self._prepared.popitem(last=False)
+            raise
         with self._lock:
             if self._cached_for[0] is not prepared_under[0] or self._cached_for[1] is not prepared_under[1]:
                 return prepared  # the policy or catalog changed meanwhile: not kept under the new one

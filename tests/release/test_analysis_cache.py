@@ -89,3 +89,22 @@ def test_only_whitespace_variants_share_an_analysis(counted: tuple[sqldp.session
     session.run("SELECT SUM(y) FROM pub")
     session.run("SELECT SUM(y)  FROM pub")
     assert len(analysed) == 7
+
+
+def test_a_refusal_is_kept_as_an_analysis_is(counted: tuple[sqldp.session.Session, list[str], str]) -> None:
+    """A refused statement is refused again without a second analysis, with the same message and place, as a
+    fresh exception; a policy under which it is answerable analyses it again."""
+    from sqldp.errors import RefusedError
+
+    session, analysed, _ = counted
+    refused = "SELECT g FROM t"  # rows of a private table
+    raised = []
+    for _ in range(3):
+        with pytest.raises(RefusedError) as err:
+            session.run(refused)
+        raised.append(err.value)
+    assert analysed == [refused]
+    assert len({(type(e), e.message, e.where) for e in raised}) == 1
+    assert raised[0] is not raised[1]  # each attempt its own exception object
+    session.policy = Policy.from_toml(POLICY + '[tables.t]\nrows = "public"\n')
+    assert session.run(refused).public and analysed == [refused, refused]
