@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-
-import psycopg
+from typing import TYPE_CHECKING
 
 from sqldp.catalog import Catalog
 from sqldp.db import connect, resolve_dsn
 from sqldp.policy import Policy
+
+if TYPE_CHECKING:  # for the types only: psycopg costs ~0.1 s to import, and `explain --schema` reads no database
+    import psycopg
 
 
 @dataclass(frozen=True)

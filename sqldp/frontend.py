@@ -119,6 +119,20 @@ def _check_size(sql: str) -> None:
             depth -= 1
 
 
+def token_key(sql: str) -> tuple[object, ...] | None:
+    """The token stream the parser reads — each token's type, text and comments — as a cache key: two texts
+    with the same stream parse to the same tree, hence the same analysis and the same generated statements;
+    they differ only in whitespace and line breaks between tokens. None for a text the analysis refuses for
+    its size (tokenizing it first is what the limit prevents) or one that does not tokenize."""
+    if len(sql) > MAX_CHARS:
+        return None
+    try:
+        tokens = sqlglot.Dialect.get_or_raise("postgres").tokenize(sql)
+    except TokenError:
+        return None
+    return tuple((t.token_type, t.text, tuple(t.comments)) for t in tokens)
+
+
 def _check_depth(tree: exp.Expr) -> None:
     """The tree's depth, iteratively: long AND chains and sums parse into trees as deep as they are long."""
     stack = [(tree, 1)]

@@ -62,7 +62,6 @@ from dataclasses import dataclass
 
 import gmpy2
 from gmpy2 import mpfr, mpq
-from scipy import optimize, special
 
 from sqldp.errors import InputError, RefusedError
 
@@ -114,6 +113,8 @@ def gencauchy_abs_cdf(a: float, gamma: float = GAMMA) -> float:
     With t = a^γ/(1 + a^γ), ∫₀^a dx/(1 + x^γ) = (1/γ)·B(t; 1/γ, 1 − 1/γ), so P(|η| ≤ a) is the regularised
     incomplete beta function I_t(1/γ, 1 − 1/γ). For γ = 4 it equals the closed form the sampler uses.
     """
+    from scipy import special  # here, not at the top: scipy costs ~0.4 s to import
+
     if a <= 0:
         return 0.0
     if math.isinf(a):
@@ -125,6 +126,8 @@ def gencauchy_abs_cdf(a: float, gamma: float = GAMMA) -> float:
 def gencauchy_abs_quantile(p: float, gamma: float = GAMMA) -> float:
     """The a with P(|η| ≤ a) = p (η ~ GenCauchy(γ)): t = I⁻¹(p; 1/γ, 1 − 1/γ), a = (t/(1 − t))^(1/γ); for
     p ≥ 1/2 through 1 − t = I⁻¹(1 − p; 1 − 1/γ, 1/γ), so that the tail (p → 1) keeps its precision."""
+    from scipy import special  # here, not at the top: scipy costs ~0.4 s to import
+
     if not 0.0 <= p < 1.0:
         raise ValueError(f"probability must be in [0, 1), got {p}")
     if p == 0.0:
@@ -252,6 +255,8 @@ def _gaussian_quantile(tail: mpq, s: mpq, bits: int) -> mpfr:
     """The a with P(|η| > a) = erfc(a/√2) = ``tail`` for η ~ N(0, 1), to well under 1/64 of a cell (1/s): a
     double start (erfc⁻¹, or √(−2 ln tail) beyond a double's range) and Newton steps on erfc in MPFR, whose
     relative precision keeps the far tail's digits. A proposal only, like every candidate."""
+    from scipy import special  # here, not at the top: scipy costs ~0.4 s to import
+
     q = float(tail)
     if q > 1e-300:
         a0 = math.sqrt(2.0) * float(special.erfcinv(q))
@@ -330,6 +335,8 @@ def exponential_index(scores: Sequence[float], rate: float, source: NoiseSource)
 
 def _gencauchy_tail_quantile(q: float) -> float:
     """The a with P(|η| > a) = q for η ~ GenCauchy(4), in floating point (a starting point only)."""
+    from scipy import special  # here, not at the top: scipy costs ~0.4 s to import
+
     if q >= 0.5:
         return gencauchy_abs_quantile(1.0 - q)
     t1 = float(special.betaincinv(1.0 - 1.0 / GAMMA, 1.0 / GAMMA, q))  # 1 − t of gencauchy_abs_quantile
@@ -667,6 +674,8 @@ def calibrate_global(sensitivity: float, epsilon: float) -> Calibration:
 
 def gaussian_abs_quantile(p: float) -> float:
     """The a with P(|η| ≤ a) = p for η ~ N(0, 1): a = Φ⁻¹((1 + p)/2)."""
+    from scipy import special  # here, not at the top: scipy costs ~0.4 s to import
+
     if not 0.0 <= p < 1.0:
         raise ValueError(f"probability must be in [0, 1), got {p}")
     return float(special.ndtri((1.0 + p) / 2.0))
@@ -676,6 +685,8 @@ def gaussian_delta(sigma: float, epsilon: float, l2: float = 1.0) -> float:
     """The least δ for which ``f + N(0, σ²I)`` is (ε, δ)-DP when ‖f(x) − f(x′)‖₂ ≤ l2 on neighbours (Balle and
     Wang, ICML 2018, Theorem 8): Φ(Δ/(2σ) − εσ/Δ) − e^ε·Φ(−Δ/(2σ) − εσ/Δ), the hockey-stick divergence at
     e^ε of N(Δ, σ²) from N(0, σ²) (the ℓ2 change along one direction is the worst case)."""
+    from scipy import special  # here, not at the top: scipy costs ~0.4 s to import
+
     a, b = l2 / (2.0 * sigma), epsilon * sigma / l2
     return float(special.ndtr(a - b) - math.exp(epsilon + special.log_ndtr(-a - b)))
 
@@ -699,6 +710,8 @@ def gaussian_sigma(epsilon: float, delta: float, distances: tuple[float, ...] = 
     is never larger. ``distances`` must be finite: no σ gives (εd, δ) for every d > 0 (the divergence at
     e^(εd) tends to 1 as d grows), which is why value-level changes never get the Gaussian
     (sqldp.release.gaussian)."""
+    from scipy import optimize  # here, not at the top: scipy costs ~0.4 s to import
+
     if not (epsilon > 0 and math.isfinite(epsilon)):
         raise InputError(f"ε must be positive and finite, got {epsilon}", where="--epsilon")
     if not 0.0 < delta < 1.0:

@@ -151,7 +151,8 @@ class Result:
         """The single noisy value of an ungrouped, single-output query."""
         if self.grouped or not self.rows:
             return None
-        values = [v for k, v in self.rows[0]["values"].items()]
+        # a public answer's rows are plain records (column → value), a released one's keys and values
+        values = list(self.rows[0].values()) if self.public else list(self.rows[0]["values"].values())
         return values[0] if len(values) == 1 else None
 
     def table(self) -> tuple[list[str], list[tuple[Any, ...]]]:

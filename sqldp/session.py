@@ -7,6 +7,7 @@ query text; :class:`sqldp.runner.Prepared` then runs it on the session's engine 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import threading
@@ -15,19 +16,16 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
-
-import psycopg
+from typing import TYPE_CHECKING, Any
 
 from sqldp import allowlist, db, nested, owned, selection, sensitivity, setops, subqueries
 from sqldp.catalog import Catalog
 from sqldp.context import load_catalog, load_policy
 from sqldp.db import connect, resolve_dsn
 from sqldp.engine import Engine
-from sqldp.engine.postgres import PostgresEngine
-from sqldp.errors import BudgetExhaustedError, InputError, RefusedError, TooLargeError
+from sqldp.errors import BudgetExhaustedError, InputError, RefusedError, SqldpError, TooLargeError
 from sqldp.form import AnalysisForm, single_aggregate
-from sqldp.frontend import ParsedQuery, locate, parse, parse_statement, too_deep
+from sqldp.frontend import ParsedQuery, locate, parse, parse_statement, token_key, too_deep
 from sqldp.groups import KeyDomain, key_domains, partition_selection
 from sqldp.limits import DEFAULT_MAX_ESTIMATED_ROWS, DEFAULT_STATEMENT_TIMEOUT
 from sqldp.mechanisms import NoiseSource, zcdp_epsilon
@@ -45,6 +43,9 @@ from sqldp.setops import SetRelease
 from sqldp.spark_sql import public_statement
 from sqldp.sqlgen import answer_query
 from sqldp.subqueries import ScalarStep
+
+if TYPE_CHECKING:  # psycopg costs ~0.1 s to import: not for the paths that read no database (explain)
+    import psycopg
 
 PREPARED_CACHE = 256  # analysed queries kept per session
 
@@ -104,6 +105,8 @@ class Session:
                 )
             # ``pool``: an optional psycopg_pool.ConnectionPool of connections set up by engine.postgres.configure
             # (the proxy reuses connections: opening one per query costs milliseconds)
+            from sqldp.engine.postgres import PostgresEngine  # with psycopg: only a session on PostgreSQL
+
             self.engine = PostgresEngine(
                 self.analyst_dsn, pool=pool, first=first, statement_timeout=self.statement_timeout
             )
@@ -126,8 +129,10 @@ class Session:
         # policy, so a repeated query skips parsing and analysis; the proxy's connections share one session,
         # hence one cache. It holds for the policy and catalog it was filled under (_cached_for): replacing
         # either (a policy reload) empties it
+        # (text or token stream (sqldp.frontend.token_key), privacy arguments) → the analysed statement, or the
+        # refusal of one
         self._prepared: OrderedDict[
-            tuple[str, tuple[tuple[str, Any], ...]], Prepared | Workflow | selection.Chosen | SetRelease
+            tuple[object, ...], Prepared | Workflow | selection.Chosen | SetRelease | SqldpError
         ] = OrderedDict()
         self._cached_for: tuple[Policy, Catalog] = (self.policy, self.catalog)
         self._checked: set[str] = set()  # answer statements PostgreSQL's parse analysis accepted (check)
@@ -140,6 +145,8 @@ class Session:
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
         """An autocommit, read-only connection as the analyst role (the PostgreSQL engine's)."""
+        from sqldp.engine.postgres import PostgresEngine
+
         if not isinstance(self.engine, PostgresEngine):
             raise InputError("this session runs on Spark; it has no PostgreSQL connection")
         with self.engine.connection() as conn:
@@ -152,7 +159,8 @@ class Session:
         """Parse, normalise, plan and resolve the privacy parameters, refusing what cannot be analysed.
         Reads no data: the proxy charges the analyst's budget between this and :meth:`Prepared.run`."""
         t0 = time.perf_counter()
-        key = (sql, tuple(sorted(privacy.items())))
+        args = tuple(sorted(privacy.items()))
+        key: tuple[object, ...] = (sql, args)
         with self._lock:
             if self._cached_for[0] is not self.policy or self._cached_for[1] is not self.catalog:
                 self._prepared.clear()
@@ -160,17 +168,41 @@ class Session:
             cached = self._prepared.get(key)
             if cached is not None:
                 self._prepared.move_to_end(key)
+        tokens = token_key(sql) if cached is None else None
+        if tokens is not None:  # the same statement spelt with other whitespace: the same analysis
+            with self._lock:
+                current = self._cached_for[0] is self.policy and self._cached_for[1] is self.catalog
+                alias = self._prepared.get((tokens, args)) if current else None
+                if isinstance(alias, Prepared):
+                    cached = dataclasses.replace(alias, sql=sql)  # the result names the text as sent
+                    self._prepared[key] = cached
+        if isinstance(cached, SqldpError):
+            raise copy.copy(cached)  # a fresh exception (its traceback starts here), the same message and place
         if cached is not None:
             return dataclasses.replace(cached, started=t0)
         prepared_under = (self.policy, self.catalog)
         try:
             prepared = self._prepare(sql, t0, **privacy)
         except RecursionError:  # the parser bounds depth; this is the last line should an analysis still recurse
-            raise too_deep() from None
+            raise too_deep() from None  # not kept: how deep Python may recurse depends on the calling thread
+        except (RefusedError, InputError) as refusal:
+            # a refusal is as much a function of the text, privacy arguments, catalog and policy as an analysis
+            # (a DatabaseError is not: the database may answer next time); kept under the exact text only, since
+            # its message may point into it
+            with self._lock:
+                if self._cached_for[0] is prepared_under[0] and self._cached_for[1] is prepared_under[1]:
+                    self._prepared[key] = refusal
+                    while len(self._prepared) > PREPARED_CACHE:
+                        self._prepared.popitem(last=False)
+            raise
         with self._lock:
             if self._cached_for[0] is not prepared_under[0] or self._cached_for[1] is not prepared_under[1]:
                 return prepared  # the policy or catalog changed meanwhile: not kept under the new one
             self._prepared[key] = prepared
+            if tokens is not None and isinstance(prepared, Prepared) and not prepared.public:
+                # only where the statements that run are generated from the tree (a public statement runs
+                # as written; a workflow splices values into its own text at run time)
+                self._prepared[(tokens, args)] = prepared
             while len(self._prepared) > PREPARED_CACHE:
                 self._prepared.popitem(last=False)
         return prepared
@@ -400,6 +432,8 @@ class Session:
             steps = (p.statements for _, p in prepared.steps if not p.public and p.statements is not None)
             texts = [*texts, *(t for s in steps for t in s.all())]
         self.engine.check(texts)
+        from sqldp.engine.postgres import PostgresEngine  # with psycopg: only a session on PostgreSQL
+
         if self.max_estimated_rows is not None and isinstance(self.engine, PostgresEngine):
             rows, at = self.engine.largest_estimate(texts)
             if rows > self.max_estimated_rows:

@@ -35,8 +35,8 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
     from sqldp.params import PrivacyParams, resolve_params
     from sqldp.release import gaussian, longest_change, mechanism_of
     from sqldp.result import GLOBAL, R2T, UNIT_HISTOGRAM
-    from sqldp.sensitivity import model_check
     from sqldp.sensitivity.global_bound import GlobalPlan
+    from sqldp.sensitivity.global_bound import for_form as schema_sensitivity
     from sqldp.sensitivity.units import UnitPlan
     from sqldp.session import compile_form
 
@@ -83,7 +83,7 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
         # plan's own global bound (sqldp.sensitivity.global_bound) adds it, and is what `run` uses
         # a histogram of per-key counts (sqldp.nested) has its own global bound, not the product's
         flat = not form.semijoins and form.nested is None
-        out["global_sensitivity"] = model_check.for_form(form, catalog, private) if flat else {}
+        out["global_sensitivity"] = schema_sensitivity(form, catalog, private) if flat else {}
         # the rest of what `run` decides before reading data: the groups and each aggregate's plan, which
         # refuse what the analyses do not cover, and the mechanism each aggregate would get
         try:

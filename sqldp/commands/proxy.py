@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import logging
 import signal
@@ -67,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
         )
     built = build(dsn, args.policy, schema=args.schema, ledger_dsn=args.ledger_dsn)
     host, port = listen or built.config.listen
+    import asyncio  # here, not at the top: every command module is imported for `sqldp --help`
+
     try:
         asyncio.run(_serve(built, host, port))
     finally:
@@ -75,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(built: object, host: str, port: int) -> None:
+    import asyncio
+
     from sqldp.proxy import Built
 
     assert isinstance(built, Built)

@@ -49,12 +49,17 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-import z3
 from sqlglot import exp
 
 from sqldp.catalog import Catalog, Table
+from sqldp.lazy import lazy
+
+if TYPE_CHECKING:
+    import z3
+else:  # ~60 ms to import: only when a formula is built (a query with one table needs none)
+    z3 = lazy("z3", globals())
 
 Semantics = Literal["bag", "set"]
 # the largest N tried; a query that still has N + 1 rows in its derivative is reported unbounded (NR §4.3.6.3
