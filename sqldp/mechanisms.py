@@ -580,14 +580,20 @@ def laplace_beta_limit(epsilon: float, delta: float) -> float:
 
 def laplace_delta_at(epsilon: float, b: float, beta: float, distances: Sequence[float] = (1.0,)) -> float:
     """The δ of the smoothed Laplace f(x) + (c(x)/b)·Lap(1) (c a β-smooth bound) for one change at each distance
-    d of ``distances``, at the loss ε·d: NR Theorem 3.56's δ (:func:`laplace_delta`) for d ≤ 1, and for d > 1
-    exp(−d·(ε − b·e^(βd))/(e^(βd) − 1)) where β + b·e^(βd) ≤ ε, else 1 (no such δ). At distance d the two
-    scales differ by e^(βd) and the means by up to d·e^(βd)·c (NR Lemma 3.78); the density ratio is then at most
-    e^(βd + b·d·e^(βd)) from the narrower side, and from the wider side e^(b·d·e^(βd) + |η|(e^(βd) − 1)), which
-    exceeds e^(εd) only when |η| > d·(ε − b·e^(βd))/(e^(βd) − 1) (docs/privacy.md, "The smoothed Laplace at
-    distance d"). The theorem's own δ does not grow with d, which fails there: at ε = 1, δ = 10⁻⁶ and sqldp's
-    β = 0.0345, b = ½, a change at distance 20 has hockey-stick divergence 0.115. ∞ (a value in a norm): 1."""
-    out = laplace_delta(epsilon, b, beta)
+    d of ``distances``, at the loss ε·d: NR Theorem 3.56's δ (:func:`laplace_delta`) for d ≤ 1, and
+    :func:`_laplace_delta_beyond_one` above."""
+    return max(laplace_delta(epsilon, b, beta), _laplace_delta_beyond_one(epsilon, b, beta, distances))
+
+
+def _laplace_delta_beyond_one(epsilon: float, b: float, beta: float, distances: Sequence[float]) -> float:
+    """For each d > 1: exp(−d·(ε − b·e^(βd))/(e^(βd) − 1)) where β + b·e^(βd) ≤ ε, else 1 (no such δ); 0 when no
+    d exceeds 1. At distance d the two scales differ by e^(βd) and the means by up to d·e^(βd)·c (NR Lemma
+    3.78); the density ratio is then at most e^(βd + b·d·e^(βd)) from the narrower side, and from the wider
+    side e^(b·d·e^(βd) + |η|(e^(βd) − 1)), which exceeds e^(εd) only when |η| > d·(ε − b·e^(βd))/(e^(βd) − 1)
+    (docs/privacy.md, "The smoothed Laplace at distance d"). The theorem's own δ does not grow with d, which
+    fails there: at ε = 1, δ = 10⁻⁶ and sqldp's β = 0.0345, b = ½, a change at distance 20 has hockey-stick
+    divergence 0.115. ∞ (a value in a norm): 1."""
+    out = 0.0
     for d in distances:
         if d <= 1.0 or beta == 0.0:
             continue
@@ -601,20 +607,19 @@ def laplace_delta_at(epsilon: float, b: float, beta: float, distances: Sequence[
 
 
 def laplace_beta(epsilon: float, delta: float, distances: Sequence[float] = (1.0,)) -> tuple[float, float]:
-    """sqldp's (β, b) for the smoothed Laplace at (ε, δ): b = ε/2 and β = half of Theorem 3.56's limit, lowered
-    (by bisection, 60 halvings of the interval) until :func:`laplace_delta_at` ≤ δ at every change distance;
+    """sqldp's (β, b) for the smoothed Laplace at (ε, δ): b = ε/2 and β = half of Theorem 3.56's limit (whose δ
+    is then the target, by construction, and only smaller at a smaller β), lowered by bisection (60 halvings of
+    the interval) until :func:`_laplace_delta_beyond_one` ≤ δ at every change distance above 1 too;
     data-independent. Raises where no β > 0 keeps δ (an unbounded distance)."""
-    beta = 0.5 * laplace_beta_limit(epsilon, delta)
-    b = laplace_b(epsilon, delta, beta)
-    if laplace_delta_at(epsilon, b, beta, distances) <= delta:
+    beta, b = 0.5 * laplace_beta_limit(epsilon, delta), 0.5 * epsilon  # laplace_b at half the limit is ε/2
+    if _laplace_delta_beyond_one(epsilon, b, beta, distances) <= delta:
         return beta, b
-    b = 0.5 * epsilon
     if any(not math.isfinite(d) for d in distances):
         raise RefusedError("the smoothed Laplace keeps no δ for changes of unbounded distance (a value in a norm)")
     lo, hi = 0.0, beta
     for _ in range(60):
         mid = 0.5 * (lo + hi)
-        if laplace_delta_at(epsilon, b, mid, distances) <= delta:
+        if _laplace_delta_beyond_one(epsilon, b, mid, distances) <= delta:
             lo = mid
         else:
             hi = mid
@@ -649,8 +654,8 @@ def calibrate_laplace(
 ) -> Calibration:
     if not delta:
         raise InputError("the Laplace mechanism gives (ε, δ)-DP: pass --delta (NR Theorem 3.56)", where="--delta")
-    b = laplace_b(epsilon, delta, beta)
-    if laplace_delta_at(epsilon, b, beta, distances) > delta:
+    b = laplace_b(epsilon, delta, beta)  # Theorem 3.56's δ at distance 1, by construction
+    if _laplace_delta_beyond_one(epsilon, b, beta, distances) > delta:
         raise InputError(
             f"β = {beta:g} keeps δ = {delta:g} only for changes at distance ≤ 1; this query's changes reach "
             f"{max(distances):g} (a table weight): choose a smaller β or let sqldp choose it",
