@@ -50,7 +50,7 @@ from sqldp.errors import RefusedError
 
 POLICY = "tpch"
 DELTA = 1e-6
-GOALS = "issue 39: median analysis ≤ 0.1 s warm, ≤ 0.5 s cold, max ≤ 2 s"
+GOALS = "goals: median analysis ≤ 0.1 s warm, ≤ 0.5 s cold, max ≤ 2 s"
 
 
 def _child(argv: list[str]) -> tuple[float, float, int, str]:

@@ -13,13 +13,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 
-import psycopg
 import pytest
-from psycopg import sql
+from pg_support import create_database, drop_database
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -102,38 +99,6 @@ def pg_server_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
     finally:
         server.stop()
-
-
-def _with_dbname(dsn: str, dbname: str) -> str:
-    params = psycopg.conninfo.conninfo_to_dict(dsn)
-    params["dbname"] = dbname
-    return psycopg.conninfo.make_conninfo(**params)
-
-
-def create_database(server_dsn: str, prefix: str = "sqldp_test") -> str:
-    """A new, empty database on the server behind ``server_dsn``; returns its DSN."""
-    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return _with_dbname(server_dsn, name)
-
-
-def drop_database(server_dsn: str, dsn: str) -> None:
-    name = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-
-
-@contextmanager
-def loaded_database(server_dsn: str, setup: str) -> Iterator[psycopg.Connection]:
-    """A new database with ``setup`` run in it, as an autocommit connection; dropped afterwards."""
-    dsn = create_database(server_dsn)
-    try:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(setup)
-            yield conn
-    finally:
-        drop_database(server_dsn, dsn)
 
 
 @pytest.fixture

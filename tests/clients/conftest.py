@@ -1,4 +1,4 @@
-"""Fixtures for the real-client suite (issue 38): an upstream database with a public and a private table, its
+"""Fixtures for the real-client suite: an upstream database with a public and a private table, its
 policy, and a proxy in a thread, shared by the tests of one module (a proxy's set-up and its database's drop
 take seconds). The clients themselves (psql, pgcli, pgjdbc, psycopg, asyncpg, pg8000) run as they would for
 an analyst, over TCP to the proxy's port; the programs among them as subprocesses."""
@@ -20,7 +20,7 @@ from sqldp.proxy.scram import make_verifier
 
 def fill(dsn: str) -> None:
     """The proxy tests' tables (proxy_support.make_tables), two more columns of nation (an integer one that is
-    no key: the JDBC reproducer of issue 38, item 2; a char(3) one: bpchar on the wire) and an integer column
+    no key: the JDBC reproducer of a 6th execution; a char(3) one: bpchar on the wire) and an integer column
     of visits to group by."""
     make_tables(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:

@@ -1,4 +1,4 @@
-"""Several proxies on one upstream (issue 38, item 1): they share one shadow catalog database, none drops it
+"""Several proxies on one upstream: they share one shadow catalog database, none drops it
 while another uses it, and every client's catalog discovery keeps working whichever is started or stopped
 first — psql's ``\\dt`` and ``\\d``, SQLAlchemy's ``inspect()``. A proxy with another catalog has a shadow of
 its own. (Before, each start dropped the shadow WITH (FORCE), killing the others' connections, and each stop
@@ -54,7 +54,7 @@ def test_three_proxies_started_and_stopped_in_any_order(upstream: str, policy: P
         (shared,) = shadows(upstream)  # one for all three
         for p in (port, b.port, c.port):
             assert listed(p) == ["nation", "visits"]
-        # a client connected throughout, and one to the proxy process, which SIGTERM stops (issue 38, item 9,
+        # a client connected throughout, and one to the proxy process, which SIGTERM stops (a proxy
         # with worker processes; tests/clients/test_clients_shutdown.py has the single process)
         with psycopg.connect(client_dsn(b.port), autocommit=True) as kept, psycopg.connect(client_dsn(port)) as cut:
             cut.execute("SELECT COUNT(*) FROM visits").fetchone()  # in a transaction block
@@ -130,7 +130,7 @@ def test_a_shadow_left_behind_is_rebuilt_or_dropped(upstream: str, policy: Path,
 
 def test_information_schema_names_the_database_the_client_sees(proxy: ThreadedProxy) -> None:
     """``table_catalog`` and every other catalog column of information_schema is ``current_database()`` as the
-    client sees it (the database it connected to), not the shadow's name (issue 38, item 5)."""
+    client sees it (the database it connected to), not the shadow's name."""
     # ibis' list_tables(): its catalog from SELECT current_database(), then this (sqlglot-written) query
     ibis = (
         "SELECT DISTINCT table_name FROM information_schema.tables WHERE TRUE AND table_schema = 'public' "

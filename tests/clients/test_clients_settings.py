@@ -1,4 +1,4 @@
-"""What shells and drivers send on connecting (issue 38, item 4): ``SHOW time zone`` in its standard spelling,
+"""What shells and drivers send on connecting: ``SHOW time zone`` in its standard spelling,
 ``SET TIME ZONE``/``SET TimeZone``/``SET NAMES``/``DateStyle``/``client_encoding`` with quoted or unquoted
 values naming what is in effect are accepted; another value is refused in one line that names the setting and
 its value through the proxy. pgcli, which sets the machine's zone on connecting, connects and queries."""

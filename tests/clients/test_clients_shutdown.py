@@ -1,4 +1,4 @@
-"""SIGTERM with clients connected (issue 38, item 9): the proxy stops cleanly, as PostgreSQL does at a fast
+"""SIGTERM with clients connected: the proxy stops cleanly, as PostgreSQL does at a fast
 shutdown — each client is told (FATAL 57P01, "terminating connection due to administrator command") — and its
 log has no traceback (a cancelled connection task reached asyncio's callback, which logged CancelledError)."""
 

@@ -1,4 +1,4 @@
-"""Every path announces the same result types (issue 38, item 2): the simple protocol, an unnamed or a named
+"""Every path announces the same result types: the simple protocol, an unnamed or a named
 statement, text or binary results; equal to PostgreSQL's for public columns and group keys, float8 for every
 noisy value; binary values encoded per the announced type. pgjdbc past its prepareThreshold (5) switches from
 the unnamed statement to a named one with binary results and decodes by the columns it was told once: the

@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 import pytest
 import sqlglot
-from conftest import loaded_database
+from pg_support import loaded_database
 from sqlglot import exp
 
 import sqldp
@@ -343,7 +343,7 @@ CHOSEN = {
 
 @pytest.fixture(scope="module")
 def chosen_engines(spark: Any, pg_server_dsn: str) -> Iterator[tuple[Session, Session]]:
-    from conftest import create_database, drop_database
+    from pg_support import create_database, drop_database
 
     from sqldp.catalog import Catalog
 
@@ -472,7 +472,7 @@ def _rows(rows: Any) -> list[CutRow]:
 
 @pytest.fixture(scope="module")
 def cut_engines(spark: Any, pg_server_dsn: str) -> Iterator[tuple[psycopg.Connection, Session, Session]]:
-    from conftest import create_database, drop_database
+    from pg_support import create_database, drop_database
 
     from sqldp.catalog import Catalog
 
@@ -538,7 +538,7 @@ def test_truncation_keeps_the_same_rows_on_spark(cut_engines: tuple[psycopg.Conn
 def test_truncation_orders_char_as_postgresql_on_spark(spark: Any, pg_server_dsn: str, tmp_path: Path) -> None:
     """CHAR(n): PostgreSQL compares it without trailing blanks ('ab' < 'ab\\t'), Spark pads it when reading ('ab  '
     > 'ab\\t '): the order RTRIMs it on Spark, which the catalog knows from the field's declared type."""
-    from conftest import create_database, drop_database
+    from pg_support import create_database, drop_database
 
     from sqldp.catalog import Catalog
 

@@ -40,7 +40,7 @@ QUERIES = [
 
 @pytest.fixture(scope="module")
 def engines(spark: Any, pg_server_dsn: str) -> Iterator[tuple[Session, Session]]:
-    from conftest import create_database, drop_database
+    from pg_support import create_database, drop_database
 
     dsn = create_database(pg_server_dsn)
     names = {t: f"domains_{t}" for t in SPARK}
@@ -72,7 +72,7 @@ def _released(session: Session, sql: str) -> list[tuple[tuple[Any, ...], list[fl
     ]
 
 
-def _position(result: sqldp.Result, measured: list[Any]) -> int:
+def _position(result: sqldp.result.Result, measured: list[Any]) -> int:
     """Where a released group's row is: the rows carry the noisy values of their measurements."""
     return next(i for i, r in enumerate(result.rows) if r["values"]["n"] == measured[0].noisy_value)
 

@@ -85,13 +85,13 @@ def _public(dsn: str, sql: str) -> set[tuple[object, ...]]:
         return {tuple(r) for r in conn.execute(sql).fetchall()}
 
 
-def _run(dsn: str, sql: str) -> sqldp.Result:
+def _run(dsn: str, sql: str) -> sqldp.result.Result:
     result = sqldp.connect(dsn, Policy.from_toml(POLICY), seed=5).run(sql, epsilon=EPSILON)
     assert result.released
     return result
 
 
-def _groups(result: sqldp.Result, names: list[str]) -> dict[tuple[object, ...], float]:
+def _groups(result: sqldp.result.Result, names: list[str]) -> dict[tuple[object, ...], float]:
     out = {}
     for row, measured in zip(result.rows, result.measurements, strict=True):
         key = tuple(row["key"][n] for n in names)

@@ -64,7 +64,7 @@ def _load(dsn: str, rows: list[tuple[int, int, bool | None, int]]) -> None:
             conn.execute("INSERT INTO pums VALUES (%s, %s, %s, %s)", row)
 
 
-def _run(dsn: str, sql: str) -> sqldp.Result:
+def _run(dsn: str, sql: str) -> sqldp.result.Result:
     result = sqldp.connect(dsn, Policy.from_toml(POLICY), seed=2).run(sql, epsilon=EPSILON)
     assert result.released
     return result
@@ -134,7 +134,7 @@ def test_having_over_keys_keeps_the_domain_groups_it_holds_for(dsn: str, sql: st
         assert values == {k: plain.get(k, 0.0) for k in kept}, rows
 
 
-def _true(result: sqldp.Result, row: dict) -> float | None:
+def _true(result: sqldp.result.Result, row: dict) -> float | None:
     """The true value of a released row's one aggregate: its group's measurement, found by its index among
     all groups of the domain (the rows are the kept groups, in domain order)."""
     index = result.rows.index(row)
@@ -171,7 +171,7 @@ def test_expressions_of_a_public_key(dsn: str) -> None:
     assert counts == {"NORTH DEPOT": 2.0, "NORTH YARD": 0.0, "SOUTH DEPOT": 1.0}
 
 
-def _kept(result: sqldp.Result) -> list[list]:
+def _kept(result: sqldp.result.Result) -> list[list]:
     """The measurements of the released groups, in the released rows' order (ORDER BY applies to rows only)."""
     by_key = {}
     kept = [ms for ms in result.measurements if ms[0].noisy_value is not None]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from conftest import loaded_database
+from pg_support import loaded_database
 
 import sqldp
 from sqldp import literals

@@ -40,7 +40,7 @@ EXTRA = "INSERT INTO priv VALUES (4, 999);"
 
 @contextmanager
 def _database(pg_server_dsn: str, tmp_path: Path, neighbour: bool) -> Iterator[tuple[str, Path]]:
-    from conftest import create_database, drop_database
+    from pg_support import create_database, drop_database
 
     dsn = create_database(pg_server_dsn)
     try:

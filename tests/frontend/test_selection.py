@@ -91,7 +91,7 @@ def _neighbours() -> Iterator[Neighbour]:
 
 @pytest.fixture(scope="module")
 def tiny(pg_server_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    from conftest import create_database, drop_database
+    from pg_support import create_database, drop_database
 
     dsn = create_database(pg_server_dsn)
     policy = tmp_path_factory.mktemp("selection") / "policy.toml"

@@ -77,7 +77,7 @@ def _neighbours() -> Iterator[tuple[str, str, float]]:
 
 @pytest.fixture(scope="module")
 def tiny(pg_server_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    from conftest import create_database, drop_database
+    from pg_support import create_database, drop_database
 
     dsn = create_database(pg_server_dsn)
     policy = tmp_path_factory.mktemp("argmax") / "policy.toml"

@@ -16,9 +16,9 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 import sqlglot
-from conftest import loaded_database
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from pg_support import loaded_database
 
 import sqldp
 from sqldp.catalog import kind_of

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 import sqlglot
-from conftest import loaded_database
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
+from pg_support import loaded_database
 from sqlglot import exp
 
 from sqldp.errors import RefusedError

@@ -23,9 +23,9 @@ from pathlib import Path
 import psycopg
 import pytest
 import sqlglot
-from conftest import loaded_database
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from pg_support import loaded_database
 from sqlglot import exp
 
 import sqldp

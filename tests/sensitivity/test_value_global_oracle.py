@@ -34,7 +34,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import create_database, drop_database
+from pg_support import create_database, drop_database
 
 import sqldp
 from sqldp.policy import Policy
