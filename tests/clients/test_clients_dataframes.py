@@ -1,4 +1,4 @@
-"""Dataframe clients through the proxy (issue 38, items 4-6): ibis' postgres backend and pandas ``read_sql``
+"""Dataframe clients through the proxy ibis' postgres backend and pandas ``read_sql``
 over a psycopg connection and over an SQLAlchemy engine (psycopg driver). Public tables give PostgreSQL's
 exact answer, private aggregates a noisy number charged to the analyst's ledger. ibis connects (item 4: it
 sends ``SET TIMEZONE`` on connecting), lists the public tables (item 5: it filters information_schema by
@@ -31,7 +31,7 @@ pytestmark = [
 
 ROWS = 200  # visits' rows (proxy_support.make_tables)
 GROUPED = "SELECT faculty, COUNT(*) AS n FROM visits GROUP BY faculty ORDER BY faculty"
-# issue 38 item 6's query (ibis' SQL for a grouped aggregate) over the fixture's private table
+# an outer query over a grouped derived table (ibis' SQL for a grouped aggregate) over the fixture's private table
 OUTER = "SELECT t1.faculty, t1.n FROM (SELECT faculty, COUNT(*) AS n FROM visits GROUP BY 1) AS t1 ORDER BY t1.faculty"
 OUTER_CAUSE = "an outer query reads the aggregated results of a derived table over private table 'visits'"
 
