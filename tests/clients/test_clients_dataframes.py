@@ -1,4 +1,4 @@
-"""Dataframe clients through the proxy ibis' postgres backend and pandas ``read_sql``
+"""Dataframe clients through the proxy: ibis' postgres backend and pandas ``read_sql``
 over a psycopg connection and over an SQLAlchemy engine (psycopg driver). Public tables give PostgreSQL's
 exact answer, private aggregates a noisy number charged to the analyst's ledger. ibis connects (item 4: it
 sends ``SET TIMEZONE`` on connecting), lists the public tables (item 5: it filters information_schema by
