@@ -8,6 +8,7 @@ import hashlib
 import hmac
 import os
 import secrets
+import shutil
 import socket
 import struct
 import subprocess
@@ -145,3 +146,13 @@ def start_proxy(
         proc.kill()
         raise RuntimeError(f"proxy did not start: {line}{proc.stderr.read()}")
     return proc, port
+
+
+def pgjdbc() -> Path | None:
+    """The PostgreSQL JDBC driver (pgjdbc): Debian's libpostgresql-jdbc-java (.ci/run installs it), or one in the
+    local Maven repository; None without it or without java (the JDBC tests are skipped then)."""
+    if shutil.which("java") is None:
+        return None
+    debian = Path("/usr/share/java/postgresql.jar")
+    jars = sorted((Path.home() / ".m2/repository/org/postgresql/postgresql").glob("*/postgresql-*.jar"))
+    return jars[-1] if jars else debian if debian.exists() else None

@@ -8,7 +8,6 @@ and the 6th execution threw ArrayIndexOutOfBoundsException."""
 from __future__ import annotations
 
 import asyncio
-import shutil
 import socket
 import struct
 import subprocess
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from proxy_support import PASSWORD, raw_login, recv_message
+from proxy_support import PASSWORD, pgjdbc, raw_login, recv_message
 
 from sqldp.proxy import ThreadedProxy, ledger
 
@@ -31,12 +30,6 @@ STATEMENTS = [
     ("SELECT floor, COUNT(*) FROM visits WHERE id > $1 GROUP BY floor", 0),
     ("SELECT faculty, floor, SUM(minutes) FROM visits WHERE id > $1 GROUP BY faculty, floor", 0),
 ]
-
-
-def _pgjdbc() -> Path | None:
-    """The PostgreSQL JDBC driver from the local Maven repository, if there is one (as tests/proxy uses it)."""
-    jars = sorted((Path.home() / ".m2/repository/org/postgresql/postgresql").glob("*/postgresql-*.jar"))
-    return jars[-1] if jars and shutil.which("java") else None
 
 
 def _upstream_types(upstream: str, sql: str, value: int) -> list[int]:
@@ -168,13 +161,13 @@ def test_asyncpg_prepared_statements_in_binary(proxy: ThreadedProxy) -> None:
     asyncio.run(session())
 
 
-@pytest.mark.skipif(_pgjdbc() is None, reason="java or the pgjdbc jar (in ~/.m2) is not available")
+@pytest.mark.skipif(pgjdbc() is None, reason="java or pgjdbc (libpostgresql-jdbc-java, or ~/.m2) is not available")
 def test_jdbc_past_the_prepare_threshold(proxy: ThreadedProxy, upstream: str) -> None:
     with psycopg.connect(upstream) as conn:
         before = ledger.balance(conn, "alice")
     source = Path(__file__).parent / "jdbc" / "TypesClient.java"
     out = subprocess.run(
-        ["java", "-cp", str(_pgjdbc()), str(source), str(proxy.port), PASSWORD],
+        ["java", "-cp", str(pgjdbc()), str(source), str(proxy.port), PASSWORD],
         capture_output=True,
         text=True,
         timeout=120,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from proxy_support import PASSWORD, client_dsn, make_tables, write_policy
+from proxy_support import PASSWORD, client_dsn, make_tables, pgjdbc, write_policy
 
 from sqldp.proxy import ThreadedProxy, build, ledger
 from sqldp.proxy.scram import make_verifier
@@ -132,13 +132,7 @@ def test_transaction_characteristics_are_accepted_as_no_ops(proxy: ThreadedProxy
         assert conn.execute("SELECT n_name FROM nation WHERE n_nationkey = 1").fetchone() == ("ALGERIA",)
 
 
-def _pgjdbc() -> Path | None:
-    """The PostgreSQL JDBC driver from the local Maven repository, if there is one."""
-    jars = sorted((Path.home() / ".m2/repository/org/postgresql/postgresql").glob("*/postgresql-*.jar"))
-    return jars[-1] if jars and shutil.which("java") else None
-
-
-@pytest.mark.skipif(_pgjdbc() is None, reason="java or the pgjdbc jar (in ~/.m2) is not available")
+@pytest.mark.skipif(pgjdbc() is None, reason="java or pgjdbc (libpostgresql-jdbc-java, or ~/.m2) is not available")
 def test_jdbc(proxy: ThreadedProxy, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     session = proxy.built.server.session
     real = session.prepare
@@ -151,7 +145,7 @@ def test_jdbc(proxy: ThreadedProxy, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(session, "prepare", prepare)
     source = Path(__file__).parent / "jdbc" / "ProxyClient.java"
     out = subprocess.run(
-        ["java", "-cp", str(_pgjdbc()), str(source), str(proxy.port), PASSWORD],
+        ["java", "-cp", str(pgjdbc()), str(source), str(proxy.port), PASSWORD],
         capture_output=True,
         text=True,
         timeout=120,
