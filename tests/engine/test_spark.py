@@ -17,13 +17,14 @@ import datetime as dt
 import decimal
 import math
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 import sqlglot
-from pg_support import loaded_database
+from pg_support import create_database, drop_database, loaded_database
 from sqlglot import exp
 
 import sqldp
@@ -341,31 +342,47 @@ CHOSEN = {
 }
 
 
-@pytest.fixture(scope="module")
-def chosen_engines(spark: Any, pg_server_dsn: str) -> Iterator[tuple[Session, Session]]:
-    from pg_support import create_database, drop_database
-
+@contextmanager
+def engine_pair(
+    spark: Any,
+    server_dsn: str,
+    ddl: str,
+    rows: str,
+    schemas: dict[str, Any],
+    policy: Policy,
+    prefix: str,
+    seed: int | None = None,
+) -> Iterator[tuple[Session, Session]]:
+    """A database of its own with ``ddl`` and ``rows`` run in it, the same rows as Spark temporary views
+    (``schemas``: per table, its Spark schema; views named ``prefix_table``), and a session on each engine with
+    the keys of ``ddl``; dropped afterwards."""
     from sqldp.catalog import Catalog
 
-    dsn = create_database(pg_server_dsn)
-    policy = Policy.from_toml(CHOSEN_POLICY, source="chosen")
-    names = {t: f"chosen_{t}" for t in CHOSEN_SPARK}
+    dsn = create_database(server_dsn)
+    names = {t: f"{prefix}_{t}" for t in schemas}
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(CHOSEN_DDL + CHOSEN_ROWS)
-            for table, schema in CHOSEN_SPARK.items():
+            conn.execute(ddl + rows)
+            for table, schema in schemas.items():
                 rows = conn.execute(f"SELECT * FROM {table}").fetchall()
                 spark.createDataFrame(rows, schema).createOrReplaceTempView(names[table])
-        keys = Catalog.from_ddl(CHOSEN_DDL)
-        pg = sqldp.connect(dsn, policy=policy)
-        on_spark = sqldp.connect(spark=spark, policy=policy, schema=keys, spark_tables=names)
+        keys = Catalog.from_ddl(ddl)
+        pg = sqldp.connect(dsn, policy=policy, seed=seed)
+        on_spark = sqldp.connect(spark=spark, policy=policy, schema=keys, spark_tables=names, seed=seed)
         yield pg, on_spark
         pg.close()
         on_spark.close()
     finally:
         for view in names.values():
             spark.catalog.dropTempView(view)
-        drop_database(pg_server_dsn, dsn)
+        drop_database(server_dsn, dsn)
+
+
+@pytest.fixture(scope="module")
+def chosen_engines(spark: Any, pg_server_dsn: str) -> Iterator[tuple[Session, Session]]:
+    policy = Policy.from_toml(CHOSEN_POLICY, source="chosen")
+    with engine_pair(spark, pg_server_dsn, CHOSEN_DDL, CHOSEN_ROWS, CHOSEN_SPARK, policy, "chosen") as pair:
+        yield pair
 
 
 @pytest.mark.parametrize("case", list(CHOSEN))

@@ -8,11 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
 
 import sqldp
-from sqldp.catalog import Catalog
 from sqldp.policy import Policy
 from sqldp.session import Session
 
@@ -40,26 +38,10 @@ QUERIES = [
 
 @pytest.fixture(scope="module")
 def engines(spark: Any, pg_server_dsn: str) -> Iterator[tuple[Session, Session]]:
-    from pg_support import create_database, drop_database
+    from test_spark import engine_pair
 
-    dsn = create_database(pg_server_dsn)
-    names = {t: f"domains_{t}" for t in SPARK}
-    policy = Policy.from_toml(POLICY)
-    try:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(DDL + ROWS)
-            for table, schema in SPARK.items():
-                rows = conn.execute(f"SELECT * FROM {table}").fetchall()
-                spark.createDataFrame(rows, schema).createOrReplaceTempView(names[table])
-        pg = sqldp.connect(dsn, policy=policy, seed=4)
-        on_spark = sqldp.connect(spark=spark, policy=policy, schema=Catalog.from_ddl(DDL), spark_tables=names, seed=4)
-        yield pg, on_spark
-        pg.close()
-        on_spark.close()
-    finally:
-        for view in names.values():
-            spark.catalog.dropTempView(view)
-        drop_database(pg_server_dsn, dsn)
+    with engine_pair(spark, pg_server_dsn, DDL, ROWS, SPARK, Policy.from_toml(POLICY), "domains", seed=4) as pair:
+        yield pair
 
 
 def _released(session: Session, sql: str) -> list[tuple[tuple[Any, ...], list[float | None]]]:
