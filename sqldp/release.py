@@ -281,7 +281,7 @@ def calibrate(
         return float(bound_at(beta).sensitivity)
 
     distances = change_distances([plan])
-    mechanism = smoothed_mechanism(plan, params)  # the measurement's mechanism says which
+    mechanism = smoothed_mechanism(plan, params.mechanism)  # the measurement's mechanism says which
     if params.beta is None:
         extra = plan.grid  # a value plan's bound is tightest on its own grid points
         cal = mechanisms.optimise_beta(smooth, eps, mechanism, delta=delta, extra=extra, distances=distances)
@@ -317,6 +317,7 @@ def _templates(
     split = shares(form, params, plans, groups)
     check_beta(params, smoothed(split, plans))  # the group count is known now
     joint = gaussian(form, params, plans)
+    distances = change_distances(plans)  # the Gaussian vector's (joint), calibrated for every one of them
     out = []
     for i, (agg, plan, rows, share) in enumerate(zip(form.aggregates, plans, results, split, strict=True)):
         assert share is not None
@@ -333,7 +334,6 @@ def _templates(
             cal, bound = calibrate(plan, rows, eps, delta, params)
         if joint:  # the whole query's (ε, δ) on one Gaussian vector: this aggregate's coordinates of it
             assert params.delta is not None
-            distances = change_distances(plans)
             cal = mechanisms.calibrate_gaussian(cal.sensitivity, params.epsilon, params.delta, len(plans), distances)
         if dilated(form, params, plan, agg.kind, groups):
             # calibrated at the split share ε/m and β: the vector's b = ε/(γ+1) − m·β is m times that b, and
@@ -765,16 +765,16 @@ def mechanism_of(plan: Plan, params: PrivacyParams, joint: bool) -> str:
         return GAUSSIAN
     if plan.data_independent:
         return GLOBAL
-    return smoothed_mechanism(plan, params)
+    return smoothed_mechanism(plan, params.mechanism)
 
 
-def smoothed_mechanism(plan: Plan, params: PrivacyParams) -> str:
+def smoothed_mechanism(plan: Plan, mechanism: str) -> str:
     """The mechanism of a smoothed (data-dependent) bound: the user's, except that the smoothed Laplace keeps
     (ε·d, δ) only for bounded distances (mechanisms.laplace_delta_at), so a bound that a value in a norm moves —
     any distance — gets generalized Cauchy, ε·d at every d (NR Theorem 3.53). From the query and the policy."""
-    if params.mechanism == "laplace" and not math.isfinite(longest_change([plan])):
+    if mechanism == "laplace" and not math.isfinite(longest_change([plan])):
         return "cauchy"
-    return params.mechanism
+    return mechanism
 
 
 def _expected_bound(plan: Plan) -> float | None:

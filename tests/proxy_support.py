@@ -14,6 +14,7 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -156,3 +157,13 @@ def pgjdbc() -> Path | None:
     debian = Path("/usr/share/java/postgresql.jar")
     jars = sorted((Path.home() / ".m2/repository/org/postgresql/postgresql").glob("*/postgresql-*.jar"))
     return jars[-1] if jars else debian if debian.exists() else None
+
+
+async def asyncpg_connect(port: int) -> Any:
+    """An asyncpg connection to the proxy on ``port`` as alice (PASSWORD), plain TCP: the login every asyncpg
+    test makes."""
+    import asyncpg
+
+    return await asyncpg.connect(
+        host="127.0.0.1", port=port, user="alice", password=PASSWORD, database="analytics", ssl=False
+    )

@@ -22,7 +22,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
     # imported here, not at the top: every command module is imported for `sqldp --help`, which must not wait
     # for z3, scipy and the analyses
-    import math
 
     from sqldp import algebra as ra
     from sqldp import selection, setops
@@ -33,7 +32,7 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
     from sqldp.normalize import PublicRelease, normalize, relations_read
     from sqldp.owned import OwnedSelection, own_selector
     from sqldp.params import PrivacyParams, resolve_params
-    from sqldp.release import gaussian, longest_change, mechanism_of
+    from sqldp.release import gaussian, mechanism_of, smoothed_mechanism
     from sqldp.result import GLOBAL, R2T, UNIT_HISTOGRAM
     from sqldp.sensitivity.global_bound import GlobalPlan
     from sqldp.sensitivity.global_bound import for_form as schema_sensitivity
@@ -120,10 +119,7 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
                 return mechanism_of(p, params, joint)
             if isinstance(p, UnitPlan):
                 return UNIT_HISTOGRAM if p.histogram else R2T
-            if p.data_independent:
-                return GLOBAL
-            # the smoothed Laplace keeps no δ at unbounded distances: such a bound gets Cauchy (release.calibrate)
-            return "cauchy" if not math.isfinite(longest_change([p])) else default
+            return GLOBAL if p.data_independent else smoothed_mechanism(p, default)
 
         out["mechanisms"] = {agg.sql: mechanism(p) for agg, p in zip(form.aggregates, plans, strict=True)}
         # which global bound each aggregate's noise would be calibrated to (the release's "bound")

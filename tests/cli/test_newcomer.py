@@ -340,26 +340,24 @@ def _stop(proc: subprocess.Popen[str]) -> None:
         proc.wait()
 
 
+def _with_password(args: list[str], password: str) -> subprocess.CompletedProcess[str]:
+    """``sqldp ARGS`` (no database) with ``password`` on standard input, as ``--password-stdin`` reads it."""
+    return subprocess.run(
+        [sys.executable, "-m", "sqldp.cli", *args], input=f"{password}\n", capture_output=True, text=True, timeout=60
+    )
+
+
 def test_an_analyst_added_by_the_command_can_log_in_to_the_proxy(tpch: str, tmp_path: Path) -> None:
     import psycopg
 
     policy = tmp_path / "mine.toml"
     add = ["analyst", "add", "alice", "--policy", str(policy), "--password-stdin", "--epsilon-limit", "2"]
-    r = subprocess.run(
-        [sys.executable, "-m", "sqldp.cli", *add, "--from", "tpch"],
-        input="correct horse\n",
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert r.returncode == 0, r.stderr
+    ok(_with_password([*add, "--from", "tpch"], "correct horse"))
     assert "correct horse" not in policy.read_text() and "SCRAM-SHA-256$4096:" in policy.read_text()
     # the shipped policy's tables are all there, with the analyst after them
     shipped = (ROOT / "sqldp" / "data" / "schemas" / "tpch.toml").read_text()
     assert policy.read_text().startswith(shipped.rstrip("\n"))
-    again = subprocess.run(
-        [sys.executable, "-m", "sqldp.cli", *add], input="x\n", capture_output=True, text=True, timeout=60
-    )
+    again = _with_password(add, "x")
     assert one_line(again).endswith("analysts.alice: analyst 'alice' is in the policy already")
     proc, port, said = _proxy(tpch, str(policy))
     try:
@@ -391,14 +389,7 @@ def test_analyst_add_keeps_verifiers_in_the_credentials_file(tmp_path: Path) -> 
     policy.write_text('[proxy]\ncredentials = "creds.toml"\n\n[tables.t]\nrows = "private"\n')
     for name, limit in (("alice", "3"), ("bob o'neil", "0.5")):
         add = ["analyst", "add", name, "--policy", str(policy), "--password-stdin", "--epsilon-limit", limit]
-        r = subprocess.run(
-            [sys.executable, "-m", "sqldp.cli", *add, "--delta-limit", "1e-6"],
-            input="pw\n",
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert r.returncode == 0, r.stderr
+        ok(_with_password([*add, "--delta-limit", "1e-6"], "pw"))
     creds = tmp_path / "creds.toml"
     assert "SCRAM-SHA-256$" not in policy.read_text() and creds.read_text().count("SCRAM-SHA-256$") == 2
     assert creds.stat().st_mode & 0o777 == 0o600  # verifiers stay the owner's

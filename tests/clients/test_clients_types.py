@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from proxy_support import PASSWORD, pgjdbc, raw_login, recv_message
+from proxy_support import PASSWORD, asyncpg_connect, pgjdbc, raw_login, recv_message
 
 from sqldp.proxy import ThreadedProxy, ledger
 
@@ -143,9 +143,7 @@ def test_every_path_announces_postgresql_s_types(proxy: ThreadedProxy, upstream:
 
 def test_asyncpg_prepared_statements_in_binary(proxy: ThreadedProxy) -> None:
     async def session() -> None:
-        conn = await asyncpg.connect(
-            host="127.0.0.1", port=proxy.port, user="alice", password=PASSWORD, database="analytics", ssl=False
-        )
+        conn = await asyncpg_connect(proxy.port)
         try:
             stmt = await conn.prepare("SELECT n_code, n_nationkey, n_regionkey FROM nation WHERE n_nationkey = $1")
             assert [a.type.name for a in stmt.get_attributes()] == ["bpchar", "int4", "int4"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from proxy_support import PASSWORD, client_dsn, make_tables, pgjdbc, write_policy
+from proxy_support import PASSWORD, asyncpg_connect, client_dsn, make_tables, pgjdbc, write_policy
 
 from sqldp.proxy import ThreadedProxy, build, ledger
 from sqldp.proxy.scram import make_verifier
@@ -39,9 +39,7 @@ def proxy(pg_dsn: str, tmp_path: Path) -> Iterator[ThreadedProxy]:
 
 def test_asyncpg(proxy: ThreadedProxy) -> None:
     async def session() -> None:
-        conn = await asyncpg.connect(
-            host="127.0.0.1", port=proxy.port, user="alice", password=PASSWORD, database="analytics", ssl=False
-        )
+        conn = await asyncpg_connect(proxy.port)
         try:
             rows = await conn.fetch("SELECT n_name, n_nationkey FROM nation ORDER BY n_nationkey")
             assert [tuple(r) for r in rows] == [("ALGERIA", 1), ("ARGENTINA", 2), ("BRAZIL", 3)]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from proxy_support import PASSWORD, client_dsn, make_tables, write_policy
+from proxy_support import PASSWORD, asyncpg_connect, client_dsn, make_tables, write_policy
 
 from sqldp.proxy import ThreadedProxy, build
 from sqldp.proxy.scram import make_verifier
@@ -69,9 +69,7 @@ def test_pg8000_parameters_on_value_protected_columns(proxy: ThreadedProxy) -> N
 
 def test_asyncpg_prepared_range_filters_describe_the_columns_types(proxy: ThreadedProxy) -> None:
     async def session() -> None:
-        conn = await asyncpg.connect(
-            host="127.0.0.1", port=proxy.port, user="alice", password=PASSWORD, database="analytics", ssl=False
-        )
+        conn = await asyncpg_connect(proxy.port)
         try:
             stmt = await conn.prepare("SELECT COUNT(*) FROM sales WHERE amount > $1 AND day < $2")
             # the types PostgreSQL resolves the parameters to, and the noisy count as float8
