@@ -1,5 +1,5 @@
-"""The histogram of per-key counts over a LEFT OUTER JOIN (TPC-H Q13's shape, sqldp.nested), checked over every
-neighbour of a tiny database: one customer or one order added or removed.
+"""The histogram of per-key counts over a LEFT OUTER JOIN (TPC-H Q13's shape, sqldp.strategies.nested), checked over
+every neighbour of a tiny database: one customer or one order added or removed.
 
 Oracles: the histogram recomputed in Python from the rows (with the truncation to τ orders per customer by
 order key, as docs/truncation.md defines it) and PostgreSQL's own answer to the raw query; the exact privacy
@@ -20,10 +20,10 @@ from scipy import integrate
 from test_partition_selection import _hockey_stick, _laplace_cdf, _laplace_density
 
 import sqldp
-from sqldp import nested
 from sqldp.errors import RefusedError
 from sqldp.policy import Policy
 from sqldp.release import selection_threshold
+from sqldp.strategies import nested
 
 EPSILON = 1.0
 TAU = 2
