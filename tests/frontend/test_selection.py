@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from oracles import laplace_exceeds, max_log_ratio, product_law
 
 import sqldp
 from sqldp.errors import RefusedError
@@ -115,17 +115,8 @@ def _counts(session: sqldp.session.Session) -> tuple[dict[str, float], float, li
 def _kept_loss(w: dict[str, float], w2: dict[str, float], scale: float) -> float:
     """The exact privacy loss of the kept set: max over sets S of |ln P(S | D) − ln P(S | D′)|, each candidate
     kept independently with P(W + Lap(scale) > 1/2)."""
-
-    def p(x: float) -> float:
-        return 1 - 0.5 * math.exp(-(x - 0.5) / scale) if x > 0.5 else 0.5 * math.exp(-(0.5 - x) / scale)
-
-    up = down = 0.0
-    for v in w:
-        a, b = p(w[v]), p(w2[v])
-        ratios = (math.log(a / b), math.log((1 - a) / (1 - b)))
-        up += max(ratios)
-        down += max(-r for r in ratios)
-    return max(up, down)
+    law, law2 = (product_law({v: laplace_exceeds(x[v], 0.5, scale) for v in x}) for x in (w, w2))
+    return max_log_ratio(law, law2)
 
 
 def _brute_force(dsn: str, policy: Path) -> tuple[float, list[tuple[str, float, float]]]:

@@ -21,6 +21,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from oracles import exponential_law, laplace_loss, max_log_ratio
 
 import sqldp
 from sqldp.strategies import argmax
@@ -99,13 +100,6 @@ def _scores(session: sqldp.session.Session) -> tuple[dict[str, float], float, li
     return scores, delta, rows
 
 
-def _probabilities(scores: dict[str, float], rate: float) -> dict[str, float]:
-    top = max(scores.values())
-    w = {v: math.exp(rate * (s - top)) for v, s in scores.items()}
-    z = math.fsum(w.values())
-    return {v: x / z for v, x in w.items()}
-
-
 def _brute_force(dsn: str, policy: Path) -> tuple[float, list[tuple[str, float, float]]]:
     session = sqldp.connect(dsn, policy)
     e1 = EPSILON * argmax.ARGMAX_SHARE
@@ -121,8 +115,9 @@ def _brute_force(dsn: str, policy: Path) -> tuple[float, list[tuple[str, float, 
                 finally:
                     conn.execute(undo)
                 assert delta2 == delta and s2.keys() == s.keys()
-                p, p2 = _probabilities(s, e1 / delta), _probabilities(s2, e1 / delta)
-                loss = max(abs(math.log(p[v] / p2[v])) + abs(s[v] - s2[v]) / (delta / e2) for v in s)
+                p, p2 = exponential_law(s, e1 / delta), exponential_law(s2, e1 / delta)
+                # the choice of v, then its score released with Laplace at Δ/ε₂
+                loss = max(max_log_ratio({v: p[v]}, {v: p2[v]}) + laplace_loss(s[v] - s2[v], delta / e2) for v in s)
                 worst = max(worst, loss / (EPSILON * d))
                 if loss > EPSILON * d * (1 + 1e-9):
                     over.append((make, loss, EPSILON * d))
@@ -216,7 +211,7 @@ def _frequencies_match(draw: Any) -> bool:
     counts = [0] * len(scores)
     for _ in range(n):
         counts[draw(scores, 0.7, source)] += 1
-    expected = _probabilities(dict(scores), 0.7)
+    expected = exponential_law(dict(scores), 0.7)
     return all(
         abs(c / n - expected[v]) < 5 * math.sqrt(expected[v] * (1 - expected[v]) / n)
         for (v, _), c in zip(scores, counts, strict=True)

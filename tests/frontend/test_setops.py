@@ -25,9 +25,9 @@ from pathlib import Path
 import psycopg
 import pytest
 import sqlglot
+from oracles import joint_loss
 from proxy_support import client_dsn, make_tables, write_policy
 from sqlglot import exp
-from test_groups import joint_loss
 
 import sqldp
 from sqldp.errors import BudgetExhaustedError, ForbiddenError, RefusedError, StatementError
