@@ -107,7 +107,7 @@ SESSION_WORDS = frozenset(
     {"user", "current_user", "session_user", "current_role", "system_user", "current_catalog", "current_schema"}
 )
 
-_SET_NAMES = {exp.Rollup: "ROLLUP", exp.Cube: "CUBE", exp.GroupingSets: "GROUPING SETS"}
+_SET_NAMES: dict[type[exp.Expr], str] = {exp.Rollup: "ROLLUP", exp.Cube: "CUBE", exp.GroupingSets: "GROUPING SETS"}
 
 # Where a bare word (exp.Var) is a keyword argument rather than something PostgreSQL would resolve.
 _VAR_PARENTS = (exp.Interval, exp.Extract, exp.TimestampTrunc, exp.DateTrunc, exp.WindowSpec)
