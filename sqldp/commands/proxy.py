@@ -101,10 +101,9 @@ def _warn_without_analysts(policy: str) -> None:
     """A policy without [analysts] starts a proxy nobody can log in to (the shipped ones name none): say so
     and how to add one, rather than leave every login failing with the same message as a wrong password. A
     table the policy leaves value-private without a word (rows public, a norm) gets its note too."""
+    from sqldp.commands.policy import note_policy
     from sqldp.policy.analysts import parse_proxy
     from sqldp.policy.document import Policy
-
-    from sqldp.commands.policy import note_policy
 
     loaded = Policy.from_file(policy)
     note_policy(loaded, "sqldp proxy")
