@@ -26,12 +26,12 @@ from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine  # noqa: E402
+from common import machine
 
-import sqldp  # noqa: E402
-from sqldp.db import resolve_dsn  # noqa: E402
-from sqldp.errors import BudgetExhaustedError  # noqa: E402
-from sqldp.policy import Policy  # noqa: E402
+import sqldp
+from sqldp.db import resolve_dsn
+from sqldp.errors import BudgetExhaustedError
+from sqldp.policy import Policy
 
 NAME = "sqldp_bench_budgets"
 DDL = """
@@ -95,7 +95,7 @@ def query(i: int, lo: dt.date, hi: dt.date) -> str:
 def ledger_stats(dsn: str) -> tuple[int, int, float]:
     with psycopg.connect(dsn) as conn:
         row = conn.execute(
-            'SELECT count(*), pg_total_relation_size(\'sqldp."row_budget_orders"\'), coalesce(max(spent), 0) '
+            "SELECT count(*), pg_total_relation_size('sqldp.\"row_budget_orders\"'), coalesce(max(spent), 0) "
             'FROM sqldp."row_budget_orders"'
         ).fetchone()
     assert row is not None
@@ -201,7 +201,8 @@ def main() -> None:
         lines.append(
             f"| {name} | {len(stream)} | {plain['answered']:.0f} | {rows['answered']:.0f} | "
             f"{rows['answered_all_rows']:.0f} | {gain:.0f}× | {plain['median_ms']:.1f} | {rows['median_ms']:.1f} | "
-            f"{rows['median_transaction_ms']:.1f} | {rows['rows_charged_per_answer']:.0f} | {rows['ledger_rows']:.0f} | "
+            f"{rows['median_transaction_ms']:.1f} | {rows['rows_charged_per_answer']:.0f} | "
+            f"{rows['ledger_rows']:.0f} | "
             f"{rows['ledger_bytes'] / 1024:.0f} KiB |"
         )
         print(lines[-1], flush=True)

@@ -1,10 +1,10 @@
 """The per-row ledger's SQL, generated (pure): its side table, the exclusion predicate and the statement that
 answers and charges in one snapshot (NR §3.3.12.7).
 
-The ledger of a budgeted table ``T`` is the table ``row_budget_T`` of schema ``sqldp``: T's primary key, ``spent`` (numeric, exact
-sums) and ``uses``, one row per row of T that was ever charged (a row it lacks has spent nothing). It lives in
-the ``sqldp`` schema beside the analyst ledger (sqldp.proxy.ledger), created and written only by sqldp's own
-role; the analyst role has no right on it.
+The ledger of a budgeted table ``T`` is the table ``row_budget_T`` of schema ``sqldp``: T's primary key,
+``spent`` (numeric, exact sums) and ``uses``, one row per row of T that was ever charged (a row it lacks has
+spent nothing). It lives beside the analyst ledger (sqldp.proxy.ledger), created and written only by sqldp's
+own role; the analyst role has no right on it.
 
 One statement does everything, so that the answer and the charge read the same snapshot::
 
