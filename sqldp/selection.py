@@ -68,6 +68,7 @@ from sqldp.errors import RefusedError
 from sqldp.form import ColumnRef
 from sqldp.frontend import ParsedQuery, conjuncts, position
 from sqldp.mechanisms import NoiseSource
+from sqldp.mechanisms.registry import EXPONENTIAL, LAPLACE
 from sqldp.params import PrivacyParams, resolve_params
 from sqldp.pg_arithmetic import integer_valued
 from sqldp.policy import Policy
@@ -661,7 +662,7 @@ class Selection(_Chosen[Shape]):
         kept = []
         for v, w, _ in rows:
             true = float(w)
-            value = mechanisms.release("laplace", true, cal.scale, self.noise) if noisy else true
+            value = mechanisms.release(cal.noise, true, cal.scale, self.noise) if noisy else true
             result.measurements.append(
                 [
                     Measurement(
@@ -709,7 +710,7 @@ def prepare(
         return None
     params = resolve_params(policy, outputs=1, **{k: v for k, v in privacy.items() if k != "mechanism"})
     # Laplace at a global bound: pure ε, no β, no δ spent (the session charges only what is spent)
-    params = dataclasses.replace(params, delta=None, beta=None, mechanism="laplace")
+    params = dataclasses.replace(params, delta=None, beta=None, mechanism=LAPLACE)
     public_path(final_sql(shape, []))  # the final statement's shape passes the public path's checks now
     statement = statement_for(shape, engine, catalog, public_path)
     return Selection(engine, noise, parsed.sql, shape, params, public_path, statement, started)
@@ -1080,7 +1081,7 @@ class Argmax(_Chosen[ArgmaxShape]):
         # audit: every candidate's true score; a run: the one choice (its mechanism and ε share, no value)
         for v, s in scores if not noisy else [("argmax", None)]:
             name = f"score({v})" if not noisy else f"argmax of {self.shape.aggregate}"
-            m = Measurement(name, e1, 0.0, 0.0, delta_, 0.0, 0.0, {}, "exponential", true_value=s)
+            m = Measurement(name, e1, 0.0, 0.0, delta_, 0.0, 0.0, {}, EXPONENTIAL, true_value=s)
             result.measurements.append([m])
         chosen, value = None, None
         if scores:
@@ -1089,7 +1090,7 @@ class Argmax(_Chosen[ArgmaxShape]):
             else:
                 chosen = max(scores, key=lambda vs: vs[1])[0]
             true = dict(scores)[chosen]
-            value = mechanisms.release("laplace", true, cal.scale, self.noise) if noisy else true
+            value = mechanisms.release(cal.noise, true, cal.scale, self.noise) if noisy else true
             agg = Measurement(
                 self.shape.aggregate,
                 e2,
@@ -1148,7 +1149,7 @@ def prepare_argmax(
     if shape is None:
         return None
     params = resolve_params(policy, outputs=2, **{k: v for k, v in privacy.items() if k != "mechanism"})
-    params = dataclasses.replace(params, delta=None, beta=None, mechanism="laplace")
+    params = dataclasses.replace(params, delta=None, beta=None, mechanism=LAPLACE)
     public_path(argmax_final_sql(shape, None, None))  # the final statement's shape passes the public path now
     statement = statement_for(shape, engine, catalog, public_path)
     return Argmax(engine, noise, parsed.sql, shape, params, public_path, statement, started)

@@ -36,9 +36,9 @@ from sqldp.release import choose_truncation, declared_groups, longest_change, sh
 from sqldp.result import Result
 from sqldp.rewrite import Statements, rewrite
 from sqldp.runner import Prepared, Workflow
-from sqldp.sensitivity.global_bound import GlobalPlan, declared_truncations
+from sqldp.sensitivity.global_bound import declared_truncations
 from sqldp.sensitivity.plan import Plan
-from sqldp.sensitivity.units import UnitPlan, grouped_answer
+from sqldp.sensitivity.units import grouped_answer, histograms
 from sqldp.setops import SetRelease
 from sqldp.spark_sql import public_statement
 from sqldp.sqlgen import answer_query
@@ -520,7 +520,7 @@ def compile_form(
     if cuts:
         each = (single_aggregate(form, i) for i in range(len(plans)))
         alternative = [sensitivity.truncated(f, catalog, policy, cuts) for f in each]
-        cut_plans = tuple(p for p in alternative if isinstance(p, GlobalPlan))
+        cut_plans = tuple(p for p in alternative if p is not None and p.global_bound is not None)
         if len(cut_plans) == len(plans):
             d = policy.defaults
             nominal = params or PrivacyParams(d.epsilon or 1.0, d.delta, beta, d.mechanism, d.confidence)
@@ -555,13 +555,13 @@ def compile_form(
     if len({tuple(c.sql for c in w) for w in wheres}) > 1:
         raise RefusedError("the aggregates of this query need different continuous filters; ask them one by one")
     answer = answer_query(dataclasses.replace(form, aggregates=tuple(p.aggregate for p in plans), conjuncts=wheres[0]))
-    histograms = [p for p in plans if isinstance(p, UnitPlan) and p.histogram]
-    if histograms:
+    unit_histograms = histograms(plans)
+    if unit_histograms:
         # GROUP BY under a privacy unit: the answer carries the histograms truncated across groups (docs/units.md)
-        assert len(histograms) == len(plans)  # one form: every aggregate reads the same unit's tables
+        assert len(unit_histograms) == len(plans)  # one form: every aggregate reads the same unit's tables
         if dialect != "postgres":  # its rounding argument is PostgreSQL's NUMERIC division (docs/units.md)
             raise RefusedError("GROUP BY under a privacy unit runs on PostgreSQL only")
-        answer = grouped_answer(form, histograms)
+        answer = grouped_answer(form, unit_histograms)
     statements = rewrite(form, answer, plans, domains, catalog, policy, dialect)
     if choice is not None:
         notes = (choice.note(statements.truncations),) if choice.truncated else ()
