@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -43,11 +43,32 @@ GAMMA = 4.0  # the generalized Cauchy's exponent γ that sqldp releases with (NR
 
 @dataclass(frozen=True)
 class Neighbour:
-    """A neighbouring database, its distance from the original and what changed."""
+    """A neighbouring database, its distance from the original and what changed: the rows removed from and
+    added to each table (a value change removes the old row and adds the new one), for a test that applies the
+    change to a loaded database instead of loading ``db`` whole."""
 
     db: dict[str, list[Row]]
     distance: float
     change: str
+    removed: Mapping[str, tuple[Row, ...]] = field(default_factory=dict)
+    added: Mapping[str, tuple[Row, ...]] = field(default_factory=dict)
+
+    @property
+    def table(self) -> str:
+        """The one table a row-level change touches."""
+        (table,) = set(self.removed) | set(self.added)
+        return table
+
+    @property
+    def op(self) -> Literal["add", "remove", "change"]:
+        """What a one-table change does: adds rows, removes them, or both (a value moved)."""
+        return "change" if self.removed and self.added else "add" if self.added else "remove"
+
+    @property
+    def row(self) -> Row:
+        """The one row a row-level change adds or removes."""
+        (row,) = (*self.removed.get(self.table, ()), *self.added.get(self.table, ()))
+        return row
 
 
 def _copy(db: Db) -> dict[str, list[Row]]:
@@ -60,28 +81,34 @@ def _with(db: Db, table: str, rows: list[Row]) -> dict[str, list[Row]]:
     return out
 
 
-def rows_removed(db: Db, table: str, weight: float = 1.0) -> Iterator[Neighbour]:
-    """Each row of ``table`` removed (one at a time), at the table's weight."""
+def rows_removed(db: Db, table: str, weight: float = 1.0, *, distinct: bool = False) -> Iterator[Neighbour]:
+    """Each row of ``table`` removed (one at a time), at the table's weight; with ``distinct``, one of each set
+    of equal rows (removing either gives the same database)."""
     rows = list(db[table])
+    seen: list[Row] = []
     for i, row in enumerate(rows):
-        yield Neighbour(_with(db, table, rows[:i] + rows[i + 1 :]), weight, f"{table} {row!r} removed")
+        if distinct and row in seen:
+            continue
+        seen.append(row)
+        rest = rows[:i] + rows[i + 1 :]
+        yield Neighbour(_with(db, table, rest), weight, f"{table} {row!r} removed", removed={table: (row,)})
 
 
 def rows_added(db: Db, table: str, candidates: Iterable[Row], weight: float = 1.0) -> Iterator[Neighbour]:
     """Each candidate row added to ``table`` (one at a time, at the end), at the table's weight."""
     rows = list(db[table])
     for row in candidates:
-        yield Neighbour(_with(db, table, [*rows, row]), weight, f"{table} {row!r} added")
+        yield Neighbour(_with(db, table, [*rows, row]), weight, f"{table} {row!r} added", added={table: (row,)})
 
 
 def row_neighbours(
-    db: Db, added: Mapping[str, Iterable[Row]], weights: Mapping[str, float] | None = None
+    db: Db, added: Mapping[str, Iterable[Row]], weights: Mapping[str, float] | None = None, *, distinct: bool = False
 ) -> Iterator[Neighbour]:
     """Add/remove one row: for every private table (a key of ``added``), each of its rows removed, then each
     of its candidate rows added; at the table's weight (``weights``, 1 where it says nothing)."""
     for table, candidates in added.items():
         weight = (weights or {}).get(table, 1.0)
-        yield from rows_removed(db, table, weight)
+        yield from rows_removed(db, table, weight, distinct=distinct)
         yield from rows_added(db, table, candidates, weight)
 
 
@@ -153,7 +180,8 @@ def values_changed(
             sizes = [size(s) if s is not None else 0.0 for s in combo]
             d = norm_distance(sizes, weights, norm)
             moved = _set(row, new)
-            yield Neighbour(_with(db, table, [*rows[:i], moved, *rows[i + 1 :]]), d, f"{table} {row!r} → {moved!r}")
+            out = _with(db, table, [*rows[:i], moved, *rows[i + 1 :]])
+            yield Neighbour(out, d, f"{table} {row!r} → {moved!r}", removed={table: (row,)}, added={table: (moved,)})
 
 
 def unit_rows(db: Db, links: Mapping[str, Column | Callable[[Row], Hashable]], unit: Hashable) -> dict[str, list[Row]]:
@@ -176,7 +204,8 @@ def units_removed(
         out = _copy(db)
         for table, rows in mine.items():
             out[table] = [row for row in db[table] if not any(row is r for r in rows)]
-        yield Neighbour(out, weight, f"unit {unit!r} removed ({sum(map(len, mine.values()))} rows)")
+        removed = {t: tuple(rows) for t, rows in mine.items() if rows}
+        yield Neighbour(out, weight, f"unit {unit!r} removed ({sum(map(len, mine.values()))} rows)", removed=removed)
 
 
 def units_added(db: Db, candidates: Iterable[Mapping[str, Sequence[Row]]], weight: float = 1.0) -> Iterator[Neighbour]:
@@ -185,7 +214,8 @@ def units_added(db: Db, candidates: Iterable[Mapping[str, Sequence[Row]]], weigh
         out = _copy(db)
         for table, rows in unit.items():
             out[table] = [*out.get(table, []), *rows]
-        yield Neighbour(out, weight, f"unit added: {dict(unit)!r}")
+        added = {t: tuple(rows) for t, rows in unit.items() if rows}
+        yield Neighbour(out, weight, f"unit added: {dict(unit)!r}", added=added)
 
 
 # -- densities, written from their definitions -----------------------------------------------------------------
@@ -340,15 +370,17 @@ def hockey_stick_continuous(
     return integrate.quad(excess, lo, hi, points=sorted({mu1, mu2}), limit=2000, epsabs=1e-14)[0]
 
 
-def _log(p: Any) -> float:
-    """ln p for a float, an int, a Fraction or a gmpy2 number, without underflowing a tiny exact value."""
-    if isinstance(p, Fraction):
-        return math.log(p.numerator) - math.log(p.denominator)
-    if type(p).__module__.startswith("gmpy2"):
+def _log_ratio(a: Any, b: Any) -> float:
+    """ln a/b for floats, ints, Fractions or gmpy2 numbers, without underflowing a tiny exact value (the
+    difference of two gmpy2 logs is taken before it is rounded to a float)."""
+    if type(a).__module__.startswith("gmpy2") or type(b).__module__.startswith("gmpy2"):
         import gmpy2
 
-        return float(gmpy2.log(p))
-    return math.log(p)
+        return float(gmpy2.log(a) - gmpy2.log(b))
+    if isinstance(a, Fraction) or isinstance(b, Fraction):
+        r = Fraction(a) / Fraction(b)
+        return math.log(r.numerator) - math.log(r.denominator)
+    return math.log(a) - math.log(b)
 
 
 def max_log_ratio(p: Mapping[Any, Any], q: Mapping[Any, Any], outcomes: Iterable[Any] | None = None) -> float:
@@ -362,7 +394,7 @@ def max_log_ratio(p: Mapping[Any, Any], q: Mapping[Any, Any], outcomes: Iterable
             continue
         if a == 0 or b == 0:
             return math.inf
-        worst = max(worst, abs(_log(a) - _log(b)))
+        worst = max(worst, abs(_log_ratio(a, b)))
     return worst
 
 
@@ -375,6 +407,108 @@ def hockey_stick(p: Mapping[Any, Any], q: Mapping[Any, Any], epsilon: float) -> 
 def hockey_stick_both(p: Mapping[Any, Any], q: Mapping[Any, Any], epsilon: float) -> float:
     """The larger of H_{e^ε}(P‖Q) and H_{e^ε}(Q‖P): (ε, δ)-DP bounds both."""
     return max(hockey_stick(p, q, epsilon), hockey_stick(q, p, epsilon))
+
+
+def exponential_law(scores: Mapping[Any, float], rate: float) -> dict[Any, float]:
+    """The exponential mechanism's output law: P(v) ∝ e^(rate·score(v)) (rate = ε/(2Δ) or ε/Δ as the caller's
+    theorem has it), computed from the top score down so that nothing overflows."""
+    top = max(scores.values())
+    w = {v: math.exp(rate * (x - top)) for v, x in scores.items()}
+    z = math.fsum(w.values())
+    return {v: x / z for v, x in w.items()}
+
+
+def product_law(marginals: Mapping[Any, float]) -> dict[frozenset[Any], float]:
+    """The law of the set of items kept when each is kept independently with its probability (a few items:
+    the law has 2^n outcomes)."""
+    items = list(marginals)
+    out = {}
+    for bits in itertools.product((False, True), repeat=len(items)):
+        p = 1.0
+        for item, kept in zip(items, bits, strict=True):
+            p *= marginals[item] if kept else 1 - marginals[item]
+        out[frozenset(i for i, kept in zip(items, bits, strict=True) if kept)] = p
+    return out
+
+
+# -- partition selection: a group's output is ⊥ or its noisy values above a threshold -------------------------
+
+
+def laplace_exceeds(n: float, tau: float, b: float) -> float:
+    """P[n + Lap(b) > τ]: the probability that partition selection releases a group of count n (the upper tail
+    written out, not 1 − cdf, which loses a tiny probability's digits)."""
+    return 0.5 * math.exp(-(tau - n) / b) if n <= tau else 1 - 0.5 * math.exp(-(n - tau) / b)
+
+
+Selected = Sequence[tuple[Any, ...]]  # [(count, scale, ε share, τ), (value, scale, ε share, None), …]
+
+
+def selection_hockey_stick(p: Selected | None, q: Selected | None, epsilon: float) -> float:
+    """H_{e^ε}(P‖Q) = sup_S P(S) − e^ε·Q(S) for one group's output under partition selection: ⊥ (not selected,
+    or absent: ``None``) or the noisy values (v_count > τ, then at most one more value), each Laplace around its
+    true value. Integrated numerically over the count with the other value's contribution on a fine grid per
+    v_count (4001 points over ±40 scales), fine enough for 10⁻⁹."""
+    from scipy import integrate
+
+    if p is None:
+        return 0.0  # P is ⊥ with probability 1, which Q gives at least e^-ε... ≤ 0 after the sup: nothing to lose
+    (n, bc, _, tau), *others = p
+    p_bot = laplace_cdf(tau, n, bc)
+    if q is None:  # absent on Q's side: every released output of P is an event Q never produces
+        return 1.0 - p_bot
+    (n2, bc2, _, tau2), *others2 = q
+    assert (bc, tau) == (bc2, tau2) and [o[1:] for o in others] == [o[1:] for o in others2]  # data-independent
+    q_bot = laplace_cdf(tau, n2, bc)
+    # the other measurement's loss: ln(p/q) is independent of v_count; its contribution to the hockey stick is
+    # the expectation over it, on a fine grid
+    assert len(others) <= 1
+    if others:
+        (v, bs, _, _), (v2, _, _, _) = others[0], others2[0]
+        lo, hi = min(v, v2) - 40 * bs, max(v, v2) + 40 * bs
+        ys = [lo + (hi - lo) * i / 4000 for i in range(4001)]
+        ws = [laplace_density(y, v, bs) * (hi - lo) / 4000 for y in ys]
+        ratios = [laplace_density(y, v2, bs) / laplace_density(y, v, bs) for y in ys]
+    else:
+        ws, ratios = [1.0], [1.0]
+    k = math.exp(epsilon)
+
+    def excess(x: float) -> float:
+        fp, fq = laplace_density(x, n, bc), laplace_density(x, n2, bc)
+        return sum(w * max(0.0, fp - k * fq * r) for w, r in zip(ws, ratios, strict=True))
+
+    upper = max(n, n2, tau) + 60 * bc
+    area, _ = integrate.quad(excess, tau, upper, points=sorted({n, n2}), limit=400)
+    return max(0.0, p_bot - k * q_bot) + area
+
+
+def _bot_or_value(g: tuple[float, float, float] | None) -> tuple[float, Callable[[float], float]]:
+    """A group's output law: the mass of ⊥ (not released, or absent) and the density of its released value."""
+    if g is None:
+        return 1.0, lambda v: 0.0
+    n, b, tau = g
+    return laplace_cdf(tau, n, b), lambda v: laplace_density(v, n, b) if v > tau else 0.0
+
+
+def selection_hockey_stick_2(
+    p: Sequence[tuple[float, float, float] | None], q: Sequence[tuple[float, float, float] | None], epsilon: float
+) -> float:
+    """H_{e^ε}(P‖Q) for two groups' independent outputs under partition selection, each ⊥ or its count
+    (count, scale, τ) released above τ: the four atom/value patterns integrated numerically."""
+    from scipy import integrate
+
+    (ap1, fp1), (ap2, fp2) = (_bot_or_value(x) for x in p)
+    (aq1, fq1), (aq2, fq2) = (_bot_or_value(x) for x in q)
+    k = math.exp(epsilon)
+    spans = [x for x in (*p, *q) if x is not None]
+    tau = spans[0][2]
+    hi = max(x[0] for x in spans) + tau + 60 * spans[0][1]
+    total = max(0.0, ap1 * ap2 - k * aq1 * aq2)
+    total += integrate.quad(lambda v: max(0.0, ap1 * fp2(v) - k * aq1 * fq2(v)), tau, hi, limit=400)[0]
+    total += integrate.quad(lambda v: max(0.0, fp1(v) * ap2 - k * fq1(v) * aq2), tau, hi, limit=400)[0]
+    total += integrate.dblquad(
+        lambda w, v: max(0.0, fp1(v) * fp2(w) - k * fq1(v) * fq2(w)), tau, hi, tau, hi, epsabs=1e-11
+    )[0]
+    return total
 
 
 # -- checking a claim over every neighbour ---------------------------------------------------------------------

@@ -12,6 +12,7 @@ from oracles import (
     cauchy_log_ratio,
     cauchy_loss,
     check_neighbours,
+    exponential_law,
     gaussian_delta,
     gencauchy_density,
     hockey_stick,
@@ -21,14 +22,18 @@ from oracles import (
     laplace_cdf,
     laplace_delta,
     laplace_density,
+    laplace_exceeds,
     laplace_log_ratio,
     laplace_loss,
     max_log_ratio,
     norm_distance,
+    product_law,
     product_rows,
     row_neighbours,
     rows_added,
     rows_removed,
+    selection_hockey_stick,
+    selection_hockey_stick_2,
     unit_rows,
     units_added,
     units_removed,
@@ -49,6 +54,10 @@ def test_rows_removed_and_added_at_the_tables_weight() -> None:
     added = list(rows_added(DB, "t", [(3, "c")]))
     assert added[0].db["t"] == [(1, "a"), (2, "b"), (3, "c")] and added[0].distance == 1.0
     assert DB["t"] == [(1, "a"), (2, "b")]  # the original is never changed
+    assert (gone[0].table, gone[0].row, added[0].table, added[0].row) == ("t", (1, "a"), "t", (3, "c"))
+    twice = {"t": [(1, "a"), (1, "a"), (2, "b")]}
+    assert [n.row for n in rows_removed(twice, "t", distinct=True)] == [(1, "a"), (2, "b")]
+    assert len(list(rows_removed(twice, "t"))) == 3
     both = list(row_neighbours(DB, {"t": product_rows([3], ["x", "y"])}, {"t": 0.5}))
     assert [n.db["t"][-1] for n in both[2:]] == [(3, "x"), (3, "y")]
     assert len(both) == 4 and {n.distance for n in both} == {0.5}  # u is public: it has no neighbours
@@ -69,6 +78,7 @@ def test_values_changed_on_the_grid_of_the_ball(norm: str, distances: list[float
     assert [n.distance for n in moved] == pytest.approx(distances)
     one_at_a_time = list(values_changed(db, "r", {0: 1.0, 1: 2.0}, [1, -2]))
     assert [(n.db["r"][0], n.distance) for n in one_at_a_time] == [((1, 0), 1), ((-2, 0), 2), ((0, 1), 2), ((0, -2), 4)]
+    assert (one_at_a_time[0].removed, one_at_a_time[0].added) == ({"r": ((0, 0),)}, {"r": ((1, 0),)})
 
 
 def test_values_changed_keeps_to_the_declared_range_and_dict_rows() -> None:
@@ -92,6 +102,11 @@ def test_a_unit_leaves_with_its_rows_in_every_table() -> None:
     gone = list(units_removed(CUSTOMERS, LINKS, [1, 2]))
     assert gone[0].db == {"customer": [(2,)], "orders": [(11, 2)], "lineitem": [(101, 11)]}
     assert gone[1].db["lineitem"] == [(100, 10), (102, 12), (103, 12)] and gone[0].distance == 1.0
+    assert gone[0].removed == {
+        "customer": ((1,),),
+        "orders": ((10, 1), (12, 1)),
+        "lineitem": ((100, 10), (102, 12), (103, 12)),
+    }
     (added,) = units_added(CUSTOMERS, [{"customer": [(3,)], "orders": [(13, 3)]}])
     assert added.db["customer"] == [(1,), (2,), (3,)] and added.db["orders"][-1] == (13, 3)
     assert added.db["lineitem"] == CUSTOMERS["lineitem"]
@@ -129,6 +144,8 @@ def test_cauchy_log_ratio_on_known_cases() -> None:
     assert cauchy_log_ratio(0.0, 2.0, 0.0, 1.0) == pytest.approx(3 * math.log(2), abs=1e-9)
     assert cauchy_log_ratio(0.0, 5.0, 1.0, 5.0) == pytest.approx(cauchy_loss(0.2, 1.0), abs=1e-9)
     assert cauchy_log_ratio(3.0, 1.0, 3.0, 1.0) == 0.0
+    # the pair tests/sensitivity/test_window_oracle.py found: one centre, scales 76.93 → 33.29, the tails' 3·ln
+    assert joint_loss([(0.0, 76.93)], [(0.0, 33.29)]) == pytest.approx(3 * math.log(76.93 / 33.29), rel=1e-9)
     assert cauchy_loss(1.0, 1.0) == pytest.approx(2.142509739587277, abs=1e-9)
     assert cauchy_loss(-1.0, 1.0) == pytest.approx(2.142509739587277, abs=1e-9)
 
@@ -227,3 +244,31 @@ def test_check_neighbours_on_laws_and_with_delta() -> None:
         DB, rows_removed(DB, "t"), lambda db: [(float(len(db["t"])), 1.0)], epsilon=1.0, delta=0.13, kind="gaussian"
     )
     assert gaussian.loss == pytest.approx(gaussian_delta(1.0, 1.0, 1.0))
+
+
+def test_partition_selection_laws() -> None:
+    """A group of count 1 at τ = 3, b = 1 is released with probability e^(−2)/2, of count 5 with 1 − e^(−2)/2.
+    Counts 2 against 1 at ε = 0: the ⊥ atoms favour Q, so H is the released values' excess,
+    P[X > 3] − Q[X > 3] = (e^(−1) − e^(−2))/2; at ε = 1 the densities' ratio above 2 is exactly e: H = 0."""
+    assert laplace_exceeds(1.0, 3.0, 1.0) == pytest.approx(0.5 * math.exp(-2), rel=1e-15)
+    assert laplace_exceeds(5.0, 3.0, 1.0) == pytest.approx(1 - 0.5 * math.exp(-2), rel=1e-15)
+    assert laplace_exceeds(-40.0, 3.0, 1.0) == pytest.approx(0.5 * math.exp(-43), rel=1e-12)  # no cancellation
+    one, two = [(1.0, 1.0, 1.0, 3.0)], [(2.0, 1.0, 1.0, 3.0)]
+    assert selection_hockey_stick(one, None, 1.0) == pytest.approx(0.5 * math.exp(-2), rel=1e-12)
+    assert selection_hockey_stick(None, one, 1.0) == 0.0
+    assert selection_hockey_stick(two, one, 0.0) == pytest.approx(0.5 * (math.exp(-1) - math.exp(-2)), rel=1e-8)
+    assert selection_hockey_stick(two, one, 1.0) == pytest.approx(0.0, abs=1e-12)
+    assert selection_hockey_stick_2([(1.0, 1.0, 3.0), None], [None, None], 0.0) == pytest.approx(
+        0.5 * math.exp(-2), rel=1e-8
+    )
+
+
+def test_exponential_and_product_laws() -> None:
+    """Scores 0 and ln 3 at rate 1: P = 1/4 and 3/4 (a huge score does not overflow); two items kept with
+    probability 1/2 and 1/4: the four sets {} 3/8, {a} 3/8, {b} 1/8, {a, b} 1/8."""
+    assert exponential_law({"x": 0.0, "y": math.log(3)}, 1.0) == pytest.approx({"x": 0.25, "y": 0.75})
+    assert exponential_law({"x": 1e6, "y": 1e6}, 1.0) == {"x": 0.5, "y": 0.5}
+    law = product_law({"a": 0.5, "b": 0.25})
+    assert law == pytest.approx(
+        {frozenset(): 3 / 8, frozenset("a"): 3 / 8, frozenset("b"): 1 / 8, frozenset("ab"): 1 / 8}
+    )

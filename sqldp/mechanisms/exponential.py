@@ -1,6 +1,6 @@
 """The exponential mechanism for a choice among candidates (McSherry and Talwar, FOCS 2007), as
 index i with probability ∝ exp(rate·s_i) is ε-DP when each score moves by at most Δ on neighbours and
-rate = ε/(2Δ), or rate = ε/Δ when every score moves the same way (sqldp.selection's argmax: a change of one
+rate = ε/(2Δ), or rate = ε/Δ when every score moves the same way (sqldp.strategies.argmax: a change of one
 row raises or lowers the totals, never both). Its privacy map is pure: ε·d for a change at distance d
 (:func:`delta_at`).
 """

@@ -116,10 +116,10 @@ class Releasable:
     says so by overriding them.
 
     * ``own_mechanism``: a mechanism the plan runs itself (R2T's race), None: noise scaled to ``bind``'s bound.
-    * ``spends_epsilon``: False for a selector thresholded by δ alone (sqldp.owned), which no ε share goes to.
+    * ``spends_epsilon``: False for a selector thresholded by δ alone (sqldp.strategies.owned): no ε share.
     * ``global_bound``: the number a global plan's bound is, known before the data (None: it is computed).
     * ``bound_source``: which global bound it is (released: from the query, the schema and the policy).
-    * ``owned_groups``: how many groups owned by one row one change can add or remove (sqldp.owned).
+    * ``owned_groups``: how many groups owned by one row one change can add or remove (sqldp.strategies.owned).
     * ``privacy_unit``: what an analyst may see of the privacy unit (R2T).
     * ``declared_truncations``: the declared contribution bounds the bound relies on (sqldp.rewrite enforces).
     * ``expected_bound()``: the bound when it needs no query (the error to expect, shown before a run).

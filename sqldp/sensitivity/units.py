@@ -406,11 +406,6 @@ def _scaled(value: exp.Expr, tau: float) -> exp.Expr:
     return exp.Case(ifs=[exp.If(this=exp.LTE(this=total, expression=number(tau)), true=value.copy())], default=scaled)
 
 
-def histograms(plans: Sequence[Any]) -> list[UnitPlan]:
-    """The plans of a GROUP BY under a privacy unit (its histogram form), for :func:`grouped_answer`."""
-    return [p for p in plans if isinstance(p, UnitPlan) and p.histogram]
-
-
 def grouped_answer(form: AnalysisForm, plans: Sequence[UnitPlan]) -> exp.Select:
     """The answer query of a GROUP BY under a privacy unit: per group, its keys (``__key<i>``), every aggregate's
     true value (``__agg<i>``), every aggregate's truncated value at every race τ_j (``__h<i>_<j>``), the ℓ1 mass
@@ -463,3 +458,14 @@ def histogram_columns(groups: int, aggregates: int, races: int, index: int) -> t
     own = slice(start + index * races, start + (index + 1) * races)
     masses = slice(start + aggregates * races, start + (aggregates + 1) * races)
     return own, masses, start + (aggregates + 1) * races
+
+
+def histograms(plans: Sequence[object]) -> list[UnitPlan]:
+    """The plans that release a GROUP BY's histograms under a privacy unit (``UnitPlan.histogram``): their
+    answer is :func:`grouped_answer`'s."""
+    return [p for p in plans if isinstance(p, UnitPlan) and p.histogram]
+
+
+def is_unit(plan: object) -> bool:
+    """Whether ``plan`` bounds an aggregate under a privacy unit (R2T, this module)."""
+    return isinstance(plan, UnitPlan)
