@@ -35,7 +35,7 @@ from sqldp.form import AnalysisForm
 from sqldp.mechanisms import NoiseSource
 from sqldp.mechanisms.race import SELECT_SHARE, SLACK, shift
 from sqldp.policy import Policy
-from sqldp.release import evaluate
+from sqldp.postprocess import evaluate
 from sqldp.result import UNIT_HISTOGRAM
 from sqldp.sensitivity.units import races
 
