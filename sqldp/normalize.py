@@ -253,13 +253,13 @@ class Normalizer:
 
     def run(self) -> AnalysisForm | PublicRelease:
         statement = self.parsed.statement if self.parsed.statement is not None else self.parsed.tree
-        # no function, cast or construct off the allow-list runs, on either path
-        allowlist.check(self.sql, statement)
+        tables = relations_read(statement, self.catalog)
+        private = [t for t in tables if not self.policy.table(t).public]
+        # no function, cast or construct off the allow-list runs, on either path (grouping sets on the public one)
+        allowlist.check(self.sql, statement, public=not private)
         root = self.parsed.algebra
         sort = root if isinstance(root, ra.Sort) else None
         body = sort.child if sort is not None else root
-        tables = relations_read(statement, self.catalog)
-        private = [t for t in tables if not self.policy.table(t).public]
         if not private:
             return PublicRelease(self.sql, tables, statement.sql(dialect="postgres"))
         # SELECT DISTINCT e1, … is GROUP BY e1, … with no aggregate: which rows it has is decided by DP partition

@@ -69,6 +69,9 @@ class Workflow:
         """The statement's (with 1 in the steps' places) and each private step's: each runs statements of its own."""
         return [*self.placeholder.checks(), *(t for _, p in self.steps if not p.public for t in p.checks())]
 
+    def noisy(self) -> tuple[bool, ...] | None:
+        return self.placeholder.noisy()
+
     def outer(self, text: str) -> Prepared:
         """The statement with the steps' values spliced in, analysed at its share."""
         return analysed_text(text, self.context, self.outer_share)
