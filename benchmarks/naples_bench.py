@@ -9,7 +9,7 @@ Cauchy noise stays below with probability 78% (NR Table 17's definition, ξ = q_
 q_i is the plain query's answer). "%noise at β*" is the same 78% bound with β chosen per query to minimise
 the noise (NR Theorem 3.73; the half-width of the released noise at confidence 0.78). "noisy ms" is the
 median of repeated runs of one session, which keeps the analysis of a query it has seen (the first run's
-analysis time is listed beside it). The policy is ``sqldp/data/schemas/tpch.toml`` with all
+analysis time is listed beside it). The policy is ``schemas/tpch.toml`` with all
 rows public: NAPLES' §4.3.3 metric (values of every row protected, rows not added or removed). One more row,
 "q16 as measured", is Q16 without the listing's last two conditions: the query whose answer NR Table 17 lists
 (9.95K; the listed text counts 8); it is not among the 21 of the ratio summary.

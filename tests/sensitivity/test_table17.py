@@ -2,7 +2,7 @@
 
 NAPLES' §4.3.3 analysis protects *values* only ("all rows are considered sensitive": every row's sensitive
 attributes are in the metric; rows are not added or removed), with the §4.3.3.3 norms. The policy here is
-``sqldp/data/schemas/tpch.toml`` with every table's rows made public, which leaves exactly that metric.
+``schemas/tpch.toml`` with every table's rows made public, which leaves exactly that metric.
 q_s is the β-smooth derivative sensitivity c(x) at β = 0.1 (Table 17's caption; %noise uses 10·q_s).
 """
 

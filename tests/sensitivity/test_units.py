@@ -37,7 +37,7 @@ from sqldp.result import R2T, Measurement
 from sqldp.sensitivity import UnitPlan, plan
 from sqldp.sensitivity.units import BASE, races, shift
 
-TPCH = Catalog.from_file("sqldp/data/schemas/tpch.sql")
+TPCH = Catalog.from_file("schemas/tpch.sql")
 CUSTOMER = """
 [units.customer]
 key = "c_custkey"
