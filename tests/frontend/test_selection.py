@@ -1,4 +1,4 @@
-"""Private selection of public rows (sqldp.selection, TPC-H Q20's shape), on a real PostgreSQL.
+"""Private selection of public rows (sqldp.strategies.selection, TPC-H Q20's shape), on a real PostgreSQL.
 
 * TPC-H SF 0.01 under ``tpch_catalog``: the un-noised pipeline (audit mode: the exact witness counts, kept when
   above 1/2) returns PostgreSQL's own answer to the unmodified Q20, row for row; a noisy run returns rows of
@@ -37,8 +37,8 @@ from oracles import (
 )
 
 import sqldp
-from sqldp import selection
 from sqldp.errors import RefusedError
+from sqldp.strategies import selection
 
 QUERIES = Path(__file__).resolve().parents[2] / "benchmarks" / "tpch" / "queries"
 EPSILON = 1.0
@@ -202,10 +202,10 @@ def test_mutant_no_multiplicity_is_killed(tiny: tuple[str, Path], monkeypatch: p
 
 def _witness_rows(dsn: str, policy: Path, *, restrict: bool) -> list[tuple[Any, ...]]:
     """The witness statement's rows (candidate, W, m) on the database as it is, with the aggregate over li read
-    through the scored rows' keys (``restrict``, sqldp.selection._witness_sql) or over every row of li."""
+    through the scored rows' keys (``restrict``, sqldp.strategies.selection._witness_sql) or over every row of li."""
     session = sqldp.connect(dsn, policy)
     try:
-        shape = selection.recognise(sqldp.frontend.parse(QUERY, session.catalog), session.catalog, session.policy)
+        shape = selection.find_shape(sqldp.frontend.parse(QUERY, session.catalog), session.catalog, session.policy)
     finally:
         session.close()
     assert shape is not None
@@ -251,7 +251,7 @@ def test_witnesses_are_not_restricted_across_types() -> None:
         (same.replace("pk INT NOT NULL, sk INT NOT NULL, q", "pk BIGINT NOT NULL, sk INT NOT NULL, q"), False),
     ):
         catalog = Catalog.from_ddl(ddl)
-        shape = selection.recognise(sqldp.frontend.parse(QUERY, catalog), catalog, policy)
+        shape = selection.find_shape(sqldp.frontend.parse(QUERY, catalog), catalog, policy)
         assert shape is not None
         assert ("IN (SELECT ps.pk, ps.sk FROM ps" in shape.witness_sql) is restricted
 
@@ -327,7 +327,7 @@ def test_a_kept_null_candidate_selects_no_row(tiny: tuple[str, Path]) -> None:
     dsn, policy = tiny
     session = sqldp.connect(dsn, policy)
     try:
-        shape = selection.recognise(sqldp.frontend.parse(QUERY, session.catalog), session.catalog, session.policy)
+        shape = selection.find_shape(sqldp.frontend.parse(QUERY, session.catalog), session.catalog, session.policy)
         assert shape is not None
         with psycopg.connect(dsn) as conn:
             both, one = (conn.execute(selection.final_sql(shape, kept)).fetchall() for kept in ([None, 1], [1]))

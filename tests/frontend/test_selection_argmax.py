@@ -1,4 +1,4 @@
-"""The argmax over a grouped WITH query (sqldp.selection, TPC-H Q15's shape), on a real PostgreSQL.
+"""The argmax over a grouped WITH query (sqldp.strategies.argmax, TPC-H Q15's shape), on a real PostgreSQL.
 
 * TPC-H SF 0.01 under ``tpch_catalog``: the un-noised pipeline (audit mode: the true argmax, its true total)
   returns PostgreSQL's own answer to the unmodified Q15; a noisy run returns one supplier row.
@@ -36,7 +36,7 @@ from oracles import (
 )
 
 import sqldp
-from sqldp import selection
+from sqldp.strategies import argmax
 
 QUERIES = Path(__file__).resolve().parents[2] / "benchmarks" / "tpch" / "queries"
 EPSILON = 1.0
@@ -125,7 +125,7 @@ def _scores(session: sqldp.session.Session) -> tuple[dict[str, float], float, li
 
 def _brute_force(dsn: str, policy: Path) -> tuple[float, list[tuple[str, float, float]]]:
     session = sqldp.connect(dsn, policy)
-    e1 = EPSILON * selection.ARGMAX_SHARE
+    e1 = EPSILON * argmax.ARGMAX_SHARE
     e2 = EPSILON - e1
     worst, over = 0.0, []
     try:
@@ -174,13 +174,13 @@ def test_every_neighbour_within_epsilon(tiny: tuple[str, Path]) -> None:
 
 
 def test_mutant_no_clamp_is_killed(tiny: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(selection, "clamped", lambda e, dom: e)
+    monkeypatch.setattr(argmax, "clamped", lambda e, dom: e)
     _, over = _brute_force(*tiny)
     assert over and all("100.00" in make for make, _, _ in over)
 
 
 def test_mutant_no_filter_flip_is_killed(tiny: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(selection, "filter_flip", lambda m, weight, grid: 0.0)
+    monkeypatch.setattr(argmax, "filter_flip", lambda m, weight, grid: 0.0)
     _, over = _brute_force(*tiny)
     assert over and any("SET d = " in make for make, _, _ in over)  # a date moved
 
@@ -210,7 +210,7 @@ def test_q15_unnoised_is_postgres_answer_on_tpch(tpch_dsn: tuple[str, Any, Any])
     session = sqldp.connect(dsn, policy="tpch_catalog", seed=7)
     try:
         prepared = session.prepare(sql, epsilon=EPSILON)
-        assert isinstance(prepared, selection.Argmax)
+        assert isinstance(prepared, argmax.Argmax)
         audit = prepared.analyze()
         assert [tuple(_plain(v) for v in {**r["key"], **r["values"]}.values()) for r in audit.rows] == plain
         out = session.run(sql, epsilon=EPSILON)
@@ -244,5 +244,5 @@ def _frequencies_match(draw: Any) -> bool:
 def test_the_sampler_draws_the_exponential_mechanism() -> None:
     """The sampler against the closed-form probabilities; the mutant ``doubled-rate`` (weights exp(2·rate·s), as
     if the factor 2 were applied the wrong way) fails the same check."""
-    assert _frequencies_match(selection.exponential)
-    assert not _frequencies_match(lambda scores, rate, source: selection.exponential(scores, 2 * rate, source))
+    assert _frequencies_match(argmax.exponential)
+    assert not _frequencies_match(lambda scores, rate, source: argmax.exponential(scores, 2 * rate, source))

@@ -1,5 +1,5 @@
-"""The histogram of per-key counts over a LEFT OUTER JOIN (TPC-H Q13's shape, sqldp.nested), checked over every
-neighbour of a tiny database: one customer or one order added or removed.
+"""The histogram of per-key counts over a LEFT OUTER JOIN (TPC-H Q13's shape, sqldp.strategies.nested), checked over
+every neighbour of a tiny database: one customer or one order added or removed.
 
 Oracles: the histogram recomputed in Python from the rows (with the truncation to τ orders per customer by
 order key, as docs/truncation.md defines it) and PostgreSQL's own answer to the raw query; the exact privacy
@@ -18,10 +18,10 @@ import pytest
 from oracles import joint_loss, row_neighbours, selection_hockey_stick, selection_hockey_stick_2
 
 import sqldp
-from sqldp import nested
 from sqldp.errors import RefusedError
 from sqldp.policy import Policy
 from sqldp.release import selection_threshold
+from sqldp.strategies import nested
 
 EPSILON = 1.0
 TAU = 2

@@ -1,5 +1,5 @@
-"""Nested aggregation over one table (sqldp.nested): aggregates of a derived table grouped by one key, and the
-histogram of its per-key counts, checked over every neighbour of a tiny database (an order added or removed).
+"""Nested aggregation over one table (sqldp.strategies.nested): aggregates of a derived table grouped by one key, and
+the histogram of its per-key counts, checked over every neighbour of a tiny database (an order added or removed).
 
 Oracles: PostgreSQL's own answer to the nested query as written (the un-noised values, on every neighbour), the
 per-key counts recomputed in Python (truncated to the first τ orders per customer by order key, docs/truncation.md),
@@ -21,10 +21,10 @@ from oracles import joint_loss, row_neighbours
 from test_nested_histogram import selection_divergence
 
 import sqldp
-from sqldp import nested
 from sqldp.errors import RefusedError
 from sqldp.policy import Policy
 from sqldp.release import selection_threshold
+from sqldp.strategies import nested
 
 EPSILON = 1.0
 TAU = 3
