@@ -9,6 +9,8 @@ query (:class:`sqldp.strategies.base.Compiled`) then runs on the session's engin
 from __future__ import annotations
 
 import copy
+import dataclasses
+import datetime as dt
 import math
 import threading
 import time
@@ -18,17 +20,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqldp import db, strategies
+from sqldp import budgets, db, strategies
 from sqldp.catalog import Catalog
 from sqldp.context import load_catalog, load_policy
 from sqldp.db import connect, resolve_dsn
 from sqldp.engine import Engine
 from sqldp.errors import BudgetExhaustedError, InputError, RefusedError, SqldpError, TooLargeError
+from sqldp.form import AnalysisForm
 from sqldp.frontend import parse, token_key, too_deep
 from sqldp.limits import DEFAULT_MAX_ESTIMATED_ROWS, DEFAULT_STATEMENT_TIMEOUT
 from sqldp.mechanisms import NoiseSource, zcdp_epsilon
 from sqldp.policy import Policy
 from sqldp.result import Result
+from sqldp.runner import Prepared
 from sqldp.strategies import Compiled, Context
 
 if TYPE_CHECKING:  # psycopg costs ~0.1 s to import: not for the paths that read no database (explain)
@@ -121,6 +125,7 @@ class Session:
         self._prepared: OrderedDict[tuple[object, ...], Compiled | SqldpError] = OrderedDict()
         self._cached_for: tuple[Policy, Catalog] = (self.policy, self.catalog)
         self._checked: set[str] = set()  # answer statements PostgreSQL's parse analysis accepted (check)
+        self._ledgers: set[str] = set()  # per-row ledgers known to exist (run_budgeted)
 
     @property
     def dialect(self) -> str:
@@ -266,6 +271,48 @@ class Session:
             self._charge(params.epsilon, params.delta or 0.0, prepared.rho, prepared.longest)
         result = prepared.run()
         result.audit = audit
+        return result
+
+    def run_budgeted(self, sql: str, *, fallback: bool = False, on: dt.date | None = None, **privacy: Any) -> Result:
+        """The noisy answer under per-row budgets (NR §3.3.12.7, docs/budgets.md): the rows of the budgeted
+        table the query uses that have no room for its ε are excluded by the statement itself, the others are
+        charged its ε in the same transaction as the answer (sqldp.budgets). The session's budget stays the
+        outer limit and is charged as :meth:`run` charges it. A query outside the proven classes is refused
+        with the reason, or, with ``fallback``, answered by :meth:`run` on the analyst-level account alone.
+        ``on``: the date renewal is computed for (today, UTC, when None)."""
+        prepared = self.prepare(sql, **privacy)
+        try:
+            if not isinstance(prepared, Prepared) or not isinstance(prepared.form, AnalysisForm):
+                raise budgets.refused(
+                    "only a single query (no set operation, workflow or selection) has per-row budgets"
+                )
+            assert prepared.params is not None and prepared.statements is not None
+            if self.dsn is None:
+                raise budgets.refused("per-row budgets live in PostgreSQL; this session runs on Spark")
+            found = budgets.analyse(prepared.form, prepared.plans, prepared.statements, self.catalog, self.policy)
+        except RefusedError:
+            if fallback:
+                return self.run(sql, **privacy)
+            raise
+        self.check(prepared)
+        eps = prepared.params.epsilon
+        limit = budgets.limit_on(found.budget, on or dt.datetime.now(dt.UTC).date())
+        from sqldp.engine.postgres import ChargedAnswer, ensure_ledger  # with psycopg: only on PostgreSQL
+
+        name = budgets.ledger_name(found.table)
+        if name not in self._ledgers:
+            with connect(self.dsn) as owner:
+                ensure_ledger(owner, name, budgets.ledger_ddl(found.table, found.key))
+            self._ledgers.add(name)
+        statement = budgets.charged_statement(prepared.statements.answer, found, eps, limit)
+        self._charge(eps, prepared.params.delta or 0.0, prepared.rho, prepared.longest)
+        engine = ChargedAnswer(self.dsn, name, self.statement_timeout)
+        run = dataclasses.replace(
+            prepared, engine=engine, statements=dataclasses.replace(prepared.statements, answer=statement)
+        )
+        result = run.run()
+        result.notes.append(budgets.note(found, eps, limit))
+        result.timings["ledger_transaction"] = engine.charge_seconds
         return result
 
     def check(self, prepared: Compiled) -> None:
