@@ -119,6 +119,11 @@ class Policy:
             if name is None:
                 raise PolicyError(f"table {t.name!r} is not in the schema ({catalog.source})", where=where)
             known = catalog.tables[name].columns
+            if t.budget is not None and not catalog.tables[name].primary_key:
+                # the per-row ledger is keyed by the table's primary key (sqldp.budgets.sql)
+                raise PolicyError(
+                    f"table {t.name!r} has no primary key to key its rows' budgets", where=f"{where}.budget"
+                )
             for col in sorted(t.sensitive_columns | set(t.columns) | set(t.max_rows_per)):
                 if resolve_name(col, known, where) is None:
                     raise PolicyError(f"column {col!r} is not in table {t.name!r}", where=where)

@@ -18,13 +18,11 @@ from sqldp.proxy.errors import TooComplex
 from sqldp.proxy.outcome import BUDGET_COLUMNS, BUDGET_SHOW
 
 if typing.TYPE_CHECKING:
-    from sqldp.runner import Prepared, Workflow
-    from sqldp.selection import Chosen
     from sqldp.session import Session
-    from sqldp.setops import SetRelease
+    from sqldp.strategies import Compiled
 
 
-def prepare_query(session: Session, sql: str, privacy: Mapping[str, Any]) -> Prepared | Workflow | Chosen | SetRelease:
+def prepare_query(session: Session, sql: str, privacy: Mapping[str, Any]) -> Compiled:
     """The runner's two-step API: analyse now (no private data), run later."""
     try:
         return session.prepare(sql, **privacy)
@@ -98,8 +96,8 @@ def describe(
     params, names, upstream = got
     if prepared.public:
         return Description(params, names, upstream)
-    # the measured statements: the query's own, or each measured branch of a set operation (sqldp.setops); a
-    # column is noisy if any of them releases it with noise
+    # the measured statements: the query's own, or each measured branch of a set operation
+    # (sqldp.strategies.setops); a column is noisy if any of them releases it with noise
     branches = getattr(prepared, "branches", None)
     measured = [prepared] if branches is None else [b for b in branches if not b.public]
     noisy = [False] * len(upstream)

@@ -42,10 +42,8 @@ from sqldp.proxy.outcome import Outcome, budget_outcome
 if typing.TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
 
-    from sqldp.runner import Prepared, Workflow
-    from sqldp.selection import Chosen
     from sqldp.session import Session
-    from sqldp.setops import SetRelease
+    from sqldp.strategies import Compiled
 
 __all__ = ["MAX_PORTALS", "MAX_PREPARED", "MAX_PREPARED_BYTES", "ProxyServer", "_Replies"]
 
@@ -129,14 +127,14 @@ class ProxyServer:
             raise ForbiddenError(f"analyst {analyst!r} has no budget in the ledger")
         return budget_outcome(b)
 
-    def check(self, prepared: Prepared | Workflow | Chosen | SetRelease) -> None:
+    def check(self, prepared: Compiled) -> None:
         """PostgreSQL's parse analysis of a private query's statements before the charge (reads no row): a
         type error found there is a free refusal with PostgreSQL's own SQLSTATE, not a charged failure. Once
         per answer text: the schema does not change under a running proxy."""
         statements = prepared.statements
         if statements is None or statements.answer in self._checked:
             return
-        self.session.engine.check(statements.all())
+        self.session.engine.check(prepared.checks())  # a workflow's steps too
         with self._lock:
             if len(self._checked) >= CHECKED_KEPT:
                 self._checked.clear()
