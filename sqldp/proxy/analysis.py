@@ -96,16 +96,10 @@ def describe(
     params, names, upstream = got
     if prepared.public:
         return Description(params, names, upstream)
-    # the measured statements: the query's own, or each measured branch of a set operation
-    # (sqldp.strategies.setops); a column is noisy if any of them releases it with noise
-    branches = getattr(prepared, "branches", None)
-    measured = [prepared] if branches is None else [b for b in branches if not b.public]
-    noisy = [False] * len(upstream)
-    for m in measured:
-        outputs = getattr(getattr(m, "form", None), "outputs", None)
-        if outputs is None or len(outputs) != len(upstream):
-            return None
-        noisy = [n or not o.is_key for n, o in zip(noisy, outputs, strict=True)]
+    # the columns released with noise (a set operation's: those any measured branch releases so)
+    noisy = prepared.noisy()
+    if noisy is None or len(noisy) != len(upstream):
+        return None
     return Description(params, names, tuple(v.FLOAT8 if n else u for u, n in zip(upstream, noisy, strict=True)))
 
 
