@@ -79,7 +79,7 @@ NR_Q16_EXTRA = "  AND part.p_brand = 'Brand#14'\n  AND part.p_type = 'LARGE ANOD
 
 
 def value_policy() -> Policy:
-    text = (ROOT / "sqldp" / "data" / "schemas" / "tpch.toml").read_text(encoding="utf-8")
+    text = (ROOT / "schemas" / "tpch.toml").read_text(encoding="utf-8")
     text = text.replace('rows = "private"', 'rows = "public"').replace("\nbeta = 0.1\n", "\n")  # β* is chosen
     return Policy.from_toml(text, source="tpch.toml, rows public")
 

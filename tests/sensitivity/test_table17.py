@@ -20,7 +20,7 @@ NAPLES = ROOT / "benchmarks" / "tpch" / "queries" / "naples"
 
 
 def value_policy() -> Policy:
-    text = (ROOT / "sqldp" / "data" / "schemas" / "tpch.toml").read_text(encoding="utf-8")
+    text = (ROOT / "schemas" / "tpch.toml").read_text(encoding="utf-8")
     return Policy.from_toml(text.replace('rows = "private"', 'rows = "public"'), source="tpch-values")
 
 
