@@ -18,10 +18,10 @@ import dataclasses
 import itertools
 import math
 import random
-from collections.abc import Iterator
 
 import psycopg
 import pytest
+from oracles import product_rows, row_neighbours
 from sqlglot import exp
 from test_rows_oracle import _load, _random_db  # the same tiny tables r, s, p over DOMAIN
 
@@ -84,6 +84,10 @@ QUERIES = [
 ]
 
 
+# the neighbours: every database one private row away, each possible row added, each present row removed
+ADDED = {t: product_rows(DOMAIN, DOMAIN) for t in ("r", "s")}
+
+
 # correlated scalar subqueries (TPC-H Q17, Q20's inner SUM): a join with D grouped by the correlation keys, whose
 # per-key value can flip the comparison of every outer row with that key (sqldp.subqueries.scalar_join)
 SCALAR_QUERIES = [
@@ -117,14 +121,6 @@ def catalog() -> Catalog:
 @pytest.fixture(scope="module")
 def policy() -> Policy:
     return Policy.from_toml(POLICY)
-
-
-def _neighbours(db: dict[str, list[tuple[int, int]]]) -> Iterator[tuple[str, str, tuple[int, int]]]:
-    for table in ("r", "s"):
-        for row in itertools.product(DOMAIN, DOMAIN):
-            yield table, "add", row
-        for row in sorted(set(db[table])):
-            yield table, "remove", row
 
 
 def _values(conn: psycopg.Connection, sql: str) -> dict[object, float]:
@@ -171,7 +167,8 @@ def _violations(
         for db in (*given, *(_random_db(rng) for _ in range(rounds))):
             _load(conn, db)
             f0, bounds0 = evaluate()
-            for table, op, row in _neighbours(db):
+            for n in row_neighbours(db, ADDED, distinct=True):  # every database one private row away
+                table, op, row = n.table, n.op, n.row
                 first, second = COLS[table]
                 conn.execute("BEGIN")
                 if op == "add":
