@@ -26,13 +26,13 @@ from sqlglot import exp
 from test_rows_oracle import _load, _random_db  # the same tiny tables r, s, p over DOMAIN
 
 from sqldp import sensitivity, subqueries
-from sqldp import session as session_module
 from sqldp.catalog import Catalog
 from sqldp.form import AnalysisForm, Conjunct, single_aggregate
 from sqldp.frontend import parse
 from sqldp.normalize import normalize
 from sqldp.policy import Policy
 from sqldp.sensitivity.rows import semi_form
+from sqldp.strategies import aggregate
 from sqldp.strategies.aggregate import compile_form
 
 DDL = (
@@ -262,7 +262,7 @@ def test_mutant_without_distinct_fails(
     """The semi-join counts an outer row once (EXISTS, or a join with the set D): joined with the subquery's
     table itself, without DISTINCT, an outer row is counted once per matching inner row — a different answer,
     and a change by an outer row larger than its bound."""
-    original = session_module.answer_query
+    original = aggregate.answer_query
 
     def bag_join(form: AnalysisForm) -> exp.Select:
         for s in form.semijoins:
@@ -271,7 +271,7 @@ def test_mutant_without_distinct_fails(
             form = dataclasses.replace(joined, conjuncts=(*joined.conjuncts, *inner))
         return original(form)
 
-    monkeypatch.setattr(session_module, "answer_query", bag_join)
+    monkeypatch.setattr(aggregate, "answer_query", bag_join)
     found = _violations(QUERIES[0], catalog, policy, pg_dsn)
     assert any("differs from PostgreSQL" in f for f in found)
     assert any("local sensitivity" in f or "derivative" in f for f in found)
