@@ -175,14 +175,12 @@ class Catalog:
         ).fetchall()
         keys = conn.execute(
             """
-            SELECT tc.table_name, tc.constraint_type, tc.constraint_name, kcu.column_name,
-                   ccu.table_name, ccu.column_name
+            SELECT tc.table_name, tc.constraint_type, tc.constraint_name, kcu.column_name
             FROM information_schema.table_constraints tc
             JOIN information_schema.key_column_usage kcu
               ON kcu.constraint_name = tc.constraint_name AND kcu.table_schema = tc.table_schema
-            LEFT JOIN information_schema.constraint_column_usage ccu
-              ON ccu.constraint_name = tc.constraint_name AND tc.constraint_type = 'FOREIGN KEY'
-            WHERE tc.table_schema = %s AND tc.constraint_type IN ('PRIMARY KEY', 'FOREIGN KEY', 'UNIQUE')
+             AND kcu.table_name = tc.table_name
+            WHERE tc.table_schema = %s AND tc.constraint_type IN ('PRIMARY KEY', 'UNIQUE')
             ORDER BY tc.table_name, tc.constraint_name, kcu.ordinal_position
             """,
             (schema,),
@@ -195,21 +193,21 @@ class Catalog:
                 # keep DECIMAL(p, s): its grid 10^−s decides how a private filter is approximated (filters.py)
                 type_sql = f"NUMERIC({precision},{scale or 0})"
             t["columns"][column] = Column(column, type_sql, kind_of(dtype), nullable == "YES")
-        for table, ctype, cname, column, ref_table, ref_column in keys:
+        for table, ctype, cname, column in keys:
             keyed = tables.get(table)
             if keyed is None:
                 continue
             if ctype == "PRIMARY KEY":
                 if column not in keyed["pk"]:
                     keyed["pk"].append(column)
-            elif ctype == "UNIQUE":
-                keyed["unique"].setdefault(cname, []).append(column)
             else:
+                keyed["unique"].setdefault(cname, []).append(column)
+        for table, cname, column, ref_table, ref_column in conn.execute(FOREIGN_KEYS, (schema,)).fetchall():
+            keyed = tables.get(table)
+            if keyed is not None:  # column i references ref column i: pairs in the constraint's own order
                 fk = keyed["fks"].setdefault(cname, ([], ref_table, []))
-                if column not in fk[0]:
-                    fk[0].append(column)
-                if ref_column not in fk[2]:
-                    fk[2].append(ref_column)
+                fk[0].append(column)
+                fk[2].append(ref_column)
         if not tables:
             raise InputError(f"the database has no tables in schema {schema!r}", where="--dsn")
         for table, column, labels in conn.execute(ENUMS, (schema,)).fetchall():
@@ -294,6 +292,21 @@ WHERE n.nspname = %s AND k.contype = 'c' AND k.convalidated AND NOT k.connoinher
 ORDER BY c.relname, a.attname, k.conname
 """
 
+
+# each foreign key's columns with the column each references, in the constraint's order (information_schema's
+# constraint_column_usage lists the referenced columns unordered: a composite key's pairs would be guessed)
+FOREIGN_KEYS = """
+SELECT c.relname, k.conname, a.attname, r.relname, ra.attname
+FROM pg_constraint k
+JOIN pg_class c ON c.oid = k.conrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_class r ON r.oid = k.confrelid
+CROSS JOIN LATERAL unnest(k.conkey, k.confkey) WITH ORDINALITY AS u(col, ref, pos)
+JOIN pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = u.col
+JOIN pg_attribute ra ON ra.attrelid = k.confrelid AND ra.attnum = u.ref
+WHERE n.nspname = %s AND k.contype = 'f'
+ORDER BY c.relname, k.conname, u.pos
+"""
 
 # the labels of each enum-typed column of a schema's tables, in the enum's sort order
 ENUMS = """

@@ -315,6 +315,44 @@ class Session:
         result.timings["ledger_transaction"] = engine.charge_seconds
         return result
 
+    def budget_counts(self, sql: str, *, epsilon: float, on: dt.date | None = None, **privacy: Any) -> dict[str, Any]:
+        """How many rows :meth:`run_budgeted` would charge for ``sql`` and how many it would exclude, released
+        with Laplace noise at scale 1/``epsilon``: adding or removing one row of the budgeted table moves one of
+        the two counts by one (a used row is either charged or excluded, by its own ledger row; the others' do
+        not move: the pair's ℓ1 sensitivity is 1), a change inside a row moves neither (the used rows read no
+        value-sensitive column, docs/budgets.md). The excluded rows have no per-row budget left, so the counts
+        are charged to the session's analyst-level account, which covers every row; nothing is charged to the
+        ledger. The query itself is not run."""
+        if not (math.isfinite(epsilon) and epsilon > 0):
+            raise InputError(f"epsilon must be a finite number > 0, got {epsilon!r}", where="epsilon")
+        prepared = self.prepare(sql, **privacy)
+        if not isinstance(prepared, Prepared) or not isinstance(prepared.form, AnalysisForm) or self.dsn is None:
+            raise budgets.refused("only a single query on PostgreSQL has per-row budgets")
+        assert prepared.params is not None and prepared.statements is not None
+        found = budgets.analyse(prepared.form, prepared.plans, prepared.statements, self.catalog, self.policy)
+        limit = budgets.limit_on(found.budget, on or dt.datetime.now(dt.UTC).date())
+        from sqldp.engine.postgres import ensure_ledger, read_counts  # with psycopg: only on PostgreSQL
+        from sqldp.mechanisms import laplace
+
+        name = budgets.ledger_name(found.table)
+        if name not in self._ledgers:
+            with connect(self.dsn) as owner:
+                ensure_ledger(owner, name, budgets.ledger_ddl(found.table, found.key))
+            self._ledgers.add(name)
+        self._charge(epsilon, 0.0, None, 1.0)
+        charged, excluded = read_counts(self.dsn, name, budgets.counts_statement(found, prepared.params.epsilon, limit))
+        scale = 1.0 / epsilon
+        return {
+            "table": found.table,
+            "class": found.supported_class,
+            "epsilon_per_row": prepared.params.epsilon,
+            "limit": limit,
+            "charged": laplace.sample(float(charged), scale, self.noise),
+            "excluded": laplace.sample(float(excluded), scale, self.noise),
+            "noise_scale": scale,
+            "epsilon": epsilon,
+        }
+
     def check(self, prepared: Compiled) -> None:
         """Have the engine parse and type the statements a private query will run, without reading a row
         (:meth:`sqldp.engine.Engine.check`); raises :class:`sqldp.errors.StatementError` for one it rejects.

@@ -191,3 +191,51 @@ def test_value_level_conditions_on_sensitive_columns_are_refused(pg_dsn: str) ->
         session.run_budgeted("SELECT COUNT(*) FROM orders WHERE o_total > 10")
     result = session.run_budgeted("SELECT SUM(o_total) FROM orders WHERE o_day < 3", on=JAN)
     assert "rows and values" in result.notes[-1]
+
+
+def test_explain_and_noisy_counts_say_what_a_query_would_charge(session: Session) -> None:
+    from sqldp.commands.explain import _text, explain
+
+    out = explain(WINDOW, session.catalog, session.policy)
+    assert out["budget"]["class"] == "single table; rows" and out["budget"]["epsilon_per_row"] == 0.5
+    assert "orders.o_day >= 2" in out["budget"]["charged_rows"] and "every 30 days" in out["budget"]["limit"]
+    assert "Per-row budgets (single table; rows): charges ε = 0.5 to each row of orders" in _text(out)
+    refused = explain(
+        "SELECT COUNT(*) FROM orders a JOIN orders b ON a.o_orderkey = b.o_orderkey", session.catalog, session.policy
+    )
+    assert "budgeted tables 2 times" in refused["budget"]["refused"]
+    # 12 used rows, none excluded yet; then all excluded. ε = 50: noise scale 0.02, the counts within ±1
+    first = session.budget_counts(WINDOW, epsilon=50.0, on=JAN)
+    assert abs(first["charged"] - 12) < 1 and abs(first["excluded"]) < 1 and first["noise_scale"] == 0.02
+    assert session.spent == pytest.approx(50.0)  # the analyst-level account pays; the ledger does not
+    assert session.dsn is not None and ledger(session.dsn) == {}
+    session.run_budgeted(WINDOW, on=JAN)
+    session.run_budgeted(WINDOW, on=JAN)
+    after = session.budget_counts(WINDOW, epsilon=50.0, on=JAN)
+    assert abs(after["charged"]) < 1 and abs(after["excluded"] - 12) < 1
+
+
+def test_concurrent_budgeted_runs_never_overspend(session: Session) -> None:
+    """Two sessions charging the same rows at once: the advisory lock orders them, so every row ends at its
+    limit exactly (two charges of 0.5) and never above it, however the six runs interleave."""
+    import threading
+
+    assert session.dsn is not None
+    other = sqldp.connect(session.dsn, Policy.from_toml(POLICY), seed=4)
+    errors: list[BaseException] = []
+
+    def runs(s: Session) -> None:
+        try:
+            for _ in range(3):
+                s.run_budgeted(WINDOW, on=JAN)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=runs, args=(s,)) for s in (session, other)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert set(ledger(session.dsn).values()) == {Decimal("1.0")}
+    assert len(ledger(session.dsn)) == 12

@@ -81,6 +81,7 @@ def test_init_from_the_database_answers_the_tpch_queries(tpch_dsn: tuple[str, An
     text = out.read_text()
     declarations_have_reasons(text)
     assert "the schema file's claim" not in text  # the database enforces its CHECKs
+    assert "# foreign key (l_partkey, l_suppkey) → partsupp(ps_partkey, ps_suppkey)" in text
     assert tomllib.loads(text)["tables"]["lineitem"]["max_rows_per"] == {"l_orderkey": 7}
     again = sqldp("policy", "init", "--dsn", dsn, "-o", str(out))
     assert "--force" in one_line_error(again)  # an existing file is not replaced without --force
@@ -114,6 +115,11 @@ CREATE TABLE visit (
     amount    NUMERIC(7,2),
     PRIMARY KEY (person_id, slot)
 );
+CREATE TABLE later (
+    l_slot   INTEGER,
+    l_person INTEGER,
+    FOREIGN KEY (l_slot, l_person) REFERENCES visit (slot, person_id)
+);
 """
 
 
@@ -145,6 +151,8 @@ def test_init_reads_types_checks_and_enums(pg_server_dsn: str, tmp_path: Path) -
         policy = tmp_path / "db.toml"
         ok(sqldp("policy", "init", "--dsn", dsn, "--private", "person", "-o", str(policy)))
         _expected(tomllib.loads(policy.read_text())["tables"])
+        # a composite foreign key pairs each column with the one it references, in the constraint's order
+        assert "# foreign key (l_slot, l_person) → visit(slot, person_id)" in policy.read_text()
         conn.execute("INSERT INTO person (id, mood) VALUES (1, 'ok'), (2, 'sad')")
         # the enum's domain answers GROUP BY over the private table
         r = sqldp("explain", "--dsn", dsn, "--policy", str(policy), "SELECT mood, COUNT(*) FROM person GROUP BY mood")
