@@ -83,6 +83,7 @@ from sqldp.sensitivity.plan import Plan
 from sqldp.sensitivity.units import unit_tables
 
 if TYPE_CHECKING:
+    from sqldp.engine import Dialect
     from sqldp.normalize import Normalizer
 
 # the lemma's bound: one row changes the histogram by at most this much in ℓ1 (a key group leaves one count for
@@ -375,7 +376,7 @@ def compile_histogram(
     catalog: Catalog,
     policy: Policy,
     params: PrivacyParams,
-    dialect: str,
+    dialect: Dialect,
 ) -> tuple[AnalysisForm, tuple[KeyDomain, ...], tuple[Plan, ...], Statements]:
     """The plan (a global ℓ1 bound, the module's lemma), the bucket domain (partition selection, or 0 … τ
     under a declared contribution bound) and the SQL of a histogram of per-key counts; refused when neither
@@ -417,7 +418,7 @@ def compile_histogram(
         form = dataclasses.replace(
             form, notes=(*form.notes, f"counts released over {low} … {tau}: {truncations[0]} (declared max_rows_per)")
         )
-    if dialect != "postgres" and params.delta:  # after the refusals that do not depend on the engine
+    if not dialect.histogram_partition_selection and params.delta:  # after the refusals not of the engine
         # the domain 0 … τ runs on Spark (the truncation keeps PostgreSQL's rows, sqldp.rewrite.total_order);
         # partition selection of the counts present has not been compared with PostgreSQL there
         raise _refuse("DP partition selection of the counts runs on PostgreSQL only (declare max_rows_per for Spark)")

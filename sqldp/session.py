@@ -18,16 +18,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqldp import allowlist, db, nested, owned, selection, sensitivity, setops, subqueries
+from sqldp import allowlist, nested, owned, selection, sensitivity, setops, subqueries
 from sqldp.catalog import Catalog
-from sqldp.context import load_catalog, load_policy
-from sqldp.db import connect, resolve_dsn
-from sqldp.engine import Engine
+from sqldp.context import load_policy
+from sqldp.engine import Dialect
+from sqldp.engine.base import Engine
+from sqldp.engine.postgres.dialect import POSTGRES
 from sqldp.errors import BudgetExhaustedError, InputError, RefusedError, SqldpError, TooLargeError
 from sqldp.form import AnalysisForm, single_aggregate
 from sqldp.frontend import ParsedQuery, locate, parse, parse_statement, token_key, too_deep
 from sqldp.groups import KeyDomain, key_domains, partition_selection
-from sqldp.limits import DEFAULT_MAX_ESTIMATED_ROWS, DEFAULT_STATEMENT_TIMEOUT
+from sqldp.limits import DEFAULT_MAX_ESTIMATED_ROWS, check_limit
 from sqldp.mechanisms import NoiseSource, zcdp_epsilon
 from sqldp.normalize import PublicRelease, normalize, relations_read
 from sqldp.params import PrivacyParams, check_beta, resolve_params
@@ -40,7 +41,6 @@ from sqldp.sensitivity.global_bound import GlobalPlan, declared_truncations
 from sqldp.sensitivity.plan import Plan
 from sqldp.sensitivity.units import UnitPlan, grouped_answer
 from sqldp.setops import SetRelease
-from sqldp.spark_sql import public_statement
 from sqldp.sqlgen import answer_query
 from sqldp.subqueries import ScalarStep
 
@@ -55,61 +55,28 @@ class Session:
 
     def __init__(
         self,
-        dsn: str | None = None,
+        engine: Engine,
         policy: Policy | str | Path | None = None,
         *,
-        schema: Catalog | str | Path | None = None,
-        data_dir: str | Path | None = None,
+        catalog: Catalog,
+        dsn: str | None = None,
         seed: int | None = None,
-        pool: Any = None,
-        analyst_dsn: str | None = None,
-        allow_privileged: bool = False,
         budget: float | None = None,
         delta_budget: float | None = None,
-        spark: Any = None,
-        spark_tables: Mapping[str, str] | None = None,
-        statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT,
         max_estimated_rows: float | None = DEFAULT_MAX_ESTIMATED_ROWS,
     ) -> None:
-        for name, limit in (("statement_timeout", statement_timeout), ("max_estimated_rows", max_estimated_rows)):
-            if limit is not None and not (isinstance(limit, (int, float)) and math.isfinite(limit) and limit >= 0):
-                raise InputError(f"{name} must be a finite number ≥ 0 (0: no limit), got {limit!r}", where=name)
-        # seconds a statement may run on PostgreSQL, and the planner's row estimate a private query may reach
-        # before it is refused uncharged (check); None or 0: no limit
-        self.statement_timeout = statement_timeout or None
+        """A session on a built ``engine`` (sqldp.engine.postgres.open, sqldp.engine.spark.open; sqldp.connect
+        builds one from a DSN or a SparkSession) whose tables ``catalog`` describes. ``dsn``: the owner's
+        PostgreSQL DSN where there is one (the budget ledger, sqldp.commands.budget)."""
+        check_limit("max_estimated_rows", max_estimated_rows)
+        # the planner's row estimate a private query may reach before it is refused uncharged (check); None or
+        # 0: no limit
         self.max_estimated_rows = max_estimated_rows or None
         self.policy = load_policy(policy)
-        self.engine: Engine
-        if spark is not None:
-            # the Spark engine (sqldp.engine.spark): the catalog from the session's tables, the keys from
-            # ``schema`` (a DDL file; Spark enforces none); no PostgreSQL is involved
-            if dsn is not None or pool is not None or analyst_dsn is not None:
-                raise InputError("give either a SparkSession or a PostgreSQL DSN, not both", where="spark")
-            from sqldp.engine.spark import SparkEngine
-
-            keys = load_catalog(schema, None) if schema is not None else None
-            self.catalog = Catalog.from_spark(spark, keys, spark_tables)
-            self.policy.validate(self.catalog)
-            self.dsn = self.analyst_dsn = None
-            self.engine = SparkEngine(spark, spark_tables)
-        else:
-            # ``dsn`` is the owner's: it reads the catalog and grants; analyst statements run on connections to
-            # ``self.analyst_dsn``, a role that may only read the catalog's tables (sqldp.db.analyst_dsn)
-            self.dsn = resolve_dsn(dsn, data_dir)
-            with connect(self.dsn) as owner:
-                self.catalog = load_catalog(schema, owner)
-                self.policy.validate(self.catalog)
-                tables = sorted(t.name for t in self.catalog.tables.values())
-                self.analyst_dsn, first = db.analyst_dsn(
-                    self.dsn, tables, explicit=analyst_dsn, allow_privileged=allow_privileged, owner_conn=owner
-                )
-            # ``pool``: an optional psycopg_pool.ConnectionPool of connections set up by engine.postgres.configure
-            # (the proxy reuses connections: opening one per query costs milliseconds)
-            from sqldp.engine.postgres import PostgresEngine  # with psycopg: only a session on PostgreSQL
-
-            self.engine = PostgresEngine(
-                self.analyst_dsn, pool=pool, first=first, statement_timeout=self.statement_timeout
-            )
+        self.engine = engine
+        self.catalog = catalog
+        self.policy.validate(self.catalog)
+        self.dsn = dsn
         self.noise = NoiseSource.seeded(seed) if seed is not None else NoiseSource()
         # a privacy budget for this session's releases (sequential composition, NR §3.3.10.4): each run is
         # charged its ε (and δ) before anything is read, and refused when the budget does not cover it
@@ -138,17 +105,21 @@ class Session:
         self._checked: set[str] = set()  # answer statements PostgreSQL's parse analysis accepted (check)
 
     @property
-    def dialect(self) -> str:
-        """The SQL dialect of the session's engine (sqldp.rewrite.DIALECTS)."""
-        return getattr(self.engine, "dialect", "postgres")
+    def dialect(self) -> Dialect:
+        """The SQL of the session's engine and what of PostgreSQL's meaning it keeps (sqldp.engine.Dialect)."""
+        return self.engine.dialect
+
+    @property
+    def analyst_dsn(self) -> str | None:
+        """The DSN the engine's statements run on (the analyst role's, sqldp.db.analyst_dsn), where the engine
+        has one: a PostgreSQL engine's ``dsn``."""
+        dsn = getattr(self.engine, "dsn", None)
+        return dsn if isinstance(dsn, str) else None
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
-        """An autocommit, read-only connection as the analyst role (the PostgreSQL engine's)."""
-        from sqldp.engine.postgres import PostgresEngine
-
-        if not isinstance(self.engine, PostgresEngine):
-            raise InputError("this session runs on Spark; it has no PostgreSQL connection")
+        """An autocommit, read-only connection as the analyst role (sqldp.engine.base.Engine.connection: the
+        PostgreSQL engine's; an InputError on an engine without one)."""
         with self.engine.connection() as conn:
             yield conn
 
@@ -260,9 +231,9 @@ class Session:
         sql = parsed.sql
         form = normalize(parsed, self.catalog, self.policy)
         if isinstance(form, PublicRelease):
-            if self.dialect == "spark":  # the checked statement in Spark SQL, or refused before anything runs
+            if self.dialect.translated:  # the checked statement in the engine's SQL, or refused before anything runs
                 form = dataclasses.replace(
-                    form, checked_sql=public_statement(form.checked_sql, self.catalog, self.policy)
+                    form, checked_sql=self.dialect.public_statement(form.checked_sql, self.catalog, self.policy)
                 )
             return Prepared(self.engine, self.noise, sql, form, None, (), (), None, t0)
         params = resolve_params(self.policy, outputs=max(1, len(form.aggregates)), **privacy)
@@ -415,12 +386,13 @@ class Session:
 
     def check(self, prepared: Prepared | Workflow | selection.Chosen | SetRelease) -> None:
         """Have the engine parse and type the statements a private query will run, without reading a row
-        (:meth:`sqldp.engine.Engine.check`); raises :class:`sqldp.errors.StatementError` for one it rejects.
-        Then, on PostgreSQL, refuse them with :class:`sqldp.errors.TooLargeError` when the planner expects a
-        step of more rows than ``max_estimated_rows`` (EXPLAIN, nothing run). That estimate comes from the
-        statistics of the private tables: an operational guard of whoever holds the session (the data owner's
-        side, docs/output.md "What each output field reveals"), a refusal before any charge, never an analyst's figure.
-        Once per answer text while the session lives (the schema is the one the catalog was read from)."""
+        (:meth:`sqldp.engine.base.Engine.check`); raises :class:`sqldp.errors.StatementError` for one it
+        rejects. Then, where the engine's planner estimates rows (PostgreSQL), refuse them with
+        :class:`sqldp.errors.TooLargeError` when the planner expects a step of more rows than
+        ``max_estimated_rows`` (EXPLAIN, nothing run). That estimate comes from the statistics of the private
+        tables: an operational guard of whoever holds the session (the data owner's side, docs/output.md "What
+        each output field reveals"), a refusal before any charge, never an analyst's figure. Once per answer
+        text while the session lives (the schema is the one the catalog was read from)."""
         statements = prepared.statements
         if statements is None:
             return
@@ -432,10 +404,10 @@ class Session:
             steps = (p.statements for _, p in prepared.steps if not p.public and p.statements is not None)
             texts = [*texts, *(t for s in steps for t in s.all())]
         self.engine.check(texts)
-        from sqldp.engine.postgres import PostgresEngine  # with psycopg: only a session on PostgreSQL
-
-        if self.max_estimated_rows is not None and isinstance(self.engine, PostgresEngine):
-            rows, at = self.engine.largest_estimate(texts)
+        # an engine without a planner estimate (Spark) has no such guard (sqldp.engine.base.Engine.largest_estimate)
+        estimate = self.engine.largest_estimate(texts) if self.max_estimated_rows is not None else None
+        if estimate is not None and self.max_estimated_rows is not None:
+            rows, at = estimate
             if rows > self.max_estimated_rows:
                 which = "its answer statement" if at == 0 else f"its statement {at + 1} of {len(texts)}"
                 raise TooLargeError(
@@ -473,7 +445,7 @@ def compile_form(
     catalog: Catalog,
     policy: Policy,
     beta: float | None,
-    dialect: str = "postgres",
+    dialect: Dialect = POSTGRES,
     *,
     params: PrivacyParams | None = None,
     truncation: bool | None = None,
@@ -559,8 +531,8 @@ def compile_form(
     if histograms:
         # GROUP BY under a privacy unit: the answer carries the histograms truncated across groups (docs/units.md)
         assert len(histograms) == len(plans)  # one form: every aggregate reads the same unit's tables
-        if dialect != "postgres":  # its rounding argument is PostgreSQL's NUMERIC division (docs/units.md)
-            raise RefusedError("GROUP BY under a privacy unit runs on PostgreSQL only")
+        if not dialect.numeric_division_rounding:  # its rounding argument is PostgreSQL's NUMERIC division
+            raise RefusedError("GROUP BY under a privacy unit runs on PostgreSQL only")  # (docs/units.md)
         answer = grouped_answer(form, histograms)
     statements = rewrite(form, answer, plans, domains, catalog, policy, dialect)
     if choice is not None:

@@ -254,7 +254,7 @@ def prepare(
 ) -> SetRelease:
     """The set operation with each branch analysed at its share of ε (and δ), refusing before anything is
     read what cannot be answered. ``parse_branch`` parses and qualifies one branch's text, ``check`` has the
-    engine parse and type statements without running them (sqldp.engine.Engine.check), ``analysed``
+    engine parse and type statements without running them (sqldp.engine.base.Engine.check), ``analysed``
     analyses it at the given privacy arguments, ``resolve`` gives the statement's parameters for n
     measurements (the policy's defaults, an advantage target)."""
     root, branches = split(statement)

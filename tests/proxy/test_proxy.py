@@ -414,9 +414,7 @@ def test_credentials_file(tmp_path: Path) -> None:
     path.write_text('[proxy]\ncredentials = "creds.toml"\n[analysts.alice]\nepsilon_limit = 2\n')
     cfg = load(Policy.from_file(path))
     assert cfg.analysts["alice"].epsilon_limit == 2.0
-    (tmp_path / "creds.toml").write_text(
-        f'alice = "{make_verifier("pw")}"\neve = "{make_verifier("pw")}"\n'
-    )
+    (tmp_path / "creds.toml").write_text(f'alice = "{make_verifier("pw")}"\neve = "{make_verifier("pw")}"\n')
     with pytest.raises(PolicyError, match="eve"):
         load(Policy.from_file(path))
 

@@ -432,18 +432,21 @@ def test_spark_truncates_as_postgresql_or_refuses_before_anything_runs() -> None
     column PostgreSQL orders by its text (here DOUBLE PRECISION) is refused on Spark by compile_form, which
     Session.prepare runs before the charge — only when the truncation is chosen."""
     from sqldp.catalog import Catalog
+    from sqldp.engine import Dialect
+    from sqldp.engine.postgres.dialect import POSTGRES
+    from sqldp.engine.spark.dialect import SPARK
+    from sqldp.engine.spark.sql import SNAPSHOT
     from sqldp.errors import RefusedError
-    from sqldp.spark_sql import SNAPSHOT
 
     sql = "SELECT COUNT(*) FROM lineitem, orders WHERE l_orderkey = o_orderkey"
     policy = Policy.from_toml(BOTH)
 
-    def compiled(catalog: Catalog, dialect: str, policy: Policy = policy) -> Any:
+    def compiled(catalog: Catalog, dialect: Dialect, policy: Policy = policy) -> Any:
         form = normalize(parse(sql, catalog), catalog, policy)
         return compile_form(form, catalog, policy, None, dialect, params=resolve_params(policy, outputs=1))
 
     catalog = Catalog.from_ddl(SPARK_DDL.format(extra=""))
-    (_, pg_plans, pg), (_, spark_plans, spark) = compiled(catalog, "postgres"), compiled(catalog, "spark")
+    (_, pg_plans, pg), (_, spark_plans, spark) = compiled(catalog, POSTGRES), compiled(catalog, SPARK)
     assert pg.truncations == spark.truncations and len(pg.truncations) == 2
     assert pg.choice == spark.choice and pg.choice is not None and pg.choice["chosen"] == "truncated global bound"
     assert [p.bound for p in pg_plans] == [p.bound for p in spark_plans] == [7.0]
@@ -453,9 +456,9 @@ def test_spark_truncates_as_postgresql_or_refuses_before_anything_runs() -> None
     assert "COLLATE" not in spark.answer and f"{SNAPSHOT}orders" in spark.answer
 
     floats = Catalog.from_ddl(SPARK_DDL.format(extra=", l_tax DOUBLE PRECISION"))
-    assert compiled(floats, "postgres")[2].truncations  # PostgreSQL orders l_tax by its text
+    assert compiled(floats, POSTGRES)[2].truncations  # PostgreSQL orders l_tax by its text
     with pytest.raises(RefusedError, match=r"lineitem\.l_tax \(DOUBLE PRECISION\).*Spark could keep other rows"):
-        compiled(floats, "spark")
+        compiled(floats, SPARK)
     # only lineitem declared: orders is unbounded, nothing is truncated, nothing to refuse
     one = Policy.from_toml("[defaults]\nepsilon = 1.0\n[tables.lineitem]\nmax_rows_per = { l_orderkey = 7 }\n")
-    assert not compiled(floats, "spark", one)[2].truncations
+    assert not compiled(floats, SPARK, one)[2].truncations

@@ -26,7 +26,8 @@ import sqlglot
 from sqlglot import exp
 
 from sqldp.db import connect
-from sqldp.engine import Fetched, Row, Speed
+from sqldp.engine.base import Fetched, Row, Speed
+from sqldp.engine.postgres.dialect import POSTGRES
 from sqldp.errors import DatabaseError, StatementError
 from sqldp.rewrite import Statements, one_row
 
@@ -277,6 +278,8 @@ class PostgresEngine:
     """Runs statements as the analyst role on ``dsn``: on connections of ``pool`` (a psycopg_pool
     ConnectionPool of connections set up by :func:`configure`) when given, else on a few it keeps open
     (opening one costs ≈ 6 ms, more than many plain queries). ``first`` is an open connection to reuse."""
+
+    dialect = POSTGRES
 
     def __init__(
         self,
