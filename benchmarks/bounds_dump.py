@@ -27,6 +27,7 @@ from typing import Any
 import sqldp
 from sqldp.errors import SqldpError
 from sqldp.policy import Policy
+from sqldp.session import Session
 
 ROOT = Path(__file__).resolve().parents[1]
 QUERIES = ROOT / "benchmarks" / "tpch" / "queries"
@@ -50,7 +51,7 @@ def clean(value: Any) -> Any:
     return value
 
 
-def figures(session: sqldp.Session, sql: str) -> dict[str, Any]:
+def figures(session: Session, sql: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, audit in (("audit", True), ("plan", False)):
         try:

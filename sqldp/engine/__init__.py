@@ -20,15 +20,15 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from sqlglot import exp
+if TYPE_CHECKING:  # not even sqlglot at run time: ``sqldp --help`` imports this module (ENGINES)
+    from sqlglot import exp
 
-if TYPE_CHECKING:
     from sqldp.catalog import Catalog, Table
     from sqldp.policy import Policy
 
-# a rewrite rule (sqldp.rewrite.Rule) the dialect applies after sqldp.rewrite's own, to every statement; its
-# second argument is the rewrite's sqldp.rewrite.Scope (typed loosely here: this module imports no analysis)
-DialectRule = Callable[[exp.Select, Any], exp.Select]
+    # a rewrite rule (sqldp.rewrite.Rule) the dialect applies after sqldp.rewrite's own, to every statement;
+    # its second argument is the rewrite's sqldp.rewrite.Scope (typed loosely: this module imports no analysis)
+    DialectRule = Callable[[exp.Select, Any], exp.Select]
 
 
 @dataclass(frozen=True)

@@ -74,4 +74,3 @@ def open_session(args: argparse.Namespace, limits: Mapping[str, Any]) -> Session
     import sqldp
 
     return sqldp.connect(args.dsn, args.policy, schema=args.schema, data_dir=args.data_dir, seed=args.seed, **limits)
-

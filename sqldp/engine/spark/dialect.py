@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
-from sqldp.engine import Dialect, DialectRule
+from sqldp.engine import Dialect
 from sqldp.engine.spark.sql import engine_statement, public_statement, to_spark
 from sqldp.errors import RefusedError
 from sqldp.rewrite import scaled
 
 if TYPE_CHECKING:
     from sqldp.catalog import Catalog, Table
+    from sqldp.engine import DialectRule
     from sqldp.policy import Policy
     from sqldp.rewrite import Scope
 
