@@ -24,7 +24,7 @@ from sqlglot import exp
 
 import sqldp
 from sqldp.engine.base import Speed
-from sqldp.engine.postgres.engine import engine as postgres
+from sqldp.engine.postgres import engine as postgres
 from sqldp.errors import DatabaseError, RefusedError
 from sqldp.rewrite import Statements
 from sqldp.runner import Prepared

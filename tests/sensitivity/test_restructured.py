@@ -37,7 +37,7 @@ from sqldp import rewrite, sqlgen
 from sqldp.catalog import Catalog
 from sqldp.commands.explain import explain
 from sqldp.datasets import dataset_path
-from sqldp.engine.postgres.engine import engine as postgres
+from sqldp.engine.postgres import engine as postgres
 from sqldp.form import AnalysisForm, SemiJoin, TableUse
 from sqldp.frontend import parse
 from sqldp.normalize import normalize
