@@ -63,7 +63,8 @@ def without_workflow() -> Iterator[None]:
 
 
 def _plans(prepared: Any) -> list[Any]:
-    if hasattr(prepared, "placeholder"):  # a workflow of uncorrelated scalar steps (sqldp.runner.Workflow)
+    # a workflow of uncorrelated scalar steps (sqldp.strategies.workflow.Workflow)
+    if hasattr(prepared, "placeholder"):
         return [p for _, step in prepared.steps for p in step.plans] + list(prepared.placeholder.plans)
     return list(getattr(prepared, "plans", ()) or ())
 
@@ -119,7 +120,8 @@ def bench(scale: float, runs: int) -> list[list[Any]]:
             except RefusedError as refusal:
                 rows.append([path.stem, name, "refused: " + str(refusal)[:90], "", "", "", "", ""])
                 continue
-            if not _plans(before) and not _plans(after):  # public tables only, or a DP choice (sqldp.selection)
+            # public tables only, or a DP choice (sqldp.strategies.selection)
+            if not _plans(before) and not _plans(after):
                 how = "exact (public tables)" if getattr(after, "public", False) else "DP selection (no bound)"
                 rows.append([path.stem, name, how, how, "no", "", "", SPENT[0]])
                 continue

@@ -24,12 +24,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from sqlglot import exp
-
-if TYPE_CHECKING:
-    from sqldp.nested import PerKeyCounts
 
 AggKind = Literal["count", "sum", "min", "max"]
 AGG_PREFIX = "__agg"
@@ -218,6 +215,52 @@ class SemiJoin:
         return exp.Not(this=found) if self.anti else found
 
 
+BUCKET = "__n"  # a histogram of per-key counts: the inner query's count, the histogram's key
+KEY = "__k"  # its inner query's group key
+
+
+@dataclass(frozen=True)
+class PerKeyCounts:
+    """The inner aggregation of a histogram of per-key counts (sqldp.strategies.nested): ``COUNT(count_arg)`` per
+    value of ``key`` (a column of ``preserved``) over ``preserved`` joined (``outer``: LEFT OUTER) to ``counted``
+    on ``key = foreign`` and ``on`` (conditions on ``counted``), under ``where`` (conditions on ``preserved``)."""
+
+    preserved: TableUse
+    counted: TableUse
+    key: str
+    foreign: str
+    on: tuple[exp.Expr, ...]
+    where: tuple[exp.Expr, ...]
+    count_arg: exp.Expr | None  # None: COUNT(*)
+    outer: bool
+    alias: str  # the derived table's name in the query
+    joined: bool = True  # False: one table counts its own rows per key (counted is preserved, foreign is key)
+
+    @property
+    def uses(self) -> tuple[TableUse, ...]:
+        return (self.preserved, self.counted) if self.joined else (self.preserved,)
+
+    def inner(self) -> exp.Select:
+        """The inner query as it runs: the analyst's, with its outputs renamed."""
+        a, b = self.preserved, self.counted
+        count = exp.Count(this=exp.Star() if self.count_arg is None else self.count_arg.copy())
+        key = exp.column(self.key, table=a.alias)
+        q = exp.select(exp.alias_(key.copy(), KEY), exp.alias_(count, BUCKET)).from_(
+            exp.alias_(exp.to_table(a.table), a.alias, table=True)
+        )
+        if self.joined:
+            on = exp.and_(exp.EQ(this=key.copy(), expression=exp.column(self.foreign, table=b.alias)), *self.on)
+            q = q.join(
+                exp.alias_(exp.to_table(b.table), b.alias, table=True),
+                on=on,
+                join_type="left outer" if self.outer else "inner",
+                copy=False,
+            )
+        if self.where:
+            q = q.where(exp.and_(*(e.copy() for e in self.where)), copy=False)
+        return q.group_by(key, copy=False)
+
+
 @dataclass(frozen=True)
 class AnalysisForm:
     uses: tuple[TableUse, ...]
@@ -236,7 +279,7 @@ class AnalysisForm:
     # SELECT DISTINCT: the released rows are the groups present in the data, all chosen by partition selection
     distinct_rows: bool = False
     semijoins: tuple[SemiJoin, ...] = ()
-    # a histogram of per-key counts (sqldp.nested): the uses are its inner query's two tables, analysed there
+    # a histogram of per-key counts (sqldp.strategies.nested): the uses are its inner query's two tables, analysed there
     nested: PerKeyCounts | None = None
     # expressions of the group keys alone, each key j written as the column ``__key<j>`` (KEY_PREFIX): the
     # outputs that compute them (Output.derived) and the HAVING conjuncts that read keys only (``key_having``,

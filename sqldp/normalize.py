@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from sqldp import aggregates, allowlist, nested, release, subqueries
+from sqldp import aggregates, allowlist, per_key, release, subqueries
 from sqldp import algebra as ra
 from sqldp import groups as groups_mod
 from sqldp.catalog import Catalog
@@ -286,9 +286,9 @@ class Normalizer:
                 f"the query releases rows of private table {(listed or released or private)[0]!r}; only "
                 f"aggregates ({aggregates.supported()}) over private tables can be answered"
             )
-        # SUM/COUNT/AVG over a derived table grouped by one key: the aggregate of its rows it equals (sqldp.nested)
-        body = nested.flatten(self, body) or body
-        histogram = nested.histogram(self, body, sort)
+        # SUM/COUNT/AVG over a derived table grouped by one key: the aggregate of its rows it equals (sqldp.per_key)
+        body = per_key.flatten(self, body) or body
+        histogram = per_key.histogram(self, body, sort)
         if histogram is not None:  # an aggregate over a derived table that aggregates (TPC-H Q13)
             self._subqueries(statement, private)
             return histogram

@@ -20,10 +20,10 @@ from sqldp.errors import RefusedError
 from sqldp.form import AGG_PREFIX, AnalysisForm, Output
 from sqldp.groups import all_groups, part_groups
 from sqldp.mechanisms import NoiseSource
-from sqldp.owned import SHARED_SCALE_GROUPS, OwnedSelection
 from sqldp.params import PrivacyParams, check_beta
 from sqldp.result import GAUSSIAN, GLOBAL, PUBLIC_SCALE, R2T, UNIT_HISTOGRAM, Measurement, Result
 from sqldp.sensitivity.global_bound import GlobalPlan
+from sqldp.sensitivity.owned import SHARED_SCALE_GROUPS, OwnedSelection
 from sqldp.sensitivity.plan import Bound, Plan, Rows
 from sqldp.sensitivity.smoothing import remembering
 from sqldp.sensitivity.units import SELECT_BETA, SELECT_SHARE, SLACK, UnitPlan, histogram_columns, shift
@@ -56,7 +56,7 @@ def shares(
     # actually spent, Dwork & Roth Thm 3.16)
     joint = gaussian(form, params, plans)  # one Gaussian release of every aggregate spends δ for them all
     spending = [i for i, plan in enumerate(plans) if joint or not plan.data_independent or i == form.select_by]
-    # the selector of owned groups spends δ only (sqldp.owned: a common group's indicator is 1 on both sides)
+    # the selector of owned groups spends δ only (sqldp.strategies.owned: a common group's indicator is 1 on both sides)
     free = [i for i, plan in enumerate(plans) if isinstance(plan, OwnedSelection)]
     out: list[tuple[float, float | None] | None] = []
     for i, plan in enumerate(plans):
@@ -536,7 +536,8 @@ def measure(
             m.__dict__.update(template.__dict__)
             if row is not None and row[len(form.group_by) + i] is not None:
                 m.true_value = float(row[len(form.group_by) + i])
-                if m.owned_groups is not None:  # an owned group's indicator: 1 for a group present (sqldp.owned)
+                # an owned group's indicator: 1 for a group present (sqldp.strategies.owned)
+                if m.owned_groups is not None:
                     m.true_value = min(1.0, m.true_value)
             else:
                 m.true_value = 0.0 if form.aggregates[i].kind in ("count", "sum") else None
@@ -670,7 +671,7 @@ def _selection(
         chosen.update({members[j]: v for j, v in drawn.items()})
     if shared_scale(form, measurements) and len(chosen) > SHARED_SCALE_GROUPS:
         # owned groups whose values share a noise scale read from the data: show one selected group, drawn
-        # uniformly (post-processing of the selection; sqldp.owned, "One noise scale for every group")
+        # uniformly (post-processing of the selection; sqldp.strategies.owned, "One noise scale for every group")
         assert SHARED_SCALE_GROUPS == 1
         pick = sorted(chosen)[noise.index(len(chosen))]
         chosen = {pick: chosen[pick]}
@@ -678,8 +679,8 @@ def _selection(
 
 
 def shared_scale(form: AnalysisForm, measurements: Sequence[Sequence[Measurement]]) -> bool:
-    """Whether the groups are owned (sqldp.owned) and a value's noise scale is read from the data: decided by the
-    mechanisms, which the query, the schema and the policy decide."""
+    """Whether the groups are owned (sqldp.strategies.owned) and a value's noise scale is read from the data:
+    decided by the mechanisms, which the query, the schema and the policy decide."""
     if form.select_by is None or not measurements:
         return False
     first = measurements[0]
@@ -711,7 +712,7 @@ def selection_threshold(selector: Measurement) -> float:
     one-sided group does with probability ½·e^(−(τ − M)/b) = δ at most, at any distance of the change; a common
     group's count moves by at most c·d at distance d, costing ε·d. (c·(1 + ln(1/(2δ))/ε), which this replaced,
     took M = c: at a table weight G > 1 a row at distance G gives a one-sided group of count c·G, released with
-    probability δ·e^(ε(G − 1)).) For owned groups (sqldp.owned) the selected value is the group's indicator,
+    probability δ·e^(ε(G − 1)).) For owned groups (sqldp.strategies.owned) the selected value is the group's indicator,
     equal on both sides of a common group, under Laplace noise of scale b = 1, and k one-sided groups share δ:
     τ = 1 + b·ln(k/(2δ)), so that each is released with probability ½·e^(−(τ−1)/b) = δ/k, whatever the
     distance of the change."""

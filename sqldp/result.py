@@ -56,8 +56,8 @@ class Measurement:
     # which data-independent bound the noise is calibrated to (sqldp.sensitivity.global_bound.GlobalPlan.source,
     # e.g. the schema's keys, a workflow's composition): a function of the query, the schema and the policy
     bound: str | None = None
-    # the selector of groups owned by one row (sqldp.owned): how many groups one neighbouring change can add or
-    # remove — from the query and the schema, so released; None for every other measurement
+    # the selector of groups owned by one row (sqldp.strategies.owned): how many groups one neighbouring change can
+    # add or remove — from the query and the schema, so released; None for every other measurement
     owned_groups: int | None = None
     # DP partition selection's count (sqldp.release.selection_threshold): the largest count one neighbouring change
     # can give a group that exists on one side only, at the change's own distance — from the query and the
@@ -124,7 +124,7 @@ class Result:
     # analyst may see is the serialisation (the CLI's output, JSON handed on, the proxy's result set).
     audit: bool = False
     plan: list[dict[str, Any]] = field(default_factory=list)  # analyze without audit: nothing read
-    # a workflow's steps (sqldp.runner.Workflow): each uncorrelated scalar subquery's own result, released
+    # a workflow's steps (sqldp.strategies.workflow.Workflow): each uncorrelated scalar subquery's own result, released
     # before the statement ran with its value
     steps: list[Result] = field(default_factory=list)
 

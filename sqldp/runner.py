@@ -1,9 +1,9 @@
 """A prepared query and its run: the pipeline's last two steps put together (docs/layout.md).
 
-:class:`Prepared` holds what :meth:`sqldp.session.Session.prepare` decided without reading data — the form,
-the privacy parameters, one sensitivity plan per aggregate and the SQL the rewriter produced. ``run`` hands
-the SQL to the engine (one snapshot for the answer and its sensitivity), the rows to the release step
-(composition, calibration, noise, post-processing) and returns the :class:`~sqldp.result.Result`.
+:class:`Prepared` holds what the aggregate strategy (:mod:`sqldp.strategies.aggregate`) decided without reading
+data — the form, the privacy parameters, one sensitivity plan per aggregate and the SQL the rewriter produced.
+``run`` hands the SQL to the engine (one snapshot for the answer and its sensitivity), the rows to the release
+step (composition, calibration, noise, post-processing) and returns the :class:`~sqldp.result.Result`.
 
 Composition (NR §3.3.10.4): the k aggregates of a query are k measurements and share ε equally, and δ
 equally among those that spend it (sequential composition). The groups of a GROUP BY are answered with the
@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqldp import release
 from sqldp.engine.base import Engine, Speed
-from sqldp.errors import RefusedError
 from sqldp.form import AnalysisForm
 from sqldp.groups import KeyDomain, factors, read_factors
 from sqldp.mechanisms import NoiseSource
@@ -32,7 +30,6 @@ from sqldp.rewrite import Statements
 from sqldp.sensitivity.columns import ColumnPlan
 from sqldp.sensitivity.plan import Plan
 from sqldp.sensitivity.rows import RowPlan
-from sqldp.subqueries import ScalarStep
 
 
 @dataclass
@@ -54,6 +51,26 @@ class Prepared:
     @property
     def public(self) -> bool:
         return isinstance(self.form, PublicRelease)
+
+    @property
+    def any_spelling(self) -> bool:
+        """Its statements are generated from the tree, except a public statement's, which runs as written."""
+        return not self.public
+
+    @property
+    def rho(self) -> float | None:
+        """The ρ of its zCDP account (sqldp.release.zcdp); None for public data."""
+        if not isinstance(self.form, AnalysisForm) or self.params is None:
+            return None
+        return release.zcdp(self.form, self.params, self.plans)
+
+    @property
+    def longest(self) -> float:
+        """The longest distance of one change that moves its answer (sqldp.release.longest_change)."""
+        return release.longest_change(self.plans)
+
+    def checks(self) -> list[str]:
+        return self.statements.all() if self.statements is not None else []
 
     def analyze(self) -> Result:
         """The data owner's analysis (audit mode): reads the data, releases nothing."""
@@ -134,93 +151,3 @@ class Prepared:
             result.released = True
         result.timings = {"total": time.perf_counter() - self.started}
         return result
-
-
-@dataclass
-class Workflow:
-    """A statement with uncorrelated scalar subqueries over private tables, as a workflow (NR §3.2.1.1,
-    §3.3.13.9; docs/subqueries.md): each subquery is a step, an analysed query of its own released with noise
-    from its share of ε, and the statement then runs with the released values in its place — post-processing
-    of DP values (Dwork & Roth, "The Algorithmic Foundations of Differential Privacy", Prop. 2.1), so its
-    analysis treats them as public constants. Sequential composition: the shares add up to the statement's ε
-    (and δ), which ``params`` carries and a session or the proxy charges before anything is read.
-
-    ``placeholder`` is the statement analysed with each subquery replaced by 1: what is refused before the charge
-    (its shape, tables, policy) is refused there; ``outer`` analyses the statement again with the released
-    values, which may refuse what depends on them (a division by a released 0) — after the charge, on DP values
-    only."""
-
-    sql: str
-    params: PrivacyParams  # the statement's total ε and δ: the steps' and the outer query's shares added
-    steps: tuple[tuple[ScalarStep, Prepared], ...]
-    placeholder: Prepared
-    outer: Callable[[str], Prepared]
-    shares: tuple[float, ...]  # ε of each step, then of the outer query
-    started: float
-
-    public = False
-
-    @property
-    def form(self) -> AnalysisForm | PublicRelease:
-        return self.placeholder.form
-
-    @property
-    def statements(self) -> Statements | None:
-        return self.placeholder.statements
-
-    def run(self) -> Result:
-        return self._execute(noisy=True)
-
-    def analyze(self) -> Result:
-        """Audit mode: each step's and the statement's figures, the statement analysed with the steps' true
-        values (nothing is released)."""
-        result = self._execute(noisy=False)
-        result.audit = True
-        return result
-
-    def describe(self) -> Result:
-        result = self.placeholder.describe()
-        result.params = self.params
-        result.steps = [p.describe() for _, p in self.steps]
-        result.notes = [*self._notes(), *result.notes]
-        return result
-
-    def _notes(self) -> list[str]:
-        out = []
-        for (step, prepared), eps in zip(self.steps, self.shares, strict=False):
-            how = "evaluated exactly (public tables only)" if prepared.public else f"released with ε = {eps:g}"
-            out.append(f"scalar subquery at {step.where}: a workflow step, {how}; its value is a constant of the query")
-        return out
-
-    def _execute(self, *, noisy: bool) -> Result:
-        text = self.sql
-        results = []
-        # spliced from the last to the first, so the earlier spans stay where they are
-        for step, prepared in sorted(self.steps, key=lambda s: -s[0].start):
-            got = prepared.run() if noisy or prepared.public else prepared.analyze()  # public: exact anyway
-            text = step.splice(text, _scalar(got, prepared, step, noisy))
-            results.append(got)
-        outer = self.outer(text)
-        result = outer.run() if noisy else outer.analyze()
-        result.sql = self.sql
-        result.params = self.params
-        result.steps = results[::-1]
-        result.notes = [*self._notes(), *result.notes]
-        result.timings["total"] = time.perf_counter() - self.started
-        return result
-
-
-def _scalar(result: Result, prepared: Prepared, step: ScalarStep, noisy: bool) -> float | None:
-    """The one value a step gave: its released value (in audit mode its true one, which the data owner's
-    analysis may read); a public subquery's exact value."""
-    if result.public:
-        if len(result.columns) != 1 or len(result.rows) > 1:
-            raise RefusedError("a scalar subquery must return one column and at most one row", where=step.where)
-        value = result.rows[0][result.columns[0]] if result.rows else None
-    elif noisy:
-        value = result.answer
-    else:
-        assert isinstance(prepared.form, AnalysisForm)
-        (output,) = (o for o in prepared.form.outputs if not o.is_key)
-        value = release.evaluate(output.expr, [m.true_value for m in result.measurements[0]])
-    return None if value is None else float(value)

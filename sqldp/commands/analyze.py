@@ -13,7 +13,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from sqldp.cli import common_options, emit, read_query
-from sqldp.engine import DEFAULT_ENGINE, ENGINES, registered
+from sqldp.engine import DEFAULT_ENGINE, ENGINES, command_line, registered
 from sqldp.errors import InputError
 from sqldp.limits import DEFAULT_MAX_ESTIMATED_ROWS, DEFAULT_STATEMENT_TIMEOUT
 from sqldp.result import _describe_term, format_text  # noqa: F401  (_describe_term: tests read it here)
@@ -111,7 +111,7 @@ def open_session(args: argparse.Namespace) -> Session:
             if not (math.isfinite(value) and value >= 0):
                 raise InputError(f"must be a finite number ≥ 0 (0: no limit), got {value:g}", where=flag)
             limits[name] = value
-    return registered(getattr(args, "engine", DEFAULT_ENGINE)).open_session(args, limits)
+    return command_line(getattr(args, "engine", DEFAULT_ENGINE)).open_session(args, limits)
 
 
 def privacy_kwargs(args: argparse.Namespace) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """``sqldp demo``: start the embedded database, load the cafeteria example and TPC-H (SF 0.01), and show a
-few noisy answers with their error bars. ``sqldp load tpch|cafeteria`` loads one data set."""
+few noisy answers with their error bars. ``sqldp load tpch|tpcds|cafeteria`` loads one data set."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 from sqldp.cli import emit
 from sqldp.commands.analyze import format_text
 from sqldp.db import connect, resolve_dsn
-from sqldp.engine import DEFAULT_ENGINE, ENGINES, registered
+from sqldp.engine import DEFAULT_ENGINE, ENGINES, command_line
 from sqldp.errors import InputError, RefusedError
 
 DEMO_QUERIES = (
@@ -67,37 +67,49 @@ def _has_table(dsn: str, table: str) -> bool:
     return bool(row[0])
 
 
-def _loaded_scale(dsn: str) -> str | None:
+# the table whose presence says a data set is loaded (and whose comment records the scale factor)
+_MARKER = {"tpch": "lineitem", "tpcds": "store_sales", "cafeteria": "t"}
+_SCALED = {"tpch": "TPC-H", "tpcds": "TPC-DS"}
+
+
+def _loaded_scale(dsn: str, dataset: str = "tpch") -> str | None:
     with connect(dsn) as conn:
-        row = conn.execute("SELECT obj_description('public.lineitem'::regclass, 'pg_class')").fetchone()
+        row = conn.execute(
+            "SELECT obj_description(%s::regclass, 'pg_class')", (f"public.{_MARKER[dataset]}",)
+        ).fetchone()
     comment = row[0] if row else None
-    prefix = "sqldp tpch scale "
+    prefix = f"sqldp {dataset} scale "
     return comment[len(prefix) :] if comment and comment.startswith(prefix) else None
 
 
 def load(dsn: str, dataset: str, scale: float, *, force: bool = False, strict_scale: bool = False) -> None:
-    """Load a data set unless it is there. ``strict_scale`` (``sqldp load``): TPC-H of another scale factor is
-    an error naming ``--reload``; the demo uses whatever TPC-H is loaded."""
+    """Load a data set unless it is there. ``strict_scale`` (``sqldp load``): TPC-H or TPC-DS of another scale
+    factor is an error naming ``--reload``; the demo uses whatever TPC-H is loaded."""
     from sqldp import datasets
 
-    marker = "lineitem" if dataset == "tpch" else "t"
+    marker = _MARKER[dataset]
     if _has_table(dsn, marker) and not force:
-        loaded = _loaded_scale(dsn) if dataset == "tpch" else None
-        if dataset == "tpch" and loaded != f"{scale:g}" and strict_scale:
-            what = f"scale factor {loaded}" if loaded else "TPC-H of an unknown scale factor"
+        name = _SCALED.get(dataset)
+        loaded = _loaded_scale(dsn, dataset) if name else None
+        if name and loaded != f"{scale:g}" and strict_scale:
+            what = f"scale factor {loaded}" if loaded else f"{name} of an unknown scale factor"
             raise InputError(f"{what} is loaded, not {scale:g}; pass --reload to replace it", where="--scale")
         print(f"{dataset}: already loaded (use --reload to load again)", file=sys.stderr)
         return
     t0 = time.perf_counter()
-    if dataset == "tpch":
-        print(f"loading TPC-H at scale factor {scale:g} (tpchgen-cli, COPY)", file=sys.stderr)
 
-        def phase(text: str) -> None:
-            print(f"  {text} … ({time.perf_counter() - t0:.1f} s)", file=sys.stderr, flush=True)
+    def phase(text: str) -> None:
+        print(f"  {text} … ({time.perf_counter() - t0:.1f} s)", file=sys.stderr, flush=True)
 
-        counts = datasets.load_tpch(dsn, scale, progress=Progress(), replace=force, phase=phase)
+    if dataset in _SCALED:
+        if dataset == "tpch":
+            print(f"loading TPC-H at scale factor {scale:g} (tpchgen-cli, COPY)", file=sys.stderr)
+            counts = datasets.load_tpch(dsn, scale, progress=Progress(), replace=force, phase=phase)
+        else:
+            print(f"loading TPC-DS at scale factor {scale:g} (DuckDB's dsdgen, COPY)", file=sys.stderr)
+            counts = datasets.load_tpcds(dsn, scale, progress=Progress(), replace=force, phase=phase)
         with connect(dsn) as conn:  # which scale is loaded, for the next `load` (a table comment)
-            conn.execute(f"COMMENT ON TABLE public.lineitem IS 'sqldp tpch scale {scale:g}'")
+            conn.execute(f"COMMENT ON TABLE public.{marker} IS 'sqldp {dataset} scale {scale:g}'")
     else:
         counts = datasets.load_cafeteria(dsn, replace=force)
     total = sum(counts.values())
@@ -114,11 +126,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=run_demo)
 
-    lp = sub.add_parser("load", help="load an example data set (tpch or cafeteria)")
-    lp.add_argument("dataset", choices=("tpch", "cafeteria"))
+    lp = sub.add_parser("load", help="load an example data set (tpch, tpcds or cafeteria)")
+    lp.add_argument("dataset", choices=("tpch", "tpcds", "cafeteria"))
     lp.add_argument("--dsn")
     lp.add_argument("--data-dir")
-    lp.add_argument("--scale", type=float, default=0.01, help="TPC-H scale factor (default 0.01)")
+    lp.add_argument("--scale", type=float, default=0.01, help="TPC-H or TPC-DS scale factor (default 0.01)")
     lp.add_argument("--reload", action="store_true", help="drop and load again")
     lp.add_argument(
         "--engine",
@@ -147,7 +159,7 @@ def _check_scale(scale: float) -> None:
 
 def run_load(args: argparse.Namespace) -> int:
     _check_scale(args.scale)
-    package = registered(args.engine)
+    package = command_line(args.engine)
     if hasattr(package, "load"):  # an engine that loads a data set its own way (Spark: Parquet and its DDL)
         return int(package.load(args))
     load(resolve_dsn(args.dsn, args.data_dir), args.dataset, args.scale, force=args.reload, strict_scale=True)

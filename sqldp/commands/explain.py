@@ -24,20 +24,21 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
     # for z3, scipy and the analyses
 
     from sqldp import algebra as ra
-    from sqldp import selection, setops
     from sqldp.errors import InputError
     from sqldp.form import describe
     from sqldp.frontend import locate, parse
     from sqldp.groups import partition_selection
     from sqldp.normalize import PublicRelease, normalize, relations_read
-    from sqldp.owned import OwnedSelection, own_selector
     from sqldp.params import PrivacyParams, resolve_params
     from sqldp.release import gaussian, mechanism_of, smoothed_mechanism
     from sqldp.result import GLOBAL, R2T, UNIT_HISTOGRAM
     from sqldp.sensitivity.global_bound import GlobalPlan
     from sqldp.sensitivity.global_bound import for_form as schema_sensitivity
+    from sqldp.sensitivity.owned import OwnedSelection
     from sqldp.sensitivity.units import UnitPlan
-    from sqldp.session import compile_form
+    from sqldp.strategies import argmax, selection, setops
+    from sqldp.strategies.aggregate import compile_form
+    from sqldp.strategies.owned import own_selector
 
     parsed = parse(sql, catalog)
     out: dict[str, Any] = {"algebra": ra.to_json(parsed.algebra), "algebra_text": ra.render(parsed.algebra)}
@@ -45,7 +46,7 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
     if composed is not None:
         out["workflow_sensitivity"] = composed
     try:  # public rows picked by private data (TPC-H Q20, Q15): a DP choice, then the public path
-        chosen = selection.explain(parsed, catalog, policy)
+        chosen = selection.explain(parsed, catalog, policy) or argmax.explain(parsed, catalog, policy)
     except RefusedError as err:
         out.update(analysis=None, public=False, refused={"reason": err.message, "where": err.where})
         return out
@@ -54,7 +55,8 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
         return out
     top = setops.set_operation(parsed.statement) if parsed.statement is not None else None
     if top is not None and any(not policy.table(t).public for t in relations_read(top, catalog)):
-        # a set operation over private tables (sqldp.setops): each branch is explained as the query it runs as
+        # a set operation over private tables (sqldp.strategies.setops): each branch is explained as the query it
+        # runs as
         try:
             _, branches = setops.split(top)
         except RefusedError as err:
@@ -80,7 +82,7 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
         # from the schema's keys alone (NR §3.3.13): data-independent, so anyone may see it. With semi-joins
         # the outer product's figures alone would understate the derived tables' reach (sqldp.subqueries): the
         # plan's own global bound (sqldp.sensitivity.global_bound) adds it, and is what `run` uses
-        # a histogram of per-key counts (sqldp.nested) has its own global bound, not the product's
+        # a histogram of per-key counts (sqldp.strategies.nested) has its own global bound, not the product's
         flat = not form.semijoins and form.nested is None
         out["global_sensitivity"] = schema_sensitivity(form, catalog, private) if flat else {}
         # the rest of what `run` decides before reading data: the groups and each aggregate's plan, which
@@ -138,7 +140,7 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
             out["notes"] = list(statements.notes)
         owners = [p for p in plans if isinstance(p, OwnedSelection)]
         if owners:
-            # groups owned by one row (sqldp.owned): the full product's join-row figures above are not what
+            # groups owned by one row (sqldp.strategies.owned): the full product's join-row figures above are not what
             # bounds its values (the bound form without the owning tables does)
             out["owned_groups"] = owners[0].terms["owned groups"]
             out["global_sensitivity"] = {}

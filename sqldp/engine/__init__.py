@@ -41,7 +41,7 @@ class Dialect:
 
     name: str  # sqlglot's name of the SQL the statements are written in (sqldp.rewrite.Statements.dialect)
     # the statements are a translation of PostgreSQL's meaning (rules, public_statement), not PostgreSQL's
-    # own text: a statement over public tables inside a private one (sqldp.selection's candidates) is then
+    # own text: a statement over public tables inside a private one (sqldp.strategies.selection's candidates) is then
     # checked as the public path checks one, so that it passes the translation's refusals first
     translated: bool = False
     # NUMERIC sums exactly at any precision (PostgreSQL's NUMERIC): sqldp.rewrite.centred may replace a centred
@@ -50,7 +50,7 @@ class Dialect:
     # NUMERIC division rounds as PostgreSQL's does, which the rounding argument of GROUP BY under a privacy
     # unit relies on (sqldp.sensitivity.units.grouped_answer, docs/units.md)
     numeric_division_rounding: bool = True
-    # DP partition selection of the counts of a histogram of per-key counts (sqldp.nested, δ > 0) has been
+    # DP partition selection of the counts of a histogram of per-key counts (sqldp.strategies.nested, δ > 0) has been
     # compared with PostgreSQL on this engine; without it only the declared domain 0 … τ runs
     histogram_partition_selection: bool = True
     # the proxy's budget ledger (sqldp.proxy.ledger) can live beside the data: ``sqldp run --budget``
@@ -72,15 +72,16 @@ class Dialect:
         return sql
 
     def engine_statement(self, sql: str, catalog: Catalog, derived: Mapping[tuple[str, str], str]) -> str:
-        """A whole statement written in PostgreSQL (sqldp.selection's), as the engine runs it; ``derived``
+        """A whole statement written in PostgreSQL (sqldp.strategies.selection's), as the engine runs it; ``derived``
         gives the kinds of the columns of its own derived tables."""
         return sql
 
 
-# the engines ``--engine`` names, each the package that implements it: its ``DIALECT`` (a Dialect),
-# ``open_session(args, limits)`` (a session from the command line's arguments) and, where ``sqldp load`` does
-# not write the data set into PostgreSQL, ``load(args)`` (Spark: Parquet files and their DDL). Imported on
-# use only (importlib): the PostgreSQL engine imports psycopg, the Spark engine pyspark.
+# the engines ``--engine`` names, each the package that implements it, with its ``DIALECT`` (a Dialect) and a
+# ``cli`` module: ``open_session(args, limits)`` (a session from the command line's arguments) and, where
+# ``sqldp load`` does not write the data set into PostgreSQL, ``load(args)`` (Spark: Parquet files and their
+# DDL). Imported on use only (importlib): the PostgreSQL engine imports psycopg, the Spark engine pyspark; and
+# the ``cli`` modules name the session, which the packages (imported by the analyses for their dialect) may not.
 ENGINES: Mapping[str, str] = {"postgres": "sqldp.engine.postgres", "spark": "sqldp.engine.spark"}
 DEFAULT_ENGINE = "postgres"
 
@@ -89,3 +90,8 @@ def registered(name: str) -> ModuleType:
     """The package of the engine called ``name`` in :data:`ENGINES` (a KeyError for another name; the
     command line offers only these)."""
     return importlib.import_module(ENGINES[name])
+
+
+def command_line(name: str) -> ModuleType:
+    """The ``cli`` module of the engine called ``name`` in :data:`ENGINES`."""
+    return importlib.import_module(ENGINES[name] + ".cli")

@@ -49,10 +49,8 @@ if typing.TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
 
     from sqldp.result import Result
-    from sqldp.runner import Prepared, Workflow
-    from sqldp.selection import Chosen
     from sqldp.session import Session
-    from sqldp.setops import SetRelease
+    from sqldp.strategies import Compiled
 
 log = logging.getLogger("sqldp.proxy")
 T = typing.TypeVar("T")
@@ -112,7 +110,7 @@ class Outcome:
     query: str | None = None
 
 
-def prepare_query(session: Session, sql: str, privacy: Mapping[str, Any]) -> Prepared | Workflow | Chosen | SetRelease:
+def prepare_query(session: Session, sql: str, privacy: Mapping[str, Any]) -> Compiled:
     """The runner's two-step API: analyse now (no private data), run later."""
     try:
         return session.prepare(sql, **privacy)
@@ -188,14 +186,14 @@ class ProxyServer:
             raise ForbiddenError(f"analyst {analyst!r} has no budget in the ledger")
         return budget_outcome(b)
 
-    def check(self, prepared: Prepared | Workflow | Chosen | SetRelease) -> None:
+    def check(self, prepared: Compiled) -> None:
         """PostgreSQL's parse analysis of a private query's statements before the charge (reads no row): a
         type error found there is a free refusal with PostgreSQL's own SQLSTATE, not a charged failure. Once
         per answer text: the schema does not change under a running proxy."""
         statements = prepared.statements
         if statements is None or statements.answer in self._checked:
             return
-        self.session.engine.check(statements.all())
+        self.session.engine.check(prepared.checks())  # a workflow's steps too
         with self._lock:
             if len(self._checked) >= CHECKED_KEPT:
                 self._checked.clear()
@@ -1533,8 +1531,8 @@ def describe(
     params, names, upstream = got
     if prepared.public:
         return Description(params, names, upstream)
-    # the measured statements: the query's own, or each measured branch of a set operation (sqldp.setops); a
-    # column is noisy if any of them releases it with noise
+    # the measured statements: the query's own, or each measured branch of a set operation
+    # (sqldp.strategies.setops); a column is noisy if any of them releases it with noise
     branches = getattr(prepared, "branches", None)
     measured = [prepared] if branches is None else [b for b in branches if not b.public]
     noisy = [False] * len(upstream)

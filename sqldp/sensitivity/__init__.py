@@ -123,11 +123,13 @@ def plan(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | Non
     return chosen
 
 
-def truncated(form: AnalysisForm, catalog: Catalog, policy: Policy, truncations: tuple[Truncation, ...]) -> Plan | None:
+def truncated(
+    form: AnalysisForm, catalog: Catalog, policy: Policy, truncations: tuple[Truncation, ...]
+) -> GlobalPlan | None:
     """The row-level plan's global bound when the query reads the ``truncations``' tables truncated to their
     declared τ rows per key (:func:`sqldp.sensitivity.global_bound.truncated_plan`), or None where that does
     not apply: value-sensitive columns, privacy units, COUNT(DISTINCT …), or a bound that stays unbounded.
-    The caller (:func:`sqldp.session.compile_form`) has already built the untruncated plan, which refused
+    The caller (:func:`sqldp.strategies.aggregate.compile_form`) has already built the untruncated plan, which refused
     what the analyses do not cover."""
     if not truncations or (policy.units and unit_tables(form, catalog, policy)):
         return None

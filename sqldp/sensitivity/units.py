@@ -473,3 +473,14 @@ def histogram_columns(groups: int, aggregates: int, races: int, index: int) -> t
     own = slice(start + index * races, start + (index + 1) * races)
     masses = slice(start + aggregates * races, start + (aggregates + 1) * races)
     return own, masses, start + (aggregates + 1) * races
+
+
+def histograms(plans: Sequence[object]) -> list[UnitPlan]:
+    """The plans that release a GROUP BY's histograms under a privacy unit (``UnitPlan.histogram``): their
+    answer is :func:`grouped_answer`'s."""
+    return [p for p in plans if isinstance(p, UnitPlan) and p.histogram]
+
+
+def is_unit(plan: object) -> bool:
+    """Whether ``plan`` bounds an aggregate under a privacy unit (R2T, this module)."""
+    return isinstance(plan, UnitPlan)

@@ -162,7 +162,7 @@ def test_shipped_policy_and_schema_by_name(tmp_path: Path) -> None:
         [sys.executable, "-m", "sqldp", "explain", "--policy", "tpcx", "--schema", "tpch", query],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
     )  # fmt: skip
-    assert wrong.returncode != 0 and "shipped: cafeteria, tpch, tpch_catalog" in wrong.stderr
+    assert wrong.returncode != 0 and "shipped: cafeteria, tpcds, tpch, tpch_catalog" in wrong.stderr
     assert "Traceback" not in wrong.stderr
 
 
@@ -209,13 +209,13 @@ c sqldp explain --schema ""
     assert lines[2:] == [
         "epsilon",
         "--policy",
-        "cafeteria tpch tpch_catalog mine.toml",
-        "tpch tpch_catalog",
-        "cafeteria tpch mine.sql",
+        "cafeteria tpcds tpch tpch_catalog mine.toml",
+        "tpcds tpch tpch_catalog",
+        "cafeteria tpcds tpch mine.sql",
     ]
     zsh = sqldp("completion", "zsh")
     assert zsh.returncode == 0 and zsh.stdout.startswith("#compdef sqldp")
-    assert "compadd -- cafeteria tpch" in zsh.stdout
+    assert "compadd -- cafeteria tpcds tpch" in zsh.stdout
     if shutil.which("zsh"):
         subprocess.run(["zsh", "-n"], input=zsh.stdout, text=True, check=True, timeout=60)
     assert sqldp("completion", "fish").returncode == 2

@@ -28,13 +28,14 @@ from pg_support import create_database, drop_database, loaded_database
 from sqlglot import exp
 
 import sqldp
-from sqldp import datasets, selection
+from sqldp import datasets
 from sqldp.engine.spark.sql import SNAPSHOT, to_spark
 from sqldp.errors import RefusedError
 from sqldp.form import ColumnRef
 from sqldp.policy import Policy
 from sqldp.sensitivity.global_bound import Truncation
 from sqldp.session import Session
+from sqldp.strategies import argmax, selection
 
 ROOT = Path(__file__).resolve().parents[2]
 QUERIES = ROOT / "benchmarks" / "tpch" / "queries"
@@ -209,7 +210,7 @@ def _figures(session: Session, sql: str) -> dict[str, Any]:
     for step in out.get("steps") or ():  # a workflow's steps (q22's scalar subquery) carry their own timings
         step.pop("timings_ms", None)
     out["true_values"] = [[m.true_value for m in group] for group in result.measurements]
-    if isinstance(session.prepare(sql), (selection.Selection, selection.Argmax)):
+    if isinstance(session.prepare(sql), (selection.Selection, argmax.Argmax)):
         # audit mode releases no rows; the rows of the un-noised choice are exact (docs/selection.md): compared
         # as values (CHAR padding aside: PostgreSQL pads CHAR(25), Parquet's strings are not padded)
         out["rows"] = [[_plain(v) for v in [*r["key"].values(), *r["values"].values()]] for r in result.rows]
@@ -217,7 +218,7 @@ def _figures(session: Session, sql: str) -> dict[str, Any]:
 
 
 # under the rows policy: Q17c's running count, Q5's separator statements (a part restricted by an IN), Q13's
-# histogram over orders truncated to its declared 28 per o_custkey (sqldp.nested; under tpch_catalog 64 per
+# histogram over orders truncated to its declared 28 per o_custkey (sqldp.strategies.nested; under tpch_catalog 64 per
 # customer), and Q4 and Q12, which PostgreSQL truncates only with its enforced keys (orders' primary key is
 # part of their bound): with the keys from tpch.sql on both engines, neither truncates
 ROWS = [QUERIES / "rows" / f"{q}.sql" for q in ("q05", "q17c", "q04", "q12a")] + [QUERIES / "q13.sql"]
@@ -239,7 +240,7 @@ def test_spark_gives_postgresql_figures(engines: dict[str, tuple[Session, Sessio
     _close(expected, _figures(spark, sql), path.stem)
 
 
-# -- public rows chosen by private data (sqldp.selection): the statements on Spark mean PostgreSQL's --------
+# -- public rows chosen by private data (sqldp.strategies.selection): the statements on Spark mean PostgreSQL's --------
 #
 # TPC-H Q15 and Q20 above compare on data where every Q20 margin is a multiple of h and no score needs a
 # truncating division, so a Spark statement that divided as integers would pass there. This database has

@@ -12,12 +12,11 @@ a filter that treats NULL as true."""
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 
 import psycopg
 import pytest
-from test_groups import joint_loss
+from oracles import joint_loss, product_rows, rows_added
 
 import sqldp
 from sqldp.errors import RefusedError
@@ -196,11 +195,9 @@ def test_what_stays_refused_says_why(dsn: str, sql: str, message: str) -> None:
         _run(dsn, sql)
 
 
-def _neighbours(base: list[tuple[int, int, bool | None, int]]) -> Iterator[list[tuple[int, int, bool | None, int]]]:
-    """Every database with one more person than ``base``: any age (also outside the domain), marital status and
-    an extreme income."""
-    for age, married, income in itertools.product((15, 18, 20, 21, 30), (True, False, None), (0, 100)):
-        yield [*base, (99, age, married, income)]
+# the neighbours: one more person than the base, any age (also outside the domain), marital status and an
+# extreme income
+ADDED = [(99, *row) for row in product_rows((15, 18, 20, 21, 30), (True, False, None), (0, 100))]
 
 
 def _vector(dsn: str, sql: str, rows: list[tuple[int, int, bool | None, int]]) -> tuple[list, list]:
@@ -222,12 +219,12 @@ def _vector(dsn: str, sql: str, rows: list[tuple[int, int, bool | None, int]]) -
 def test_one_more_person_costs_at_most_epsilon(dsn: str, sql: str) -> None:
     for base in BASES[1:]:
         keys, x = _vector(dsn, sql, base)
-        for neighbour in _neighbours(base):
-            other, y = _vector(dsn, sql, neighbour)
+        for n in rows_added({"pums": base}, "pums", ADDED):
+            other, y = _vector(dsn, sql, n.db["pums"])
             assert other == keys  # the released groups never follow the private rows
             # every measured group's coordinate (the released ones are a subset: post-processing)
             loss = joint_loss(x, y)
-            assert loss <= EPSILON + 1e-9, (neighbour[-1], loss)
+            assert loss <= EPSILON + 1e-9, (n.change, loss)
 
 
 def test_order_by_expressions_of_keys_and_of_released_aggregates(dsn: str) -> None:

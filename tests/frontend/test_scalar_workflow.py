@@ -1,5 +1,5 @@
-"""Uncorrelated scalar subqueries as workflow steps (sqldp.runner.Workflow; docs/subqueries.md): each released
-with noise from its share of ε (sequential composition), the statement then analysed and run with the released
+"""Uncorrelated scalar subqueries as workflow steps (sqldp.strategies.workflow.Workflow; docs/subqueries.md): each
+released with noise from its share of ε (sequential composition), the statement then analysed and run with the released
 value as a constant. Checked against PostgreSQL's own answer to the query as written (TPC-H Q22 on SF 0.01 and
 random tiny databases), the statement's total charge, and that the statement's analysis reads the released
 value only — never the subquery's true one."""
@@ -16,7 +16,7 @@ import pytest
 import sqldp
 from sqldp.errors import BudgetExhaustedError, ForbiddenError, RefusedError
 from sqldp.policy import Policy
-from sqldp.runner import Workflow
+from sqldp.strategies.workflow import Workflow
 
 ROOT = Path(__file__).resolve().parents[2]
 QUERIES = ROOT / "benchmarks" / "tpch" / "queries"

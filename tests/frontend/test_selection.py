@@ -1,4 +1,4 @@
-"""Private selection of public rows (sqldp.selection, TPC-H Q20's shape), on a real PostgreSQL.
+"""Private selection of public rows (sqldp.strategies.selection, TPC-H Q20's shape), on a real PostgreSQL.
 
 * TPC-H SF 0.01 under ``tpch_catalog``: the un-noised pipeline (audit mode: the exact witness counts, kept when
   above 1/2) returns PostgreSQL's own answer to the unmodified Q20, row for row; a noisy run returns rows of
@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -23,10 +22,11 @@ from typing import Any
 
 import psycopg
 import pytest
+from oracles import laplace_exceeds, max_log_ratio, product_law
 
 import sqldp
-from sqldp import selection
 from sqldp.errors import RefusedError
+from sqldp.strategies import selection
 
 QUERIES = Path(__file__).resolve().parents[2] / "benchmarks" / "tpch" / "queries"
 EPSILON = 1.0
@@ -115,17 +115,8 @@ def _counts(session: sqldp.session.Session) -> tuple[dict[str, float], float, li
 def _kept_loss(w: dict[str, float], w2: dict[str, float], scale: float) -> float:
     """The exact privacy loss of the kept set: max over sets S of |ln P(S | D) − ln P(S | D′)|, each candidate
     kept independently with P(W + Lap(scale) > 1/2)."""
-
-    def p(x: float) -> float:
-        return 1 - 0.5 * math.exp(-(x - 0.5) / scale) if x > 0.5 else 0.5 * math.exp(-(0.5 - x) / scale)
-
-    up = down = 0.0
-    for v in w:
-        a, b = p(w[v]), p(w2[v])
-        ratios = (math.log(a / b), math.log((1 - a) / (1 - b)))
-        up += max(ratios)
-        down += max(-r for r in ratios)
-    return max(up, down)
+    law, law2 = (product_law({v: laplace_exceeds(x[v], 0.5, scale) for v in x}) for x in (w, w2))
+    return max_log_ratio(law, law2)
 
 
 def _brute_force(dsn: str, policy: Path) -> tuple[float, list[tuple[str, float, float]]]:
@@ -191,10 +182,10 @@ def test_mutant_no_multiplicity_is_killed(tiny: tuple[str, Path], monkeypatch: p
 
 def _witness_rows(dsn: str, policy: Path, *, restrict: bool) -> list[tuple[Any, ...]]:
     """The witness statement's rows (candidate, W, m) on the database as it is, with the aggregate over li read
-    through the scored rows' keys (``restrict``, sqldp.selection._witness_sql) or over every row of li."""
+    through the scored rows' keys (``restrict``, sqldp.strategies.selection._witness_sql) or over every row of li."""
     session = sqldp.connect(dsn, policy)
     try:
-        shape = selection.recognise(sqldp.frontend.parse(QUERY, session.catalog), session.catalog, session.policy)
+        shape = selection.find_shape(sqldp.frontend.parse(QUERY, session.catalog), session.catalog, session.policy)
     finally:
         session.close()
     assert shape is not None
@@ -240,7 +231,7 @@ def test_witnesses_are_not_restricted_across_types() -> None:
         (same.replace("pk INT NOT NULL, sk INT NOT NULL, q", "pk BIGINT NOT NULL, sk INT NOT NULL, q"), False),
     ):
         catalog = Catalog.from_ddl(ddl)
-        shape = selection.recognise(sqldp.frontend.parse(QUERY, catalog), catalog, policy)
+        shape = selection.find_shape(sqldp.frontend.parse(QUERY, catalog), catalog, policy)
         assert shape is not None
         assert ("IN (SELECT ps.pk, ps.sk FROM ps" in shape.witness_sql) is restricted
 
@@ -316,7 +307,7 @@ def test_a_kept_null_candidate_selects_no_row(tiny: tuple[str, Path]) -> None:
     dsn, policy = tiny
     session = sqldp.connect(dsn, policy)
     try:
-        shape = selection.recognise(sqldp.frontend.parse(QUERY, session.catalog), session.catalog, session.policy)
+        shape = selection.find_shape(sqldp.frontend.parse(QUERY, session.catalog), session.catalog, session.policy)
         assert shape is not None
         with psycopg.connect(dsn) as conn:
             both, one = (conn.execute(selection.final_sql(shape, kept)).fetchall() for kept in ([None, 1], [1]))

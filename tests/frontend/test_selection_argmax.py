@@ -1,4 +1,4 @@
-"""The argmax over a grouped WITH query (sqldp.selection, TPC-H Q15's shape), on a real PostgreSQL.
+"""The argmax over a grouped WITH query (sqldp.strategies.argmax, TPC-H Q15's shape), on a real PostgreSQL.
 
 * TPC-H SF 0.01 under ``tpch_catalog``: the un-noised pipeline (audit mode: the true argmax, its true total)
   returns PostgreSQL's own answer to the unmodified Q15; a noisy run returns one supplier row.
@@ -21,9 +21,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from oracles import exponential_law, laplace_loss, max_log_ratio
 
 import sqldp
-from sqldp import selection
+from sqldp.strategies import argmax
 
 QUERIES = Path(__file__).resolve().parents[2] / "benchmarks" / "tpch" / "queries"
 EPSILON = 1.0
@@ -99,16 +100,9 @@ def _scores(session: sqldp.session.Session) -> tuple[dict[str, float], float, li
     return scores, delta, rows
 
 
-def _probabilities(scores: dict[str, float], rate: float) -> dict[str, float]:
-    top = max(scores.values())
-    w = {v: math.exp(rate * (s - top)) for v, s in scores.items()}
-    z = math.fsum(w.values())
-    return {v: x / z for v, x in w.items()}
-
-
 def _brute_force(dsn: str, policy: Path) -> tuple[float, list[tuple[str, float, float]]]:
     session = sqldp.connect(dsn, policy)
-    e1 = EPSILON * selection.ARGMAX_SHARE
+    e1 = EPSILON * argmax.ARGMAX_SHARE
     e2 = EPSILON - e1
     worst, over = 0.0, []
     try:
@@ -121,8 +115,9 @@ def _brute_force(dsn: str, policy: Path) -> tuple[float, list[tuple[str, float, 
                 finally:
                     conn.execute(undo)
                 assert delta2 == delta and s2.keys() == s.keys()
-                p, p2 = _probabilities(s, e1 / delta), _probabilities(s2, e1 / delta)
-                loss = max(abs(math.log(p[v] / p2[v])) + abs(s[v] - s2[v]) / (delta / e2) for v in s)
+                p, p2 = exponential_law(s, e1 / delta), exponential_law(s2, e1 / delta)
+                # the choice of v, then its score released with Laplace at Δ/ε₂
+                loss = max(max_log_ratio({v: p[v]}, {v: p2[v]}) + laplace_loss(s[v] - s2[v], delta / e2) for v in s)
                 worst = max(worst, loss / (EPSILON * d))
                 if loss > EPSILON * d * (1 + 1e-9):
                     over.append((make, loss, EPSILON * d))
@@ -156,13 +151,13 @@ def test_every_neighbour_within_epsilon(tiny: tuple[str, Path]) -> None:
 
 
 def test_mutant_no_clamp_is_killed(tiny: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(selection, "clamped", lambda e, dom: e)
+    monkeypatch.setattr(argmax, "clamped", lambda e, dom: e)
     _, over = _brute_force(*tiny)
     assert over and all("100.00" in make for make, _, _ in over)
 
 
 def test_mutant_no_filter_flip_is_killed(tiny: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(selection, "filter_flip", lambda m, weight, grid: 0.0)
+    monkeypatch.setattr(argmax, "filter_flip", lambda m, weight, grid: 0.0)
     _, over = _brute_force(*tiny)
     assert over and any("SET d = d" in make for make, _, _ in over)
 
@@ -192,7 +187,7 @@ def test_q15_unnoised_is_postgres_answer_on_tpch(tpch_dsn: tuple[str, Any, Any])
     session = sqldp.connect(dsn, policy="tpch_catalog", seed=7)
     try:
         prepared = session.prepare(sql, epsilon=EPSILON)
-        assert isinstance(prepared, selection.Argmax)
+        assert isinstance(prepared, argmax.Argmax)
         audit = prepared.analyze()
         assert [tuple(_plain(v) for v in {**r["key"], **r["values"]}.values()) for r in audit.rows] == plain
         out = session.run(sql, epsilon=EPSILON)
@@ -216,7 +211,7 @@ def _frequencies_match(draw: Any) -> bool:
     counts = [0] * len(scores)
     for _ in range(n):
         counts[draw(scores, 0.7, source)] += 1
-    expected = _probabilities(dict(scores), 0.7)
+    expected = exponential_law(dict(scores), 0.7)
     return all(
         abs(c / n - expected[v]) < 5 * math.sqrt(expected[v] * (1 - expected[v]) / n)
         for (v, _), c in zip(scores, counts, strict=True)
@@ -226,5 +221,5 @@ def _frequencies_match(draw: Any) -> bool:
 def test_the_sampler_draws_the_exponential_mechanism() -> None:
     """The sampler against the closed-form probabilities; the mutant ``doubled-rate`` (weights exp(2·rate·s), as
     if the factor 2 were applied the wrong way) fails the same check."""
-    assert _frequencies_match(selection.exponential)
-    assert not _frequencies_match(lambda scores, rate, source: selection.exponential(scores, 2 * rate, source))
+    assert _frequencies_match(argmax.exponential)
+    assert not _frequencies_match(lambda scores, rate, source: argmax.exponential(scores, 2 * rate, source))

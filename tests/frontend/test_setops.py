@@ -1,5 +1,5 @@
-"""Top-level UNION / INTERSECT / EXCEPT of queries over private tables (sqldp.setops, docs/sql.md): each branch
-released at its share of ε (sequential composition), the set operation applied to the released rows.
+"""Top-level UNION / INTERSECT / EXCEPT of queries over private tables (sqldp.strategies.setops, docs/sql.md): each
+branch released at its share of ε (sequential composition), the set operation applied to the released rows.
 
 Oracles: PostgreSQL's own set operations on the same rows (the post-processing must be PostgreSQL's, ALL and
 distinct forms, with NULLs and duplicates, and its precedence of INTERSECT over UNION and EXCEPT), and the
@@ -25,16 +25,16 @@ from pathlib import Path
 import psycopg
 import pytest
 import sqlglot
+from oracles import joint_loss
 from proxy_support import client_dsn, make_tables, write_policy
 from sqlglot import exp
-from test_groups import joint_loss
 
 import sqldp
-from sqldp import setops
 from sqldp.errors import BudgetExhaustedError, ForbiddenError, RefusedError, StatementError
 from sqldp.policy import Policy
 from sqldp.proxy import ThreadedProxy, build, ledger
 from sqldp.session import Session
+from sqldp.strategies import setops
 
 EPSILON = 1.0
 POLICY = '[tables.t]\nrows = "private"\n[tables.k]\nrows = "public"\n'

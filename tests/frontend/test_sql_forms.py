@@ -28,7 +28,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from test_groups import joint_loss
+from oracles import joint_loss
 
 import sqldp
 from sqldp.errors import RefusedError

@@ -19,7 +19,7 @@ from sqldp.frontend import parse
 from sqldp.normalize import normalize
 from sqldp.policy import Policy
 from sqldp.sensitivity import global_bound, plan_rows
-from sqldp.session import compile_form
+from sqldp.strategies.aggregate import compile_form
 
 ROOT = Path(__file__).resolve().parents[2]
 QUERIES = ROOT / "benchmarks" / "tpch" / "queries"

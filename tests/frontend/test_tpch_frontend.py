@@ -108,7 +108,7 @@ CATALOG_ANALYSED = {"q01", "q05", "q06", "q07", "q08", "q09", "q12", "q14", "q19
 CATALOG_ANALYSED |= {"q04", "q17", "q21"}  # subqueries over value-sensitive columns (docs/subqueries.md)
 # Q13's counts of orders per customer: the domain 0 … 64 from orders' declared max_rows_per (docs/nested.md)
 CATALOG_ANALYSED |= {"q13"}
-# public rows picked by private data (sqldp.selection): a DP choice, then the public path (docs/selection.md)
+# public rows picked by private data (sqldp.strategies.selection): a DP choice, then the public path (docs/selection.md)
 CATALOG_SELECTED = {"q15": "argmax", "q20": "witness counts"}
 
 
@@ -126,6 +126,6 @@ def test_tpch_query_under_the_catalog_policy(name: str, catalog: Catalog) -> Non
         assert out["refused"] is None and CATALOG_SELECTED[name] in out["selection"]["kind"], out["refused"]
     elif name == "q22":  # its uncorrelated scalar subquery is a released workflow step, which `run` performs
         assert out["refused"] is not None and "workflow step" in out["refused"]["reason"], out["refused"]
-    else:  # groups owned by one row of a private table, selected only with δ > 0 (sqldp.owned)
+    else:  # groups owned by one row of a private table, selected only with δ > 0 (sqldp.strategies.owned)
         assert name in {"q03", "q10", "q18"} and out["refused"] is not None
         assert "δ > 0" in out["refused"]["reason"], out["refused"]

@@ -84,8 +84,8 @@ def test_psycopg_private_count_is_noisy_and_charged(proxy: ThreadedProxy, upstre
 
 
 def test_scalar_subquery_workflow_is_charged_once_in_total(proxy: ThreadedProxy, upstream: str) -> None:
-    """An uncorrelated scalar subquery is a workflow step (sqldp.runner.Workflow) with its own share of ε: the
-    ledger is charged the statement's total ε, once, before anything is read, and the NOTICE says so."""
+    """An uncorrelated scalar subquery is a workflow step (sqldp.strategies.workflow.Workflow) with its own share of ε:
+    the ledger is charged the statement's total ε, once, before anything is read, and the NOTICE says so."""
     notices: list[str] = []
     with psycopg.connect(client_dsn(proxy.port), autocommit=True) as conn:
         conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))

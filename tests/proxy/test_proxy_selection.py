@@ -1,5 +1,5 @@
-"""Public rows picked by private data (sqldp.selection) through the proxy: PostgreSQL parses the statement the
-choice runs before the ledger is charged, the charge is the statement's ε once, and the rows come back as a
+"""Public rows picked by private data (sqldp.strategies.selection) through the proxy: PostgreSQL parses the statement
+the choice runs before the ledger is charged, the charge is the statement's ε once, and the rows come back as a
 result set with the NOTICE; a refusal of the shape costs nothing."""
 
 from __future__ import annotations

@@ -25,13 +25,13 @@ def counted(pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[sqld
         conn.execute("CREATE TABLE t (g INT NOT NULL); INSERT INTO t SELECT i % 4 FROM generate_series(1, 20) i")
         conn.execute("CREATE TABLE pub (y INT); INSERT INTO pub VALUES (1), (2)")
     analysed: list[str] = []
-    original = session_module.Session._prepare
+    original = session_module.Session._compile
 
-    def counting(self: sqldp.session.Session, sql: str, t0: float, **privacy: object) -> object:
+    def counting(self: sqldp.session.Session, sql: str, **privacy: object) -> object:
         analysed.append(sql)
-        return original(self, sql, t0, **privacy)
+        return original(self, sql, **privacy)
 
-    monkeypatch.setattr(session_module.Session, "_prepare", counting)
+    monkeypatch.setattr(session_module.Session, "_compile", counting)
     yield sqldp.connect(pg_dsn, Policy.from_toml(POLICY)), analysed, pg_dsn
 
 

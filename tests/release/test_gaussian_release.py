@@ -15,13 +15,12 @@ the classic σ = √(2 ln(1.25/δ))/ε in place of the analytic one (at ε = 10,
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Iterator
 
 import psycopg
 import pytest
-from scipy import special
+from oracles import gaussian_delta, product_rows, row_neighbours
 
 import sqldp
 from sqldp import mechanisms
@@ -76,17 +75,8 @@ def _scales(s: sqldp.session.Session, eps: float, delta: float) -> tuple[list[fl
     return [m.noise_scale for m in ms], {m.mechanism for m in ms}
 
 
-def _divergence(d: float, eps: float) -> float:
-    """Φ(D/2 − ε/D) − e^ε·Φ(−D/2 − ε/D), in logs for the second term."""
-    if d == 0:
-        return 0.0
-    return float(special.ndtr(d / 2 - eps / d) - math.exp(eps + special.log_ndtr(-d / 2 - eps / d)))
-
-
-def _neighbours() -> list[list[tuple[int, int, int]]]:
-    added = [[*BASE, row] for row in itertools.product(range(3), range(-1, 4), range(2))]
-    removed = [BASE[:i] + BASE[i + 1 :] for i in range(len(BASE))]
-    return added + removed
+# the neighbours: one row of r added, any values of its declared ranges and domain, or one removed
+ADDED = product_rows(range(3), range(-1, 4), range(2))
 
 
 # (10, 0.1): a setting where the classic σ, valid for ε < 1 only, gives 4× the δ; 8 values choose the Gaussian.
@@ -113,13 +103,13 @@ def _check_every_neighbour(
         return
     assert used == {GAUSSIAN} and len(scales) == len(f) == 16
     worst = 0.0
-    for rows in _neighbours():
-        _load(conn, rows)
+    for n in row_neighbours({"r": BASE}, {"r": ADDED}):
+        _load(conn, n.db["r"])
         f2 = _truth(conn)
         scales2, _ = _scales(s, eps, delta)
         assert scales2 == scales  # data-independent
         d = math.sqrt(sum(((x - y) / sd) ** 2 for x, y, sd in zip(f, f2, scales, strict=True)))
-        worst = max(worst, _divergence(d, eps * weight))
+        worst = max(worst, gaussian_delta(d, 1.0, eps * weight))  # d: the shift in units of σ
     assert worst <= delta
     assert worst > delta * (1 - 1e-6)  # attained: one added row reaches every bound
 

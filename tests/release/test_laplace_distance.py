@@ -15,23 +15,11 @@ import math
 
 import psycopg
 import pytest
-from scipy import integrate
+from oracles import hockey_stick_continuous
 
 import sqldp
 from sqldp import mechanisms
 from sqldp.policy import Policy
-
-
-def _lap(y: float, mu: float, s: float) -> float:
-    return math.exp(-abs(y - mu) / s) / (2 * s)
-
-
-def _hockey(mu1: float, s1: float, mu2: float, s2: float, eps: float) -> float:
-    def excess(y: float) -> float:
-        return max(0.0, _lap(y, mu1, s1) - math.exp(eps) * _lap(y, mu2, s2))
-
-    lo, hi = min(mu1, mu2) - 200 * max(s1, s2), max(mu1, mu2) + 200 * max(s1, s2)
-    return integrate.quad(excess, lo, hi, points=sorted({mu1, mu2}), limit=2000, epsabs=1e-14)[0]
 
 
 def _worst(eps: float, b: float, beta: float, d: float) -> float:
@@ -43,7 +31,9 @@ def _worst(eps: float, b: float, beta: float, d: float) -> float:
     for c2, peak in configs:
         for shift in (0.0, d * peak):
             s1, s2 = 1.0 / b, c2 / b
-            worst = max(worst, _hockey(0.0, s1, shift, s2, eps * d), _hockey(shift, s2, 0.0, s1, eps * d))
+            there = hockey_stick_continuous("laplace", 0.0, s1, shift, s2, eps * d)
+            back = hockey_stick_continuous("laplace", shift, s2, 0.0, s1, eps * d)
+            worst = max(worst, there, back)
     return worst
 
 

@@ -1,5 +1,5 @@
-"""The histogram of per-key counts over a LEFT OUTER JOIN (TPC-H Q13's shape, sqldp.nested), checked over every
-neighbour of a tiny database: one customer or one order added or removed.
+"""The histogram of per-key counts over a LEFT OUTER JOIN (TPC-H Q13's shape, sqldp.strategies.nested), checked over
+every neighbour of a tiny database: one customer or one order added or removed.
 
 Oracles: the histogram recomputed in Python from the rows (with the truncation to τ orders per customer by
 order key, as docs/truncation.md defines it) and PostgreSQL's own answer to the raw query; the exact privacy
@@ -10,20 +10,18 @@ and threshold sqldp computes; and a mutant — the lemma's ℓ1 change of 1 inst
 
 from __future__ import annotations
 
-import math
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import psycopg
 import pytest
-from scipy import integrate
-from test_partition_selection import _hockey_stick, _laplace_cdf, _laplace_density
+from oracles import joint_loss, row_neighbours, selection_hockey_stick, selection_hockey_stick_2
 
 import sqldp
-from sqldp import nested
 from sqldp.errors import RefusedError
 from sqldp.policy import Policy
 from sqldp.release import selection_threshold
+from sqldp.strategies import nested
 
 EPSILON = 1.0
 TAU = 2
@@ -40,17 +38,15 @@ Rows = tuple[list[int], list[tuple[int, int, str]]]  # customers; orders (ok, ck
 BASE: Rows = ([1, 2, 3], [(10, 1, "a"), (11, 1, "a"), (12, 2, "x"), (13, 2, "a"), (14, 2, "b")])
 
 
+# the neighbours: a customer removed or added, an order removed or added (to each customer, 4 being none: the
+# order joins nothing; with and without x; before and after the customer's other orders, the truncation
+# keeping the first τ)
+ADDED = {"customer": [4], "orders": [(ok, ck, cm) for ck in (1, 2, 3, 4) for cm in ("a", "x") for ok in (5, 20)]}
+
+
 def _neighbours(base: Rows) -> Iterator[Rows]:
-    customers, orders = base
-    for c in customers:
-        yield [x for x in customers if x != c], orders
-    yield [*customers, 4], orders
-    for o in orders:
-        yield customers, [x for x in orders if x != o]
-    for ck in (1, 2, 3, 4):  # 4 is no customer: the order joins nothing
-        for cm in ("a", "x"):
-            for ok in (5, 20):  # before and after the customer's other orders (the truncation keeps the first τ)
-                yield customers, [*orders, (ok, ck, cm)]
+    for n in row_neighbours({"customer": base[0], "orders": base[1]}, ADDED):
+        yield n.db["customer"], n.db["orders"]
 
 
 def _histogram(rows: Rows, tau: int | None) -> Counter[int]:
@@ -90,7 +86,7 @@ def test_declared_bound_releases_every_count_up_to_tau_with_loss_at_most_epsilon
     two counts. The mutant with ℓ1 change 1 (nested.L1_CHANGE) halves the scale and loses 2ε there."""
     session = sqldp.connect(db, Policy.from_toml(TRUNCATED), seed=5)
 
-    def released(rows: Rows) -> list[tuple[float, float]]:
+    def released(rows: Rows) -> list[tuple[float, float, str]]:
         _load(db, rows)
         result = session.run(SQL, epsilon=EPSILON)
         assert sorted(r["key"]["c_count"] for r in result.rows) == list(range(TAU + 1))
@@ -99,12 +95,12 @@ def test_declared_bound_releases_every_count_up_to_tau_with_loss_at_most_epsilon
         for n, (m,) in zip(range(TAU + 1), result.measurements, strict=True):
             assert m.true_value == truth.get(n, 0), (rows, n)
             assert m.mechanism == "laplace-global" and m.delta is None
-            out.append((m.true_value, m.noise_scale))
+            out.append((m.true_value, m.noise_scale, "laplace"))
         return out
 
-    def loss(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
-        assert [s for _, s in a] == [s for _, s in b]  # the scale does not depend on the data
-        return sum(abs(x - y) / s for (x, s), (y, _) in zip(a, b, strict=True))
+    def loss(a: list[tuple[float, float, str]], b: list[tuple[float, float, str]]) -> float:
+        assert [s for _, s, _ in a] == [s for _, s, _ in b]  # the scale does not depend on the data
+        return joint_loss(a, b)  # Σ_g |Δ_g|/scale
 
     base = released(BASE)
     worst = max(loss(base, released(rows)) for rows in _neighbours(BASE))
@@ -127,32 +123,6 @@ def _present(session: sqldp.session.Session, rows: Rows, delta: float) -> dict[i
     return out
 
 
-def _one(p: tuple[float, float, float] | None) -> tuple[float, Callable[[float], float]]:
-    """A group's output law: the mass of ⊥ (not released, or absent) and the density of its released value."""
-    if p is None:
-        return 1.0, lambda v: 0.0
-    n, b, tau = p
-    return _laplace_cdf(tau, n, b), lambda v: _laplace_density(v, n, b) if v > tau else 0.0
-
-
-def _hockey_stick_2(p: list, q: list, eps: float) -> float:
-    """H_{e^ε}(P‖Q) for two groups' independent outputs, each ⊥ or a value above τ: the four atom/value patterns
-    integrated numerically (scipy)."""
-    (ap1, fp1), (ap2, fp2) = (_one(x) for x in p)
-    (aq1, fq1), (aq2, fq2) = (_one(x) for x in q)
-    k = math.exp(eps)
-    spans = [x for x in (*p, *q) if x is not None]
-    tau = spans[0][2]
-    hi = max(x[0] for x in spans) + tau + 60 * spans[0][1]
-    total = max(0.0, ap1 * ap2 - k * aq1 * aq2)
-    total += integrate.quad(lambda v: max(0.0, ap1 * fp2(v) - k * aq1 * fq2(v)), tau, hi, limit=400)[0]
-    total += integrate.quad(lambda v: max(0.0, fp1(v) * ap2 - k * fq1(v) * aq2), tau, hi, limit=400)[0]
-    total += integrate.dblquad(
-        lambda w, v: max(0.0, fp1(v) * fp2(w) - k * fq1(v) * fq2(w)), tau, hi, tau, hi, epsabs=1e-11
-    )[0]
-    return total
-
-
 Present = dict[int, tuple[float, float, float]]  # bucket → (count, noise scale, threshold) of partition selection
 
 
@@ -166,9 +136,9 @@ def selection_divergence(d0: Present, d1: Present, delta: float, where: object, 
     for p, q in ((d0, d1), (d1, d0)):
         if len(changed) == 1:
             one = [None if x is None else [(x[0], x[1], 0.0, x[2])] for x in (p.get(changed[0]), q.get(changed[0]))]
-            h = _hockey_stick(one[0], one[1], eps)
+            h = selection_hockey_stick(one[0], one[1], eps)
         elif len(changed) == 2:
-            h = _hockey_stick_2([p.get(n) for n in changed], [q.get(n) for n in changed], eps)
+            h = selection_hockey_stick_2([p.get(n) for n in changed], [q.get(n) for n in changed], eps)
         else:
             h = 0.0
         assert h <= delta * (1 + 1e-4), (where, changed, h)

@@ -1,5 +1,5 @@
-"""Nested aggregation over one table (sqldp.nested): aggregates of a derived table grouped by one key, and the
-histogram of its per-key counts, checked over every neighbour of a tiny database (an order added or removed).
+"""Nested aggregation over one table (sqldp.strategies.nested): aggregates of a derived table grouped by one key, and
+the histogram of its per-key counts, checked over every neighbour of a tiny database (an order added or removed).
 
 Oracles: PostgreSQL's own answer to the nested query as written (the un-noised values, on every neighbour), the
 per-key counts recomputed in Python (truncated to the first τ orders per customer by order key, docs/truncation.md),
@@ -17,13 +17,14 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from oracles import joint_loss, row_neighbours
 from test_nested_histogram import selection_divergence
 
 import sqldp
-from sqldp import nested
 from sqldp.errors import RefusedError
 from sqldp.policy import Policy
 from sqldp.release import selection_threshold
+from sqldp.strategies import nested
 
 EPSILON = 1.0
 TAU = 3
@@ -35,13 +36,10 @@ Orders = list[tuple[int, int, str]]  # (ok, ck, cm)
 BASE: Orders = [(10, 1, "a"), (11, 1, "a"), (12, 2, "x"), (13, 2, "a"), (14, 2, "b"), (15, 3, "a"), (16, 1, "b")]
 
 
-def _neighbours(base: Orders) -> Iterator[Orders]:
-    for o in base:
-        yield [x for x in base if x != o]
-    for ck in (1, 2, 3, 4):
-        for cm in ("a", "x"):
-            for ok in (5, 20):  # before and after the customer's other orders (the truncation keeps the first τ)
-                yield [*base, (ok, ck, cm)]
+# every neighbour: an order removed, or one added (to each customer, 4 a new one; with and without x; before
+# and after the customer's other orders, the truncation keeping the first τ)
+ADDED = [(ok, ck, cm) for ck in (1, 2, 3, 4) for cm in ("a", "x") for ok in (5, 20)]
+NEIGHBOURS: list[Orders] = [n.db["orders"] for n in row_neighbours({"orders": BASE}, {"orders": ADDED})]
 
 
 def _counts(rows: Orders, tau: int | None) -> dict[int, int]:
@@ -88,7 +86,7 @@ def test_sum_count_and_avg_of_per_key_counts_are_the_rows_aggregates(db: str) ->
     where an order of a new customer adds a row and a key."""
     session = sqldp.connect(db, Policy.from_toml(POLICY), seed=2)
 
-    def released(rows: Orders) -> list[tuple[float, float]]:
+    def released(rows: Orders) -> list[tuple[float, float, str]]:
         _load(db, rows)
         result = session.analyze(AGGREGATES, epsilon=EPSILON)
         ((s, k, a, kn),) = _plain(db, AGGREGATES)
@@ -98,14 +96,14 @@ def test_sum_count_and_avg_of_per_key_counts_are_the_rows_aggregates(db: str) ->
         assert [m.aggregate for m in ms] == ["COUNT(*)", "COUNT(DISTINCT orders.ck)"]
         assert rows_ / keys == pytest.approx(float(a))
         assert all(m.mechanism == "laplace-global" for m in ms)
-        return [(m.true_value, m.noise_scale) for m in ms]
+        return [(m.true_value, m.noise_scale, "laplace") for m in ms]
 
     base = released(BASE)
     worst = 0.0
-    for rows in _neighbours(BASE):
+    for rows in NEIGHBOURS:
         other = released(rows)
-        assert [s for _, s in other] == [s for _, s in base]
-        worst = max(worst, sum(abs(x - y) / s for (x, s), (y, _) in zip(base, other, strict=True)))
+        assert [s for _, s, _ in other] == [s for _, s, _ in base]
+        worst = max(worst, joint_loss(base, other))  # Σ |Δ|/scale
     assert worst == pytest.approx(EPSILON)
 
 
@@ -121,7 +119,7 @@ def test_histogram_of_one_tables_counts_over_the_declared_domain(db: str, monkey
     vector is ≤ ε over every neighbour, = ε where an order moves a customer between two counts; the mutant with
     ℓ1 change 1 (nested.L1_CHANGE) loses 2ε."""
 
-    def released(session: sqldp.session.Session, rows: Orders) -> list[tuple[float, float]]:
+    def released(session: sqldp.session.Session, rows: Orders) -> list[tuple[float, float, str]]:
         _load(db, rows)
         result = session.run(HISTOGRAM, epsilon=EPSILON)
         assert [r["key"]["n"] for r in result.rows] == list(range(1, TAU + 1))
@@ -130,15 +128,12 @@ def test_histogram_of_one_tables_counts_over_the_declared_domain(db: str, monkey
         for n, (m,) in zip(range(1, TAU + 1), result.measurements, strict=True):
             assert m.true_value == truth.get(n, 0), (rows, n)
             assert m.mechanism == "laplace-global"
-            out.append((m.true_value, m.noise_scale))
+            out.append((m.true_value, m.noise_scale, "laplace"))
         return out
 
     def worst(session: sqldp.session.Session) -> float:
         base = released(session, BASE)
-        return max(
-            sum(abs(x - y) / s for (x, s), (y, _) in zip(base, released(session, rows), strict=True))
-            for rows in _neighbours(BASE)
-        )
+        return max(joint_loss(base, released(session, rows)) for rows in NEIGHBOURS)  # Σ |Δ|/scale
 
     assert worst(sqldp.connect(db, Policy.from_toml(TRUNCATED), seed=5)) == pytest.approx(EPSILON)
     monkeypatch.setattr(nested, "L1_CHANGE", 1.0)
@@ -164,7 +159,7 @@ def test_histogram_of_one_tables_counts_by_partition_selection(db: str) -> None:
         return out
 
     d0 = present(BASE)
-    worst = max(selection_divergence(d0, present(rows), delta, rows) for rows in _neighbours(BASE))
+    worst = max(selection_divergence(d0, present(rows), delta, rows) for rows in NEIGHBOURS)
     assert worst == pytest.approx(delta, rel=1e-3)
 
 

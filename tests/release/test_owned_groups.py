@@ -1,4 +1,5 @@
-"""Groups owned by one row (sqldp.owned): an independent brute-force oracle over every neighbour of a tiny database.
+"""Groups owned by one row (sqldp.strategies.owned): an independent brute-force oracle over every neighbour of a tiny
+database.
 
 Three private tables with enforced keys, ``cust(ck)``, ``ord(ok)`` and ``line(lk, ln)``, and the shapes of TPC-H
 Q10 (a customer owns its group; its balance is a relabelled key), Q3 (an order owns its group; a customer owns
@@ -41,7 +42,7 @@ here as monkeypatched tests):
     balance step of 0.01 dropping line 2 of customer 5's order, a common group moving by 4 > 10·0.01.
 
 The query's own COUNT(*) stays a value: the owned selector is then a hidden COUNT(*) of its own
-(``sqldp.owned.own_selector``), so the released count is the count, not the noisy indicator.
+(``sqldp.strategies.owned.own_selector``), so the released count is the count, not the noisy indicator.
 """
 
 from __future__ import annotations
@@ -59,11 +60,12 @@ from scipy import integrate
 from test_partition_selection import _hockey_stick, _laplace_density
 
 import sqldp
-from sqldp import owned, release
+from sqldp import release
 from sqldp.errors import RefusedError
 from sqldp.form import AnalysisForm
 from sqldp.policy import Policy
 from sqldp.result import GLOBAL, Measurement
+from sqldp.strategies import owned
 
 DDL = """
 CREATE TABLE cust (ck INT PRIMARY KEY, bal NUMERIC(6, 2));
@@ -434,8 +436,8 @@ def _compare(a: Side, b: Side, d: float, what: str, found: list[str]) -> float:
                 found.append(f"{what}: group {g} moved by {delta} > {bound}·{d}")
     # the groups whose released value differs in law: the changed one, and — where the values share a noise scale
     # read from the data — every common group whose scale moved with it. The release shows at most one group
-    # then (sqldp.owned, "One noise scale for every group"), so the loss is at most the one-sided part plus the
-    # sum over these groups of P[shown]·H (coupling the common groups' selector draws); with several groups shown
+    # then (sqldp.strategies.owned, "One noise scale for every group"), so the loss is at most the one-sided part plus
+    # the sum over these groups of P[shown]·H (coupling the common groups' selector draws); with several groups shown
     # that sum would not bound the product's loss
     differ = [g for g in common if g in changed or a.measured[g][1][0].noise_scale != b.measured[g][1][0].noise_scale]
     worst = 0.0
@@ -535,8 +537,8 @@ def test_runs_release_each_present_group_with_probability_delta_over_k(pg_dsn: s
 @pytest.mark.parametrize(("sql", "policy"), [(Q10, LINES_UNBOUNDED), (Q18, POLICY)], ids=["Q10-data-dependent", "Q18"])
 def test_a_shared_data_dependent_scale_shows_at_most_one_group(pg_dsn: str, sql: str, policy: str) -> None:
     """The values' noise scale is read from the data and shared by every released group: each run shows at most
-    one of the groups selected, drawn uniformly (sqldp.owned, "One noise scale for every group"), and says so.
-    At δ = 0.9 most groups pass, so a release of every group selected would show several."""
+    one of the groups selected, drawn uniformly (sqldp.strategies.owned, "One noise scale for every group"), and says
+    so. At δ = 0.9 most groups pass, so a release of every group selected would show several."""
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(DDL)
     _load(pg_dsn, BASE)

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from oracles import laplace_exceeds, row_neighbours, selection_hockey_stick, values_changed
 
 import sqldp
 from sqldp.errors import RefusedError
@@ -65,7 +66,7 @@ def test_a_group_on_one_side_only_is_released_with_probability_delta(
     released = 0.5 * math.exp(-epsilon * (tau - one_change) / c)
     assert released == pytest.approx(delta, rel=1e-9) and released <= delta * (1 + 1e-9)
     for n in (c, 2 * c, tau, tau + c):
-        ratio = _released(n + one_change, tau, c / epsilon) / _released(n, tau, c / epsilon)
+        ratio = laplace_exceeds(n + one_change, tau, c / epsilon) / laplace_exceeds(n, tau, c / epsilon)
         assert ratio <= math.exp(epsilon * weight) * (1 + 1e-9)
 
 
@@ -73,11 +74,6 @@ def test_the_threshold_fails_closed_without_a_one_sided_count() -> None:
     selector = Measurement("COUNT(*)", 1.0, 1e-6, 0.0, 1.0, 1.0, 0.0, {}, mechanism=GLOBAL)
     with pytest.raises(RefusedError, match="bound on the count of a group that one change creates"):
         selection_threshold(selector)
-
-
-def _released(n: float, tau: float, scale: float) -> float:
-    """P[n + Lap(scale) > τ]."""
-    return 0.5 * math.exp(-(tau - n) / scale) if n <= tau else 1 - 0.5 * math.exp(-(n - tau) / scale)
 
 
 def test_groups_present_in_the_data_are_selected_by_their_noisy_count(session: sqldp.session.Session) -> None:
@@ -94,7 +90,7 @@ def test_groups_present_in_the_data_are_selected_by_their_noisy_count(session: s
             seen[row["key"]["g"]] += 1
     tau = 1 + math.log(1 / (2 * 0.01))
     for group, n in (("a", 1), ("b", 5), ("c", 6), ("d", 60)):
-        p = _released(n, tau, 1.0)
+        p = laplace_exceeds(n, tau, 1.0)
         assert abs(seen[group] / runs - p) <= 4 * math.sqrt(p * (1 - p) / runs) + 1e-12, group
 
 
@@ -121,7 +117,7 @@ def test_select_distinct_releases_the_values_present_by_partition_selection(sess
             seen[g] += 1
     tau = 1 + math.log(1 / (2 * 0.01))
     for group, n in (("a", 1), ("b", 5), ("c", 6), ("d", 60)):
-        p = _released(n, tau, 1.0)
+        p = laplace_exceeds(n, tau, 1.0)
         assert abs(seen[group] / runs - p) <= 4 * math.sqrt(p * (1 - p) / runs) + 1e-12, group
     with pytest.raises(RefusedError, match=r"SELECT DISTINCT over private tables releases which values occur"):
         session.prepare("SELECT DISTINCT t.g FROM t", epsilon=1.0)
@@ -130,14 +126,6 @@ def test_select_distinct_releases_the_values_present_by_partition_selection(sess
 # -- exact privacy loss over every neighbour of a tiny database ------------------------------------------------
 
 RANGED = POLICY + "[tables.t.columns.x]\nrange = [0, 3]\n"
-
-
-def _laplace_density(v: float, mu: float, b: float) -> float:
-    return math.exp(-abs(v - mu) / b) / (2 * b)
-
-
-def _laplace_cdf(v: float, mu: float, b: float) -> float:
-    return 0.5 * math.exp((v - mu) / b) if v < mu else 1 - 0.5 * math.exp(-(v - mu) / b)
 
 
 def _group_output(
@@ -155,43 +143,6 @@ def _group_output(
             (m.true_value, m.noise_scale, m.epsilon, None) for m in rest
         ]
     return out
-
-
-def _hockey_stick(p: list | None, q: list | None, eps: float) -> float:
-    """H_{e^ε}(P‖Q) = sup_S P(S) − e^ε·Q(S) for one group's output: ⊥ (not selected, or absent) or the noisy
-    values (v_count > τ, v_sum), each measurement Laplace around its true value. Integrated numerically (scipy)
-    over the count with the sum's contribution exact per v_count, over a grid fine enough for 1e-9."""
-    from scipy import integrate
-
-    if p is None:
-        return 0.0  # P is ⊥ with probability 1, which Q gives at least e^-ε... ≤ 0 after the sup: nothing to lose
-    (n, bc, _, tau), *others = p
-    p_bot = _laplace_cdf(tau, n, bc)
-    if q is None:  # absent on Q's side: every released output of P is an event Q never produces
-        return 1.0 - p_bot
-    (n2, bc2, _, tau2), *others2 = q
-    assert (bc, tau) == (bc2, tau2) and [o[1:] for o in others] == [o[1:] for o in others2]  # data-independent
-    q_bot = _laplace_cdf(tau, n2, bc)
-    # the other measurements' loss: ln(p/q) is the sum over them, independent of v_count; their joint
-    # contribution to the hockey stick is E over them, computed on a fine grid for one (the tests use ≤ 1)
-    assert len(others) <= 1
-    if others:
-        (s, bs, _, _), (s2, _, _, _) = others[0], others2[0]
-        lo, hi = min(s, s2) - 40 * bs, max(s, s2) + 40 * bs
-        ys = [lo + (hi - lo) * i / 4000 for i in range(4001)]
-        ws = [_laplace_density(y, s, bs) * (hi - lo) / 4000 for y in ys]
-        ratios = [_laplace_density(y, s2, bs) / _laplace_density(y, s, bs) for y in ys]
-    else:
-        ws, ratios = [1.0], [1.0]
-    scale = math.exp(eps)
-
-    def excess(v: float) -> float:
-        fp, fq = _laplace_density(v, n, bc), _laplace_density(v, n2, bc)
-        return sum(w * max(0.0, fp - scale * fq * r) for w, r in zip(ws, ratios, strict=True))
-
-    upper = max(n, n2, tau) + 60 * bc
-    area, _ = integrate.quad(excess, tau, upper, points=sorted({n, n2}), limit=400)
-    return max(0.0, p_bot - scale * q_bot) + area
 
 
 FANOUT = '[tables.p]\nrows = "public"\n'
@@ -236,22 +187,21 @@ def test_exact_privacy_loss_over_every_neighbour(
     policy = RANGED.replace('[tables.t]\nrows = "private"\n', f'[tables.t]\nrows = "private"\nweight = {weight}\n')
     session = sqldp.connect(pg_dsn, Policy.from_toml(policy + FANOUT), seed=3)
     base = [(1, "a", 1), (2, "a", 3), (3, "b", 0), (4, "c", 2)]
-    neighbours = [[r for r in base if r != drop] for drop in base]
-    neighbours += [[*base, (9, g, x)] for g in ("a", "b", "new") for x in (0, 3)]
+    added = [(9, g, x) for g in ("a", "b", "new") for x in (0, 3)]  # to a present group or a new one
 
     def load(rows: list[tuple[int, str, int]]) -> dict[str, list]:
         return _loaded(pg_dsn, session, rows, sql, epsilon, delta)
 
     d0 = load(base)
     worst = 0.0
-    for rows in neighbours:
-        d1 = load(rows)
+    for n in row_neighbours({"t": base}, {"t": added}):
+        d1 = load(n.db["t"])
         changed = [g for g in set(d0) | set(d1) if d0.get(g) != d1.get(g)]
         assert len(changed) == 1, changed
         g = changed[0]
         for p, q in ((d0.get(g), d1.get(g)), (d1.get(g), d0.get(g))):
-            h = _hockey_stick(p, q, epsilon * weight)
-            assert h <= delta * (1 + 1e-6), (rows, g, h)
+            h = selection_hockey_stick(p, q, epsilon * weight)
+            assert h <= delta * (1 + 1e-6), (n.change, g, h)
             worst = max(worst, h)
     assert worst == pytest.approx(delta, rel=1e-3)  # a group of the changed row only, on one side: released w.p. δ
 
@@ -272,11 +222,10 @@ def test_value_changes_under_partition_selection(pg_dsn: str) -> None:
         return _loaded(pg_dsn, session, rows, sql, epsilon, delta)
 
     d0 = load(base)
-    changes = [(i, step) for i, r in enumerate(base) for step in (-3, -2, -1, 1, 2, 3) if 0 <= r[2] + step <= 3]
+    changes = list(values_changed({"t": base}, "t", {2: 1.0}, (-3, -2, -1, 1, 2, 3), within=lambda _, x: 0 <= x <= 3))
     assert len(changes) == 12
-    for i, step in changes:
-        k, g, x = base[i]
-        assert load([*base[:i], (k, g, x + step), *base[i + 1 :]]) == d0
+    for n in changes:
+        assert load(n.db["t"]) == d0, n.change
     with pytest.raises(RefusedError, match="several groups"):
         session.prepare(
             "SELECT t.g, COUNT(*) AS n, SUM(t.x) AS s FROM t GROUP BY t.g", epsilon=1.0, delta=1e-3, mechanism="laplace"

@@ -19,7 +19,7 @@ from sqldp.normalize import normalize
 from sqldp.params import resolve_params
 from sqldp.policy import Policy
 from sqldp.result import GLOBAL, Measurement, Result
-from sqldp.session import compile_form
+from sqldp.strategies.aggregate import compile_form
 
 SCHEMA = """
 CREATE TABLE t (

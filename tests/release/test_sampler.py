@@ -10,6 +10,7 @@ from fractions import Fraction
 import gmpy2
 import pytest
 from gmpy2 import mpfr, mpq
+from oracles import max_log_ratio
 from scipy import integrate, stats
 
 from sqldp import mechanisms as m
@@ -184,12 +185,10 @@ def test_seeded_release_is_reproducible() -> None:
 
 
 def _worst_log_ratio(kind: str, x: tuple[float, float], y: tuple[float, float], ks: list[int]) -> float:
-    worst = 0.0
-    for k in ks:
-        p, q = prob(kind, *x, k), prob(kind, *y, k)
-        assert p > 0 and q > 0  # full support: no cell reveals which database it came from
-        worst = max(worst, abs(float(gmpy2.log(p) - gmpy2.log(q))))
-    return worst
+    """The largest |ln P_x(k) − ln P_y(k)| over the cells ``ks``, the exact probabilities of each printed value."""
+    p, q = ({k: prob(kind, *z, k) for k in ks} for z in (x, y))
+    assert all(v > 0 for v in (*p.values(), *q.values()))  # full support: no cell reveals which database it was
+    return max_log_ratio(p, q)
 
 
 def _cells(f: float, s: float) -> list[int]:

@@ -11,11 +11,11 @@ the truncation's one-in, one-out change is among the neighbours.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 
 import psycopg
 import pytest
+from oracles import product_rows, row_neighbours
 from test_global_mechanism import _loss
 
 import sqldp
@@ -71,13 +71,8 @@ def test_every_neighbour_is_within_epsilon(conn: psycopg.Connection, pg_dsn: str
     base = release()
     assert base[1] == bound / EPS
     worst = 0.0
-    neighbours = []
-    for table, universe in (("t", itertools.product((0, 1, 2), (-3, 5))), ("s", [(2, 1), (3, 0)])):
-        rows = BASE[table]
-        neighbours += [{**BASE, table: rows[:i] + rows[i + 1 :]} for i in range(len(rows))]
-        neighbours += [{**BASE, table: [*rows, row]} for row in universe]
-    for db in neighbours:
-        _load(conn, db)
+    for n in row_neighbours(BASE, {"t": product_rows((0, 1, 2), (-3, 5)), "s": [(2, 1), (3, 0)]}):
+        _load(conn, n.db)
         other = release()
         assert other[1] == base[1]  # the scale does not depend on the rows
         worst = max(worst, _loss(base, other))

@@ -20,12 +20,12 @@ Mutant killed: the composition without the steps' terms (c_D·r_D·S_D dropped, 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
+from oracles import joint_loss, product_rows, row_neighbours
 from test_global_mechanism import _loss
 
 import sqldp
@@ -93,14 +93,15 @@ def _load(conn: psycopg.Connection, db: dict[str, list[tuple[int, int]]]) -> Non
 
 def _neighbours() -> list[dict[str, list[tuple[int, int]]]]:
     """Every database one row away from BASE that keeps the keys (PostgreSQL rejects the others)."""
-    out = []
-    for table, rows in BASE.items():
-        keys = {r if table == "l" else r[0] for r in rows}
-        out += [{**BASE, table: rows[:i] + rows[i + 1 :]} for i in range(len(rows))]
-        for row in itertools.product(DOMAIN, DOMAIN):
-            if (row if table == "l" else row[0]) not in keys:
-                out.append({**BASE, table: [*rows, row]})
-    return out
+
+    def key(table: str, row: tuple[int, int]) -> object:
+        return row if table == "l" else row[0]
+
+    added = {
+        table: [r for r in product_rows(DOMAIN, DOMAIN) if key(table, r) not in {key(table, x) for x in rows}]
+        for table, rows in BASE.items()
+    }
+    return [n.db for n in row_neighbours(BASE, added)]
 
 
 def _release(session: sqldp.session.Session, sql: str) -> tuple[list[float], float]:
@@ -127,7 +128,7 @@ def _worst_loss(conn: psycopg.Connection, session: sqldp.session.Session, sql: s
             grid = mechanisms.GRID_EXPONENT
             worst = max(worst, _loss((f[0], scale, grid), (f2[0], scale2, grid)))
         else:  # a histogram with one Laplace scale: Σ_g |Δ_g| / scale, attained in the tails
-            worst = max(worst, change / scale)
+            worst = max(worst, joint_loss([(x, scale, GLOBAL) for x in f], [(y, scale2, GLOBAL) for y in f2]))
     return worst, moved
 
 

@@ -33,7 +33,7 @@ from sqldp.frontend import parse
 from sqldp.normalize import normalize
 from sqldp.policy import Policy
 from sqldp.sensitivity.rows import semi_form
-from sqldp.session import compile_form
+from sqldp.strategies.aggregate import compile_form
 
 DDL = (
     "CREATE TABLE IF NOT EXISTS r (a INT NOT NULL, b INT NOT NULL);\n"

@@ -37,7 +37,7 @@ from sqldp.normalize import normalize
 from sqldp.policy import Policy
 from sqldp.sensitivity import columns
 from sqldp.sensitivity.columns import ColumnPlan
-from sqldp.session import compile_form
+from sqldp.strategies.aggregate import compile_form
 
 NORM_WEIGHT = {"r": 1.0, "s": 2.0}  # the distance of a unit change of r.a, of s.c
 ROW_WEIGHT = {"r": 1.0, "s": 2.0}  # G, when rows are private

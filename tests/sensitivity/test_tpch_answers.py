@@ -153,7 +153,7 @@ def test_q22_workflow_unnoised_answer_is_the_raw_querys(tpch_dsn: tuple[str, Any
 
 @pytest.mark.parametrize("policy", ["tpch", "tpch_catalog", str(ROWS_POLICY)], ids=["tpch", "tpch_catalog", "rows"])
 def test_q13_unnoised_histogram_is_the_raw_querys(tpch_dsn: tuple[str, Any, Any], policy: str) -> None:
-    """Q13 (sqldp.nested) with δ > 0: the counts present are chosen by partition selection, and each one's
+    """Q13 (sqldp.strategies.nested) with δ > 0: the counts present are chosen by partition selection, and each one's
     un-noised COUNT(*) is PostgreSQL's answer to the raw query, for every count the raw query returns."""
     dsn = tpch_dsn[0]
     sql = (QUERIES / "q13.sql").read_text(encoding="utf-8")
@@ -191,8 +191,8 @@ def test_owned_groups_unnoised_answers_are_the_raw_querys(
     tpch_dsn: tuple[str, Any, Any], policy: str, name: str
 ) -> None:
     """Q3, Q10 and Q18 under tpch_catalog (Q10 under tpch too) with δ > 0: each group is one order or customer
-    (sqldp.owned). The groups sqldp measures are the raw query's (without its LIMIT: ORDER BY and LIMIT run on
-    the released rows), with PostgreSQL's values, although the bounds never read the owning tables; orders read
+    (sqldp.strategies.owned). The groups sqldp measures are the raw query's (without its LIMIT: ORDER BY and LIMIT run
+    on the released rows), with PostgreSQL's values, although the bounds never read the owning tables; orders read
     through the declared 64 per customer cut nothing at SF 0.01 (at most 32). Each query's k, its selector's
     ε = 0 and the note are what the plan says, from the query and the schema alone."""
     dsn = tpch_dsn[0]

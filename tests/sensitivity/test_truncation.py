@@ -29,7 +29,8 @@ from sqldp.params import resolve_params
 from sqldp.policy import Policy
 from sqldp.result import GLOBAL
 from sqldp.runner import Prepared
-from sqldp.session import Session, compile_form
+from sqldp.session import Session
+from sqldp.strategies.aggregate import compile_form
 
 TAU = 2
 LO, HI = -3, 5

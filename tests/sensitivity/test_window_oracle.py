@@ -17,17 +17,17 @@ D, and dropping out of it drops the bound by more than e^β).
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import math
 import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
 import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scipy import optimize
+from oracles import joint_loss, values_changed
 
 import sqldp
 from sqldp import mechanisms
@@ -54,44 +54,6 @@ Database = list[Row] | dict[str, list[Row]]  # the rows of o, or per table
 
 def day(text: str) -> dt.date:
     return dt.date.fromisoformat(text)
-
-
-def log_density(z: np.ndarray, f: float, s: float) -> np.ndarray:
-    """ln of the density of f + s·η, η ~ GenCauchy(4), up to the normalising constant (the same on both sides)."""
-    return -math.log(s) - np.log1p(((z - f) / s) ** GAMMA)
-
-
-def privacy_loss(f0: float, s0: float, f1: float, s1: float) -> float:
-    """sup_z |ln p_0(z) − ln p_1(z)| for p_i the density of f_i + s_i·η.
-
-    The tails: ln p_i(z) = 3·ln s_i − 4·ln|z| + o(1), so the difference tends to (γ − 1)·ln(s_0/s_1) at ±∞.
-    In between: the maximum over a fine grid covering both centres and 10⁴ scales, refined by a bounded
-    scalar search around the best grid point (the difference is smooth)."""
-    tail = (GAMMA - 1.0) * abs(math.log(s0 / s1))
-    span = abs(f0 - f1) + 1e4 * max(s0, s1)
-    centre = (f0 + f1) / 2
-    # dense near the centres, sparse far out (the difference is monotone beyond both centres ± a few scales)
-    inner = np.linspace(centre - abs(f0 - f1) - 20 * max(s0, s1), centre + abs(f0 - f1) + 20 * max(s0, s1), 400_001)
-    outer = centre + np.sign(np.linspace(-1, 1, 20_001)) * np.geomspace(1e-3, span, 20_001)
-    z = np.concatenate([inner, outer])
-    diff = np.abs(log_density(z, f0, s0) - log_density(z, f1, s1))
-    k = int(np.argmax(diff))
-    step = (inner[1] - inner[0]) * 2
-
-    def neg(x: float) -> float:
-        return -float(abs(log_density(np.array([x]), f0, s0) - log_density(np.array([x]), f1, s1))[0])
-
-    refined = optimize.minimize_scalar(neg, bounds=(z[k] - step, z[k] + step), method="bounded")
-    return max(tail, float(diff[k]), -float(refined.fun))
-
-
-def test_privacy_loss_matches_the_closed_form_when_the_centres_agree() -> None:
-    # same f: the difference is monotone in |z − f|, from ln(s1/s0) at the centre to 3·ln(s0/s1) at ±∞
-    assert privacy_loss(0.0, 76.93, 0.0, 33.29) == pytest.approx(3 * math.log(76.93 / 33.29), rel=1e-9)
-    # different f, same s: the loss is the largest |ln(1 + u^4) − ln(1 + (u − δ)^4)|, here at u ≈ δ/2·… > 0
-    loss = privacy_loss(0.0, 1.0, 1.0, 1.0)
-    grid = np.linspace(-50, 50, 2_000_001)
-    assert loss == pytest.approx(float(np.max(np.abs(np.log1p(grid**4) - np.log1p((grid - 1) ** 4)))), rel=1e-6)
 
 
 class Analyst:
@@ -136,16 +98,21 @@ class Analyst:
 def neighbours(rows: list[Row]) -> Iterator[tuple[list[Row], float]]:
     """Every database that moves one row's date by a day or its value by one unit within the declared ranges,
     with the metric distance of the change (l1(v, d): 1 for either)."""
-    for i, (k, d, v) in enumerate(rows):
-        for moved in ((k, d - dt.timedelta(days=1), v), (k, d + dt.timedelta(days=1), v), (k, d, v - 1), (k, d, v + 1)):
-            if 0 <= moved[2] <= 10 and moved[1].year == 2000:
-                yield [*rows[:i], moved, *rows[i + 1 :]], 1.0
+    db = {"o": rows}
+
+    def later(d: dt.date, n: int) -> dt.date:
+        return d + dt.timedelta(days=n)
+
+    days = values_changed(db, "o", {1: 1.0}, (-1, 1), add=later, within=lambda _, d: d.year == 2000)
+    values = values_changed(db, "o", {2: 1.0}, (-1, 1), within=lambda _, v: 0 <= v <= 10)
+    for n in itertools.chain(days, values):
+        yield n.db["o"], n.distance
 
 
 def check_pair(analyst: Analyst, rows: Database, other: Database, dist: float) -> float:
     f0, _, s0, c0 = analyst.release(rows)
     f1, _, s1, c1 = analyst.release(other)
-    loss = privacy_loss(f0, s0, f1, s1)
+    loss = joint_loss([(f0, s0)], [(f1, s1)])  # sup_z |ln p_0(z) − ln p_1(z)|, generalized Cauchy
     assert loss <= EPSILON * dist * (1 + 1e-6), (rows, other, (f0, s0), (f1, s1), loss)
     for b in c0:  # β-smoothness at every grid β, both ways
         assert c1[b] <= math.exp(b * dist) * c0[b] * (1 + 1e-9), (rows, other, b, c0[b], c1[b])

@@ -1,13 +1,12 @@
 """The PostgreSQL engine: :mod:`sqldp.engine.postgres.engine` (connections, one snapshot per query,
-pipelining), :mod:`sqldp.engine.postgres.dialect` (:data:`DIALECT`) and :func:`open`, which reads the
-catalog as the owner and hands back an engine that runs as the analyst role. Importing this package imports
+pipelining), :mod:`sqldp.engine.postgres.dialect` (:data:`DIALECT`), :func:`open`, which reads the
+catalog as the owner and hands back an engine that runs as the analyst role, and
+:mod:`sqldp.engine.postgres.cli` (the command line's session). Importing this package imports
 no database driver (``sqldp explain`` and ``--help`` read no database): psycopg comes with :func:`open`.
 """
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +18,6 @@ if TYPE_CHECKING:
     from sqldp.catalog import Catalog
     from sqldp.engine.postgres.engine import PostgresEngine
     from sqldp.policy import Policy
-    from sqldp.session import Session
 
 DIALECT = POSTGRES
 
@@ -67,10 +65,3 @@ def open(
         )
     engine = PostgresEngine(analyst, pool=pool, first=first, statement_timeout=statement_timeout or None)
     return Opened(engine, catalog, owner_dsn)
-
-
-def open_session(args: argparse.Namespace, limits: Mapping[str, Any]) -> Session:
-    """The session a command runs on (``--dsn``, ``--data-dir``, ``--schema``, ``--policy``, ``--seed``)."""
-    import sqldp
-
-    return sqldp.connect(args.dsn, args.policy, schema=args.schema, data_dir=args.data_dir, seed=args.seed, **limits)

@@ -207,7 +207,7 @@ def public_statement(sql: str, catalog: Catalog, policy: Policy) -> str:
 
 
 def engine_statement(sql: str, catalog: Catalog, derived: Mapping[tuple[str, str], str]) -> str:
-    """A statement sqldp builds itself (sqldp.selection's witness and score statements: PostgreSQL text over
+    """A statement sqldp builds itself (sqldp.strategies.selection's witness and score statements: PostgreSQL text over
     the catalog's tables, every column already qualified by the frontend) in Spark SQL with PostgreSQL's
     meaning, or RefusedError before anything runs. The same checks as :func:`public_statement` (a column
     without a kind under arithmetic, a cast or a rounding function, a division of unknown integer-ness are

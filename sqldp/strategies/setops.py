@@ -23,20 +23,23 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlglot import exp
 
+from sqldp import allowlist
 from sqldp.errors import RefusedError
 from sqldp.form import AnalysisForm
-from sqldp.frontend import ParsedQuery
+from sqldp.frontend import ParsedQuery, parse
 from sqldp.frontend import _output_name as output_name
-from sqldp.params import PrivacyParams
+from sqldp.normalize import relations_read
+from sqldp.params import PrivacyParams, resolve_params
 from sqldp.release import _sort_key
 from sqldp.result import Result
 from sqldp.runner import Prepared
+from sqldp.strategies.aggregate import analysed
+from sqldp.strategies.base import Context, Privacy
 
 Row = tuple[Any, ...]
 OPS: dict[type[exp.SetOperation], str] = {exp.Union: "UNION", exp.Intersect: "INTERSECT", exp.Except: "EXCEPT"}
@@ -173,10 +176,16 @@ class SetRelease:
     limit: int | None
     offset: int | None
     shares: tuple[float, ...]  # ε of each branch
+    longest: float  # the policy's longest change (sqldp.policy.Policy.longest_change)
     started: float
 
     public = False
-    statements = None
+    statements = None  # each branch's statements are checked as the statement's are when it is prepared
+    any_spelling = False
+    rho = None  # the branches are charged sequentially only (their ρ is not added up)
+
+    def checks(self) -> list[str]:
+        return []
 
     @property
     def form(self) -> AnalysisForm | None:
@@ -242,23 +251,25 @@ def _outputs(tree: exp.Expr) -> list[str]:
     return [output_name(e) for e in tree.expressions]
 
 
-def prepare(
-    sql: str,
-    statement: exp.SetOperation,
-    privacy: Mapping[str, Any],
-    parse_branch: Callable[[str], ParsedQuery],
-    check: Callable[[Sequence[str]], None],
-    analysed: Callable[[ParsedQuery, Mapping[str, Any]], Prepared],
-    resolve: Callable[[int], PrivacyParams],
-    started: float,
-) -> SetRelease:
-    """The set operation with each branch analysed at its share of ε (and δ), refusing before anything is
-    read what cannot be answered. ``parse_branch`` parses and qualifies one branch's text, ``check`` has the
-    engine parse and type statements without running them (sqldp.engine.base.Engine.check), ``analysed``
-    analyses it at the given privacy arguments, ``resolve`` gives the statement's parameters for n
-    measurements (the policy's defaults, an advantage target)."""
+def recognise(parsed: ParsedQuery, context: Context, privacy: Privacy) -> SetRelease | None:
+    """A top-level set operation that reads a private table; None for another statement (over public tables
+    only, a set operation runs exactly as written, on the public path). The whole statement passes the
+    allow-list as the public path checks it."""
+    top = set_operation(parsed.statement) if parsed.statement is not None else None
+    if top is None or all(context.policy.table(t).public for t in relations_read(top, context.catalog)):
+        return None
+    assert parsed.statement is not None
+    allowlist.check(parsed.sql, parsed.statement)
+    return prepare(parsed.sql, top, context, privacy)
+
+
+def prepare(sql: str, statement: exp.SetOperation, context: Context, privacy: Privacy) -> SetRelease:
+    """The set operation with each branch analysed at its share of ε (and δ) by the aggregate strategy
+    (sqldp.strategies.aggregate.analysed), refusing before anything is read what cannot be answered; the
+    statement's parameters are those of n measurements (the policy's defaults, an advantage target)."""
+    t0 = time.perf_counter()
     root, branches = split(statement)
-    parsed = [parse_branch(b.sql) for b in branches]
+    parsed = [parse(b.sql, context.catalog) for b in branches]
     names = [_outputs(p.tree) for p in parsed]
     if len({len(n) for n in names}) > 1:
         raise RefusedError("each branch of a set operation must have the same number of columns")
@@ -266,13 +277,13 @@ def prepare(
     # PostgreSQL's parse analysis of the whole statement (reads no row): the branches' column types must match
     # as PostgreSQL matches them ("UNION types bigint and text cannot be matched"), refused here, on the text
     # and the schema alone, before anything is charged
-    check([statement.sql(dialect="postgres")])
-    first = [analysed(p, privacy) for p in parsed]
+    context.engine.check([statement.sql(dialect="postgres")])
+    first = [analysed(p, context, privacy) for p in parsed]
     counts = [0 if p.public else len(p.form.aggregates) for p in first]  # type: ignore[union-attr]
     total = sum(counts)
     if not total:
         raise RefusedError("the set operation reads private tables, but no branch of it measures anything")
-    params = resolve(total)
+    params = resolve_params(context.policy, outputs=total, **privacy)
 
     def share(c: int) -> dict[str, Any]:
         out = {k: v for k, v in privacy.items() if k != "advantage"}
@@ -280,8 +291,10 @@ def prepare(
         out["delta"] = params.delta * c / total if params.delta else None
         return out
 
-    prepared = tuple(p if p.public else analysed(q, share(c)) for q, p, c in zip(parsed, first, counts, strict=True))
-    shares = tuple(params.epsilon * c / total for c in counts)
-    return SetRelease(
-        sql, params, prepared, root, order, _count(statement, "limit"), _count(statement, "offset"), shares, started
+    prepared = tuple(
+        p if p.public else analysed(q, context, share(c)) for q, p, c in zip(parsed, first, counts, strict=True)
     )
+    shares = tuple(params.epsilon * c / total for c in counts)
+    limit, offset = _count(statement, "limit"), _count(statement, "offset")
+    longest = context.policy.longest_change
+    return SetRelease(sql, params, prepared, root, order, limit, offset, shares, longest, t0)

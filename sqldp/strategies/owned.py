@@ -90,15 +90,12 @@ from sqldp.form import Aggregate, AnalysisForm, ColumnRef, Conjunct, SemiJoin, p
 from sqldp.groups import KeyDomain
 from sqldp.policy import Policy
 from sqldp.rewrite import Statements, rewrite
-from sqldp.sensitivity.global_bound import GlobalPlan, Truncation, declared_truncations
+from sqldp.sensitivity.global_bound import Truncation, declared_truncations
 from sqldp.sensitivity.model_check import keys_of
+from sqldp.sensitivity.owned import SHARED_SCALE_GROUPS, OwnedSelection
 from sqldp.sensitivity.plan import Plan
-from sqldp.sensitivity.units import UnitPlan, unit_tables
+from sqldp.sensitivity.units import is_unit, unit_tables
 from sqldp.sqlgen import answer_query
-
-# the most groups a release shows when the values' noise scale is read from the data (module docstring, "One noise
-# scale for every group"); a global bound shows every group selected
-SHARED_SCALE_GROUPS = 1
 
 
 @dataclass(frozen=True)
@@ -337,14 +334,6 @@ def analyse(form: AnalysisForm, catalog: Catalog, policy: Policy) -> Owned | Non
     return Owned(tuple(sorted(owners)), tables, 2 * max(reach.values()), bound_form, tuple(dropped), cuts_used)
 
 
-@dataclass(frozen=True)
-class OwnedSelection(GlobalPlan):
-    """The selector of owned groups: each present group's indicator min(1, COUNT(*)), 1 on both sides of a
-    common group (bound 1), thresholded for ``groups_per_change`` one-sided groups (module docstring)."""
-
-    groups_per_change: int = 1
-
-
 def compile_owned(
     form: AnalysisForm,
     owned: Owned,
@@ -363,7 +352,7 @@ def compile_owned(
         if i == form.select_by:
             continue
         p = sensitivity.plan(single_aggregate(owned.bound_form, i), catalog, policy, beta)
-        assert not isinstance(p, UnitPlan)  # analyse leaves privacy units to their own analysis
+        assert not is_unit(p)  # analyse leaves privacy units to their own analysis
         fields = {f.name for f in dataclasses.fields(p)}  # type: ignore[arg-type]
         changes: dict[str, Any] = {"disjoint_groups": True}  # condition 5: a change touches one group
         for name in ("inline", "grouped_scan"):
