@@ -157,7 +157,11 @@ def run_query(dsn: str, text: str, runs: int, timeout: float) -> dict[str, Any]:
     times: list[float] = []
     for _ in range(1 if public else max(runs, 1)):
         t0 = time.perf_counter()
-        result = session.run(text, **privacy)
+        try:
+            result = session.run(text, **privacy)
+        except RefusedError as refusal:  # refused at run time (e.g. the planner's estimate is too large)
+            out.update(outcome="refused", message=str(refusal).strip().splitlines()[0])
+            return out
         times.append(time.perf_counter() - t0)
         e, m = _compare(result, plain_rows)
         errors += e

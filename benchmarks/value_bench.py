@@ -36,7 +36,7 @@ from common import QUERIES, machine, markdown_table, report, tpch_database
 import sqldp
 from sqldp.form import AnalysisForm
 from sqldp.groups import all_groups
-from sqldp.release import evaluate
+from sqldp.postprocess import evaluate
 
 POLICIES = ("tpch", "tpch_catalog")
 DEFAULT = ("q06", "q14", "q12", "q04", "q19", "q22", "q17")

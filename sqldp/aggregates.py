@@ -5,7 +5,7 @@ The analyses bound four primitive aggregates over the filtered product — COUNT
 over those: the normaliser (:mod:`sqldp.normalize`) replaces each call by its entry's expression, in which each
 primitive aggregate stands as a placeholder ``__agg<i>``. Each primitive aggregate is its own measurement, ε
 split equally among them (sequential composition, NR §3.3.10.4), and the expression is computed on their
-noisy values (:func:`sqldp.release.evaluate`): post-processing, which keeps the guarantee (Dwork & Roth,
+noisy values (:func:`sqldp.postprocess.evaluate`): post-processing, which keeps the guarantee (Dwork & Roth,
 "The Algorithmic Foundations of Differential Privacy", Prop. 2.1).
 
 An entry (:class:`AggregateRule`) is keyed by sqlglot's expression class for the aggregate and gives its name

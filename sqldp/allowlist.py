@@ -107,10 +107,18 @@ SESSION_WORDS = frozenset(
     {"user", "current_user", "session_user", "current_role", "system_user", "current_catalog", "current_schema"}
 )
 
+_SET_NAMES: dict[type[exp.Expr], str] = {exp.Rollup: "ROLLUP", exp.Cube: "CUBE", exp.GroupingSets: "GROUPING SETS"}
+
 # Where a bare word (exp.Var) is a keyword argument rather than something PostgreSQL would resolve.
 _VAR_PARENTS = (exp.Interval, exp.Extract, exp.TimestampTrunc, exp.DateTrunc, exp.WindowSpec)
 
 ALLOWED: frozenset[type[exp.Expr]] = STRUCTURE | OPERATORS | FUNCTIONS
+
+# Grouping sets (GROUP BY ROLLUP / CUBE / GROUPING SETS and GROUPING()): read-only and side-effect free, so a
+# statement over public tables only runs them as written; no private-path analysis models one row counted in
+# several groupings (its sensitivity is the number of grouping sets times one grouping's), so over a private
+# table they stay refused.
+PUBLIC_ONLY: frozenset[type[exp.Expr]] = frozenset({exp.Rollup, exp.Cube, exp.GroupingSets, exp.Grouping})
 
 
 def _name(node: exp.Expr, sql: str = "") -> str:
@@ -124,9 +132,13 @@ def _name(node: exp.Expr, sql: str = "") -> str:
     return node.key.upper()
 
 
-def refusal(node: exp.Expr, sql: str = "") -> str | None:
-    """Why ``node`` (one node, not its children) may not run, or None when it may."""
+def refusal(node: exp.Expr, sql: str = "", *, public: bool = False) -> str | None:
+    """Why ``node`` (one node, not its children) may not run, or None when it may; ``public``: the statement
+    reads public tables only (:data:`PUBLIC_ONLY` may run)."""
     kind = type(node)
+    if kind in PUBLIC_ONLY:
+        what = "GROUPING()" if kind is exp.Grouping else f"GROUP BY {_SET_NAMES[kind]}"
+        return None if public else f"{what} is answered over public tables only, not over a private table"
     if kind is exp.Anonymous:
         name = str(node.this).lower()
         return None if name in ANONYMOUS else f"function {name}() is not on sqldp's allow-list"
@@ -158,13 +170,14 @@ def refusal(node: exp.Expr, sql: str = "") -> str | None:
     return f"{node.key.upper()} is not supported"
 
 
-def check(sql: str, tree: exp.Expr) -> None:
+def check(sql: str, tree: exp.Expr, *, public: bool = False) -> None:
     """Refuse ``tree`` unless every node is allowed; the error names the first offender and its position.
-    Iterative (``walk`` is breadth-first over an explicit queue), so a deep tree cannot overflow the stack."""
+    ``public``: the statement reads public tables only. Iterative (``walk`` is breadth-first over an explicit
+    queue), so a deep tree cannot overflow the stack."""
     from sqldp.frontend import position  # frontend imports this module
 
     for node in tree.walk(bfs=True):
-        why = refusal(node, sql)
+        why = refusal(node, sql, public=public)
         if why is not None:
             error = ForbiddenError if isinstance(node, (exp.Func, exp.ObjectIdentifier)) else RefusedError
             raise error(why, where=position(sql, node))

@@ -71,6 +71,12 @@ class Column:
     # file, whose constraints are claims). Only the rewriter uses it, to leave out clamps that change no value
     # (sqldp.rewrite.unclamp); the analyses take their ranges from the policy alone
     checked: tuple[Decimal | None, Decimal | None] | None = None
+    # the conditions (PostgreSQL SQL, without ``CHECK``) of the CHECK constraints that name this column and no
+    # other: validated ones when read from the database, which enforces them, else the DDL file's claims. Only
+    # ``sqldp policy init`` reads them (sqldp.policy.init), to propose ranges and domains
+    checks: tuple[str, ...] = ()
+    # an enum type's labels in their sort order (from the database's pg_enum or the file's CREATE TYPE … AS ENUM)
+    labels: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -117,22 +123,31 @@ class Catalog:
 
     @classmethod
     def from_ddl(cls, text: str, *, source: str = "<ddl>") -> Catalog:
-        """Parse CREATE TABLE (and ALTER TABLE … ADD PRIMARY/FOREIGN KEY) statements."""
+        """Parse CREATE TABLE (and ALTER TABLE … ADD PRIMARY/FOREIGN KEY/CHECK) statements, and the enum types of
+        CREATE TYPE … AS ENUM."""
         try:
             statements = sqlglot.parse(text, read="postgres")
         except ParseError as exc:
             raise syntax_error(exc, "cannot parse DDL", source) from None
         tables: dict[str, _DdlTable] = {}
+        enums: dict[str, tuple[str, ...]] = {}
         for stmt in statements:
             if stmt is None:
                 continue
-            if isinstance(stmt, exp.Create) and str(stmt.args.get("kind", "")).upper() == "TABLE":
-                _add_create(tables, stmt, source)
+            if isinstance(stmt, exp.Create) and str(stmt.args.get("kind", "")).upper() == "TYPE":
+                _add_enum(enums, stmt)
+            elif isinstance(stmt, exp.Create) and str(stmt.args.get("kind", "")).upper() == "TABLE":
+                _add_create(tables, stmt, source, enums)
             elif isinstance(stmt, exp.Alter):
                 _add_alter(tables, stmt, source)
             # other statements (CREATE INDEX, comments, SET …) do not change the catalog
         if not tables:
             raise InputError("no CREATE TABLE statement found", where=source)
+        for t in tables.values():
+            for column, condition in t["checks"]:
+                col = t["columns"].get(column)
+                if col is not None:
+                    t["columns"][column] = dataclasses.replace(col, checks=(*col.checks, condition))
         return cls(
             {
                 name: Table(name, t["columns"], tuple(t["pk"]), tuple(t["fks"]), tuple(t["unique"]))
@@ -160,14 +175,12 @@ class Catalog:
         ).fetchall()
         keys = conn.execute(
             """
-            SELECT tc.table_name, tc.constraint_type, tc.constraint_name, kcu.column_name,
-                   ccu.table_name, ccu.column_name
+            SELECT tc.table_name, tc.constraint_type, tc.constraint_name, kcu.column_name
             FROM information_schema.table_constraints tc
             JOIN information_schema.key_column_usage kcu
               ON kcu.constraint_name = tc.constraint_name AND kcu.table_schema = tc.table_schema
-            LEFT JOIN information_schema.constraint_column_usage ccu
-              ON ccu.constraint_name = tc.constraint_name AND tc.constraint_type = 'FOREIGN KEY'
-            WHERE tc.table_schema = %s AND tc.constraint_type IN ('PRIMARY KEY', 'FOREIGN KEY', 'UNIQUE')
+             AND kcu.table_name = tc.table_name
+            WHERE tc.table_schema = %s AND tc.constraint_type IN ('PRIMARY KEY', 'UNIQUE')
             ORDER BY tc.table_name, tc.constraint_name, kcu.ordinal_position
             """,
             (schema,),
@@ -180,27 +193,38 @@ class Catalog:
                 # keep DECIMAL(p, s): its grid 10^−s decides how a private filter is approximated (filters.py)
                 type_sql = f"NUMERIC({precision},{scale or 0})"
             t["columns"][column] = Column(column, type_sql, kind_of(dtype), nullable == "YES")
-        for table, ctype, cname, column, ref_table, ref_column in keys:
+        for table, ctype, cname, column in keys:
             keyed = tables.get(table)
             if keyed is None:
                 continue
             if ctype == "PRIMARY KEY":
                 if column not in keyed["pk"]:
                     keyed["pk"].append(column)
-            elif ctype == "UNIQUE":
-                keyed["unique"].setdefault(cname, []).append(column)
             else:
+                keyed["unique"].setdefault(cname, []).append(column)
+        for table, cname, column, ref_table, ref_column in conn.execute(FOREIGN_KEYS, (schema,)).fetchall():
+            keyed = tables.get(table)
+            if keyed is not None:  # column i references ref column i: pairs in the constraint's own order
                 fk = keyed["fks"].setdefault(cname, ([], ref_table, []))
-                if column not in fk[0]:
-                    fk[0].append(column)
-                if ref_column not in fk[2]:
-                    fk[2].append(ref_column)
+                fk[0].append(column)
+                fk[2].append(ref_column)
         if not tables:
             raise InputError(f"the database has no tables in schema {schema!r}", where="--dsn")
+        for table, column, labels in conn.execute(ENUMS, (schema,)).fetchall():
+            owner = tables.get(table)
+            col = owner["columns"].get(column) if owner is not None else None
+            if owner is not None and col is not None:
+                owner["columns"][column] = dataclasses.replace(col, labels=tuple(labels))
         for table, column, definition in conn.execute(CHECKS, (schema,)).fetchall():
             owner = tables.get(table)
             col = owner["columns"].get(column) if owner is not None else None
-            if owner is None or col is None or not exact_type(col.type_sql):
+            if owner is None or col is None:
+                continue
+            condition = check_condition(definition)
+            if condition is not None:
+                col = dataclasses.replace(col, checks=(*col.checks, condition))
+                owner["columns"][column] = col
+            if not exact_type(col.type_sql):
                 continue
             interval = checked_interval(definition, column)
             if interval is not None:  # every constraint holds: their intersection
@@ -236,6 +260,43 @@ JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.conkey[1]
 WHERE n.nspname = %s AND k.contype = 'c' AND k.convalidated AND NOT k.connoinherit AND cardinality(k.conkey) = 1
 ORDER BY c.relname, a.attname, k.conname
 """
+
+
+# each foreign key's columns with the column each references, in the constraint's order (information_schema's
+# constraint_column_usage lists the referenced columns unordered: a composite key's pairs would be guessed)
+FOREIGN_KEYS = """
+SELECT c.relname, k.conname, a.attname, r.relname, ra.attname
+FROM pg_constraint k
+JOIN pg_class c ON c.oid = k.conrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_class r ON r.oid = k.confrelid
+CROSS JOIN LATERAL unnest(k.conkey, k.confkey) WITH ORDINALITY AS u(col, ref, pos)
+JOIN pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = u.col
+JOIN pg_attribute ra ON ra.attrelid = k.confrelid AND ra.attnum = u.ref
+WHERE n.nspname = %s AND k.contype = 'f'
+ORDER BY c.relname, k.conname, u.pos
+"""
+
+# the labels of each enum-typed column of a schema's tables, in the enum's sort order
+ENUMS = """
+SELECT c.relname, a.attname, array_agg(e.enumlabel::text ORDER BY e.enumsortorder)
+FROM pg_attribute a
+JOIN pg_class c ON c.oid = a.attrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_enum e ON e.enumtypid = a.atttypid
+WHERE n.nspname = %s AND a.attnum > 0 AND NOT a.attisdropped AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+GROUP BY c.relname, a.attname
+ORDER BY c.relname, a.attname
+"""
+
+
+def check_condition(definition: str) -> str | None:
+    """The condition of ``pg_get_constraintdef``'s ``CHECK ((x >= 0))`` as SQL text (``(x >= 0)``); None for
+    another form."""
+    text = definition.strip()
+    if not text.upper().startswith("CHECK"):
+        return None
+    return text[len("CHECK") :].strip() or None
 
 
 def exact_type(type_sql: str) -> bool:
@@ -333,6 +394,7 @@ class _DdlTable(TypedDict):
     pk: list[str]
     fks: list[ForeignKey]
     unique: list[tuple[str, ...]]
+    checks: list[tuple[str, str]]  # (column, condition) of the one-column CHECK constraints, in file order
 
 
 class _DbTable(TypedDict):
@@ -349,12 +411,30 @@ def _ident(node: exp.Expr) -> str:
     return node.name.lower()
 
 
-def _add_create(tables: dict[str, _DdlTable], stmt: exp.Create, source: str) -> None:
+def _add_enum(enums: dict[str, tuple[str, ...]], stmt: exp.Create) -> None:
+    """``CREATE TYPE name AS ENUM ('a', 'b')``: the labels by the type's name (other CREATE TYPEs are left out)."""
+    target, body = stmt.this, stmt.args.get("expression")
+    if isinstance(body, exp.DataType) and body.this == exp.DataType.Type.ENUM and isinstance(target, exp.Expr):
+        labels = [v.this for v in body.expressions if isinstance(v, exp.Literal) and v.is_string]
+        if len(labels) == len(body.expressions):
+            enums[_ident(target)] = tuple(labels)
+
+
+def _add_check(t: _DdlTable, condition: exp.Expr, column: str | None = None) -> None:
+    """A CHECK constraint that names one column (``column``'s own, for a column constraint, names only it)."""
+    named = {c.name.lower() for c in condition.find_all(exp.Column)}
+    if len(named) == 1 and (column is None or named == {column}):
+        t["checks"].append((named.pop(), condition.sql(dialect="postgres")))
+
+
+def _add_create(
+    tables: dict[str, _DdlTable], stmt: exp.Create, source: str, enums: Mapping[str, tuple[str, ...]]
+) -> None:
     schema = stmt.this
     if not isinstance(schema, exp.Schema):
         raise InputError("CREATE TABLE … AS is not supported in schema files", where=source)
     name = _ident(schema.this)
-    t = tables.setdefault(name, {"columns": {}, "pk": [], "fks": [], "unique": []})
+    t = tables.setdefault(name, {"columns": {}, "pk": [], "fks": [], "unique": [], "checks": []})
     for item in schema.expressions:
         if isinstance(item, exp.ColumnDef):
             col = _ident(item.this)
@@ -375,7 +455,12 @@ def _add_create(tables: dict[str, _DdlTable], stmt: exp.Create, source: str) -> 
                     rt = _ident(ref.this) if isinstance(ref, exp.Schema) else _ident(ref)
                     rc = [_ident(c) for c in ref.expressions] if isinstance(ref, exp.Schema) else []
                     t["fks"].append(ForeignKey((col,), rt, tuple(rc)))
-            t["columns"][col] = Column(col, type_sql, kind_of(type_sql), not not_null)
+                elif isinstance(ck, exp.CheckColumnConstraint) and isinstance(ck.this, exp.Expr):
+                    _add_check(t, ck.this, col)
+            labels = None
+            if isinstance(kind, exp.DataType) and kind.this == exp.DataType.Type.USERDEFINED:
+                labels = enums.get(kind.args["kind"].name.lower()) if kind.args.get("kind") is not None else None
+            t["columns"][col] = Column(col, type_sql, kind_of(type_sql), not not_null, labels=labels)
         else:
             _add_constraint(t, item)
 
@@ -384,6 +469,8 @@ def _add_constraint(t: _DdlTable, item: exp.Expr) -> None:
     if isinstance(item, exp.Constraint):  # CONSTRAINT name PRIMARY KEY (…)
         for inner in item.expressions:
             _add_constraint(t, inner)
+    elif isinstance(item, exp.CheckColumnConstraint) and isinstance(item.this, exp.Expr):
+        _add_check(t, item.this)
     elif isinstance(item, exp.PrimaryKey):
         t["pk"].extend(_ident(c) for c in item.expressions)
     elif isinstance(item, exp.UniqueColumnConstraint) and isinstance(item.this, exp.Schema):

@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 from sqldp import __version__
 from sqldp.errors import InputError, SqldpError
 
-COMMAND_MODULES = ("db", "explain", "analyze", "demo", "epsilon", "budget", "analyst", "proxy", "completion")
+COMMAND_MODULES = ("db", "explain", "analyze", "demo", "epsilon", "policy", "budget", "analyst", "proxy", "completion")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from sqldp import aggregates, allowlist, per_key, release, subqueries
+from sqldp import aggregates, allowlist, per_key, postprocess, subqueries
 from sqldp import algebra as ra
 from sqldp import groups as groups_mod
 from sqldp.catalog import Catalog
@@ -253,13 +253,13 @@ class Normalizer:
 
     def run(self) -> AnalysisForm | PublicRelease:
         statement = self.parsed.statement if self.parsed.statement is not None else self.parsed.tree
-        # no function, cast or construct off the allow-list runs, on either path
-        allowlist.check(self.sql, statement)
+        tables = relations_read(statement, self.catalog)
+        private = [t for t in tables if not self.policy.table(t).public]
+        # no function, cast or construct off the allow-list runs, on either path (grouping sets on the public one)
+        allowlist.check(self.sql, statement, public=not private)
         root = self.parsed.algebra
         sort = root if isinstance(root, ra.Sort) else None
         body = sort.child if sort is not None else root
-        tables = relations_read(statement, self.catalog)
-        private = [t for t in tables if not self.policy.table(t).public]
         if not private:
             return PublicRelease(self.sql, tables, statement.sql(dialect="postgres"))
         # SELECT DISTINCT e1, … is GROUP BY e1, … with no aggregate: which rows it has is decided by DP partition
@@ -389,13 +389,13 @@ class Normalizer:
             bad_column = isinstance(node, exp.Column) and (node.table or not node.name.startswith(AGG_PREFIX))
             if (
                 bad_column
-                or not isinstance(node, release.POST_PROCESSED)
+                or not isinstance(node, postprocess.POST_PROCESSED)
                 or (isinstance(node, exp.Literal) and node.is_string)
             ):
                 # the node as the analyst wrote it, or its operator's name where it holds a measured aggregate
                 internal = any(isinstance(x, exp.Column) and x.name.startswith(AGG_PREFIX) for x in node.walk())
                 shown = node.key.upper() if internal else node.sql(dialect="postgres")
-                raise self.refuse(f"{what} ({release.post_processing()}), not {shown}", at)
+                raise self.refuse(f"{what} ({postprocess.post_processing()}), not {shown}", at)
 
     def _sensitive(self, block: _SPJ, ref: ColumnRef) -> bool:
         table = next(u.table for u in block.uses if u.alias == ref.alias)

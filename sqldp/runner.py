@@ -72,6 +72,11 @@ class Prepared:
     def checks(self) -> list[str]:
         return self.statements.all() if self.statements is not None else []
 
+    def noisy(self) -> tuple[bool, ...] | None:
+        if not isinstance(self.form, AnalysisForm):
+            return None
+        return tuple(not o.is_key for o in self.form.outputs)
+
     def analyze(self) -> Result:
         """The data owner's analysis (audit mode): reads the data, releases nothing."""
         result = self._execute(noisy=False)

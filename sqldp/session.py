@@ -9,6 +9,8 @@ query (:class:`sqldp.strategies.base.Compiled`) then runs on the session's engin
 from __future__ import annotations
 
 import copy
+import dataclasses
+import datetime as dt
 import math
 import threading
 import time
@@ -18,17 +20,20 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqldp import strategies
+from sqldp import budgets, strategies
 from sqldp.catalog import Catalog
 from sqldp.context import load_policy
+from sqldp.db import connect
 from sqldp.engine import Dialect
 from sqldp.engine.base import Engine
 from sqldp.errors import BudgetExhaustedError, InputError, RefusedError, SqldpError, TooLargeError
+from sqldp.form import AnalysisForm
 from sqldp.frontend import parse, token_key, too_deep
 from sqldp.limits import DEFAULT_MAX_ESTIMATED_ROWS, check_limit
 from sqldp.mechanisms import NoiseSource, zcdp_epsilon
 from sqldp.policy import Policy
 from sqldp.result import Result
+from sqldp.runner import Prepared
 from sqldp.strategies import Compiled, Context
 
 if TYPE_CHECKING:  # psycopg costs ~0.1 s to import: not for the paths that read no database (explain)
@@ -88,6 +93,7 @@ class Session:
         self._prepared: OrderedDict[tuple[object, ...], Compiled | SqldpError] = OrderedDict()
         self._cached_for: tuple[Policy, Catalog] = (self.policy, self.catalog)
         self._checked: set[str] = set()  # answer statements PostgreSQL's parse analysis accepted (check)
+        self._ledgers: set[str] = set()  # per-row ledgers known to exist (run_budgeted)
 
     @property
     def dialect(self) -> Dialect:
@@ -238,6 +244,87 @@ class Session:
         result = prepared.run()
         result.audit = audit
         return result
+
+    def run_budgeted(self, sql: str, *, fallback: bool = False, on: dt.date | None = None, **privacy: Any) -> Result:
+        """The noisy answer under per-row budgets (NR §3.3.12.7, docs/budgets.md): the rows of the budgeted
+        table the query uses that have no room for its ε are excluded by the statement itself, the others are
+        charged its ε in the same transaction as the answer (sqldp.budgets). The session's budget stays the
+        outer limit and is charged as :meth:`run` charges it. A query outside the proven classes is refused
+        with the reason, or, with ``fallback``, answered by :meth:`run` on the analyst-level account alone.
+        ``on``: the date renewal is computed for (today, UTC, when None)."""
+        prepared = self.prepare(sql, **privacy)
+        try:
+            if not isinstance(prepared, Prepared) or not isinstance(prepared.form, AnalysisForm):
+                raise budgets.refused(
+                    "only a single query (no set operation, workflow or selection) has per-row budgets"
+                )
+            assert prepared.params is not None and prepared.statements is not None
+            if self.dsn is None:
+                raise budgets.refused("per-row budgets live in PostgreSQL; this session runs on Spark")
+            found = budgets.analyse(prepared.form, prepared.plans, prepared.statements, self.catalog, self.policy)
+        except RefusedError:
+            if fallback:
+                return self.run(sql, **privacy)
+            raise
+        self.check(prepared)
+        eps = prepared.params.epsilon
+        limit = budgets.limit_on(found.budget, on or dt.datetime.now(dt.UTC).date())
+        from sqldp.engine.postgres.engine import ChargedAnswer, ensure_ledger  # with psycopg: only on PostgreSQL
+
+        name = budgets.ledger_name(found.table)
+        if name not in self._ledgers:
+            with connect(self.dsn) as owner:
+                ensure_ledger(owner, name, budgets.ledger_ddl(found.table, found.key))
+            self._ledgers.add(name)
+        statement = budgets.charged_statement(prepared.statements.answer, found, eps, limit)
+        self._charge(eps, prepared.params.delta or 0.0, prepared.rho, prepared.longest)
+        # the PostgreSQL engine's own limit (sqldp.engine.postgres.engine.PostgresEngine.statement_timeout)
+        engine = ChargedAnswer(self.dsn, name, getattr(self.engine, "statement_timeout", None))
+        run = dataclasses.replace(
+            prepared, engine=engine, statements=dataclasses.replace(prepared.statements, answer=statement)
+        )
+        result = run.run()
+        result.notes.append(budgets.note(found, eps, limit))
+        result.timings["ledger_transaction"] = engine.charge_seconds
+        return result
+
+    def budget_counts(self, sql: str, *, epsilon: float, on: dt.date | None = None, **privacy: Any) -> dict[str, Any]:
+        """How many rows :meth:`run_budgeted` would charge for ``sql`` and how many it would exclude, released
+        with Laplace noise at scale 1/``epsilon``: adding or removing one row of the budgeted table moves one of
+        the two counts by one (a used row is either charged or excluded, by its own ledger row; the others' do
+        not move: the pair's ℓ1 sensitivity is 1), a change inside a row moves neither (the used rows read no
+        value-sensitive column, docs/budgets.md). The excluded rows have no per-row budget left, so the counts
+        are charged to the session's analyst-level account, which covers every row; nothing is charged to the
+        ledger. The query itself is not run."""
+        if not (math.isfinite(epsilon) and epsilon > 0):
+            raise InputError(f"epsilon must be a finite number > 0, got {epsilon!r}", where="epsilon")
+        prepared = self.prepare(sql, **privacy)
+        if not isinstance(prepared, Prepared) or not isinstance(prepared.form, AnalysisForm) or self.dsn is None:
+            raise budgets.refused("only a single query on PostgreSQL has per-row budgets")
+        assert prepared.params is not None and prepared.statements is not None
+        found = budgets.analyse(prepared.form, prepared.plans, prepared.statements, self.catalog, self.policy)
+        limit = budgets.limit_on(found.budget, on or dt.datetime.now(dt.UTC).date())
+        from sqldp.engine.postgres.engine import ensure_ledger, read_counts  # with psycopg: only on PostgreSQL
+        from sqldp.mechanisms import release
+
+        name = budgets.ledger_name(found.table)
+        if name not in self._ledgers:
+            with connect(self.dsn) as owner:
+                ensure_ledger(owner, name, budgets.ledger_ddl(found.table, found.key))
+            self._ledgers.add(name)
+        self._charge(epsilon, 0.0, None, 1.0)
+        charged, excluded = read_counts(self.dsn, name, budgets.counts_statement(found, prepared.params.epsilon, limit))
+        scale = 1.0 / epsilon
+        return {
+            "table": found.table,
+            "class": found.supported_class,
+            "epsilon_per_row": prepared.params.epsilon,
+            "limit": limit,
+            "charged": release("laplace", float(charged), scale, self.noise),
+            "excluded": release("laplace", float(excluded), scale, self.noise),
+            "noise_scale": scale,
+            "epsilon": epsilon,
+        }
 
     def check(self, prepared: Compiled) -> None:
         """Have the engine parse and type the statements a private query will run, without reading a row

@@ -137,6 +137,9 @@ def run(args: argparse.Namespace) -> int:
                 f"the budget ledger lives in PostgreSQL; it is not kept for --engine {args.engine}", where="--budget"
             )
     session = open_session(args)
+    from sqldp.commands.policy import note_policy
+
+    note_policy(session.policy)
     if budget is not None:
         from sqldp.commands.budget import budget_json, budgeted_run
 

@@ -24,6 +24,7 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
     # for z3, scipy and the analyses
 
     from sqldp import algebra as ra
+    from sqldp import budgets
     from sqldp.errors import InputError
     from sqldp.form import describe
     from sqldp.frontend import locate, parse
@@ -138,6 +139,8 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
             out["global_sensitivity"] = {}
         if statements.notes:  # what the SQL does beyond the query (a truncation, groups owned by one row)
             out["notes"] = list(statements.notes)
+        if budgets.budgeted_tables(policy):  # per-row budgets (docs/budgets.md): what `run_budgeted` would charge
+            out["budget"] = budgets.describe(form, plans, statements, catalog, policy, params)
         owners = [p for p in plans if isinstance(p, OwnedSelection)]
         if owners:
             # groups owned by one row (sqldp.strategies.owned): the full product's join-row figures above are not what
@@ -245,6 +248,16 @@ def _text(out: dict[str, Any]) -> str:
                 f"{t['truncated_median_noise']:.3g} truncated vs {floor}{t['untruncated_median_noise']:.3g} not"
             )
         lines.extend(f"Note: {n}" for n in out.get("notes", []))
+        if out.get("budget"):
+            b = out["budget"]
+            if b.get("refused"):
+                lines.append(f"Per-row budgets: refused for run_budgeted: {b['refused']}")
+            else:
+                lines.append(
+                    f"Per-row budgets ({b['class']}): charges ε = {b['epsilon_per_row']} to each row of {b['table']} "
+                    f"with {b['charged_rows']}; a row without room under its limit ({b['limit']}) is excluded "
+                    "inside the statement (how many: Session.budget_counts, released with noise)"
+                )
         if out.get("sql"):
             lines.append("SQL that runs (one snapshot):")
             lines.extend(f"  {q}" for q in out["sql"])

@@ -99,11 +99,15 @@ async def _serve(built: object, host: str, port: int) -> None:
 
 def _warn_without_analysts(policy: str) -> None:
     """A policy without [analysts] starts a proxy nobody can log in to (the shipped ones name none): say so
-    and how to add one, rather than leave every login failing with the same message as a wrong password."""
+    and how to add one, rather than leave every login failing with the same message as a wrong password. A
+    table the policy leaves value-private without a word (rows public, a norm) gets its note too."""
+    from sqldp.commands.policy import note_policy
     from sqldp.policy.analysts import parse_proxy
     from sqldp.policy.document import Policy
 
-    if not parse_proxy(Policy.from_file(policy)).analysts:
+    loaded = Policy.from_file(policy)
+    note_policy(loaded, "sqldp proxy")
+    if not parse_proxy(loaded).analysts:
         print(
             f"sqldp proxy: warning: the policy names no analyst, so nobody can log in; add one with "
             f'`sqldp analyst add NAME --policy FILE` (FILE a copy: --from {policy}; docs/proxy.md, "Passwords")',

@@ -112,20 +112,34 @@ class Policy:
 
     def validate(self, catalog: Any) -> None:
         """Check that every table and column the policy names exists in the catalog (names as PostgreSQL
-        folds them), and that declared domain values are of the column's type and distinct in PostgreSQL."""
+        folds them), that declared domain values are of the column's type and distinct in PostgreSQL, and that
+        an integer column's range is of whole numbers."""
         for t in self.tables.values():
             where = f"{self.source}: tables.{t.name}"
             name = resolve_name(t.name, catalog.tables, where)
             if name is None:
                 raise PolicyError(f"table {t.name!r} is not in the schema ({catalog.source})", where=where)
             known = catalog.tables[name].columns
+            if t.budget is not None and not catalog.tables[name].primary_key:
+                # the per-row ledger is keyed by the table's primary key (sqldp.budgets.sql)
+                raise PolicyError(
+                    f"table {t.name!r} has no primary key to key its rows' budgets", where=f"{where}.budget"
+                )
             for col in sorted(t.sensitive_columns | set(t.columns) | set(t.max_rows_per)):
                 if resolve_name(col, known, where) is None:
                     raise PolicyError(f"column {col!r} is not in table {t.name!r}", where=where)
             for c in t.columns.values():
+                column = known[resolve_name(c.name, known, where)]
                 if c.domain is not None:
-                    column = known[resolve_name(c.name, known, where)]
                     domain_fits(c.domain, column, f"{where}.columns.{c.name}.domain")
+                if c.range is not None and column.kind == "integer" and not all(x.is_integer() for x in c.range):
+                    # the analyses would round it inwards (sqldp.sensitivity.intervals): a range meant for another
+                    # column, or a typo, would then bound this one without a word
+                    raise PolicyError(
+                        f"column {t.name}.{c.name} is {column.type_sql}: its range must be whole numbers, got "
+                        f"[{c.range[0]:g}, {c.range[1]:g}]",
+                        where=f"{where}.columns.{c.name}.range",
+                    )
         for i, goal in enumerate(self.goals):  # a goal about a column that does not exist protects nothing
             where = f"{self.source}: goals[{i}]"
             refs: list[tuple[str, str | None, str]] = [

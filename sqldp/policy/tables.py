@@ -45,7 +45,8 @@ MAX_DOMAIN = 10_000  # declared groups per key column (each is released, with no
 # τ of ``max_rows_per``: the model-checking analysis proves bounds up to its cap (64 rows), so a larger τ never
 # gives a finite bound; a million is far beyond it and still refuses nonsense such as 1e300
 MAX_ROWS_PER = 1_000_000
-TABLE_KEYS = {"rows", "weight", "norm", "columns", "max_rows_per"}
+TABLE_KEYS = {"rows", "weight", "norm", "columns", "max_rows_per", "budget", "row_epsilon", "renewal"}
+RENEWAL_KEYS = {"every_days", "epsilon", "start", "max"}
 COLUMN_KEYS = {"range", "unit", "domain", "knowledge"}
 
 
@@ -220,6 +221,26 @@ class ColumnPolicy:
 
 
 @dataclass(frozen=True)
+class Renewal:
+    """Budget renewal (NR §3.3.12.7, "Increasing budgets"): every ``every_days`` days from ``start`` each row's
+    budget grows by ``epsilon``, up to ``max`` in all. A public schedule: the grant is the same for every row,
+    so it reveals nothing about the data."""
+
+    every_days: float
+    epsilon: float
+    start: dt.date
+    max: float | None = None
+
+
+@dataclass(frozen=True)
+class RowBudget:
+    """``budget = "per-row"`` with ``row_epsilon`` (each row's initial ε) and an optional ``renewal``."""
+
+    row_epsilon: float
+    renewal: Renewal | None = None
+
+
+@dataclass(frozen=True)
 class TablePolicy:
     name: str
     rows_private: bool = True
@@ -230,6 +251,9 @@ class TablePolicy:
     # declaration, not a fact: a query that relies on it reads the table truncated to τ rows per value
     # (sqldp.rewrite.truncate), so the bound holds on every database. At most one column per table.
     max_rows_per: Mapping[str, int] = field(default_factory=dict)
+    # ``budget = "per-row"``: every row has its own ε (NR §3.3.12.7, sqldp.budgets); None: the analyst-level
+    # budget only
+    budget: RowBudget | None = None
 
     @property
     def sensitive_columns(self) -> frozenset[str]:
@@ -270,7 +294,39 @@ def _table(name: str, spec: Any, where: str) -> TablePolicy:
     check_folded(cols_raw, f"{where}.columns")
     columns = {c.lower(): _column(c.lower(), s, f"{where}.columns.{c}") for c, s in cols_raw.items()}
     per = _max_rows_per(spec["max_rows_per"], f"{where}.max_rows_per") if "max_rows_per" in spec else {}
-    return TablePolicy(name, rows == "private", weight, norm, columns, per)
+    return TablePolicy(name, rows == "private", weight, norm, columns, per, _budget(spec, where))
+
+
+def _budget(spec: Mapping[str, Any], where: str) -> RowBudget | None:
+    """``budget = "per-row"``, ``row_epsilon = ε`` and ``renewal = { every_days, epsilon, start, max }``
+    (sqldp.budgets, docs/budgets.md); ``row_epsilon`` and ``renewal`` only with ``budget``."""
+    if "budget" not in spec:
+        for key in ("row_epsilon", "renewal"):
+            if key in spec:
+                raise PolicyError('needs budget = "per-row" in the same table', where=f"{where}.{key}")
+        return None
+    if spec["budget"] != "per-row":
+        raise PolicyError(f"must be 'per-row', got {spec['budget']!r}", where=f"{where}.budget")
+    if "row_epsilon" not in spec:
+        raise PolicyError('budget = "per-row" needs row_epsilon, each row\'s ε', where=f"{where}.row_epsilon")
+    row_epsilon = positive(spec["row_epsilon"], f"{where}.row_epsilon")
+    if "renewal" not in spec:
+        return RowBudget(row_epsilon)
+    raw = check_keys(spec["renewal"], RENEWAL_KEYS, ("every_days", "epsilon", "start"), f"{where}.renewal")
+    every = positive(raw["every_days"], f"{where}.renewal.every_days")
+    grant = positive(raw["epsilon"], f"{where}.renewal.epsilon")
+    start = raw["start"]
+    if isinstance(start, str):
+        try:
+            start = dt.date.fromisoformat(start)
+        except ValueError:
+            raise PolicyError(f"must be a date YYYY-MM-DD, got {start!r}", where=f"{where}.renewal.start") from None
+    if isinstance(start, dt.datetime) or not isinstance(start, dt.date):
+        raise PolicyError(f"must be a date YYYY-MM-DD, got {start!r}", where=f"{where}.renewal.start")
+    cap = positive(raw["max"], f"{where}.renewal.max") if "max" in raw else None
+    if cap is not None and cap < row_epsilon:
+        raise PolicyError(f"must be ≥ row_epsilon ({row_epsilon:g}), got {cap:g}", where=f"{where}.renewal.max")
+    return RowBudget(row_epsilon, Renewal(every, grant, start, cap))
 
 
 def _max_rows_per(raw: Any, where: str) -> dict[str, int]:

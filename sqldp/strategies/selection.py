@@ -600,6 +600,9 @@ class Chosen(Generic[S]):
     def checks(self) -> list[str]:
         return self.statements.all()
 
+    def noisy(self) -> tuple[bool, ...] | None:
+        return None  # the chosen rows' columns are exact; a released total is the statement's own column
+
     @property
     def form(self) -> None:
         return None

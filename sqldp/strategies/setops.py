@@ -187,6 +187,13 @@ class SetRelease:
     def checks(self) -> list[str]:
         return []
 
+    def noisy(self) -> tuple[bool, ...] | None:
+        """A column is noisy if any measured branch releases it with noise."""
+        each = [p.noisy() for p in self.branches if not p.public]
+        if not each or any(n is None for n in each) or len({len(n) for n in each if n is not None}) != 1:
+            return None
+        return tuple(any(column) for column in zip(*(n for n in each if n is not None), strict=True))
+
     @property
     def form(self) -> AnalysisForm | None:
         return None

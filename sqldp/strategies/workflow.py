@@ -14,12 +14,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sqldp import allowlist, release, subqueries
+from sqldp import allowlist, subqueries
 from sqldp.errors import RefusedError
 from sqldp.form import AnalysisForm
 from sqldp.frontend import ParsedQuery, parse_statement
 from sqldp.normalize import PublicRelease, relations_read
 from sqldp.params import PrivacyParams, resolve_params
+from sqldp.postprocess import evaluate
 from sqldp.result import Result
 from sqldp.rewrite import Statements
 from sqldp.runner import Prepared
@@ -67,6 +68,9 @@ class Workflow:
     def checks(self) -> list[str]:
         """The statement's (with 1 in the steps' places) and each private step's: each runs statements of its own."""
         return [*self.placeholder.checks(), *(t for _, p in self.steps if not p.public for t in p.checks())]
+
+    def noisy(self) -> tuple[bool, ...] | None:
+        return self.placeholder.noisy()
 
     def outer(self, text: str) -> Prepared:
         """The statement with the steps' values spliced in, analysed at its share."""
@@ -126,7 +130,7 @@ def _scalar(result: Result, prepared: Prepared, step: ScalarStep, noisy: bool) -
     else:
         assert isinstance(prepared.form, AnalysisForm)
         (output,) = (o for o in prepared.form.outputs if not o.is_key)
-        value = release.evaluate(output.expr, [m.true_value for m in result.measurements[0]])
+        value = evaluate(output.expr, [m.true_value for m in result.measurements[0]])
     return None if value is None else float(value)
 
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from sqlglot import exp
 
 import sqldp
-from sqldp import aggregates, release
+from sqldp import aggregates, postprocess
 from sqldp.catalog import Catalog
 from sqldp.errors import ForbiddenError, RefusedError
 from sqldp.form import AnalysisForm
@@ -57,7 +57,7 @@ def test_releasing_rows_names_the_aggregates_of_the_table() -> None:
 def test_a_having_refusal_lists_what_the_release_step_computes() -> None:
     with pytest.raises(RefusedError) as refused:
         _form("SELECT COUNT(*) FROM t HAVING COUNT(*) > 'a'")
-    listed = release.post_processing()
+    listed = postprocess.post_processing()
     assert f"({listed})" in str(refused.value)
     assert all(op in listed.split(", ") for op in ("=", "BETWEEN", "NOT", "+", "/", "GREATEST"))
 
@@ -134,14 +134,14 @@ def test_the_released_spread_stays_in_its_clamp_whatever_the_noise(
     tops = {"VAR_POP": 900.0, "VAR_SAMP": 1800.0, "VARIANCE": 1800.0}
     tops |= {"STDDEV_POP": 30.0, "STDDEV_SAMP": 30.0 * SQRT2, "STDDEV": 30.0 * SQRT2}
     for name, output in zip(SPREADS, form.outputs, strict=True):
-        got = release.evaluate(output.expr, values)
+        got = postprocess.evaluate(output.expr, values)
         sample = name not in ("VAR_POP", "STDDEV_POP")
         if n is None or n <= (1 if sample else 0) or s1 is None or s2 is None:
             assert got is None, (name, values)
         else:
             assert got is not None and 0.0 <= got <= tops[name] * (1 + 1e-12), (name, values, got)
     if (n, s1, s2) == (2.0, 0.0, 1800.0):
-        got = [release.evaluate(o.expr, values) for o in form.outputs]
+        got = [postprocess.evaluate(o.expr, values) for o in form.outputs]
         assert got == [900.0, 1800.0, 1800.0, 30.0, pytest.approx(30.0 * SQRT2), pytest.approx(30.0 * SQRT2)]
 
 
@@ -165,7 +165,7 @@ def _without_noise(session: Session, sql: str) -> list[float | None]:
     assert isinstance(prepared.form, AnalysisForm)
     (measured,) = session.analyze(sql, audit=True).measurements
     truth = [m.true_value for m in measured]
-    return [release.evaluate(o.expr, truth) for o in prepared.form.outputs]
+    return [postprocess.evaluate(o.expr, truth) for o in prepared.form.outputs]
 
 
 XS = st.integers(min_value=0, max_value=60) | st.none()

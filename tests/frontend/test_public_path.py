@@ -121,6 +121,32 @@ def test_subqueries_over_public_tables_stay_exact(neighbours) -> None:
     assert out.table() == (["u", "y"], [("A", None), ("B", 2020), ("C", 2020)])
 
 
+def test_grouping_sets_over_public_tables_are_exact_and_refused_over_private(neighbours) -> None:
+    """GROUP BY ROLLUP / CUBE / GROUPING SETS and GROUPING() run as written over public tables only (TPC-DS
+    q22); over a private table they are refused in one line with their position, the same on neighbours."""
+    d, d2 = neighbours
+    out = d.run("SELECT name, GROUPING(name) AS g, COUNT(*) AS n FROM pub GROUP BY ROLLUP (name) ORDER BY g, name")
+    assert out.public and out.table() == (["name", "g", "n"], [("a", 0, 1), ("b", 0, 1), ("c", 0, 1), (None, 1, 3)])
+    out = d.run("SELECT k, name, COUNT(*) AS n FROM pub GROUP BY GROUPING SETS ((k, name), ()) ORDER BY k")
+    assert out.public and [r[2] for r in out.table()[1]] == [1, 1, 1, 3]
+    assert d.run("SELECT COUNT(*) AS n FROM pub GROUP BY CUBE (k)").public
+    for sql, at, what in (
+        ("SELECT x, COUNT(*) FROM priv GROUP BY ROLLUP (x)", "query:1:47", "GROUP BY ROLLUP"),
+        ("SELECT COUNT(*) FROM priv GROUP BY CUBE (x)", "query:1:42", "GROUP BY CUBE"),
+        (
+            "SELECT COUNT(*) FROM priv, pub WHERE id = k GROUP BY GROUPING SETS ((name), ())",
+            "query:1:70",
+            "GROUP BY GROUPING SETS",
+        ),
+    ):
+        kind, message = outcome(d, sql)
+        assert (
+            kind == "RefusedError"
+            and message == f"{at}: {what} is answered over public tables only, not over a private table"
+        )
+        assert outcome(d2, sql) == (kind, message)
+
+
 def test_a_private_aggregate_with_a_public_subquery_is_a_semi_join(neighbours) -> None:
     """IN (SELECT …) over a public table is a semi-join (sqldp.subqueries): answered with noise, never exactly."""
     d, _ = neighbours

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sqldp import release
+from sqldp import postprocess, release
 from sqldp.catalog import Catalog
 from sqldp.form import AnalysisForm
 from sqldp.frontend import parse
@@ -111,14 +111,14 @@ def test_a_group_without_rows_counts_and_sums_zero(catalog: Catalog) -> None:
 def test_having_is_three_valued(having: str, values: list[float | None], expected: bool | None) -> None:
     import sqlglot
 
-    assert release.holds(sqlglot.parse_one(having, dialect="postgres"), values) is expected
+    assert postprocess.holds(sqlglot.parse_one(having, dialect="postgres"), values) is expected
 
 
 def test_output_division_by_a_noisy_zero_is_null() -> None:
     import sqlglot
 
-    assert release.evaluate(sqlglot.parse_one("__agg0 / __agg1"), [1.0, 0.0]) is None
-    assert release.evaluate(sqlglot.parse_one("GREATEST(__agg0, 0) + 1"), [-3.0, 0.0]) == 1.0
+    assert postprocess.evaluate(sqlglot.parse_one("__agg0 / __agg1"), [1.0, 0.0]) is None
+    assert postprocess.evaluate(sqlglot.parse_one("GREATEST(__agg0, 0) + 1"), [-3.0, 0.0]) == 1.0
 
 
 def test_a_statement_two_plans_ask_runs_once(catalog: Catalog) -> None:

@@ -21,7 +21,7 @@ import pytest
 import sqldp
 from sqldp.form import AnalysisForm
 from sqldp.groups import all_groups, factors, part_groups, read_factors
-from sqldp.release import evaluate
+from sqldp.postprocess import evaluate
 
 QUERIES = Path(__file__).resolve().parents[2] / "benchmarks" / "tpch" / "queries"
 # Q6 and Q19 filter l_discount (DECIMAL(15, 2) in [0, 0.10]: the exact step of its 0.01 grid) and l_quantity

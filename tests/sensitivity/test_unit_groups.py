@@ -34,7 +34,7 @@ from sqldp.errors import RefusedError
 from sqldp.form import AnalysisForm
 from sqldp.mechanisms import NoiseSource
 from sqldp.policy import Policy
-from sqldp.release import evaluate
+from sqldp.postprocess import evaluate
 from sqldp.result import UNIT_HISTOGRAM
 from sqldp.sensitivity.units import SELECT_SHARE, SLACK, races, shift
 
