@@ -278,7 +278,7 @@ class Session:
             self._ledgers.add(name)
         statement = budgets.charged_statement(prepared.statements.answer, found, eps, limit)
         self._charge(eps, prepared.params.delta or 0.0, prepared.rho, prepared.longest)
-        # the PostgreSQL engine's own limit (sqldp.engine.postgres.engine.PostgresEngine.statement_timeout)
+        # the PostgreSQL engine's own limit (its ``statement_timeout``, sqldp.engine.postgres.engine.PostgresEngine)
         engine = ChargedAnswer(self.dsn, name, getattr(self.engine, "statement_timeout", None))
         run = dataclasses.replace(
             prepared, engine=engine, statements=dataclasses.replace(prepared.statements, answer=statement)
