@@ -26,6 +26,7 @@ import itertools
 import math
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -184,6 +185,30 @@ def values_changed(
             yield Neighbour(out, d, f"{table} {row!r} → {moved!r}", removed={table: (row,)}, added={table: (moved,)})
 
 
+def value_set(db: Db, table: str, index: int, column: Column, value: Any, weight: float = 1.0) -> Neighbour:
+    """Row ``index`` of ``table`` with ``column`` set to ``value``, at |new − old|·w (the difference taken in
+    the values' own type: Decimals subtract exactly)."""
+    rows = list(db[table])
+    row = rows[index]
+    old = _get(row, column)
+    moved = _set(row, {column: value})
+    d = float(abs(value - old)) * weight
+    out = _with(db, table, [*rows[:index], moved, *rows[index + 1 :]])
+    return Neighbour(out, d, f"{table} {row!r} → {moved!r}", removed={table: (row,)}, added={table: (moved,)})
+
+
+def values_set(
+    db: Db, table: str, targets: Mapping[Column, Iterable[Any]], weights: Mapping[Column, float] | None = None
+) -> Iterator[Neighbour]:
+    """Each row of ``table`` with one value set to each of its targets (the ends of a declared range, say),
+    where that changes it; at |new − old|·w (``weights``, 1 where it says nothing)."""
+    for i, row in enumerate(db[table]):
+        for column, values in targets.items():
+            for value in values:
+                if value != _get(row, column):
+                    yield value_set(db, table, i, column, value, (weights or {}).get(column, 1.0))
+
+
 def unit_rows(db: Db, links: Mapping[str, Column | Callable[[Row], Hashable]], unit: Hashable) -> dict[str, list[Row]]:
     """The rows of every linked table that belong to ``unit``: ``links`` maps a table to the column holding its
     rows' unit key (the unit table's own key, a foreign key to it), or to a function of the row giving it (a
@@ -216,6 +241,50 @@ def units_added(db: Db, candidates: Iterable[Mapping[str, Sequence[Row]]], weigh
             out[table] = [*out.get(table, []), *rows]
         added = {t: tuple(rows) for t, rows in unit.items() if rows}
         yield Neighbour(out, weight, f"unit added: {dict(unit)!r}", added=added)
+
+
+def sql_literal(value: Any) -> str:
+    """A value as a PostgreSQL literal: NULL, a number as written, anything else (text, a date) quoted."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int | float | Decimal):
+        return str(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def _where(cols: Sequence[str], row: Row) -> str:
+    return f"{cols[0]} = {sql_literal(_get(row, 0))}"
+
+
+def _insert(table: str, cols: Sequence[str], row: Row) -> str:
+    return f"INSERT INTO {table} VALUES ({', '.join(sql_literal(_get(row, i)) for i in range(len(cols)))})"
+
+
+def _update(table: str, cols: Sequence[str], row: Row, to: Row) -> str:
+    """The columns that differ set by the row's key (a value change keeps the key)."""
+    sets = ", ".join(f"{c} = {sql_literal(_get(to, i))}" for i, c in enumerate(cols) if _get(to, i) != _get(row, i))
+    return f"UPDATE {table} SET {sets} WHERE {_where(cols, row)}"
+
+
+def sql_statements(n: Neighbour, columns: Mapping[str, Sequence[str]]) -> tuple[str, str]:
+    """The SQL that turns the loaded original into ``n`` and the SQL that turns it back, for tuple rows whose
+    first column is a key: rows removed are deleted by key (and inserted back), rows added inserted (and
+    deleted), a value change an UPDATE of the columns it changes, by key. ``columns`` names each table's columns."""
+    make, undo = [], []
+    for table in sorted(set(n.removed) | set(n.added)):
+        cols = columns[table]
+        gone, new = list(n.removed.get(table, ())), list(n.added.get(table, ()))
+        if gone and new:  # a value change keeps the key
+            for old, moved in zip(gone, new, strict=True):
+                make.append(_update(table, cols, old, moved))
+                undo.append(_update(table, cols, moved, old))
+            continue
+        deletes = [f"DELETE FROM {table} WHERE {_where(cols, row)}" for row in (*gone, *new)]
+        make += deletes[: len(gone)] + [_insert(table, cols, row) for row in new]
+        undo += [_insert(table, cols, row) for row in gone] + deletes[len(gone) :]
+    return "; ".join(make), "; ".join(undo)
 
 
 # -- densities, written from their definitions -----------------------------------------------------------------

@@ -3,7 +3,9 @@ a brute-force test is only as good as the loss it compares with."""
 
 from __future__ import annotations
 
+import datetime
 import math
+from decimal import Decimal
 from fractions import Fraction
 
 import pytest
@@ -34,10 +36,12 @@ from oracles import (
     rows_removed,
     selection_hockey_stick,
     selection_hockey_stick_2,
+    sql_statements,
     unit_rows,
     units_added,
     units_removed,
     values_changed,
+    values_set,
 )
 from scipy import integrate
 
@@ -85,6 +89,33 @@ def test_values_changed_keeps_to_the_declared_range_and_dict_rows() -> None:
     db = {"r": [{"id": 1, "x": 9}]}
     moved = list(values_changed(db, "r", {"x": 1.0}, [1, 2, -3], within=lambda c, v: 0 <= v <= 10))
     assert [n.db["r"][0]["x"] for n in moved] == [10, 6] and [n.distance for n in moved] == [1, 3]
+
+
+def test_values_set_to_the_ends_of_a_range() -> None:
+    db = {"r": [(1, 0.5), (2, 4.0)]}
+    moved = list(values_set(db, "r", {1: (-4.0, 4.0)}, {1: 0.5}))
+    assert [n.db["r"] for n in moved] == [[(1, -4.0), (2, 4.0)], [(1, 4.0), (2, 4.0)], [(1, 0.5), (2, -4.0)]]
+    assert [n.distance for n in moved] == [2.25, 1.75, 4.0]  # 2 → 4.0 is no change: left out
+
+
+def test_sql_statements_make_and_undo_a_neighbour() -> None:
+    db = {"li": [(1, Decimal("3.00"), datetime.date(2020, 1, 10), "it's")]}
+    cols = {"li": ("id", "q", "d", "c")}
+    (gone,) = rows_removed(db, "li")
+    assert sql_statements(gone, cols) == (
+        "DELETE FROM li WHERE id = 1",
+        "INSERT INTO li VALUES (1, 3.00, '2020-01-10', 'it''s')",
+    )
+    (added,) = rows_added(db, "li", [(9, Decimal("0.50"), datetime.date(2020, 1, 9), None)])
+    assert sql_statements(added, cols) == (
+        "INSERT INTO li VALUES (9, 0.50, '2020-01-09', NULL)",
+        "DELETE FROM li WHERE id = 9",
+    )
+    (moved,) = values_changed(db, "li", {1: 1.0}, [Decimal("0.01")])
+    assert sql_statements(moved, cols) == (
+        "UPDATE li SET q = 3.01 WHERE id = 1",
+        "UPDATE li SET q = 3.00 WHERE id = 1",
+    )
 
 
 CUSTOMERS = {

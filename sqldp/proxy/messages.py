@@ -33,6 +33,7 @@ class Flow:
 
 SIMPLE = Flow(syncs=True, ready=True)  # Query (§55.2.2), Sync
 EXTENDED = Flow(skipped=True, held=True)  # Parse, Bind, Describe, Execute, Close (§55.2.3)
+CALL = Flow(skipped=True, ready=True)  # FunctionCall (§55.2.6): answered like a Query, discarded like Parse
 ASIDE = Flow()  # Flush, Terminate, CopyData/CopyDone/CopyFail outside COPY: nothing to answer
 
 
@@ -81,6 +82,9 @@ async def terminate(b: Backend, body: bytes) -> None:
 
 
 async def function_call(b: Backend, body: bytes) -> None:
+    """FunctionCall (§55.2.6): no function is called through sqldp. Refused as PostgreSQL answers a failed call,
+    with ErrorResponse then ReadyForQuery (CALL): libpq's PQfn waits for the ReadyForQuery, and no Sync
+    follows a call."""
     raise ForbiddenError("the function call protocol is not available through sqldp")
 
 
@@ -183,7 +187,7 @@ MESSAGES: dict[bytes, Message] = {
     b"S": Message(sync, SIMPLE, bodiless=True),  # Sync
     b"H": Message(flush, ASIDE, bodiless=True),  # Flush
     b"X": Message(terminate, ASIDE, bodiless=True),  # Terminate
-    b"F": Message(function_call, Flow(skipped=True)),  # FunctionCall: refused, then skipped until Sync
+    b"F": Message(function_call, CALL),  # FunctionCall
     b"d": Message(ignore, ASIDE),  # CopyData
     b"c": Message(ignore, ASIDE),  # CopyDone
     b"f": Message(ignore, ASIDE),  # CopyFail

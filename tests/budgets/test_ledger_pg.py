@@ -213,3 +213,29 @@ def test_explain_and_noisy_counts_say_what_a_query_would_charge(session: Session
     session.run_budgeted(WINDOW, on=JAN)
     after = session.budget_counts(WINDOW, epsilon=50.0, on=JAN)
     assert abs(after["charged"]) < 1 and abs(after["excluded"] - 12) < 1
+
+
+def test_concurrent_budgeted_runs_never_overspend(session: Session) -> None:
+    """Two sessions charging the same rows at once: the advisory lock orders them, so every row ends at its
+    limit exactly (two charges of 0.5) and never above it, however the six runs interleave."""
+    import threading
+
+    assert session.dsn is not None
+    other = sqldp.connect(session.dsn, Policy.from_toml(POLICY), seed=4)
+    errors: list[BaseException] = []
+
+    def runs(s: Session) -> None:
+        try:
+            for _ in range(3):
+                s.run_budgeted(WINDOW, on=JAN)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=runs, args=(s,)) for s in (session, other)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert set(ledger(session.dsn).values()) == {Decimal("1.0")}
+    assert len(ledger(session.dsn)) == 12

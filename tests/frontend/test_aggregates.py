@@ -14,6 +14,7 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from oracles import row_neighbours
 from sqlglot import exp
 
 import sqldp
@@ -230,8 +231,7 @@ def test_every_neighbour_moves_each_measurement_within_its_bound(pg_dsn: str, co
             conn.execute(f"INSERT INTO o ({column}) VALUES (%s)", (v,))
 
     def neighbours(db: list[Any]) -> Iterator[list[Any]]:
-        yield from ([*db, v] for v in ADDED[column])
-        yield from (db[:i] + db[i + 1 :] for i in range(len(db)))
+        yield from (n.db["o"] for n in row_neighbours({"o": db}, {"o": ADDED[column]}))
 
     rng = random.Random(column)
     largest: dict[str, float] = {}

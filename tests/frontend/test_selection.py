@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import itertools
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -22,7 +24,17 @@ from typing import Any
 
 import psycopg
 import pytest
-from oracles import laplace_exceeds, max_log_ratio, product_law
+from oracles import (
+    laplace_exceeds,
+    max_log_ratio,
+    product_law,
+    product_rows,
+    rows_added,
+    rows_removed,
+    sql_statements,
+    values_changed,
+    values_set,
+)
 
 import sqldp
 from sqldp.errors import RefusedError
@@ -67,26 +79,34 @@ ORDER BY name
 """
 # neighbours: (SQL that makes D′ from D, SQL that restores D, distance d(D, D′) in the policy's metric)
 Neighbour = tuple[str, str, float]
+LI = {
+    "li": [
+        (1, 1, 1, Decimal("3.00"), dt.date(2020, 1, 10), 0.0),
+        (2, 1, 2, Decimal("1.00"), dt.date(2020, 1, 12), 0.0),
+        (3, 2, 3, Decimal("4.00"), dt.date(2020, 1, 11), 0.0),
+        (4, 1, 4, Decimal("1.00"), dt.date(2020, 1, 20), 0.0),
+    ]
+}  # li as DDL loads it
+LI_COLUMNS = {"li": ("id", "pk", "sk", "q", "d", "f")}
 
 
 def _neighbours() -> Iterator[Neighbour]:
-    rows = {1: (1, 1, "3.00", "2020-01-10"), 2: (1, 2, "1.00", "2020-01-12"), 3: (2, 3, "4.00", "2020-01-11")}
-    rows[4] = (1, 4, "1.00", "2020-01-20")
-    for i, (pk, sk, q, d) in rows.items():
-        yield f"DELETE FROM li WHERE id = {i}", f"INSERT INTO li VALUES ({i}, {pk}, {sk}, {q}, '{d}', 0)", 1.0
-        for dq in (Decimal("0.01"), Decimal("-0.01"), Decimal("1"), Decimal("-2.5")):
-            yield f"UPDATE li SET q = q + {dq} WHERE id = {i}", f"UPDATE li SET q = {q} WHERE id = {i}", float(abs(dq))
-        for dd in (1, -1, 3):
-            undo = f"UPDATE li SET d = '{d}' WHERE id = {i}"
-            yield f"UPDATE li SET d = d + {dd} WHERE id = {i}", undo, float(abs(dd))
-        # a column the query does not read: nothing it releases may move
-        yield f"UPDATE li SET f = 0.001 WHERE id = {i}", f"UPDATE li SET f = 0 WHERE id = {i}", 0.001
-    for pk in (1, 2):
-        for sk in (1, 2, 3):
-            for q in ("0.50", "6.00"):
-                for d in ("2020-01-09", "2020-01-10"):
-                    add = f"INSERT INTO li VALUES (99, {pk}, {sk}, {q}, '{d}', 0)"
-                    yield add, "DELETE FROM li WHERE id = 99", 1.0
+    def later(d: dt.date, n: int) -> dt.date:
+        return d + dt.timedelta(days=n)
+
+    added = [
+        (99, pk, sk, Decimal(q), dt.date.fromisoformat(d), 0.0)
+        for pk, sk, q, d in product_rows((1, 2), (1, 2, 3), ("0.50", "6.00"), ("2020-01-09", "2020-01-10"))
+    ]
+    changes = itertools.chain(
+        rows_removed(LI, "li"),
+        values_changed(LI, "li", {3: 1.0}, [Decimal(x) for x in ("0.01", "-0.01", "1", "-2.5")]),
+        values_changed(LI, "li", {4: 1.0}, (1, -1, 3), add=later),
+        values_set(LI, "li", {5: (0.001,)}),  # a column the query does not read: nothing it releases may move
+        rows_added(LI, "li", added),
+    )
+    for n in changes:
+        yield (*sql_statements(n, LI_COLUMNS), n.distance)
 
 
 @pytest.fixture(scope="module")

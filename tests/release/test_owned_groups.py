@@ -22,7 +22,7 @@ their SUMs on both sides (the truncation written out here), and checks sqldp's o
 * the exact privacy loss: a one-sided group o is released with p_o = P[v + Lap(b_s) > τ] (the exact Laplace
   tail, with sqldp's true value v, scale b_s and threshold τ), the groups are independent, so the hockey-stick
   divergence of the whole output at e^(ε·d) is at most (1 − Π_o(1 − p_o)) + H(the changed common group), H
-  computed exactly (test_partition_selection's ``_hockey_stick``; numerically for unequal scales); it must be
+  computed exactly (tests/oracles.py's ``selection_hockey_stick``; numerically for unequal scales); it must be
   ≤ δ in both directions.
 
 The run path is checked too: over seeded runs each group present is released with probability δ/k.
@@ -48,6 +48,7 @@ The query's own COUNT(*) stays a value: the owned selector is then a hidden COUN
 from __future__ import annotations
 
 import datetime
+import itertools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -56,8 +57,14 @@ from typing import Any
 
 import psycopg
 import pytest
-from scipy import integrate
-from test_partition_selection import _hockey_stick, _laplace_density
+from oracles import (
+    hockey_stick_continuous,
+    laplace_exceeds,
+    rows_added,
+    rows_removed,
+    selection_hockey_stick,
+    values_changed,
+)
 
 import sqldp
 from sqldp import release
@@ -247,38 +254,33 @@ def _neighbours(db: Db, g: float = 1.0) -> Iterator[tuple[Db, float, str]]:
     """Every neighbour of ``db`` with its distance: a row removed or added (G = ``g``, every table's weight), a
     sensitive value moved by one grid step or by a large step within its declared range (the norm's distance,
     ℓ1 of one column)."""
-    for i, row in enumerate(db.cust):
-        yield Db(db.cust[:i] + db.cust[i + 1 :], db.ord, db.line), g, f"cust {row} removed"
-        for step in STEPS:
-            if 0 <= row[1] + step <= 10:
-                moved = (row[0], row[1] + step)
-                yield (
-                    Db((*db.cust[:i], moved, *db.cust[i + 1 :]), db.ord, db.line),
-                    float(abs(step)),
-                    f"{row} → {moved}",
-                )
-    for i, o in enumerate(db.ord):
-        yield Db(db.cust, db.ord[:i] + db.ord[i + 1 :], db.line), g, f"ord {o} removed"
-        for days in DAYS:
-            od = o[2] + datetime.timedelta(days=days)
-            if DAY0 <= od <= LAST_DAY:
-                yield Db(db.cust, (*db.ord[:i], (o[0], o[1], od), *db.ord[i + 1 :]), db.line), abs(days), f"{o} → {od}"
-    for i, ln in enumerate(db.line):
-        yield Db(db.cust, db.ord, db.line[:i] + db.line[i + 1 :]), g, f"line {ln} removed"
-        for step in STEPS:
-            if 0 <= ln[2] + step <= 10:
-                moved_line = (ln[0], ln[1], ln[2] + step)
-                rows = (*db.line[:i], moved_line, *db.line[i + 1 :])
-                yield Db(db.cust, db.ord, rows), float(abs(step)), f"{ln} → {moved_line}"
-    for c in ADDED_CUST:
-        assert c[0] not in {x[0] for x in db.cust}
-        yield Db((*db.cust, c), db.ord, db.line), g, f"cust {c} added"
-    for o in ADDED_ORD:
-        assert o[0] not in {x[0] for x in db.ord}
-        yield Db(db.cust, (*db.ord, o), db.line), g, f"ord {o} added"
-    for ln in ADDED_LINE:
-        assert ln[:2] not in {x[:2] for x in db.line}
-        yield Db(db.cust, db.ord, (*db.line, ln)), g, f"line {ln} added"
+    assert not {c[0] for c in ADDED_CUST} & {x[0] for x in db.cust}
+    assert not {o[0] for o in ADDED_ORD} & {x[0] for x in db.ord}
+    assert not {ln[:2] for ln in ADDED_LINE} & {x[:2] for x in db.line}
+    tables = {"cust": db.cust, "ord": db.ord, "line": db.line}
+
+    def in_range(_: object, v: Decimal) -> bool:
+        return 0 <= v <= 10
+
+    def in_days(_: object, day: datetime.date) -> bool:
+        return DAY0 <= day <= LAST_DAY
+
+    def later(day: datetime.date, n: int) -> datetime.date:
+        return day + datetime.timedelta(days=n)
+
+    changes = itertools.chain(
+        rows_removed(tables, "cust", g),
+        values_changed(tables, "cust", {1: 1.0}, STEPS, within=in_range),
+        rows_removed(tables, "ord", g),
+        values_changed(tables, "ord", {2: 1.0}, DAYS, within=in_days, add=later),
+        rows_removed(tables, "line", g),
+        values_changed(tables, "line", {2: 1.0}, STEPS, within=in_range),
+        rows_added(tables, "cust", ADDED_CUST, g),
+        rows_added(tables, "ord", ADDED_ORD, g),
+        rows_added(tables, "line", ADDED_LINE, g),
+    )
+    for n in changes:
+        yield Db(*(tuple(n.db[t]) for t in ("cust", "ord", "line"))), n.distance, n.change
 
 
 # -- sqldp's figures -------------------------------------------------------------------------------------------
@@ -323,31 +325,6 @@ def _side(session: sqldp.session.Session, dsn: str, sql: str, db: Db, found: lis
     return Side(groups, measured)
 
 
-def _released(v: float, tau: float, b: float) -> float:
-    """P[v + Lap(b) > τ], exactly."""
-    return 0.5 * math.exp(-(tau - v) / b) if v <= tau else 1 - 0.5 * math.exp(-(v - tau) / b)
-
-
-def _gencauchy_density(v: float, mu: float, s: float) -> float:
-    """GenCauchy(4) at location mu, scale s: (√2/π)/(1 + z⁴)/s, written here from its definition (NR Thm 3.53)."""
-    z = (v - mu) / s
-    return math.sqrt(2.0) / math.pi / (1.0 + z**4) / s
-
-
-def _laplace_hockey_stick(s: float, b: float, s2: float, b2: float, eps: float, mechanism: str = "laplace") -> float:
-    """H_{e^ε}(P(s, b) ‖ P(s2, b2)) = ∫ max(0, p − e^ε·q), numerically (unequal scales), P the values' noise law:
-    Laplace, or generalized Cauchy where a value's changes have no bounded distance (sqldp.release.calibrate)."""
-    scale = math.exp(eps)
-    density = _gencauchy_density if mechanism == "cauchy" else _laplace_density
-
-    def excess(v: float) -> float:
-        return max(0.0, density(v, s, b) - scale * density(v, s2, b2))
-
-    lo, hi = min(s, s2) - 60 * max(b, b2), max(s, s2) + 60 * max(b, b2)
-    area, _ = integrate.quad(excess, lo, hi, points=sorted({s, s2}), limit=400)
-    return area
-
-
 def _group_loss(
     p: tuple[Measurement, list[Measurement]], q: tuple[Measurement, list[Measurement]], eps: float
 ) -> float:
@@ -365,16 +342,18 @@ def _group_loss(
             (sel2.true_value, sel2.noise_scale, sel2.epsilon, tau2),
             (val2.true_value, val2.noise_scale, val2.epsilon, None),
         ]
-        return _hockey_stick(row, row2, eps)
+        return selection_hockey_stick(row, row2, eps)
     # data-dependent scales: when the selector's release probability is the same on both sides (the caller
     # checks it is: true value 1, scale 1, τ from the query), H factors into it times the values' H
     if (sel.true_value, sel.noise_scale, tau) != (sel2.true_value, sel2.noise_scale, tau2):
         return 1.0  # not certified here; the caller has recorded why
     assert sel.true_value is not None
-    kept = _released(sel.true_value, tau, sel.noise_scale)
+    kept = laplace_exceeds(sel.true_value, tau, sel.noise_scale)
     assert val.mechanism == val2.mechanism
-    return kept * _laplace_hockey_stick(
-        val.true_value, val.noise_scale, val2.true_value, val2.noise_scale, eps, val.mechanism
+    # the values' noise law: Laplace, or generalized Cauchy where a value's changes have no bounded distance
+    # (sqldp.release.calibrate); unequal scales: H numerically
+    return kept * hockey_stick_continuous(
+        val.mechanism, val.true_value, val.noise_scale, val2.true_value, val2.noise_scale, eps, tails=60
     )
 
 
@@ -446,7 +425,7 @@ def _compare(a: Side, b: Side, d: float, what: str, found: list[str]) -> float:
         for g in one_sided:
             sel, _ = (x if g in x.measured else y).measured[g]
             assert sel.true_value is not None
-            stays *= 1.0 - _released(sel.true_value, release.selection_threshold(sel), sel.noise_scale)
+            stays *= 1.0 - laplace_exceeds(sel.true_value, release.selection_threshold(sel), sel.noise_scale)
         h = 1.0 - stays + sum(_group_loss(x.measured[g], y.measured[g], EPSILON * d) for g in differ)
         if h > DELTA * (1 + 1e-6):
             found.append(f"{what}: exact loss H_(e^εd) = {h} > δ = {DELTA} ({len(one_sided)} one-sided groups)")

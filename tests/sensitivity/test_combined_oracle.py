@@ -53,6 +53,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from oracles import row_neighbours, value_set
 from pg_support import create_database, drop_database
 
 import sqldp
@@ -201,28 +202,27 @@ def _changed(rng: random.Random, table: str, column: str, old: Any) -> Any:
 
 
 def _neighbours(db: Db, rng: random.Random) -> Iterator[Neighbour]:
+    """Per table: each row removed, ADDITIONS random rows added, and CHANGES random changes of a sensitive value
+    of each row (drawn in that order: the same neighbours for a seed)."""
     for table, cols in (("t", "id, k, a, x"), ("u", "id, k, b")):
-        for row in db[table]:
-            yield Neighbour(f"remove {table}{row}", f"DELETE FROM {table} WHERE id = %s", (row[0],), G[table], "row")
         make = _t_row if table == "t" else _u_row
-        for j in range(ADDITIONS):
-            row = make(rng, 100 + j)
-            marks = ", ".join(["%s"] * len(row))
-            yield Neighbour(f"add {table}{row}", f"INSERT INTO {table} ({cols}) VALUES ({marks})", row, G[table], "row")
+        added = [make(rng, 100 + j) for j in range(ADDITIONS)]
+        for n in row_neighbours(db, {table: added}, G):
+            if n.op == "remove":
+                yield Neighbour(n.change, f"DELETE FROM {table} WHERE id = %s", (n.row[0],), n.distance, "row")
+            else:
+                marks = ", ".join(["%s"] * len(n.row))
+                statement = f"INSERT INTO {table} ({cols}) VALUES ({marks})"
+                yield Neighbour(n.change, statement, n.row, n.distance, "row")
         sensitive = ("a", "x") if table == "t" else ("b",)
-        for row in db[table]:
+        position = {"a": 2, "x": 3, "b": 2}
+        for i, row in enumerate(db[table]):
             for _ in range(CHANGES):
                 column = rng.choice(sensitive)
-                old = row[{"a": 2, "x": 3, "b": 2}[column]]
-                new = _changed(rng, table, column, old)
-                dist = NORM_WEIGHT[(table, column)] * float(abs(new - old))
-                yield Neighbour(
-                    f"{table}.{column} {old} → {new} in {table}{row}",
-                    f"UPDATE {table} SET {column} = %s WHERE id = %s",
-                    (new, row[0]),
-                    dist,
-                    "value",
-                )
+                new = _changed(rng, table, column, row[position[column]])
+                n = value_set(db, table, i, position[column], new, NORM_WEIGHT[(table, column)])
+                statement = f"UPDATE {table} SET {column} = %s WHERE id = %s"
+                yield Neighbour(f"{table}.{column}: {n.change}", statement, (new, row[0]), n.distance, "value")
 
 
 # -- the analysis at one database -----------------------------------------------------------------------

@@ -7,12 +7,12 @@ refusals where no global bound exists."""
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Iterator
 
 import psycopg
 import pytest
+from oracles import product_rows, row_neighbours
 
 import sqldp
 from sqldp.errors import RefusedError
@@ -71,8 +71,13 @@ def test_every_neighbour_moves_the_distinct_count_by_at_most_the_global_bound(
             assert measurement.mechanism == GLOBAL
             bounds.add(measurement.sensitivity)
             before = _values(conn, sql)
-            neighbours = [("DELETE FROM r WHERE id = %s", (i,)) for i, _, _ in rows]
-            neighbours += [("INSERT INTO r VALUES (99, %s, %s)", ab) for ab in itertools.product(range(3), repeat=2)]
+            added = [(99, a, b) for a, b in product_rows(range(3), range(3))]
+            neighbours = [
+                ("DELETE FROM r WHERE id = %s", (n.row[0],))
+                if n.op == "remove"
+                else ("INSERT INTO r VALUES (%s, %s, %s)", n.row)
+                for n in row_neighbours({"r": rows}, {"r": added})
+            ]
             for statement, args in neighbours:
                 conn.execute("BEGIN")
                 conn.execute(statement, args)

@@ -36,6 +36,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from oracles import row_neighbours, values_changed
 from pg_support import create_database, drop_database
 
 import sqldp
@@ -185,44 +186,42 @@ class Neighbour:
 
 
 def _neighbours(db: Db, rng: random.Random) -> Iterator[Neighbour]:
-    for p in db["part"]:
-        yield Neighbour(f"remove part {p}", "DELETE FROM part WHERE p_partkey = %s", (p[0],), 1.0, "row")
-        for step in (-2, -1, 1, 2):  # one and two grid steps of p_size, inside its range
-            if SIZES[0] <= p[2] + step <= SIZES[-1]:
-                yield Neighbour(
-                    f"part {p}: p_size {p[2]} → {p[2] + step}",
-                    "UPDATE part SET p_size = %s WHERE p_partkey = %s",
-                    (p[2] + step, p[0]),
-                    P_SIZE_WEIGHT * abs(step),
-                    "value",
-                )
-    for r in db["partsupp"]:
-        yield Neighbour(
-            f"remove partsupp {r}", "DELETE FROM partsupp WHERE ps_partkey = %s AND ps_suppkey = %s", r[:2], 1.0, "row"
-        )
-        for step in (-2, -1, 1, 2):  # ps_availqty, weight 1 in partsupp's norm, inside its range [0, 3]
-            if 0 <= r[2] + step <= 3:
-                yield Neighbour(
-                    f"partsupp {r}: ps_availqty {r[2]} → {r[2] + step}",
-                    "UPDATE partsupp SET ps_availqty = %s WHERE ps_partkey = %s AND ps_suppkey = %s",
-                    (r[2] + step, *r[:2]),
-                    float(abs(step)),
-                    "value",
-                )
-    for s in db["supplier"]:
-        yield Neighbour(f"remove supplier {s}", "DELETE FROM supplier WHERE s_suppkey = %s", (s[0],), 1.0, "row")
+    """The statements that make each neighbour: a row of each table removed, random parts and partsupp rows
+    and every absent supplier added, and p_size or ps_availqty moved by one or two grid steps in its range."""
     keys = [p[0] for p in db["part"]]
     taken = {r[:2] for r in db["partsupp"]}
     free = [(k, s) for k in keys for s in SUPPLIERS if (k, s) not in taken]
+    added: dict[str, list[tuple[Any, ...]]] = {"part": [], "partsupp": []}
     for j in range(ADDITIONS):
-        p = (100 + j, rng.choice(BRANDS), rng.choice(SIZES), 1.0)
-        yield Neighbour(f"add part {p}", "INSERT INTO part VALUES (%s, %s, %s, %s)", p, 1.0, "row")
+        added["part"].append((100 + j, rng.choice(BRANDS), rng.choice(SIZES), 1.0))
         if free:
-            r = (*rng.choice(free), 0)
-            yield Neighbour(f"add partsupp {r}", "INSERT INTO partsupp VALUES (%s, %s, %s)", r, 1.0, "row")
-    absent = [s for s in SUPPLIERS if s not in {x[0] for x in db["supplier"]}]
-    for s in absent:
-        yield Neighbour(f"add supplier {s}", "INSERT INTO supplier VALUES (%s, 'Complaint')", (s,), 1.0, "row")
+            added["partsupp"].append((*rng.choice(free), 0))
+    added["supplier"] = [(s, "Complaint") for s in SUPPLIERS if s not in {x[0] for x in db["supplier"]}]
+    inserts = {
+        "part": "INSERT INTO part VALUES (%s, %s, %s, %s)",
+        "partsupp": "INSERT INTO partsupp VALUES (%s, %s, %s)",
+        "supplier": "INSERT INTO supplier VALUES (%s, %s)",
+    }
+    deletes = {
+        "part": ("DELETE FROM part WHERE p_partkey = %s", 1),
+        "partsupp": ("DELETE FROM partsupp WHERE ps_partkey = %s AND ps_suppkey = %s", 2),
+        "supplier": ("DELETE FROM supplier WHERE s_suppkey = %s", 1),
+    }
+    for n in row_neighbours(db, added):
+        if n.op == "remove":
+            statement, width = deletes[n.table]
+            yield Neighbour(n.change, statement, tuple(n.row[:width]), n.distance, "row")
+        else:
+            yield Neighbour(n.change, inserts[n.table], tuple(n.row), n.distance, "row")
+    # one and two grid steps of p_size (weight P_SIZE_WEIGHT) and of ps_availqty (weight 1), inside their ranges
+    for n in values_changed(db, "part", {2: P_SIZE_WEIGHT}, (-2, -1, 1, 2), within=lambda _, v: v in SIZES):
+        (old,), (new,) = n.removed["part"], n.added["part"]
+        statement = "UPDATE part SET p_size = %s WHERE p_partkey = %s"
+        yield Neighbour(n.change, statement, (new[2], old[0]), n.distance, "value")
+    for n in values_changed(db, "partsupp", {2: 1.0}, (-2, -1, 1, 2), within=lambda _, v: 0 <= v <= 3):
+        (old,), (new,) = n.removed["partsupp"], n.added["partsupp"]
+        statement = "UPDATE partsupp SET ps_availqty = %s WHERE ps_partkey = %s AND ps_suppkey = %s"
+        yield Neighbour(n.change, statement, (new[2], *old[:2]), n.distance, "value")
 
 
 def _changes(x: Answer, y: Answer) -> list[float]:

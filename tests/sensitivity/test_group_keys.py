@@ -17,14 +17,17 @@ privacy (NR §3.3.8), against brute force over neighbouring databases on Postgre
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import math
 import random
 import zlib
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
 import psycopg
 import pytest
+from oracles import row_neighbours, values_changed
 
 import sqldp
 from sqldp.errors import RefusedError
@@ -109,27 +112,25 @@ def _plain(dsn: str, query: str) -> dict[Any, float]:
     return {tuple(r[:-1]): float(r[-1] or 0) for r in rows}
 
 
-def _neighbours(t0: list[T], u0: list[U], rows_private: bool) -> list[tuple[list[T], list[U], float]]:
+def _neighbours(t0: list[T], u0: list[U], rows_private: bool) -> Iterator[tuple[list[T], list[U], float]]:
     """Every database one step away: one value of one row moved by a step of its grid (a ±1, x ±0.01 and
     ±0.5, d ±1 and ±3 days, b ±1), and with private rows every row of t removed and one row added; with the
     distance of the policy's metric (a removed or added row: 1, its weight G)."""
-    out: list[tuple[list[T], list[U], float]] = []
-    for i, r in enumerate(t0):
-        moves: list[tuple[int, Any, float]] = [(2, 1, 1.0), (2, -1, 1.0)]
-        moves += [(3, Decimal(s), 0.5 * abs(float(s))) for s in ("0.01", "-0.01", "0.5", "-0.5")]
-        moves += [(4, dt.timedelta(days=n), float(abs(n))) for n in (1, -1, 3, -3)]
-        for col, step, dist in moves:
-            changed = list(r)
-            changed[col] = changed[col] + step
-            out.append(([*t0[:i], tuple(changed), *t0[i + 1 :]], u0, dist))  # type: ignore[list-item]
-        if rows_private:
-            out.append(([*t0[:i], *t0[i + 1 :]], u0, 1.0))
+    db = {"t": t0, "u": u0}
+
+    def later(d: dt.date, n: int) -> dt.date:
+        return d + dt.timedelta(days=n)
+
+    changes = [
+        values_changed(db, "t", {2: 1.0}, (1, -1)),
+        values_changed(db, "t", {3: 0.5}, [Decimal(s) for s in ("0.01", "-0.01", "0.5", "-0.5")]),
+        values_changed(db, "t", {4: 1.0}, (1, -1, 3, -3), add=later),
+        values_changed(db, "u", {2: 1.0}, (1, -1)),
+    ]
     if rows_private:
-        out.append(([*t0, (99, 1, 2, Decimal("1.50"), BASE + dt.timedelta(days=3))], u0, 1.0))
-    for i, r in enumerate(u0):
-        for step in (1, -1):
-            out.append((t0, [*u0[:i], (r[0], r[1], r[2] + step), *u0[i + 1 :]], 1.0))
-    return out
+        changes.append(row_neighbours(db, {"t": [(99, 1, 2, Decimal("1.50"), BASE + dt.timedelta(days=3))]}))
+    for n in itertools.chain(*changes):
+        yield n.db["t"], n.db["u"], n.distance
 
 
 def _random_database(rng: random.Random) -> tuple[list[T], list[U]]:

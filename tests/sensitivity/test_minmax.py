@@ -22,6 +22,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from oracles import values_set
 
 import sqldp
 from sqldp.errors import RefusedError
@@ -334,12 +335,7 @@ def test_empty_group_refusal_depends_on_public_facts_only(pg_dsn: str) -> None:
     session = sqldp.connect(pg_dsn, policy=Policy.from_toml(RANGED), seed=1)
     query = "SELECT t.k, MIN(t.x) FROM t WHERE t.a >= 2 GROUP BY t.k"
     base = [(1, 0, 2, 1.5), (2, 1, 4, 0.25), (3, 1, -1, -2.0)]  # no row with k = 2
-    neighbours = [base]
-    for i, (rid, k, _, x) in enumerate(base):
-        for a in (-3, 5):
-            neighbours.append([*base[:i], (rid, k, a, x), *base[i + 1 :]])
-        for x2 in (-4.0, 4.0):
-            neighbours.append([*base[:i], (rid, k, base[i][2], x2), *base[i + 1 :]])
+    neighbours = [base, *(n.db["t"] for n in values_set({"t": base}, "t", {2: (-3, 5), 3: (-4.0, 4.0)}))]
     for rows in neighbours:
         _load(pg_dsn, rows, [])
         with pytest.raises(RefusedError, match="no value for a group with no rows"):

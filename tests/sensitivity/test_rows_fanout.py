@@ -37,6 +37,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from oracles import product_rows, row_neighbours
 from test_rows_keys import local_at_distance
 
 import sqldp
@@ -171,14 +172,8 @@ def _count(db: DB, tables: tuple[str, ...], where: Check) -> int:
 def _moves(db: DB, table: str) -> list[DB]:
     """Every database one row of ``table`` away that keeps the keys: a row whose key is free added (l_n = 3
     included), a present row removed."""
-    out = []
-    present = db[table]
-    for row in itertools.product(*DOMAINS[table]):
-        if _keys_free(present, row, table):
-            out.append({**db, table: tuple(sorted((*present, row)))})
-    for row in present:
-        out.append({**db, table: tuple(r for r in present if r != row)})
-    return out
+    free = [row for row in product_rows(*DOMAINS[table]) if _keys_free(db[table], row, table)]
+    return [{**db, table: tuple(sorted(n.db[table]))} for n in row_neighbours(db, {table: free})]
 
 
 def _local(db: DB, tables: tuple[str, ...], where: Check, table: str) -> int:

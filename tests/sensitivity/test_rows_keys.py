@@ -30,6 +30,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from oracles import product_rows, row_neighbours
 
 import sqldp
 from sqldp import sensitivity
@@ -144,17 +145,9 @@ def _count(db: DB, tables: tuple[str, ...], where: Check) -> int:
 def _moves(db: DB, table: str) -> list[DB]:
     """Every database one row of ``table`` away that keeps the keys: each row whose key is free added, each
     present row removed (one copy of a repeated l row)."""
-    out = []
     present = db[table]
-    for row in itertools.product(VALUES, VALUES):
-        if table in KEYED and any(r[0] == row[0] for r in present):
-            continue
-        out.append({**db, table: tuple(sorted((*present, row)))})
-    for row in sorted(set(present)):
-        rest = list(present)
-        rest.remove(row)
-        out.append({**db, table: tuple(rest)})
-    return out
+    free = [r for r in product_rows(VALUES, VALUES) if table not in KEYED or all(x[0] != r[0] for x in present)]
+    return [{**db, table: tuple(sorted(n.db[table]))} for n in row_neighbours(db, {table: free}, distinct=True)]
 
 
 def _local(db: DB, tables: tuple[str, ...], where: Check, table: str) -> int:

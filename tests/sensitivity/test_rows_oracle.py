@@ -19,12 +19,12 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import Iterator
 
 import psycopg
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from oracles import product_rows, row_neighbours
 
 from sqldp import sensitivity
 from sqldp.catalog import Catalog
@@ -74,6 +74,10 @@ QUERIES = [
 BETAS = (0.05, 0.3, 1.5)
 
 
+# the neighbours: every database one private row away, each possible row added, each present row removed
+ADDED = {t: product_rows(DOMAIN, DOMAIN) for t in ("r", "s")}
+
+
 @pytest.fixture(scope="module")
 def catalog() -> Catalog:
     return Catalog.from_ddl(DDL)
@@ -110,15 +114,6 @@ def _load(conn: psycopg.Connection, db: dict[str, list[tuple[int, int]]]) -> Non
             conn.execute(f"INSERT INTO {table} ({cols}) VALUES (%s, %s)", row)
 
 
-def _neighbours(db: dict[str, list[tuple[int, int]]]) -> Iterator[tuple[str, str, tuple[int, int]]]:
-    """Every database one private row away: each possible row added, each present row removed."""
-    for table in ("r", "s"):
-        for row in itertools.product(DOMAIN, DOMAIN):
-            yield table, "add", row
-        for row in sorted(set(db[table])):
-            yield table, "remove", row
-
-
 @pytest.mark.parametrize(("sql", "self_join"), QUERIES)
 def test_brute_force_neighbours(pg_dsn: str, catalog: Catalog, policy: Policy, sql: str, self_join: bool) -> None:
     plan = _plan(sql, catalog, policy)
@@ -130,7 +125,8 @@ def test_brute_force_neighbours(pg_dsn: str, catalog: Catalog, policy: Policy, s
             db = _random_db(rng)
             _load(conn, db)
             f0, bounds0 = _evaluate(conn, plan, sql)
-            for table, op, row in _neighbours(db):
+            for n in row_neighbours(db, ADDED, distinct=True):  # every database one private row away
+                table, op, row = n.table, n.op, n.row
                 cols = "a, b" if table == "r" else "b, c"
                 first = cols.split(",")[0]
                 second = cols.split(",")[1].strip()

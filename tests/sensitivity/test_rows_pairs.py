@@ -15,12 +15,12 @@ ties), and one that keeps rows whose join columns are NULL (partitioned together
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Iterator
 
 import psycopg
 import pytest
+from oracles import product_rows, row_neighbours
 from sqlglot import exp
 
 from sqldp import sensitivity
@@ -147,11 +147,9 @@ def _every_neighbour(conn: psycopg.Connection, seed: str, databases: int = 6) ->
     for _ in range(databases):
         db = _random_db(rng)
         _load(conn, db)
-        changes: list[tuple[str, str, tuple[object, ...]]] = [("", "", ())]
-        for table in PRIVATE:
-            domains = [KEYS, (0, 1)] if table == "p" else [KEYS, KEYS, VALUES]
-            changes += [(table, "add", r) for r in itertools.product(*domains)]
-            changes += [(table, "remove", r) for r in sorted(set(db[table]), key=str)]
+        added = {t: product_rows(*([KEYS, (0, 1)] if t == "p" else [KEYS, KEYS, VALUES])) for t in PRIVATE}
+        neighbours = row_neighbours(db, added, distinct=True)  # one private row away
+        changes = [("", "", ()), *((n.table, n.op, n.row) for n in neighbours)]
         for table, op, r in changes:
             conn.execute("BEGIN")
             cols = COLUMNS.get(table, ())

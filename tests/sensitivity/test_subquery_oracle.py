@@ -18,21 +18,21 @@ import dataclasses
 import itertools
 import math
 import random
-from collections.abc import Iterator
 
 import psycopg
 import pytest
+from oracles import product_rows, row_neighbours
 from sqlglot import exp
 from test_rows_oracle import _load, _random_db  # the same tiny tables r, s, p over DOMAIN
 
 from sqldp import sensitivity, subqueries
-from sqldp import session as session_module
 from sqldp.catalog import Catalog
 from sqldp.form import AnalysisForm, Conjunct, single_aggregate
 from sqldp.frontend import parse
 from sqldp.normalize import normalize
 from sqldp.policy import Policy
 from sqldp.sensitivity.rows import semi_form
+from sqldp.strategies import aggregate
 from sqldp.strategies.aggregate import compile_form
 
 DDL = (
@@ -84,6 +84,10 @@ QUERIES = [
 ]
 
 
+# the neighbours: every database one private row away, each possible row added, each present row removed
+ADDED = {t: product_rows(DOMAIN, DOMAIN) for t in ("r", "s")}
+
+
 # correlated scalar subqueries (TPC-H Q17, Q20's inner SUM): a join with D grouped by the correlation keys, whose
 # per-key value can flip the comparison of every outer row with that key (sqldp.subqueries.scalar_join)
 SCALAR_QUERIES = [
@@ -117,14 +121,6 @@ def catalog() -> Catalog:
 @pytest.fixture(scope="module")
 def policy() -> Policy:
     return Policy.from_toml(POLICY)
-
-
-def _neighbours(db: dict[str, list[tuple[int, int]]]) -> Iterator[tuple[str, str, tuple[int, int]]]:
-    for table in ("r", "s"):
-        for row in itertools.product(DOMAIN, DOMAIN):
-            yield table, "add", row
-        for row in sorted(set(db[table])):
-            yield table, "remove", row
 
 
 def _values(conn: psycopg.Connection, sql: str) -> dict[object, float]:
@@ -171,7 +167,8 @@ def _violations(
         for db in (*given, *(_random_db(rng) for _ in range(rounds))):
             _load(conn, db)
             f0, bounds0 = evaluate()
-            for table, op, row in _neighbours(db):
+            for n in row_neighbours(db, ADDED, distinct=True):  # every database one private row away
+                table, op, row = n.table, n.op, n.row
                 first, second = COLS[table]
                 conn.execute("BEGIN")
                 if op == "add":
@@ -265,7 +262,7 @@ def test_mutant_without_distinct_fails(
     """The semi-join counts an outer row once (EXISTS, or a join with the set D): joined with the subquery's
     table itself, without DISTINCT, an outer row is counted once per matching inner row — a different answer,
     and a change by an outer row larger than its bound."""
-    original = session_module.answer_query
+    original = aggregate.answer_query
 
     def bag_join(form: AnalysisForm) -> exp.Select:
         for s in form.semijoins:
@@ -274,7 +271,7 @@ def test_mutant_without_distinct_fails(
             form = dataclasses.replace(joined, conjuncts=(*joined.conjuncts, *inner))
         return original(form)
 
-    monkeypatch.setattr(session_module, "answer_query", bag_join)
+    monkeypatch.setattr(aggregate, "answer_query", bag_join)
     found = _violations(QUERIES[0], catalog, policy, pg_dsn)
     assert any("differs from PostgreSQL" in f for f in found)
     assert any("local sensitivity" in f or "derivative" in f for f in found)

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from oracles import Neighbour, product_rows, row_neighbours, values_changed
 from test_rows_oracle import _load, _random_db  # the same tiny tables r, s, p over DOMAIN
 from test_subquery_oracle import DDL, DOMAIN, _l1, _values
 
@@ -114,22 +115,14 @@ def catalog() -> Catalog:
 Db = dict[str, list[tuple[int, int]]]
 
 
-def _neighbours(db: Db, private: dict[str, str]) -> Iterator[tuple[Db, float, str]]:
+def _neighbours(db: Db, private: dict[str, str]) -> Iterator[Neighbour]:
     """Every value neighbour (r.a or s.c of one row set to each other value of DOMAIN, distance weight·|Δ|), and
     for a table with private rows every row added or removed (distance G)."""
+    shifts = sorted({v - w for v in DOMAIN for w in DOMAIN} - {0})
     for table, position in (("r", 0), ("s", 1)):
-        for i, row in enumerate(db[table]):
-            for v in DOMAIN:
-                if v == row[position]:
-                    continue
-                changed = (v, row[1]) if position == 0 else (row[0], v)
-                rows = [*db[table][:i], changed, *db[table][i + 1 :]]
-                yield {**db, table: rows}, NORM_WEIGHT[table] * abs(v - row[position]), f"{table}[{i}] → {changed}"
+        yield from values_changed(db, table, {position: NORM_WEIGHT[table]}, shifts, within=lambda _, v: v in DOMAIN)
         if private[table] == "private":
-            for i in range(len(db[table])):
-                yield {**db, table: [*db[table][:i], *db[table][i + 1 :]]}, ROW_WEIGHT[table], f"{table}[{i}] removed"
-            for row in ((a, b) for a in DOMAIN for b in DOMAIN):
-                yield {**db, table: [*db[table], row]}, ROW_WEIGHT[table], f"{table} + {row}"
+            yield from row_neighbours(db, {table: product_rows(DOMAIN, DOMAIN)}, ROW_WEIGHT)
 
 
 def _violations(
@@ -160,7 +153,8 @@ def _violations(
         moved = 0
         for db in (*given, *(_random_db(rng) for _ in range(rounds))):
             f0, c0 = evaluate(db)
-            for other, dist, what in _neighbours(db, _privacy(rows)):
+            for n in _neighbours(db, _privacy(rows)):
+                other, dist, what = n.db, n.distance, n.change
                 f1, c1 = evaluate(other)
                 change = _l1(f0, f1)
                 moved += change > 0

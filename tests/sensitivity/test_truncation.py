@@ -19,6 +19,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from oracles import row_neighbours
 
 import sqldp
 from sqldp import rewrite
@@ -176,12 +177,10 @@ def _answer(prepared: Prepared) -> tuple[dict[tuple[Any, ...], float], float, se
 
 def _neighbours(db: DB, private: tuple[str, ...]) -> Iterator[DB]:
     for table in private:
-        rows = db[table]
-        for i in range(len(rows)):
-            yield {**db, table: rows[:i] + rows[i + 1 :]}
-        universe = T_UNIVERSE if table == "t" else [r for r in S_UNIVERSE if r[0] not in {x[0] for x in rows}]
-        for row in universe:  # s: only rows PostgreSQL's PRIMARY KEY admits
-            yield {**db, table: [*rows, row]}
+        keys = {x[0] for x in db[table]}
+        universe = T_UNIVERSE if table == "t" else [r for r in S_UNIVERSE if r[0] not in keys]
+        for n in row_neighbours(db, {table: universe}):  # s: only rows PostgreSQL's PRIMARY KEY admits
+            yield n.db
 
 
 def _random(rng: random.Random) -> DB:

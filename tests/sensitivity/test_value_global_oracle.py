@@ -34,6 +34,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from oracles import row_neighbours, values_changed
 from pg_support import create_database, drop_database
 
 import sqldp
@@ -104,26 +105,27 @@ class Neighbour:
 
 
 def _neighbours(rows: list[tuple[Any, ...]], rng: random.Random) -> Iterator[Neighbour]:
-    for row in rows:
-        yield Neighbour(f"remove {row}", "DELETE FROM t WHERE id = %s", (row[0],), 1.0, "row")
-    for j in range(4):
-        new = _row(rng, 100 + j, lattice=j % 2 == 0)
-        yield Neighbour(f"add {new}", "INSERT INTO t VALUES (%s, %s, %s, %s)", new, 1.0, "row")
-    for row in rows:
-        for column, index in (("q", 2), ("x", 3)):
-            lo, hi = RANGE[column]
-            for step in STEPS[column]:
-                for sign in (-1, 1):
-                    new = row[index] + sign * Decimal(step)
-                    if lo <= new <= hi:
-                        dist = WEIGHT[column] * float(abs(new - row[index]))
-                        yield Neighbour(
-                            f"{column} {row[index]} → {new} in {row}",
-                            f"UPDATE t SET {column} = %s WHERE id = %s",
-                            (new, row[0]),
-                            dist,
-                            "value",
-                        )
+    """The statements that make each neighbour of t's ``rows``: a row removed or added (4 random rows, on and off
+    the lattice), and q or x moved by each step either way within its range."""
+    db = {"t": rows}
+    added = [_row(rng, 100 + j, lattice=j % 2 == 0) for j in range(4)]
+    for n in row_neighbours(db, {"t": added}):
+        if n.op == "remove":
+            yield Neighbour(n.change, "DELETE FROM t WHERE id = %s", (n.row[0],), n.distance, "row")
+        else:
+            yield Neighbour(n.change, "INSERT INTO t VALUES (%s, %s, %s, %s)", n.row, n.distance, "row")
+    names = {2: "q", 3: "x"}
+
+    def in_range(index: object, v: Decimal) -> bool:
+        lo, hi = RANGE[names[index]]  # type: ignore[index]
+        return lo <= v <= hi
+
+    for index, column in names.items():
+        shifts = [sign * Decimal(step) for step in STEPS[column] for sign in (-1, 1)]
+        for n in values_changed(db, "t", {index: WEIGHT[column]}, shifts, within=in_range):
+            (old,), (new,) = n.removed["t"], n.added["t"]
+            statement = f"UPDATE t SET {column} = %s WHERE id = %s"
+            yield Neighbour(n.change, statement, (new[index], old[0]), n.distance, "value")
 
 
 def _scalar(conn: psycopg.Connection, sql: str) -> float:
