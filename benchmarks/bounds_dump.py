@@ -35,7 +35,7 @@ DROPPED = ("query", "seconds", "elapsed", "time", "started", "timings")  # the t
 
 
 def naples_policy() -> Policy:
-    text = (ROOT / "sqldp" / "data" / "schemas" / "tpch.toml").read_text(encoding="utf-8")
+    text = (ROOT / "schemas" / "tpch.toml").read_text(encoding="utf-8")
     text = text.replace('rows = "private"', 'rows = "public"').replace("\nbeta = 0.1\n", "\n")
     return Policy.from_toml(text, source="tpch.toml, rows public")
 

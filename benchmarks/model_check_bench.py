@@ -34,7 +34,7 @@ from sqldp.sensitivity import model_check_workflow as mw
 
 ROOT = Path(__file__).resolve().parents[1]
 QUERIES = ROOT / "benchmarks" / "tpch" / "queries"
-CATALOG = Catalog.from_file(ROOT / "sqldp" / "data" / "schemas" / "tpch.sql")
+CATALOG = Catalog.from_file(ROOT / "schemas" / "tpch.sql")
 # NR Table 21: total analyser time per query's workflow, seconds (i5-2520M); 12.2 s for all 22 queries
 NR_TABLE_21 = {"Q1": 0.134, "Q3": 0.256, "Q5": 0.558, "Q6": 0.080, "Q10": 0.357, "Q12": 0.324, "Q19": 0.153}
 NR_TABLE_21_TOTAL = 12.2

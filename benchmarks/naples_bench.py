@@ -9,7 +9,7 @@ Cauchy noise stays below with probability 78% (NR Table 17's definition, ξ = q_
 q_i is the plain query's answer). "%noise at β*" is the same 78% bound with β chosen per query to minimise
 the noise (NR Theorem 3.73; the half-width of the released noise at confidence 0.78). "noisy ms" is the
 median of repeated runs of one session, which keeps the analysis of a query it has seen (the first run's
-analysis time is listed beside it). The policy is ``sqldp/data/schemas/tpch.toml`` with all
+analysis time is listed beside it). The policy is ``schemas/tpch.toml`` with all
 rows public: NAPLES' §4.3.3 metric (values of every row protected, rows not added or removed). One more row,
 "q16 as measured", is Q16 without the listing's last two conditions: the query whose answer NR Table 17 lists
 (9.95K; the listed text counts 8); it is not among the 21 of the ratio summary.
@@ -79,7 +79,7 @@ NR_Q16_EXTRA = "  AND part.p_brand = 'Brand#14'\n  AND part.p_type = 'LARGE ANOD
 
 
 def value_policy() -> Policy:
-    text = (ROOT / "sqldp" / "data" / "schemas" / "tpch.toml").read_text(encoding="utf-8")
+    text = (ROOT / "schemas" / "tpch.toml").read_text(encoding="utf-8")
     text = text.replace('rows = "private"', 'rows = "public"').replace("\nbeta = 0.1\n", "\n")  # β* is chosen
     return Policy.from_toml(text, source="tpch.toml, rows public")
 

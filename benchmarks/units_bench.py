@@ -36,10 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import QUERIES, ROOT, machine, markdown_table, median_time, tpch_database
 
-from sqldp import release
 from sqldp.errors import SqldpError
 from sqldp.form import AnalysisForm
-from sqldp.mechanisms import NoiseSource
+from sqldp.mechanisms import NoiseSource, race
 from sqldp.session import Session
 
 UNITS = ROOT / "benchmarks" / "tpch" / "units"
@@ -94,7 +93,7 @@ def bench(
     t = statistics.median(times)
     err = statistics.median(errors)
     noise = NoiseSource.seeded(2022)
-    more = statistics.median(abs(release.race(answer, noise) - answer.true_value) for _ in range(releases))
+    more = statistics.median(abs(race.race(answer, noise) - answer.true_value) for _ in range(releases))
     unit = answer.unit or {}
     how = ", LP" if unit.get("truncation") else ""
     return [

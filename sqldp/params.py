@@ -12,6 +12,7 @@ from typing import Any
 
 from sqldp import mechanisms
 from sqldp.errors import InputError
+from sqldp.mechanisms.registry import LAPLACE, NEEDS_DELTA, Name, choices, smoothed
 from sqldp.policy import Policy
 
 MAX_EPSILON = 100.0  # e^100 ≈ 2.7e43: beyond it a "private" answer is the exact one in all but name
@@ -22,7 +23,7 @@ class PrivacyParams:
     epsilon: float
     delta: float | None
     beta: float | None  # None: chosen per answer to minimise noise (Theorem 3.73)
-    mechanism: str
+    mechanism: Name
     confidence: float
     advantage: float | None = None
     epsilon_source: str = "epsilon"
@@ -48,9 +49,9 @@ def resolve_params(
 ) -> PrivacyParams:
     """Explicit arguments win over the policy's ``[defaults]``; ε may come from an advantage target."""
     d = policy.defaults
-    mech = mechanism or d.mechanism
-    if mech not in ("cauchy", "laplace"):
-        raise InputError(f"mechanism must be 'cauchy' or 'laplace', got {mech!r}", where="--mechanism")
+    mech = smoothed(mechanism or d.mechanism)
+    if mech is None:
+        raise InputError(f"mechanism must be {choices()}, got {mechanism or d.mechanism!r}", where="--mechanism")
     conf = confidence if confidence is not None else d.confidence
     if not 0 < conf < 1:
         raise InputError(f"confidence must be in (0, 1), got {conf}", where="--confidence")
@@ -75,7 +76,7 @@ def resolve_params(
             where="--epsilon",
         )
     dlt = delta if delta is not None else d.delta
-    if mech == "laplace" and not dlt:
+    if mech in NEEDS_DELTA and not dlt:
         raise InputError("the Laplace mechanism gives (ε, δ)-DP: pass --delta (NR Thm 3.56)", where="--delta")
     if dlt is not None and not 0 < dlt < 1:
         raise InputError(f"delta must be in (0, 1), got {dlt}", where="--delta")
@@ -84,7 +85,7 @@ def resolve_params(
     beta_where = "--beta" if beta is not None else "defaults.beta" if d.beta is not None else None
     if b is not None and b < 0:
         raise InputError(f"beta must be ≥ 0, got {b}", where=beta_where)
-    return PrivacyParams(epsilon, dlt if mech == "laplace" else None, b, mech, conf, advantage, source, beta_where)
+    return PrivacyParams(epsilon, dlt if mech in NEEDS_DELTA else None, b, mech, conf, advantage, source, beta_where)
 
 
 def check_beta(params: PrivacyParams, shares: Sequence[tuple[float, float | None]]) -> None:
@@ -96,7 +97,7 @@ def check_beta(params: PrivacyParams, shares: Sequence[tuple[float, float | None
         return
     for eps, delta in shares:
         try:
-            if params.mechanism == "laplace":
+            if params.mechanism == LAPLACE:
                 mechanisms.laplace_b(eps, delta or 0.0, params.beta)
             else:
                 mechanisms.cauchy_b(eps, params.beta)

@@ -19,15 +19,15 @@ from sqldp import mechanisms
 from sqldp.errors import RefusedError
 from sqldp.form import AGG_PREFIX, AnalysisForm, Output
 from sqldp.groups import all_groups, part_groups
-from sqldp.mechanisms import NoiseSource
+from sqldp.mechanisms import NoiseSource, race
+from sqldp.mechanisms.registry import CAUCHY, LAPLACE, R2T_HISTOGRAM
 from sqldp.params import PrivacyParams, check_beta
 from sqldp.postprocess import evaluate, holds
-from sqldp.result import GAUSSIAN, GLOBAL, PUBLIC_SCALE, R2T, UNIT_HISTOGRAM, Measurement, Result
-from sqldp.sensitivity.global_bound import GlobalPlan
-from sqldp.sensitivity.owned import SHARED_SCALE_GROUPS, OwnedSelection
+from sqldp.result import GLOBAL, PUBLIC_SCALE, R2T, UNIT_HISTOGRAM, Measurement, Result
+from sqldp.sensitivity.owned import SHARED_SCALE_GROUPS
 from sqldp.sensitivity.plan import Bound, Plan, Rows
 from sqldp.sensitivity.smoothing import remembering
-from sqldp.sensitivity.units import SELECT_BETA, SELECT_SHARE, SLACK, UnitPlan, histogram_columns, shift
+from sqldp.sensitivity.units import histogram_columns
 
 Share = tuple[float, float | None]  # an aggregate's (ε, δ)
 T = TypeVar("T")
@@ -57,8 +57,9 @@ def shares(
     # actually spent, Dwork & Roth Thm 3.16)
     joint = gaussian(form, params, plans)  # one Gaussian release of every aggregate spends δ for them all
     spending = [i for i, plan in enumerate(plans) if joint or not plan.data_independent or i == form.select_by]
-    # the selector of owned groups spends δ only (sqldp.strategies.owned: a common group's indicator is 1 on both sides)
-    free = [i for i, plan in enumerate(plans) if isinstance(plan, OwnedSelection)]
+    # the selector of owned groups spends δ only (sqldp.strategies.owned: a common group's indicator is 1 on
+    # both sides)
+    free = [i for i, plan in enumerate(plans) if not plan.spends_epsilon]
     out: list[tuple[float, float | None] | None] = []
     for i, plan in enumerate(plans):
         whole = not form.group_by or plan.disjoint_groups or plan.data_independent
@@ -94,7 +95,7 @@ def gaussian(form: AnalysisForm, params: PrivacyParams, plans: Sequence[Plan]) -
         bool(params.delta)
         and form.select_by is None
         and bool(plans)
-        and all(p.data_independent and not isinstance(p, UnitPlan) for p in plans)
+        and all(p.data_independent and p.own_mechanism is None for p in plans)
         and math.isfinite(longest_change(plans))
         and mechanisms.gaussian_wins(params.epsilon, params.delta or 0.0, len(plans), change_distances(plans))
     )
@@ -157,11 +158,11 @@ def dilated(form: AnalysisForm, params: PrivacyParams, plan: Plan, kind: str, gr
     the whole share."""
     return (
         bool(form.group_by)
-        and params.mechanism == "cauchy"
+        and params.mechanism == CAUCHY
         and kind in ("count", "sum")
         and not plan.disjoint_groups
         and not plan.data_independent
-        and not isinstance(plan, UnitPlan)
+        and plan.own_mechanism is None
         and (groups is None or groups > histogram_factor(plan))
     )
 
@@ -211,7 +212,7 @@ def smooth_noise_floor(mechanism: str, beta: float | None) -> float:
     mechanisms: generalized Cauchy scales by c/b with b = ε/(γ + 1) − β < ε/(γ + 1) (NR Theorem 3.53); the
     smoothed Laplace by c/b with b = ε/2 when sqldp chooses β (:func:`sqldp.mechanisms.optimise_beta`), and
     b < ε for a fixed β (NR Theorem 3.56)."""
-    if mechanism == "cauchy":
+    if mechanism == CAUCHY:
         return mechanisms.gencauchy_abs_quantile(0.5) * (mechanisms.GAMMA + 1.0)
     return math.log(2.0) * (2.0 if beta is None else 1.0)
 
@@ -219,7 +220,7 @@ def smooth_noise_floor(mechanism: str, beta: float | None) -> float:
 def choose_truncation(
     form: AnalysisForm,
     plans: Sequence[Plan],
-    truncated: Sequence[GlobalPlan],
+    truncated: Sequence[Plan],
     params: PrivacyParams,
     groups: int | None,
 ) -> BoundChoice:
@@ -250,18 +251,19 @@ def choose_truncation(
             return mechanisms.gaussian_abs_quantile(0.5) * math.sqrt(k) * sigma
         return ln2 / share(split, i)
 
-    t_noise = sum(unit(truncated, cut_split, i) * p.bound for i, p in enumerate(truncated))
+    t_noise = sum(unit(truncated, cut_split, i) * (p.global_bound or 0.0) for i, p in enumerate(truncated))
     u_noise = 0.0
     for i, (plan, alt) in enumerate(zip(plans, truncated, strict=True)):
-        if isinstance(plan, GlobalPlan):
-            u_noise += unit(plans, plain_split, i) * plan.bound
+        if plan.global_bound is not None:
+            u_noise += unit(plans, plain_split, i) * plan.global_bound
         elif not plan.data_independent:
-            reach = max((t["sensitivity"] / t.get("swap", 1.0) for t in alt.terms.values()), default=0.0)
+            terms = alt.bind(())(0.0).tables  # a global plan's terms: its bound reads nothing
+            reach = max((t["sensitivity"] / t.get("swap", 1.0) for t in terms.values()), default=0.0)
             eps = share(plain_split, i)
             if groups is not None and dilated(form, params, plan, form.aggregates[i].kind, groups):
                 eps *= groups  # one release of the whole histogram: b < (ε/k)/(γ + 1), not split over the groups
             u_noise += smooth_noise_floor(params.mechanism, params.beta) * reach / eps
-    floor = any(not isinstance(p, GlobalPlan) for p in plans)
+    floor = any(p.global_bound is None for p in plans)
     return BoundChoice(t_noise < u_noise, t_noise, u_noise, floor)
 
 
@@ -282,11 +284,11 @@ def calibrate(
         return float(bound_at(beta).sensitivity)
 
     distances = change_distances([plan])
-    mechanism = smoothed_mechanism(plan, params.mechanism)  # the measurement's mechanism says which
+    mechanism = plan.mechanism(params.mechanism, False)  # the measurement's mechanism says which
     if params.beta is None:
         extra = plan.grid  # a value plan's bound is tightest on its own grid points
         cal = mechanisms.optimise_beta(smooth, eps, mechanism, delta=delta, extra=extra, distances=distances)
-    elif mechanism == "laplace":
+    elif mechanism == LAPLACE:
         cal = mechanisms.calibrate_laplace(smooth(params.beta), eps, delta, params.beta, distances)
     else:
         cal = mechanisms.calibrate_cauchy(smooth(params.beta), eps, params.beta)
@@ -323,10 +325,11 @@ def _templates(
     for i, (agg, plan, rows, share) in enumerate(zip(form.aggregates, plans, results, split, strict=True)):
         assert share is not None
         eps, delta = share
-        if isinstance(plan, UnitPlan):
-            out.append(race_template(agg.sql, plan, rows, eps))
+        own = plan.template(agg.sql, rows, eps)
+        if own is not None:  # a mechanism of the plan's own (R2T's race, sqldp.mechanisms.race)
+            out.append(own)
             continue
-        if isinstance(plan, OwnedSelection):
+        if not plan.spends_epsilon:
             # owned groups' selector: its indicator with Laplace noise of scale 1, thresholded by δ alone
             # (selection_threshold); no ε is spent, so none is shown
             cal, bound = mechanisms.calibrate_global(1.0, 1.0), plan.bind(rows)(0.0)
@@ -358,146 +361,14 @@ def _templates(
                 noise_scale=cal.scale,
                 half_width=cal.half_width(params.confidence),
                 terms=bound.tables,
-                mechanism=GAUSSIAN if joint else GLOBAL if plan.data_independent else cal.mechanism,
+                mechanism=plan.mechanism(params.mechanism, joint),
                 calibration=cal,
-                bound=plan.source if isinstance(plan, GlobalPlan) else None,
-                owned_groups=plan.groups_per_change if isinstance(plan, OwnedSelection) else None,
+                bound=plan.bound_source,
+                owned_groups=plan.owned_groups,
                 one_sided=one_sided_count(plan, bound) if i == form.select_by else None,
             )
         )
     return out
-
-
-def race_scales(thresholds: Sequence[float], eps: float, beta: float) -> list[tuple[float, float]]:
-    """Per race j, R2T's Laplace scale s_j = τ_j·J/ε (ε split evenly over the J races, sequential composition)
-    and the correction L·s_j subtracted from it (R2T §4; L from :func:`sqldp.sensitivity.units.shift`: with
-    probability ≥ 1 − β no race's noise exceeds its correction, so the released top does not overshoot Q(I),
-    and the race at τ ≥ DS is not pushed below Q(I) by more than it). Both depend on the policy and ε only."""
-    j = len(thresholds)
-    factor = shift(j, beta)
-    return [(t * j / eps, t * j / eps * factor) for t in thresholds]
-
-
-def race_bound(thresholds: Sequence[float], eps: float, beta: float, largest: float) -> float:
-    """R2T's error bound at probability 1 − β (Theorem 4.2 of the paper, for base b races): Q(I) − 2·C_{j*} ≤
-    Q̃ ≤ Q(I), where j* is the first race with τ_{j*} ≥ DS (the largest contribution of one unit) and C_{j*}
-    its correction; τ_{j*} ≤ max(τ_1, b·DS), so the bound is 2·max(τ_1, b·DS)·J·L/ε (b = 2, L = ln(J/β): the
-    paper's 4·J·ln(J/β)·DS/ε). Infinite when DS exceeds the top race (the truncation there is not bounded)."""
-    j = len(thresholds)
-    if largest > thresholds[-1]:
-        return math.inf
-    star = next(t for t in thresholds if t >= largest)
-    return 2 * star * j * shift(j, beta) / eps
-
-
-def race_template(aggregate: str, plan: UnitPlan, rows: Sequence[Rows], eps: float) -> Measurement:
-    """The measurement of an R2T plan: the truncated answers it read and the race's data-independent parts.
-    ``half_width`` is R2T's error bound at probability 1 − β (:func:`race_bound`, summed over the raced parts;
-    DS, the largest contribution of one unit, is read from the data: audit only)."""
-    if plan.histogram:  # per group, its truncated values are read from the answer's rows (measure)
-        return Measurement(
-            aggregate=aggregate,
-            epsilon=eps,
-            delta=None,
-            beta=0.0,
-            sensitivity=plan.gs,
-            noise_scale=plan.thresholds[-1] * (1 + SLACK) / (eps * (1 - SELECT_SHARE)),
-            half_width=math.inf,
-            terms={},
-            mechanism=UNIT_HISTOGRAM,
-            unit=plan.describe(),
-            thresholds=plan.thresholds,
-        )
-    values, largest = plan.truncated(rows)
-    j = len(plan.thresholds)
-    parts = len(plan.signs)
-    bound = plan.bind(rows)(0.0)
-    return Measurement(
-        aggregate=aggregate,
-        epsilon=eps,
-        delta=None,
-        beta=0.0,
-        sensitivity=plan.gs,
-        noise_scale=plan.thresholds[-1] * j * parts / eps,
-        half_width=parts * race_bound(plan.thresholds, eps / parts, plan.beta, largest),
-        terms=bound.tables,
-        mechanism=R2T,
-        unit=plan.describe(),
-        thresholds=plan.thresholds,
-        truncated=values,
-    )
-
-
-def race(m: Measurement, noise: NoiseSource) -> float:
-    """R2T's release (Dong, Fang, Yi, Tao and Machanavajjhala, SIGMOD 2022, §4): each truncated answer
-    Q(I, τ_j) with Laplace noise at τ_j·J/ε — τ_j bounds how much one unit moves it, so each race is
-    (ε/J)-DP and the J races together ε-DP — minus its correction, and the largest of them and Q(I, 0) = 0
-    released. The corrections and the maximum are post-processing of the noisy values (Dwork & Roth,
-    Prop. 2.1), so neither the base of the races nor the correction's factor bears on privacy, only on the
-    error (:func:`race_bound`). Each noisy value is sampled exactly (sqldp.mechanisms.release). A SUM raced in a
-    positive and a negative part gives each part half of ε and releases their difference (sequential
-    composition)."""
-    assert m.unit is not None
-    signs = m.unit.get("signs", [1])
-    j = len(m.thresholds)
-    out = 0.0
-    for i, sign in enumerate(signs):
-        best = 0.0  # Q(I, 0): truncated at 0, no unit contributes
-        scales = race_scales(m.thresholds, m.epsilon / len(signs), m.unit["beta"])
-        for q, (scale, correction) in zip(m.truncated[i * j : (i + 1) * j], scales, strict=True):
-            best = max(best, mechanisms.release("laplace", q, scale, noise) - correction)
-        out += sign * best
-    return out
-
-
-def choose_threshold(
-    thresholds: Sequence[float], masses: Sequence[float], eps: float, beta: float, noise: NoiseSource
-) -> int:
-    """The index of the τ a GROUP BY under a privacy unit truncates at: R2T's race (:func:`race`) on the total
-    ℓ1 mass T(τ_j) = Σ_u min(c_u, τ_j), whose sensitivity is τ_j, each race with Laplace at τ_j·J/ε minus its
-    correction; the race whose corrected noisy value is largest wins (the top of R2T's race; the truncation at
-    τ = 0 is no candidate: it would release nothing). ε-DP by sequential composition over the J races; the
-    choice is post-processing of their noisy values, so τ may be shown."""
-    best, chosen = -math.inf, 0
-    for j, (q, (scale, correction)) in enumerate(zip(masses, race_scales(thresholds, eps, beta), strict=True)):
-        value = mechanisms.release("laplace", q, scale, noise) - correction
-        if value > best:
-            best, chosen = value, j
-    return chosen
-
-
-def histogram_release(result: Result, noise: NoiseSource) -> None:
-    """The noisy values of every GROUP BY aggregate answered under a privacy unit (mechanism
-    ``r2t-histogram``; docs/units.md): of the query's ε (the sum of their shares), :data:`SELECT_SHARE`
-    chooses τ (:func:`choose_threshold` on the mass summed over the released groups, its corrections at
-    :data:`SELECT_BETA`), and the rest releases
-    the vector of every such aggregate in every group, truncated across groups and aggregates at τ, with
-    Laplace noise at τ·(1 + SLACK)/ε₂ on each coordinate: its ℓ1 sensitivity is τ
-    (:func:`sqldp.sensitivity.units.grouped_answer`), so one Laplace vector is ε₂-DP (Dwork, McSherry, Nissim,
-    Smith, TCC 2006), not ε₂/m per group. Sequential composition: ε in all."""
-    if not result.measurements:
-        return
-    index = [i for i, m in enumerate(result.measurements[0]) if m.mechanism == UNIT_HISTOGRAM]
-    if not index:
-        return
-    first = result.measurements[0][index[0]]
-    assert first.unit is not None
-    eps = math.fsum(result.measurements[0][i].epsilon for i in index)
-    races = len(first.thresholds)
-    masses = [math.fsum(group[index[0]].mass[j] for group in result.measurements) for j in range(races)]
-    j = choose_threshold(first.thresholds, masses, eps * SELECT_SHARE, SELECT_BETA, noise)
-    tau = first.thresholds[j]
-    scale = tau * (1 + SLACK) / (eps * (1 - SELECT_SHARE))
-    confidence = result.params.confidence if result.params is not None else None
-    unit = {**first.unit, "tau": tau}
-    for group in result.measurements:
-        for i in index:
-            m = group[i]
-            assert m.true_value is not None
-            m.noisy_value = mechanisms.release("laplace", m.truncated[j], scale, noise)
-            m.noise_scale = scale
-            m.half_width = scale * math.log(1 / (1 - confidence)) if confidence else math.inf
-            m.unit = unit
 
 
 def measure(
@@ -564,7 +435,7 @@ def measure(
 def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]], noise: NoiseSource) -> None:
     """Sample each measurement's noise and compute the released rows from the noisy values only (post-processing
     keeps the guarantee, Dwork & Roth Prop. 2.1): the output expressions, HAVING, ORDER BY and LIMIT."""
-    histogram_release(result, noise)
+    race.histogram_release(result, noise)
     # per released row: its keys, values, error bars, and the values of ORDER BY's expressions that are no output
     rows: list[tuple[dict[str, Any], dict[str, Any], dict[str, float], dict[int, Any]]] = []
     kept: list[list[Measurement]] = []
@@ -573,11 +444,10 @@ def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]
         if m.mechanism == UNIT_HISTOGRAM:
             assert m.noisy_value is not None  # drawn by histogram_release, one τ for every group
         elif m.mechanism == R2T:
-            m.noisy_value = race(m, noise)
+            m.noisy_value = race.race(m, noise)
         else:
             assert m.true_value is not None
-            kind = {GLOBAL: "laplace", GAUSSIAN: "gaussian"}.get(m.mechanism, m.mechanism)
-            m.noisy_value = mechanisms.release(kind, m.true_value, m.noise_scale, noise)
+            m.noisy_value = mechanisms.release(m.mechanism, m.true_value, m.noise_scale, noise)
 
     chosen = _selection(form, result.measurements, noise) if form.select_by is not None else None
     for index, (g, measured) in enumerate(zip(groups, result.measurements, strict=True)):
@@ -758,41 +628,6 @@ def error_bar(
     return max(value - span[0], span[1] - value, 0.0)
 
 
-def mechanism_of(plan: Plan, params: PrivacyParams, joint: bool) -> str:
-    """The mechanism ``_templates`` gives a plan's measurements, decided before anything is read (it follows
-    from the query's shape, the policy and (ε, δ) only): what ``analyze`` and ``explain`` name."""
-    if isinstance(plan, UnitPlan):
-        return UNIT_HISTOGRAM if plan.histogram else R2T
-    if joint:
-        return GAUSSIAN
-    if plan.data_independent:
-        return GLOBAL
-    return smoothed_mechanism(plan, params.mechanism)
-
-
-def smoothed_mechanism(plan: Plan, mechanism: str) -> str:
-    """The mechanism of a smoothed (data-dependent) bound: the user's, except that the smoothed Laplace keeps
-    (ε·d, δ) only for bounded distances (mechanisms.laplace_delta_at), so a bound that a value in a norm moves —
-    any distance — gets generalized Cauchy, ε·d at every d (NR Theorem 3.53). From the query and the policy."""
-    if mechanism == "laplace" and not math.isfinite(longest_change([plan])):
-        return "cauchy"
-    return mechanism
-
-
-def _expected_bound(plan: Plan) -> float | None:
-    """A data-independent plan's bound when it reads nothing to compute it (a GlobalPlan's number, a row or
-    value plan with no query: one private table's COUNT, a SUM's clamp), else None (a bound from public rows
-    is read when the query runs; the owned-groups selector is calibrated apart)."""
-    if not plan.data_independent or isinstance(plan, (UnitPlan, OwnedSelection)):
-        return None
-    if isinstance(plan, GlobalPlan):
-        return float(plan.bound)
-    # a row or value plan counts its queries without building them (sqldp.runner)
-    if getattr(plan, "query_count", None) == 0:
-        return float(plan.bind([])(0.0).sensitivity)
-    return None
-
-
 def describe(
     form: AnalysisForm, params: PrivacyParams, plans: Sequence[Plan], domains: Sequence[Any]
 ) -> list[dict[str, Any]]:
@@ -812,7 +647,7 @@ def describe(
             )
         elif parallel:
             how = "full share"
-        elif isinstance(plan, UnitPlan) and plan.histogram:
+        elif plan.own_mechanism == R2T_HISTOGRAM:
             how = "full share (ℓ1 over the groups: each unit truncated across them, one Laplace release)"
         elif plan.data_independent:
             how = "full share (ℓ1 over the groups, global bound)"
@@ -835,18 +670,18 @@ def describe(
             "groups": how,
             "epsilon": eps,
             "delta": delta,
-            "mechanism": mechanism_of(plan, params, joint),
+            "mechanism": plan.mechanism(params.mechanism, joint),
         }
-        if isinstance(plan, GlobalPlan):  # which global bound (the query, the schema and the policy decide it)
-            entry["bound"] = plan.source
-        expected = None if joint or vector else _expected_bound(plan)
+        if plan.bound_source is not None:  # which global bound (the query, the schema and the policy decide it)
+            entry["bound"] = plan.bound_source
+        expected = None if joint or vector else plan.expected_bound()
         if expected is not None and eps is not None:
             # a global bound that needs no query: the noise _templates will calibrate to it (calibrate), and
             # its bar, follow from the query, the schema and the policy alone, so they are the error to expect
             cal = mechanisms.calibrate_global(expected, eps)
             entry["noise_scale"], entry["half_width"] = cal.scale, cal.half_width(params.confidence)
-        if isinstance(plan, UnitPlan):
-            entry["unit"] = plan.describe()
+        if plan.privacy_unit is not None:
+            entry["unit"] = plan.privacy_unit
         out.append(entry)
     return out
 

@@ -12,18 +12,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sqldp.errors import InputError, RefusedError
+from sqldp.mechanisms.registry import CAUCHY, GAUSSIAN_GLOBAL, LAPLACE_GLOBAL, PUBLIC_SCALE, R2T, R2T_HISTOGRAM
 
 if TYPE_CHECKING:  # sqldp.params imports the mechanisms (scipy, gmpy2): not needed to read a result
     from sqldp.params import PrivacyParams
 
-GLOBAL = "laplace-global"  # the mechanism of a data-independent bound (sqldp.release.calibrate)
-# a query's data-independent bounds released together by one Gaussian vector (sqldp.release.gaussian)
-GAUSSIAN = "gaussian-global"
-PUBLIC_SCALE = frozenset({GLOBAL, GAUSSIAN})  # mechanisms whose noise scale depends on no private data
-R2T = "r2t"  # the race of truncations under a privacy unit (sqldp.release.race)
-# GROUP BY under a privacy unit: τ chosen by R2T's race on the total, the histogram truncated across groups
-# and released with Laplace noise at τ/ε (sqldp.release.histogram_release, docs/units.md)
-UNIT_HISTOGRAM = "r2t-histogram"
+# the release names a measurement carries (sqldp.mechanisms.registry spells them), under their older names
+GLOBAL = LAPLACE_GLOBAL  # the mechanism of a data-independent bound (sqldp.release.calibrate)
+GAUSSIAN = GAUSSIAN_GLOBAL  # a query's global bounds released together by one Gaussian vector
+UNIT_HISTOGRAM = R2T_HISTOGRAM  # GROUP BY under a privacy unit (docs/units.md)
+__all__ = ["GAUSSIAN", "GLOBAL", "PUBLIC_SCALE", "R2T", "UNIT_HISTOGRAM", "Measurement", "Result"]
 
 
 @dataclass(repr=False)
@@ -38,15 +36,16 @@ class Measurement:
     noise_scale: float
     half_width: float
     terms: Mapping[str, Any] = field(repr=False)  # the analysis' per-table terms, as bound
-    # "laplace-global" when the plan's bound is data-independent (see _calibrate), "gaussian-global" when the
-    # query's global bounds are released as one Gaussian vector (sqldp.release.gaussian), else the policy's
-    # mechanism; it depends on the query, the policy and (ε, δ) only, so it is released
-    mechanism: str = "cauchy"
+    # a name of sqldp.mechanisms.registry.Name: Laplace on a global bound when the plan's bound is
+    # data-independent, the Gaussian vector when the query's global bounds are released as one
+    # (sqldp.release.gaussian), else the policy's mechanism; it depends on the query, the policy and (ε, δ)
+    # only, so it is released
+    mechanism: str = CAUCHY
     true_value: float | None = None  # never released; kept out of every serialisation
     # the noise, for error bars at other confidences (the bars of expressions over several measurements)
     calibration: Any = field(default=None, repr=False)
     noisy_value: float | None = None
-    # R2T (mechanism "r2t"): the unit, GS_Q, the number of races and R2T's β — from the policy and the query,
+    # R2T (mechanism R2T): the unit, GS_Q, the number of races and R2T's β — from the policy and the query,
     # so released — and the thresholds τ_j and the truncated answers Q(I, τ_j), data-dependent: audit only
     unit: Mapping[str, Any] | None = None
     thresholds: tuple[float, ...] = ()
@@ -244,8 +243,8 @@ class Result:
     def _mechanism(self) -> str | None:
         """The mechanism the measurements used (data-independent: it follows from the query and the policy);
         before anything is measured (``analyze`` without audit) the one the plan gives each aggregate
-        (sqldp.release.mechanism_of), so that ``analyze`` names what ``run`` will use. The policy's only when
-        there is neither."""
+        (sqldp.sensitivity.plan.Releasable.mechanism), so that ``analyze`` names what ``run`` will use. The
+        policy's only when there is neither."""
         used = sorted({m.mechanism for group in self.measurements for m in group})
         if not used:
             used = sorted({step["mechanism"] for step in self.plan if "mechanism" in step})

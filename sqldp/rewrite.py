@@ -36,7 +36,7 @@ from sqldp.groups import DOMAIN_ALIAS, KeyDomain, match_groups
 from sqldp.pg_arithmetic import case_values
 from sqldp.policy import Policy
 from sqldp.sensitivity import model_check
-from sqldp.sensitivity.global_bound import ALL, CUT, IN, OVER, RANK, GlobalPlan, Truncation
+from sqldp.sensitivity.global_bound import ALL, CUT, IN, OVER, RANK, Truncation
 from sqldp.sensitivity.intervals import domain
 from sqldp.sensitivity.operators import clamped
 from sqldp.sensitivity.plan import Plan
@@ -456,7 +456,7 @@ def rewrite(
 ) -> Statements:
     if dialect not in DIALECTS:
         raise ValueError(f"unknown SQL dialect {dialect!r} (have: {', '.join(DIALECTS)})")
-    truncations = tuple(dict.fromkeys(t for p in plans if isinstance(p, GlobalPlan) for t in p.truncations))
+    truncations = tuple(dict.fromkeys(t for p in plans for t in p.declared_truncations))
     kind_of = domain(form, catalog, policy).kind
 
     def kind(ref: ColumnRef) -> str:

@@ -27,9 +27,7 @@ from sqldp.normalize import PublicRelease
 from sqldp.params import PrivacyParams
 from sqldp.result import Result
 from sqldp.rewrite import Statements
-from sqldp.sensitivity.columns import ColumnPlan
 from sqldp.sensitivity.plan import Plan
-from sqldp.sensitivity.rows import RowPlan
 
 
 @dataclass
@@ -142,7 +140,7 @@ class Prepared:
         results = []
         for plan in self.plans:
             # a row or value plan builds its statements' trees at each ``queries``: count them without
-            size = plan.query_count if isinstance(plan, (RowPlan, ColumnPlan)) else len(plan.queries)
+            size = plan.query_count
             results.append(flat[:size])
             del flat[:size]
         return answer_rows, results

@@ -332,7 +332,7 @@ class Session:
         found = budgets.analyse(prepared.form, prepared.plans, prepared.statements, self.catalog, self.policy)
         limit = budgets.limit_on(found.budget, on or dt.datetime.now(dt.UTC).date())
         from sqldp.engine.postgres import ensure_ledger, read_counts  # with psycopg: only on PostgreSQL
-        from sqldp.mechanisms import release
+        from sqldp.mechanisms import laplace
 
         name = budgets.ledger_name(found.table)
         if name not in self._ledgers:
@@ -347,8 +347,8 @@ class Session:
             "class": found.supported_class,
             "epsilon_per_row": prepared.params.epsilon,
             "limit": limit,
-            "charged": release("laplace", float(charged), scale, self.noise),
-            "excluded": release("laplace", float(excluded), scale, self.noise),
+            "charged": laplace.sample(float(charged), scale, self.noise),
+            "excluded": laplace.sample(float(excluded), scale, self.noise),
             "noise_scale": scale,
             "epsilon": epsilon,
         }

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sqldp.cli import common_options, emit, read_query
 from sqldp.errors import InputError
 from sqldp.limits import DEFAULT_MAX_ESTIMATED_ROWS, DEFAULT_STATEMENT_TIMEOUT
+from sqldp.mechanisms import registry
 from sqldp.result import _describe_term, format_text  # noqa: F401  (_describe_term: tests read it here)
 
 if TYPE_CHECKING:
@@ -34,7 +35,9 @@ def privacy_group(p: argparse.ArgumentParser, *, advantage: bool = True) -> argp
     g.add_argument("--delta", type=float, help="δ of (ε, δ)-DP (Laplace mechanism)")
     g.add_argument("--beta", type=float, help="smoothing β (default: chosen to minimise the noise)")
     g.add_argument(
-        "--mechanism", choices=("cauchy", "laplace"), help="generalized Cauchy (ε-DP) or Laplace ((ε, δ)-DP)"
+        "--mechanism",
+        choices=[n.value for n in registry.SMOOTHED],
+        help="generalized Cauchy (ε-DP) or Laplace ((ε, δ)-DP)",
     )
     return g
 
@@ -182,7 +185,8 @@ def privacy_at_risk_report(out: dict[str, Any]) -> dict[str, Any] | None:
     """Opt-in report (Dandekar, Basu and Bressan, "Differential Privacy at Risk", PoPETs 2021, Thm 4): for a
     Laplace mechanism at ε₀ = the result's ε with k outputs (the aggregates of one group), the (ε, γ) pairs.
     Not defined for generalized Cauchy: None."""
-    if out.get("public") or out.get("mechanism") not in ("laplace", "laplace-global") or not out.get("epsilon"):
+    laplace = (registry.LAPLACE, registry.LAPLACE_GLOBAL)
+    if out.get("public") or out.get("mechanism") not in laplace or not out.get("epsilon"):
         return None
     from sqldp.privacy_at_risk import pairs
 

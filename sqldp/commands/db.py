@@ -9,9 +9,21 @@ from sqldp.db import EmbeddedServer
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("db", help="manage the embedded PostgreSQL server and the analyst role")
-    p.add_argument("action", choices=("start", "stop", "status", "url", "grant"))
-    p.add_argument("--data-dir", help="server home (default: $SQLDP_HOME or the per-user data dir)")
+    p = sub.add_parser(
+        "db",
+        help="manage the embedded PostgreSQL server and the analyst role",
+        description="start: start the embedded server (initialised on first use) and print its URL; "
+        "stop: stop it; status: whether it runs, its pid and URL (exit 3 when stopped); url: its connection "
+        "string (started when needed); grant: create the analyst role with SELECT on the data schema's tables",
+    )
+    p.add_argument(
+        "action",
+        choices=("start", "stop", "status", "url", "grant"),
+        help="start | stop | status | url | grant (the analyst role; see the description)",
+    )
+    p.add_argument(
+        "--data-dir", metavar="DIR", help="the embedded server's home (default: $SQLDP_HOME or the per-user data dir)"
+    )
     p.add_argument("--dsn", help="grant: the owner's connection string (default: $SQLDP_DSN, else the embedded server)")
     p.add_argument(
         "--print-sql", action="store_true", help="grant: print the SQL that creates the role instead of running it"

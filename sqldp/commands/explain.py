@@ -31,12 +31,8 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
     from sqldp.groups import partition_selection
     from sqldp.normalize import PublicRelease, normalize, relations_read
     from sqldp.params import PrivacyParams, resolve_params
-    from sqldp.release import gaussian, mechanism_of, smoothed_mechanism
-    from sqldp.result import GLOBAL, R2T, UNIT_HISTOGRAM
-    from sqldp.sensitivity.global_bound import GlobalPlan
+    from sqldp.release import gaussian
     from sqldp.sensitivity.global_bound import for_form as schema_sensitivity
-    from sqldp.sensitivity.owned import OwnedSelection
-    from sqldp.sensitivity.units import UnitPlan
     from sqldp.strategies import argmax, selection, setops
     from sqldp.strategies.aggregate import compile_form
     from sqldp.strategies.owned import own_selector
@@ -107,7 +103,6 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
                     {"table": t.table, "column": t.column, "max_rows": t.tau} for t in statements.truncations
                 ],
             }
-        default = policy.defaults.mechanism or "cauchy"
         # at the policy's default (ε, δ): one Gaussian vector for all the aggregates where it wins
         # (sqldp.release.gaussian; the choice depends on ε, δ and the query's shape only)
         params: PrivacyParams | None
@@ -116,23 +111,19 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
         except InputError:  # no default ε in the policy: the mechanism is chosen when the query runs
             params = None
         joint = params is not None and gaussian(form, params, plans)
-
-        def mechanism(p: Any) -> str:
-            if params is not None:  # the rule the release applies (what `run` and `analyze` name)
-                return mechanism_of(p, params, joint)
-            if isinstance(p, UnitPlan):
-                return UNIT_HISTOGRAM if p.histogram else R2T
-            return GLOBAL if p.data_independent else smoothed_mechanism(p, default)
-
-        out["mechanisms"] = {agg.sql: mechanism(p) for agg, p in zip(form.aggregates, plans, strict=True)}
+        # the rule the release applies (what `run` and `analyze` name), at the policy's default mechanism
+        chosen = policy.defaults.mechanism
+        out["mechanisms"] = {agg.sql: p.mechanism(chosen, joint) for agg, p in zip(form.aggregates, plans, strict=True)}
         # which global bound each aggregate's noise would be calibrated to (the release's "bound")
-        bounds = {agg.sql: p.source for agg, p in zip(form.aggregates, plans, strict=True) if isinstance(p, GlobalPlan)}
+        bounds = {
+            agg.sql: p.bound_source for agg, p in zip(form.aggregates, plans, strict=True) if p.bound_source is not None
+        }
         if bounds:
             out["bounds"] = bounds
         # under a privacy unit: the unit, GS_Q and the number of races (policy and query only); the row-level
         # global sensitivity above is not what protects these tables then
         units = {
-            agg.sql: p.describe() for agg, p in zip(form.aggregates, plans, strict=True) if isinstance(p, UnitPlan)
+            agg.sql: p.privacy_unit for agg, p in zip(form.aggregates, plans, strict=True) if p.privacy_unit is not None
         }
         if units:
             out["units"] = units
@@ -141,11 +132,11 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
             out["notes"] = list(statements.notes)
         if budgets.budgeted_tables(policy):  # per-row budgets (docs/budgets.md): what `run_budgeted` would charge
             out["budget"] = budgets.describe(form, plans, statements, catalog, policy, params)
-        owners = [p for p in plans if isinstance(p, OwnedSelection)]
+        owners = [p for p in plans if p.owned_groups is not None]
         if owners:
             # groups owned by one row (sqldp.strategies.owned): the full product's join-row figures above are not what
             # bounds its values (the bound form without the owning tables does)
-            out["owned_groups"] = owners[0].terms["owned groups"]
+            out["owned_groups"] = owners[0].bind(())(0.0).tables["owned groups"]
             out["global_sensitivity"] = {}
     return out
 

@@ -21,7 +21,7 @@ probabilities of a prior (:mod:`sqldp.priors`) — import from this package, nev
 from __future__ import annotations
 
 from sqldp.policy.analysts import AnalystPolicy, ProxyPolicy, parse_listen, parse_proxy
-from sqldp.policy.document import PRIVACY_KEYS, Defaults, Mechanism, Policy, parse_privacy
+from sqldp.policy.document import PRIVACY_KEYS, Defaults, Policy, parse_privacy
 from sqldp.policy.goals import Attribute, Combine, Goal, parse_goals
 from sqldp.policy.keys import check_keys
 from sqldp.policy.priors import UNKNOWN, Knowledge, parse_cli_prior, parse_knowledge
@@ -61,7 +61,6 @@ __all__ = [
     "Defaults",
     "Goal",
     "Knowledge",
-    "Mechanism",
     "Norm",
     "NormTerm",
     "Policy",

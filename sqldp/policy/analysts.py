@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from sqldp.errors import PolicyError
+from sqldp.mechanisms.registry import DEFAULT, NEEDS_DELTA
 from sqldp.policy.document import PRIVACY_KEYS, Defaults, Policy, parse_privacy
 from sqldp.policy.keys import check_keys
 from sqldp.policy.values import positive
@@ -187,11 +188,11 @@ def _analyst(name: str, spec: Any, creds: Mapping[str, str], where: str, default
     # an analyst cannot pass --delta: a Laplace mechanism without a δ from the policy would refuse every
     # private query of theirs with a message about a flag they do not have, so the data owner hears it now
     mechanism = privacy.get("mechanism", defaults.mechanism)
-    if mechanism == "laplace" and privacy.get("delta", defaults.delta) is None:
-        origin = "mechanism = 'laplace'" if "mechanism" in privacy else "[defaults] mechanism = 'laplace'"
+    if mechanism in NEEDS_DELTA and privacy.get("delta", defaults.delta) is None:
+        origin = f"mechanism = '{mechanism}'" if "mechanism" in privacy else f"[defaults] mechanism = '{mechanism}'"
         raise PolicyError(
             f"{origin} gives (ε, δ)-DP and needs a δ per query, which this analyst cannot pass: set delta here "
-            "or in [defaults] (and a delta_limit to spend it), or use mechanism = 'cauchy'",
+            f"or in [defaults] (and a delta_limit to spend it), or use mechanism = '{DEFAULT}'",
             where=f"{where}.mechanism" if "mechanism" in privacy else where,
         )
     return AnalystPolicy(

@@ -16,9 +16,10 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from sqldp.errors import PolicyError
+from sqldp.mechanisms.registry import DEFAULT, Name, choices, smoothed
 from sqldp.policy.goals import Goal, parse_goals
 from sqldp.policy.keys import check_keys
 from sqldp.policy.tables import TablePolicy, domain_fits, parse_tables, resolve_name
@@ -37,7 +38,6 @@ from sqldp.policy.units import (
 )
 from sqldp.policy.values import positive
 
-Mechanism = Literal["cauchy", "laplace"]
 SECTIONS = {"defaults", "tables", "goals", "analysts", "proxy", "units", "foreign_keys"}
 # the privacy parameters of one query: [defaults] gives them for everyone, [analysts.NAME] per analyst
 PRIVACY_KEYS = ("mechanism", "epsilon", "delta", "beta", "confidence", "advantage")  # checked in this order
@@ -52,9 +52,10 @@ def parse_privacy(d: Mapping[str, Any], where: str) -> dict[str, Any]:
             continue
         v = d[k]
         if k == "mechanism":
-            if v not in ("cauchy", "laplace"):
-                raise PolicyError(f"must be 'cauchy' or 'laplace', got {v!r}", where=f"{where}.{k}")
-            out[k] = v
+            name = smoothed(v)
+            if name is None:
+                raise PolicyError(f"must be {choices()}, got {v!r}", where=f"{where}.{k}")
+            out[k] = name
         else:
             out[k] = positive(v, f"{where}.{k}", allow_zero=k == "beta", upper=None if k in ("epsilon", "beta") else 1)
     return out
@@ -65,7 +66,7 @@ class Defaults:
     epsilon: float | None = None
     delta: float | None = None
     beta: float | None = None
-    mechanism: Mechanism = "cauchy"
+    mechanism: Name = DEFAULT
     confidence: float = 0.78
     advantage: float | None = None
 

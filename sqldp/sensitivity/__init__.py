@@ -108,7 +108,7 @@ def plan(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | Non
         # with semi-joins, the workflow's composition too (NR §3.3.13.9, Prop. 3.2): both bounds hold on every
         # database, so the smaller one is used (a choice from the query and the schema only)
         composed = workflow_plan(rows, catalog)
-        if composed is not None and (not isinstance(chosen, GlobalPlan) or composed.bound < chosen.bound):
+        if composed is not None and (chosen.global_bound is None or composed.bound < chosen.global_bound):
             chosen = composed
     if distinct and not chosen.data_independent:
         # A neighbouring change adds or removes product rows, each of which changes the distinct count by at most

@@ -78,7 +78,7 @@ from sqldp.sensitivity import failures, operators
 from sqldp.sensitivity.expressions import RangeOps, SqlOps, bound, column_weights, dual, norm_separates
 from sqldp.sensitivity.filters import Filter, approximate, column_sql, combine_supports, envelope
 from sqldp.sensitivity.intervals import Domain, clamp_columns, domain, interval
-from sqldp.sensitivity.plan import Bound, Rows
+from sqldp.sensitivity.plan import Bound, Releasable, Rows
 from sqldp.sensitivity.rows import RowPlan, plan_rows
 from sqldp.sqlgen import from_uses, where
 
@@ -98,7 +98,7 @@ class _UseQuery:
 
 
 @dataclass(frozen=True)
-class ColumnPlan:
+class ColumnPlan(Releasable):
     """Value-level (and optionally combined) plan; follows the contract of :mod:`sqldp.sensitivity`."""
 
     form: AnalysisForm

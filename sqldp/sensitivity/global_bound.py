@@ -123,6 +123,22 @@ class GlobalPlan(ExactUnfolded):
             {math.inf}
         )
 
+    @property
+    def global_bound(self) -> float | None:
+        return float(self.bound)
+
+    @property
+    def bound_source(self) -> str | None:
+        return self.source
+
+    @property
+    def declared_truncations(self) -> tuple[Truncation, ...]:
+        return self.truncations
+
+    def expected_bound(self) -> float | None:
+        """The bound itself: a number that needs no query, so its noise and bar follow before a run."""
+        return float(self.bound)
+
     def bind(self, results: Sequence[Any]) -> Callable[[float], Bound]:
         return lambda beta: Bound(self.bound, self.terms)
 

@@ -19,3 +19,15 @@ class OwnedSelection(GlobalPlan):
     common group (bound 1), thresholded for ``groups_per_change`` one-sided groups (sqldp.strategies.owned)."""
 
     groups_per_change: int = 1
+
+    @property
+    def spends_epsilon(self) -> bool:
+        """Its indicator is 1 on both sides of a common group: only δ protects it (no ε share)."""
+        return False
+
+    @property
+    def owned_groups(self) -> int | None:
+        return self.groups_per_change
+
+    def expected_bound(self) -> float | None:
+        return None  # calibrated apart (sqldp.release: Laplace of scale 1, thresholded by δ alone)

@@ -11,7 +11,7 @@ for τ_j = b^j, j = 1 … J (b = 5.5, :func:`races`), the truncated answer
 changes by at most τ between neighbours, because when every join row belongs to one unit, removing a unit
 removes exactly its own join rows and leaves every other unit's contribution as it was (R2T §4 for a
 self-join-free query with one primary private relation, where Q(I, τ) is this sum and needs no LP).
-:mod:`sqldp.release` adds the noise to each race and releases the top (its own mechanism: several noisy
+sqldp.mechanisms.race adds the noise to each race and releases the top (its own mechanism: several noisy
 values, not one bound and one noise).
 
 This module decides, from the query and the policy alone:
@@ -33,7 +33,7 @@ This module decides, from the query and the policy alone:
 GROUP BY (docs/units.md): a unit may add rows to many groups, so each unit's contributions are scaled down
 together, across groups and aggregates, until their ℓ1 mass is at most τ (:func:`grouped_answer`); the
 histogram then moves by at most τ in ℓ1 between neighbours, τ is chosen by R2T's race on the total mass and
-every group released with Laplace noise at τ (sqldp.release.histogram_release). Only where every join row
+every group released with Laplace noise at τ (sqldp.mechanisms.race.histogram_release). Only where every join row
 belongs to one unit; a key of the unit's own tables without a declared domain is refused (no partition
 selection under a unit).
 
@@ -55,10 +55,13 @@ from sqlglot import exp
 from sqldp.catalog import Catalog
 from sqldp.errors import RefusedError
 from sqldp.form import Aggregate, AnalysisForm, ColumnRef, Conjunct, TableUse
+from sqldp.mechanisms.race import SELECT_BETA, SELECT_SHARE, race_template
+from sqldp.mechanisms.registry import R2T, R2T_HISTOGRAM, Name
 from sqldp.policy import Policy
 from sqldp.policy.units import Path, Unit
+from sqldp.result import Measurement
 from sqldp.sensitivity.intervals import clamp_columns, domain, interval
-from sqldp.sensitivity.plan import Bound, Rows
+from sqldp.sensitivity.plan import Bound, Releasable, Rows
 from sqldp.sensitivity.rows import equality_classes
 from sqldp.sensitivity.unit_lp import truncations
 from sqldp.sqlgen import aggregate_expr, from_uses, number, where
@@ -73,18 +76,6 @@ BETA = 0.1  # R2T's β: with probability ≥ 1 − β the error is within its bo
 BASE = 5.5
 UNIT_COLUMN, CONTRIBUTION = "unit", "contribution"
 KEY = "__key"  # the answer query's group key columns (sqldp.sqlgen.answer_query, sqldp.groups.match_groups)
-# The histogram's noise is calibrated to τ·(1 + SLACK): PostgreSQL rounds a NUMERIC quotient to at least 16
-# significant digits, so a unit's scaled contributions add up to at most τ·(1 + 10⁻¹⁵) (grouped_answer).
-SLACK = 1e-12
-# Under GROUP BY, the share of the query's ε spent on choosing τ by R2T's race on the units' total ℓ1 mass,
-# and the β of that race's corrections; the rest of ε releases the histogram (docs/units.md). The choice only
-# has to tell apart thresholds a factor 5.5 apart; the histogram's noise, τ/ε₂ on every group, is what the
-# analyst reads. A race that fails its event picks a worse τ (accuracy), never a less private one, so its β
-# is 1/2 (R2T's event at median confidence: correction factor 1.92 for 8 races, where β = 0.1 takes 3.76 and
-# drives τ down at small scales). Both chosen by replaying the release of TPC-H Q5/Q7/Q8/Q9's truncated
-# histograms at SF 0.1 and 1 (docs/units.md); neither bears on privacy.
-SELECT_SHARE = 0.2
-SELECT_BETA = 0.5
 
 
 def races(gs: float) -> tuple[float, ...]:
@@ -98,30 +89,8 @@ def races(gs: float) -> tuple[float, ...]:
     return tuple(BASE**j for j in range(1, top + 1))
 
 
-def shift(races: int, beta: float) -> float:
-    """The correction's factor L: race j subtracts L·s_j from its noisy value, s_j = τ_j·J/ε its Laplace scale.
-
-    Theorem 4.2's event is that no race's noise exceeds its correction (so Q̃ ≤ Q(I)) and that the race j*
-    with τ_{j*} ≥ DS, whose truncated answer is Q(I), is not pushed down by more than its correction (so Q̃ ≥
-    Q(I) − 2·C_{j*}). The paper takes L = ln(J/β) from a union bound over the two tails of the J races
-    (P[|Lap(s)| > L·s] = e^{−L}). The noises are independent and only one race's lower tail matters, so the
-    event's probability is exactly (1 − e^{−L}/2)^{J−1}·(1 − e^{−L}) (P[Lap(s) > L·s] = e^{−L}/2); L here
-    solves that = 1 − β, the same guarantee with a smaller correction (J = 8, β = 0.1: 3.76 where ln(J/β)
-    is 4.38). The left side increases with L, so bisection finds it; it depends on J and β only."""
-    lo, hi = 0.0, math.log(2 * races / beta) + 1.0
-
-    def event(x: float) -> float:
-        return (1 - math.exp(-x) / 2) ** (races - 1) * (1 - math.exp(-x))
-
-    assert event(hi) >= 1 - beta
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if event(mid) < 1 - beta else (lo, mid)
-    return hi
-
-
 @dataclass(frozen=True)
-class UnitPlan:
+class UnitPlan(Releasable):
     """The plan contract (:mod:`sqldp.sensitivity.plan`) for R2T under one privacy unit.
 
     ``queries`` is one statement returning the truncated answers Q(I, τ_j) and the largest contribution;
@@ -147,7 +116,7 @@ class UnitPlan:
     beta: float = BETA
     # GROUP BY: ``query`` is this aggregate's contribution per (unit, group), and the answer query computes
     # every aggregate's truncated histograms (:func:`grouped_answer`); the release chooses τ by a race on the
-    # total and adds Laplace noise to every group (sqldp.release.histogram_release)
+    # total and adds Laplace noise to every group (sqldp.mechanisms.race.histogram_release)
     histogram: bool = False
 
     @property
@@ -158,6 +127,22 @@ class UnitPlan:
     @property
     def queries(self) -> tuple[exp.Select, ...]:
         return () if self.histogram else (self.query,)
+
+    @property
+    def own_mechanism(self) -> Name | None:
+        """R2T's race (a GROUP BY: its histogram form), run by sqldp.mechanisms.race, not noise on one bound."""
+        return R2T_HISTOGRAM if self.histogram else R2T
+
+    @property
+    def privacy_unit(self) -> dict[str, Any] | None:
+        return self.describe()
+
+    def expected_bound(self) -> float | None:
+        return None  # the race's noise is per threshold, not one bound's
+
+    def template(self, aggregate: str, rows: Sequence[Rows], eps: float) -> Measurement | None:
+        """The race's measurement (sqldp.mechanisms.race.race_template)."""
+        return race_template(aggregate, self, rows, eps)
 
     @property
     def unit(self) -> Unit:

@@ -35,6 +35,7 @@ from sqldp.errors import RefusedError
 from sqldp.form import ColumnRef
 from sqldp.frontend import ParsedQuery, conjuncts, position
 from sqldp.mechanisms import NoiseSource
+from sqldp.mechanisms.registry import EXPONENTIAL, LAPLACE
 from sqldp.params import resolve_params
 from sqldp.pg_arithmetic import integer_valued
 from sqldp.policy import Policy
@@ -402,7 +403,7 @@ class Argmax(Chosen[ArgmaxShape]):
         # audit: every candidate's true score; a run: the one choice (its mechanism and ε share, no value)
         for v, s in scores if not noisy else [("argmax", None)]:
             name = f"score({v})" if not noisy else f"argmax of {self.shape.aggregate}"
-            m = Measurement(name, e1, 0.0, 0.0, delta_, 0.0, 0.0, {}, "exponential", true_value=s)
+            m = Measurement(name, e1, 0.0, 0.0, delta_, 0.0, 0.0, {}, EXPONENTIAL, true_value=s)
             result.measurements.append([m])
         chosen, value = None, None
         if scores:
@@ -411,7 +412,7 @@ class Argmax(Chosen[ArgmaxShape]):
             else:
                 chosen = max(scores, key=lambda vs: vs[1])[0]
             true = dict(scores)[chosen]
-            value = mechanisms.release("laplace", true, cal.scale, self.context.noise) if noisy else true
+            value = mechanisms.release(cal.noise, true, cal.scale, self.context.noise) if noisy else true
             agg = Measurement(
                 self.shape.aggregate,
                 e2,
@@ -465,7 +466,7 @@ def recognise(parsed: ParsedQuery, context: Context, privacy: Privacy) -> Argmax
         return None
     t0 = time.perf_counter()
     params = resolve_params(context.policy, outputs=2, **{k: v for k, v in privacy.items() if k != "mechanism"})
-    params = dataclasses.replace(params, delta=None, beta=None, mechanism="laplace")
+    params = dataclasses.replace(params, delta=None, beta=None, mechanism=LAPLACE)
     public_path(argmax_final_sql(shape, None, None), context)  # the final statement passes the public path now
     statement = statement_for(shape, context)
     assert parsed.statement is not None

@@ -65,6 +65,7 @@ from sqldp.catalog import Catalog, Column
 from sqldp.engine import Speed
 from sqldp.errors import RefusedError
 from sqldp.frontend import ParsedQuery, conjuncts, position
+from sqldp.mechanisms.registry import LAPLACE
 from sqldp.params import PrivacyParams, resolve_params
 from sqldp.policy import Policy
 from sqldp.policy.tables import TablePolicy
@@ -670,7 +671,7 @@ class Selection(Chosen[Shape]):
         kept = []
         for v, w, _ in rows:
             true = float(w)
-            value = mechanisms.release("laplace", true, cal.scale, self.context.noise) if noisy else true
+            value = mechanisms.release(cal.noise, true, cal.scale, self.context.noise) if noisy else true
             result.measurements.append(
                 [
                     Measurement(
@@ -711,7 +712,7 @@ def recognise(parsed: ParsedQuery, context: Context, privacy: Privacy) -> Select
     t0 = time.perf_counter()
     params = resolve_params(context.policy, outputs=1, **{k: v for k, v in privacy.items() if k != "mechanism"})
     # Laplace at a global bound: pure ε, no β, no δ spent (the session charges only what is spent)
-    params = dataclasses.replace(params, delta=None, beta=None, mechanism="laplace")
+    params = dataclasses.replace(params, delta=None, beta=None, mechanism=LAPLACE)
     public_path(final_sql(shape, []), context)  # the final statement's shape passes the public path's checks now
     statement = statement_for(shape, context)
     assert parsed.statement is not None

@@ -355,7 +355,7 @@ def test_an_analyst_added_by_the_command_can_log_in_to_the_proxy(tpch: str, tmp_
     ok(_with_password([*add, "--from", "tpch"], "correct horse"))
     assert "correct horse" not in policy.read_text() and "SCRAM-SHA-256$4096:" in policy.read_text()
     # the shipped policy's tables are all there, with the analyst after them
-    shipped = (ROOT / "sqldp" / "data" / "schemas" / "tpch.toml").read_text()
+    shipped = (ROOT / "schemas" / "tpch.toml").read_text()
     assert policy.read_text().startswith(shipped.rstrip("\n"))
     again = _with_password(add, "x")
     assert one_line(again).endswith("analysts.alice: analyst 'alice' is in the policy already")

@@ -14,7 +14,7 @@ import pytest
 import sqldp
 from sqldp.errors import SqldpError
 
-TPCH_POLICY = Path(__file__).parents[2] / "sqldp" / "data" / "schemas" / "tpch.toml"
+TPCH_POLICY = Path(__file__).parents[2] / "schemas" / "tpch.toml"
 # the SQL reproducers of issue 26, as in the proxy's test
 REPRODUCERS = {
     "interval NULL": "SELECT COUNT(*) FROM lineitem WHERE l_shipdate <= date '1998-12-01' - interval 'NULL' day",

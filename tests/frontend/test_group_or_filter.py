@@ -132,7 +132,7 @@ def test_tpch_q7_keeps_two_nations_per_key() -> None:
     it restricts it to — 2 pairs × 2 years, where the product of each key's values was 2 × 2 × 2 (of 25 × 25 × 2;
     tests/sensitivity/test_tpch_answers.py reads the pairs)."""
     root = Path(__file__).resolve().parents[2]
-    catalog = Catalog.from_file(root / "sqldp" / "data" / "schemas" / "tpch.sql")
+    catalog = Catalog.from_file(root / "schemas" / "tpch.sql")
     sql = (root / "benchmarks" / "tpch" / "queries" / "q07.sql").read_text()
     for name in ("tpch", "tpch_catalog"):
         policy = Policy.from_file(name)

@@ -17,7 +17,7 @@ from sqldp import literals
 from sqldp.catalog import Catalog
 from sqldp.frontend import parse
 
-SHIPPED = Path(__file__).parents[2] / "sqldp" / "data" / "schemas"
+SHIPPED = Path(__file__).parents[2] / "schemas"
 TPCH = Catalog.from_file(SHIPPED / "tpch.sql")
 
 

@@ -16,7 +16,7 @@ from sqldp.db import ANALYST_ROLE
 from sqldp.proxy import ThreadedProxy, build, ledger
 from sqldp.proxy.scram import make_verifier
 
-TPCH_POLICY = Path(__file__).parents[2] / "sqldp" / "data" / "schemas" / "tpch.toml"
+TPCH_POLICY = Path(__file__).parents[2] / "schemas" / "tpch.toml"
 
 
 def _spent(dsn: str, analyst: str = "alice") -> float:

@@ -16,6 +16,7 @@ from gmpy2 import mpfr
 from scipy import stats
 
 from sqldp import mechanisms as m
+from sqldp.mechanisms import exact
 from sqldp.release import selection_threshold
 from sqldp.result import GLOBAL, Measurement
 
@@ -40,14 +41,14 @@ def test_geometric_gaps_follow_the_geometric_law() -> None:
     p = 0.5 * math.exp(-c)
 
     def bounds(precision: int) -> tuple[mpfr, mpfr]:
-        dn, up, _ = m._contexts(precision)
+        dn, up, _ = exact.contexts(precision)
         return dn.div_2exp(dn.exp(dn.minus(mpfr(c, precision, context=up))), 1), up.div_2exp(
             up.exp(up.minus(mpfr(c, precision, context=dn))), 1
         )
 
     source = m.NoiseSource.seeded(3)
     n = 20_000
-    draws = Counter(m._geometric(bounds, source) for _ in range(n))
+    draws = Counter(exact.geometric(bounds, source) for _ in range(n))
     law = {j: p * (1 - p) ** j for j in range(30)}
     assert _chi_square(draws, law, n) > ALPHA
     assert min(draws) == 0

@@ -433,7 +433,7 @@ def test_a_use_not_fixed_by_its_key_is_not_paired(catalog: Catalog) -> None:
 def test_q21_runs_its_row_statements_in_pieces_once_each(catalog: Catalog) -> None:
     """Q21 (tpch_catalog): both row statements split (they read a shared scan), and the pieces they share —
     the same count under another alias — are one unit each (test_snapshot_queue checks the figures)."""
-    tpch_catalog = Policy.from_file(ROOT / "sqldp" / "data" / "schemas" / "tpch_catalog.toml")
+    tpch_catalog = Policy.from_file(ROOT / "schemas" / "tpch_catalog.toml")
     enforced = dataclasses.replace(catalog, enforced=True)
     statements = explain((QUERIES / "q21.sql").read_text(encoding="utf-8"), enforced, tpch_catalog)["sql"]
     split = [postgres.layout(s) for s in statements[1:]]

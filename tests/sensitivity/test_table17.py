@@ -2,7 +2,7 @@
 
 NAPLES' §4.3.3 analysis protects *values* only ("all rows are considered sensitive": every row's sensitive
 attributes are in the metric; rows are not added or removed), with the §4.3.3.3 norms. The policy here is
-``sqldp/data/schemas/tpch.toml`` with every table's rows made public, which leaves exactly that metric.
+``schemas/tpch.toml`` with every table's rows made public, which leaves exactly that metric.
 q_s is the β-smooth derivative sensitivity c(x) at β = 0.1 (Table 17's caption; %noise uses 10·q_s).
 """
 
@@ -20,7 +20,7 @@ NAPLES = ROOT / "benchmarks" / "tpch" / "queries" / "naples"
 
 
 def value_policy() -> Policy:
-    text = (ROOT / "sqldp" / "data" / "schemas" / "tpch.toml").read_text(encoding="utf-8")
+    text = (ROOT / "schemas" / "tpch.toml").read_text(encoding="utf-8")
     return Policy.from_toml(text.replace('rows = "private"', 'rows = "public"'), source="tpch-values")
 
 

@@ -33,10 +33,11 @@ from sqldp.commands.analyze import format_text
 from sqldp.errors import RefusedError
 from sqldp.form import AnalysisForm
 from sqldp.mechanisms import NoiseSource
+from sqldp.mechanisms.race import SELECT_SHARE, SLACK, shift
 from sqldp.policy import Policy
 from sqldp.postprocess import evaluate
 from sqldp.result import UNIT_HISTOGRAM
-from sqldp.sensitivity.units import SELECT_SHARE, SLACK, races, shift
+from sqldp.sensitivity.units import races
 
 EPS = 1.0
 POLICY = f"""
@@ -219,7 +220,7 @@ def test_the_chosen_tau_is_the_top_of_the_race() -> None:
     """choose_threshold returns the race whose corrected noisy mass is largest (recomputed here with the same
     seeded draws and R2T's scales τ_j·J/ε and corrections L·τ_j·J/ε)."""
     from sqldp import mechanisms
-    from sqldp.release import choose_threshold
+    from sqldp.mechanisms.race import choose_threshold
 
     thresholds = races(1e6)
     j = len(thresholds)

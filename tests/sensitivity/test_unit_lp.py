@@ -25,7 +25,7 @@ import z3
 from test_units import _loss
 
 import sqldp
-from sqldp import release
+from sqldp.mechanisms import race as r2t
 from sqldp.policy import Policy
 from sqldp.result import R2T, Measurement
 from sqldp.sensitivity.unit_lp import GAMMA, truncations
@@ -158,7 +158,7 @@ def test_every_unit_neighbour_is_within_epsilon(
         # the certified value: within γ·τ below the optimum at τ/(1 + γ), itself within γ·τ below that at τ
         for got, want, t in zip(m.truncated, exact, thresholds, strict=True):
             assert float(want) - 2 * GAMMA * t <= got <= float(want) + 1e-9
-        scales = [sc for sc, _ in release.race_scales(m.thresholds, m.epsilon, 0.1)]
+        scales = [sc for sc, _ in r2t.race_scales(m.thresholds, m.epsilon, 0.1)]
         for other, others in _neighbours(db, suppliers):
             _load(conn, other, others)
             m2 = _measure(s, sql)

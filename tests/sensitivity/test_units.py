@@ -25,19 +25,21 @@ from oracles import max_log_ratio
 from scipy.optimize import brentq
 
 import sqldp
-from sqldp import mechanisms, release
+from sqldp import mechanisms
 from sqldp.catalog import Catalog
 from sqldp.commands.analyze import format_text
 from sqldp.errors import PolicyError, RefusedError
 from sqldp.frontend import parse
 from sqldp.mechanisms import NoiseSource
+from sqldp.mechanisms import race as r2t
+from sqldp.mechanisms.race import shift
 from sqldp.normalize import normalize
 from sqldp.policy import Policy
 from sqldp.result import R2T, Measurement
 from sqldp.sensitivity import UnitPlan, plan
-from sqldp.sensitivity.units import BASE, races, shift
+from sqldp.sensitivity.units import BASE, races
 
-TPCH = Catalog.from_file("sqldp/data/schemas/tpch.sql")
+TPCH = Catalog.from_file("schemas/tpch.sql")
 CUSTOMER = """
 [units.customer]
 key = "c_custkey"
@@ -284,7 +286,7 @@ def test_every_unit_neighbour_is_within_epsilon(
         assert list(m.truncated) == _truncated(db, contribution)
         assert m.unit is not None
         parts = len(m.unit["signs"])
-        scales = [sc for sc, _ in release.race_scales(m.thresholds, m.epsilon / parts, 0.1)] * parts
+        scales = [sc for sc, _ in r2t.race_scales(m.thresholds, m.epsilon / parts, 0.1)] * parts
         for unit in db:
             # the neighbour without this unit, its orders and their line items
             _load(conn, {u: orders for u, orders in db.items() if u != unit})
@@ -365,9 +367,9 @@ def test_the_error_is_within_r2ts_bound(gs: float) -> None:
     star = min(t for t in thresholds if t >= max(contributions))
     assert star < BASE * max(contributions)
     bound = 2 * star * j * _shift_oracle(j, beta) / eps
-    assert release.race_bound(thresholds, eps, beta, max(contributions)) == pytest.approx(bound, rel=1e-9)
+    assert r2t.race_bound(thresholds, eps, beta, max(contributions)) == pytest.approx(bound, rel=1e-9)
     noise = NoiseSource.seeded(7)
-    errors = [true - release.race(m, noise) for _ in range(runs)]
+    errors = [true - r2t.race(m, noise) for _ in range(runs)]
     failures = sum(1 for e in errors if not 0 <= e <= bound)
     assert failures <= runs * beta + 3 * math.sqrt(runs * beta * (1 - beta))
     errors.sort()
