@@ -36,9 +36,7 @@ from sqldp.form import (
 )
 from sqldp.frontend import ParsedQuery, position
 from sqldp.policy import EPOCH, Policy
-from sqldp.subqueries import ctes_of, expression_subqueries
-
-Exports = dict[str, dict[str, exp.Expr]]  # alias seen by the enclosing scope → column → expression
+from sqldp.subqueries import Exports, ctes_of, expression_subqueries
 
 
 @dataclass(frozen=True)

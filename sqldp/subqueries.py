@@ -62,7 +62,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import sqlglot
 from sqlglot import exp
@@ -76,8 +76,24 @@ from sqldp.form import SCALAR_VALUE, AnalysisForm, ColumnRef, Conjunct, SemiJoin
 from sqldp.frontend import ParsedQuery, position
 from sqldp.policy import Policy
 
-if TYPE_CHECKING:
-    from sqldp.normalize import Exports, Normalizer
+Exports = dict[str, dict[str, exp.Expr]]  # alias seen by the enclosing scope → column → expression
+
+
+class Normalizer(Protocol):
+    """What the rewriting of a subquery reads and writes of the normaliser it runs inside
+    (sqldp.normalize.Normalizer, which imports this module: a protocol keeps the import graph acyclic)."""
+
+    sql: str
+    catalog: Catalog
+    notes: list[str]
+    tables: dict[str, str]  # fresh alias → catalog table
+    ctes: set[str]
+
+    def refuse(self, reason: str, node: exp.Expr | None = None) -> RefusedError: ...
+
+    def _fresh(self, alias: str) -> str: ...
+
+    def _substitute(self, e: exp.Expr, exports: Exports) -> exp.Expr: ...
 
 
 def recognise(cond: exp.Expr) -> tuple[exp.Expr, exp.Expr | None, bool, str] | None:

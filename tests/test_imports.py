@@ -135,16 +135,9 @@ def test_the_cycle_report_names_the_edge_that_closes_it() -> None:
 
 
 # The type checker follows ``if TYPE_CHECKING:`` imports too: a cycle through one of them is a real dependency
-# loop between the modules (each needs the other's names), held apart only by the guard. These close cycles
-# today, each with a run-time import straight back; moving the shared types to a module both sides import
-# removes them (form ⇢ nested and nested ⇢ normalize went with the strategies package: PerKeyCounts is in
-# sqldp.form, the recognition in sqldp.per_key), and then this check passes and its xfail (strict) fails the run.
-TYPE_ONLY_CYCLES = (
-    "sqldp.subqueries ⇢ sqldp.normalize, sqldp.sensitivity.operators ⇢ sqldp.sensitivity.{expressions,failures,filters}"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=f"type-only imports close cycles: {TYPE_ONLY_CYCLES}")
+# loop between the modules (each needs the other's names), held apart only by the guard. Shared types live in a
+# module both sides import (sqldp.form's PerKeyCounts, sqldp.sensitivity.representations, the protocol
+# sqldp.subqueries.Normalizer).
 def test_the_import_graph_with_type_only_imports_has_no_cycle() -> None:
     run, typing = _graphs()
     cycles = _cycles_closed_by(run, typing)

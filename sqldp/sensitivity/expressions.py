@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from sqlglot import exp
 
@@ -62,25 +62,12 @@ from sqldp.form import ColumnRef
 from sqldp.policy import Norm
 from sqldp.sensitivity import operators
 from sqldp.sensitivity.intervals import constant
+from sqldp.sensitivity.representations import Ops
 from sqldp.sqlgen import number
 
 Sensitive = Callable[[ColumnRef], float | None]  # the column's weight w_v if value-sensitive, else None
 # whether two disjoint sets of sensitive columns are separated by the metric (see the module docstring)
 Separated = Callable[[frozenset[ColumnRef], frozenset[ColumnRef]], bool]
-
-
-class Ops(Protocol):
-    def const(self, v: float) -> Any: ...
-    def column(self, ref: ColumnRef, node: exp.Column) -> Any: ...
-    def sensitive(self, ref: ColumnRef, node: exp.Column, floor: float) -> Any: ...
-    def add(self, a: Any, b: Any) -> Any: ...
-    def mul(self, a: Any, b: Any) -> Any: ...
-    def greatest(self, parts: list[Any]) -> Any: ...
-    def least(self, parts: list[Any]) -> Any: ...
-    def power(self, a: Any, r: float) -> Any: ...  # a^r of a non-negative bound, r > 0
-    def norm(self, parts: list[Any], p: float) -> Any: ...  # ‖parts‖_p of non-negative bounds, p ≥ 1
-    # e^g for the expression g, given an upper bound ub of |g| (same Ops); ∞ unless ``smooth`` (L ≤ β)
-    def exponential(self, g: exp.Expr, ub: Any, smooth: bool) -> Any: ...
 
 
 class SqlOps:

@@ -26,7 +26,7 @@ analyses' own bound queries (their SQL is generated, not written by the analyst)
 from __future__ import annotations
 
 import decimal
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from sqlglot import exp
 
@@ -36,6 +36,7 @@ from sqldp.pg_arithmetic import KindOf, case_values, reads_column
 from sqldp.sensitivity import operators
 from sqldp.sensitivity.intervals import Domain, constant
 from sqldp.sensitivity.operators import Fail, FailureContext
+from sqldp.sensitivity.representations import Value
 
 
 def failure(node: exp.Expr, kind_of: KindOf) -> str | None:
@@ -159,33 +160,6 @@ class _MayFail(Exception):
     def __init__(self, node: exp.Expr, why: str) -> None:
         super().__init__(why)
         self.node, self.why = node, why
-
-
-@dataclass(frozen=True)
-class Value:
-    """What a number-valued node can be: PostgreSQL's type ("int", "float", "real", "numeric"), the range [lo, hi] of
-    its finite values, whether it may be ±Infinity or NaN, and ``least``, a lower bound of its non-zero |·|
-    (0: none known)."""
-
-    typ: str
-    lo: decimal.Decimal
-    hi: decimal.Decimal
-    inf: bool = False
-    nan: bool = False
-    least: decimal.Decimal = _ZERO
-    sided: int = 0  # where ``inf``: 1 when only +Infinity, −1 when only −Infinity
-
-    @property
-    def pos(self) -> bool:
-        return self.inf and self.sided >= 0
-
-    @property
-    def neg(self) -> bool:
-        return self.inf and self.sided <= 0
-
-    @property
-    def big(self) -> decimal.Decimal:
-        return max(abs(self.lo), abs(self.hi))
 
 
 def _of_type(t: exp.DataType) -> Value | None:

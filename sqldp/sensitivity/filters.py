@@ -34,6 +34,7 @@ from sqldp.errors import RefusedError
 from sqldp.form import ColumnRef
 from sqldp.policy import EPOCH
 from sqldp.sensitivity import operators
+from sqldp.sensitivity.representations import Linear
 from sqldp.sqlgen import number
 
 SIGMOID_ALPHA = 5.0  # NR §4.3.3.1: sigmoid precision α = 5 (Table 17)
@@ -68,42 +69,6 @@ def ramp_width(lin: Linear, grid: float, cap: float, span: ColumnSpan | None) ->
             width = span(ref)
             reach += math.inf if width is None else abs(c) * width
     return max(grid, min(cap, reach * RAMP_SHARE_OF_RANGE))
-
-
-@dataclass(frozen=True)
-class Linear:
-    """Σ coef·column + const; ``grid`` is g such that the column part is always a multiple of g (or None)."""
-
-    coefs: dict[ColumnRef, float] = field(default_factory=dict)
-    const: float = 0.0
-    grid: Fraction | None = Fraction(1)
-
-    def scale(self, c: float) -> Linear:
-        grid = None if self.grid is None else self.grid * abs(Fraction(c).limit_denominator(10**9))
-        if c == 0:
-            return Linear({}, 0.0, Fraction(1))
-        return Linear({k: v * c for k, v in self.coefs.items()}, self.const * c, grid)
-
-    def add(self, other: Linear) -> Linear:
-        coefs = dict(self.coefs)
-        for k, v in other.coefs.items():
-            coefs[k] = coefs.get(k, 0.0) + v
-        coefs = {k: v for k, v in coefs.items() if v != 0}
-        return Linear(
-            coefs, self.const + other.const, _grid_gcd(self.grid, other.grid, bool(self.coefs), bool(other.coefs))
-        )
-
-
-def _grid_gcd(a: Fraction | None, b: Fraction | None, a_used: bool, b_used: bool) -> Fraction | None:
-    if not a_used:
-        return b
-    if not b_used:
-        return a
-    if a is None or b is None:
-        return None
-    # gcd of two rationals: gcd(numerators over a common denominator)
-    den = a.denominator * b.denominator // math.gcd(a.denominator, b.denominator)
-    return Fraction(math.gcd(int(a * den), int(b * den)), den)
 
 
 @dataclass(frozen=True)

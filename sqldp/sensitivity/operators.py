@@ -34,7 +34,7 @@ import decimal
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from sqlglot import exp
 
@@ -42,11 +42,7 @@ from sqldp.errors import RefusedError
 from sqldp.form import ColumnRef
 from sqldp.groups import date_guard  # a date group key's guard (sqldp.groups.guard_date_trunc)
 from sqldp.pg_arithmetic import KindOf, case_values, integer_valued, keeps_value, reads_column, rounds, truncates
-
-if TYPE_CHECKING:  # types only: those modules import this one
-    from sqldp.sensitivity.expressions import Ops
-    from sqldp.sensitivity.failures import Value
-    from sqldp.sensitivity.filters import Linear
+from sqldp.sensitivity.representations import Linear, Ops, Value
 
 Interval = tuple[float, float]
 Bounds = tuple[Any, dict[ColumnRef, Any]]  # (ub, d) of expressions.bound, in the Ops' representation
