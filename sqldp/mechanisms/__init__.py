@@ -8,7 +8,7 @@ function with its privacy map:
 * sqldp.mechanisms.cauchy — generalized Cauchy on a β-smooth bound, ε-DP (NR Theorems 3.53, 3.73);
 * sqldp.mechanisms.laplace — Laplace on a global bound (ε-DP) or a β-smooth one ((ε, δ)-DP, NR Theorem 3.56);
 * sqldp.mechanisms.gaussian — the analytic Gaussian on a global ℓ2 bound ((ε, δ)-DP, ρ-zCDP);
-* sqldp.mechanisms.exponential — the choice of one candidate by its score (report-noisy-max);
+* sqldp.mechanisms.exponential and sqldp.mechanisms.permute_flip — the choice of one candidate by its score;
 * sqldp.mechanisms.race — R2T's race of truncations under a privacy unit, on Laplace.
 
 sqldp.mechanisms.exact is the exact sampler they share (sqldp.mechanisms.source.NoiseSource the CSPRNG),
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
         laplace_delta_at,
         laplace_selection,
     )
+    from sqldp.mechanisms.permute_flip import permute_and_flip_index
     from sqldp.mechanisms.source import NoiseSource
 
 # where each name the rest of sqldp calls lives; loaded on first use (PEP 562), so that reading the registry —
@@ -95,6 +96,7 @@ _HOMES: dict[str, str] = {
     "laplace_selection": "sqldp.mechanisms.laplace",
     "noise": "sqldp.mechanisms.additive",
     "optimise_beta": "sqldp.mechanisms.additive",
+    "permute_and_flip_index": "sqldp.mechanisms.permute_flip",
     "release": "sqldp.mechanisms.additive",
     "zcdp_epsilon": "sqldp.mechanisms.gaussian",
 }
@@ -144,6 +146,7 @@ __all__ = [
     "laplace_selection",
     "noise",
     "optimise_beta",
+    "permute_and_flip_index",
     "release",
     "zcdp_epsilon",
 ]

@@ -2,7 +2,7 @@
 index i with probability ∝ exp(rate·s_i) is ε-DP when each score moves by at most Δ on neighbours and
 rate = ε/(2Δ), or rate = ε/Δ when every score moves the same way (sqldp.strategies.argmax: a change of one
 row raises or lowers the totals, never both). Its privacy map is pure: ε·d for a change at distance d
-(:func:`delta_at`).
+(:func:`delta_at`). sqldp.mechanisms.permute_flip is the same choice with never more expected error.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ all read them from here (as :class:`Name` members, which are strings: a measurem
 Two kinds of name: a noise distribution the exact sampler draws from (``cauchy``, ``laplace``,
 ``gaussian``: sqldp.mechanisms.cauchy, sqldp.mechanisms.laplace, sqldp.mechanisms.gaussian) and a release,
 which names how a measurement was made and which distribution it draws from (:data:`NOISE`): Laplace on a
-global bound, the Gaussian vector, R2T's race and its histogram, and the selection
-(sqldp.mechanisms.exponential). It imports nothing, so that the policy parser, the results and the command
-line can read the names from it without an import cycle.
+global bound, the Gaussian vector, R2T's race and its histogram, and the two selections
+(sqldp.mechanisms.exponential, sqldp.mechanisms.permute_flip). It imports nothing, so that the policy parser,
+the results and the command line can read the names from it without an import cycle.
 """
 
 from __future__ import annotations
@@ -30,12 +30,13 @@ class Name(StrEnum):
     # and released with Laplace noise at τ/ε (sqldp.mechanisms.race.histogram_release, docs/units.md)
     R2T_HISTOGRAM = "r2t-histogram"
     EXPONENTIAL = "exponential"  # report-noisy-max by the exponential mechanism (sqldp.mechanisms.exponential)
+    PERMUTE_AND_FLIP = "permute-and-flip"  # McKenna and Sheldon, NeurIPS 2020 (sqldp.mechanisms.permute_flip)
 
 
 CAUCHY, LAPLACE, GAUSSIAN = Name.CAUCHY, Name.LAPLACE, Name.GAUSSIAN
 LAPLACE_GLOBAL, GAUSSIAN_GLOBAL = Name.LAPLACE_GLOBAL, Name.GAUSSIAN_GLOBAL
 R2T, R2T_HISTOGRAM = Name.R2T, Name.R2T_HISTOGRAM
-EXPONENTIAL = Name.EXPONENTIAL
+EXPONENTIAL, PERMUTE_AND_FLIP = Name.EXPONENTIAL, Name.PERMUTE_AND_FLIP
 
 # the mechanisms a user chooses for a data-dependent (smoothed) bound: --mechanism, a policy's mechanism key
 SMOOTHED: tuple[Name, ...] = (CAUCHY, LAPLACE)
