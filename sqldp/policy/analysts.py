@@ -10,6 +10,8 @@ max_message_bytes = 1048576
 workers = 16                              # threads running analyses and queries
 pool_size = 8                             # upstream connections kept open
 statement_timeout = 60                    # seconds a statement may run upstream (default: no limit)
+row_budget_fallback = false               # per-row-budgeted tables: answer outside the classes on ε alone
+row_counts_epsilon = 0.1                  # ε of the noisy used/excluded row counts in the NOTICE (0: none)
 
 [analysts.alice]
 verifier = "SCRAM-SHA-256$4096:…"         # from `sqldp budget passwd alice`; or in the credentials file
@@ -47,6 +49,8 @@ PROXY_KEYS = {
     "workers",
     "pool_size",
     "statement_timeout",
+    "row_budget_fallback",
+    "row_counts_epsilon",
 }
 ANALYST_KEYS = {"verifier", "epsilon_limit", "delta_limit", "statement_timeout", *PRIVACY_KEYS}
 MAX_MESSAGE_BYTES = (1024, 1 << 26)  # the range max_message_bytes may take
@@ -72,6 +76,10 @@ class ProxyPolicy:
     pool_size: int = 8
     analysts: Mapping[str, AnalystPolicy] = field(default_factory=dict)
     statement_timeout: float | None = None  # seconds; None: no limit
+    # per-row budgets (docs/budgets.md, docs/proxy.md "Per-row budgets"): answer a statement outside the proven
+    # classes on the analyst-level account alone (Session.run_budgeted's fallback) rather than refuse it
+    row_budget_fallback: bool = False
+    row_counts_epsilon: float = 0.0  # ε of the NOTICE's noisy used/excluded counts (Session.budget_counts); 0: none
 
 
 def parse_listen(text: Any, where: str) -> tuple[str, int]:
@@ -148,7 +156,16 @@ def parse_proxy(policy: Policy) -> ProxyPolicy:
         pool_size=_int(proxy.get("pool_size", 8), f"{w}.pool_size", 1, 256),
         analysts=analysts,
         statement_timeout=_timeout(proxy, w),
+        row_budget_fallback=_flag(proxy, "row_budget_fallback", w),
+        row_counts_epsilon=positive(proxy.get("row_counts_epsilon", 0.0), f"{w}.row_counts_epsilon", allow_zero=True),
     )
+
+
+def _flag(spec: Mapping[str, Any], key: str, where: str) -> bool:
+    value = spec.get(key, False)
+    if not isinstance(value, bool):
+        raise PolicyError(f"must be true or false, got {value!r}", where=f"{where}.{key}")
+    return value
 
 
 def _timeout(spec: Mapping[str, Any], where: str) -> float | None:

@@ -7,16 +7,24 @@ its charge being durable; a CancelRequest before the charge makes none, after it
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import logging
 import threading
 import time
 import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from sqldp.engine.postgres import Running, watching
+import sqlglot
+from sqlglot import exp
+
+from sqldp import budgets
+from sqldp.engine.postgres.engine import Running, watching
 from sqldp.errors import DatabaseError, InputError, RefusedError, SqldpError
+from sqldp.form import AnalysisForm
 from sqldp.proxy import ledger, statements
 from sqldp.proxy import protocol as pr
 from sqldp.proxy import values as v
@@ -25,9 +33,12 @@ from sqldp.proxy.backend import Backend, hand_over
 from sqldp.proxy.config import Analyst
 from sqldp.proxy.errors import Cancelled, Internal, TimedOut, Withheld, from_upstream, locate, log
 from sqldp.proxy.outcome import Outcome
+from sqldp.runner import Prepared
 
 if typing.TYPE_CHECKING:
     from sqldp.result import Result
+    from sqldp.session import Session
+    from sqldp.strategies import Compiled
 
 
 async def answer(b: Backend, text: str, statement: str) -> Outcome:
@@ -99,27 +110,39 @@ def _charge_and_run(
         raise
     eps = delta = 0.0
     balance: ledger.Balance | None = None
+    per_row: PerRow | None = None
     if not prepared.public:
         params = prepared.params
         if params is None:
             raise RefusedError("the query has no privacy parameters; not answered")
+        per_row = per_row_plan(server.session, prepared, sql, server.config.row_budget_fallback)
         server.check(prepared)
         if b.cancel_requested:
             raise Cancelled()
         eps, delta = float(params.epsilon), float(params.delta or 0.0)
+        counts_eps = server.config.row_counts_epsilon if per_row is not None and per_row.found is not None else 0.0
+        # the analyst-level budget stays the outer limit: the answer's ε and the noisy counts' ε, in one charge
+        eps += counts_eps
         with server.ledger_pool.connection() as conn:
             balance = ledger.charge(conn, analyst.name, eps, delta, fingerprint)
     deadline = Deadline(running, analyst.statement_timeout)
     try:
         with watching(running), deadline:  # a CancelRequest from now on cancels the upstream queries (cancel)
-            result = prepared.run()
+            if per_row is not None and per_row.found is not None:
+                result = per_row.run(server.session, sql, analyst.privacy, server.config.row_counts_epsilon)
+            else:
+                result = prepared.run()
     except DatabaseError as err:
         if deadline.fired:
             raise TimedOut(deadline.seconds, charged=not prepared.public) from None
         raise from_upstream(err, public=prepared.public) from err
     columns, rows = result.table()
     types = [v.infer_type([r[i] for r in rows]) for i in range(len(columns))]
-    notice_ = notice(result, balance) if balance is not None else b""
+    notice_ = b""
+    if balance is not None:
+        notice_ = notice(result, balance, spent=eps)
+        if per_row is not None:
+            notice_ += per_row.notice(analyst.name)
     outcome = Outcome(f"SELECT {len(rows)}", list(columns), types, list(rows), notice_, query=sql)
     return outcome, (eps, delta)
 
@@ -157,15 +180,17 @@ def _amount(x: Decimal) -> str:
     return text if x else "0"
 
 
-def notice(result: Result, balance: ledger.Balance) -> bytes:
+def notice(result: Result, balance: ledger.Balance, *, spent: float | None = None) -> bytes:
     """What a private answer may carry besides its values (docs/output.md, "What each output field reveals"): ε and δ
     this statement spent and what the analyst has left (the ledger: a function of the queries asked, not of
     the data), and the error bar of each value whose noise scale is data-independent (``laplace-global``:
     ``sqldp.release.error_bar``; its interval arithmetic reads only the noisy values, post-processing, Dwork &
     Roth Prop. 2.1). Values calibrated to a smooth sensitivity (NR §3.3.7–3.3.9) get no bar: it would
-    reveal that sensitivity."""
+    reveal that sensitivity. ``spent``: the ε the ledger was charged, when it is more than the answer's (a
+    per-row budgeted answer's noisy row counts, :class:`PerRow`)."""
     p = result.params
-    spent_e, spent_d = ledger.amount(p.epsilon if p else 0.0), ledger.amount(p.delta if p else 0.0)
+    spent_e = ledger.amount(spent if spent is not None else p.epsilon if p else 0.0)
+    spent_d = ledger.amount(p.delta if p else 0.0)
     left_d = max(Decimal(0), balance.delta_limit - balance.delta_spent)
     text = (
         f"sqldp: this statement spent ε = {_amount(spent_e)}, δ = {_amount(spent_d)}; {balance.analyst} has "
@@ -187,6 +212,91 @@ def notice(result: Result, balance: ledger.Balance) -> bytes:
         else:
             detail = head + "; ".join(f"row {i}: {one(b)}" for i, b in enumerate(bars, 1))
     return pr.notice_response(text, detail=detail)
+
+
+@dataclass
+class PerRow:
+    """A private statement over a table the policy marks ``budget = "per-row"`` (docs/budgets.md): ``found``, the
+    budgeted use :meth:`sqldp.session.Session.run_budgeted` answers it through, or None with ``reason`` when
+    it is outside the proven classes and ``[proxy] row_budget_fallback`` answers it on the analyst-level
+    account alone. After :meth:`run`: the noisy counts of the rows it used and excluded, if any were asked."""
+
+    found: budgets.Budgeted | None
+    reason: str = ""
+    on: dt.date = field(default_factory=lambda: dt.datetime.now(dt.UTC).date())
+    epsilon: float = 0.0  # ε charged to each used row
+    counts: dict[str, Any] | None = None  # Session.budget_counts, released with Laplace noise
+
+    def run(self, session: Session, sql: str, privacy: Mapping[str, Any], counts_epsilon: float) -> Result:
+        """The counts first (they read the ledger as the answer will: before its charge), then the answer and its
+        charge in one transaction (sqldp.engine.postgres.engine.ChargedAnswer). Both analyse ``sql`` as the proxy
+        did, so neither refuses it now."""
+        if counts_epsilon > 0:
+            self.counts = session.budget_counts(sql, epsilon=counts_epsilon, on=self.on, **privacy)
+        result = session.run_budgeted(sql, on=self.on, **privacy)
+        self.epsilon = float(result.params.epsilon) if result.params is not None else 0.0
+        return result
+
+    def notice(self, analyst: str) -> bytes:
+        """The per-row charge, as a second NOTICE: the table, its class, the ε charged to each used row and its
+        limit today (the policy's public schedule), and how many rows were used and excluded only as the noisy
+        counts of Session.budget_counts (Laplace at 1/ε, an ℓ1 sensitivity of 1, charged to the analyst above);
+        an exact count of either depends on the data and never leaves."""
+        if self.found is None:
+            return pr.notice_response(
+                f"sqldp: per-row budgets not used (docs/budgets.md): {self.reason}; answered on {analyst}'s "
+                "analyst-level account only, which covers every row ([proxy] row_budget_fallback = true)"
+            )
+        b = self.found
+        limit = budgets.limit_on(b.budget, self.on)
+        conditions = " AND ".join(e.sql(dialect="postgres") for e in b.own) or "every row"
+        text = (
+            f"sqldp: per-row budgets ({b.supported_class}): each row of {b.table} the answer used was charged "
+            f"ε = {self.epsilon:g} of its limit {limit:g}; "
+        )
+        c = self.counts
+        if c is None:
+            text += "how many rows it used and excluded is not released ([proxy] row_counts_epsilon = 0)"
+        else:
+            text += (
+                f"rows used ≈ {c['charged']:.1f}, excluded (no room left) ≈ {c['excluded']:.1f} (noisy counts: "
+                f"Laplace scale {c['noise_scale']:g}, ε = {c['epsilon']:g} of this statement's charge)"
+            )
+        detail = (
+            f"the rows used: those of {b.table} with {conditions}; a used row whose spent ε plus this charge would "
+            "pass its limit is left out of the answer inside the statement (docs/budgets.md)"
+        )
+        return pr.notice_response(text, detail=detail)
+
+
+def per_row_plan(session: Session, prepared: Compiled, sql: str, fallback: bool) -> PerRow | None:
+    """Whether a private statement goes through the per-row ledger: None when it reads no per-row-budgeted
+    table; else its budgeted use (:func:`sqldp.budgets.analyse`, pure: no row read, nothing charged yet), or,
+    outside the proven classes, a :class:`RefusedError` naming the reason — or, with ``fallback``, the
+    reason kept for the NOTICE. Mirrors :meth:`sqldp.session.Session.run_budgeted`'s own checks."""
+    budgeted = set(budgets.budgeted_tables(session.policy))
+    if not budgeted or not budgeted & _tables(sql):
+        return None
+    try:
+        if not isinstance(prepared, Prepared) or not isinstance(prepared.form, AnalysisForm):
+            raise budgets.refused("only a single query (no set operation, workflow or selection) has per-row budgets")
+        assert prepared.statements is not None
+        found = budgets.analyse(prepared.form, prepared.plans, prepared.statements, session.catalog, session.policy)
+    except RefusedError as err:
+        if not fallback:
+            raise
+        return PerRow(None, reason=err.message.removeprefix("per-row budgets (docs/budgets.md): "))
+    return PerRow(found)
+
+
+def _tables(sql: str) -> set[str]:
+    """The names of the tables ``sql`` mentions anywhere (a CTE of the same name counts too: it errs on the
+    side of the per-row check)."""
+    try:
+        tree = sqlglot.parse_one(sql, read="postgres")
+    except sqlglot.errors.ParseError:
+        return set()
+    return {t.name.lower() for t in tree.find_all(exp.Table)}
 
 
 def _log(analyst: str, fingerprint: str, decision: str, **extra: Any) -> None:

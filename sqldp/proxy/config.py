@@ -40,6 +40,8 @@ class ProxyConfig:
     workers: int = 16
     pool_size: int = 8
     analysts: Mapping[str, Analyst] = field(default_factory=dict)
+    row_budget_fallback: bool = False  # [proxy] row_budget_fallback (sqldp.policy.analysts.ProxyPolicy)
+    row_counts_epsilon: float = 0.0  # [proxy] row_counts_epsilon
 
 
 def _verifier(text: str, where: str) -> Verifier:
@@ -73,4 +75,6 @@ def load(policy: Policy) -> ProxyConfig:
         workers=spec.workers,
         pool_size=spec.pool_size,
         analysts=analysts,
+        row_budget_fallback=spec.row_budget_fallback,
+        row_counts_epsilon=spec.row_counts_epsilon,
     )
