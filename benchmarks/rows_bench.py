@@ -27,6 +27,8 @@ from typing import Any
 
 import psycopg
 
+import sqldp
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import QUERIES, ROOT, machine, markdown_table, median_time, tpch_database
@@ -177,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     support: list[list[Any]] = []
     for scale in args.scales:
         dsn = tpch_database(scale, args.dsn)
-        session = Session(_with_timeout(dsn, TIMEOUT_S), POLICY)
+        session = sqldp.connect(_with_timeout(dsn, TIMEOUT_S), POLICY)
         rows = []
         with psycopg.connect(dsn, autocommit=True) as conn:
             server_version = conn.execute("SHOW server_version").fetchone()[0]

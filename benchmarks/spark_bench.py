@@ -31,10 +31,9 @@ from rows_bench import POLICY as ROWS_POLICY
 import sqldp
 from sqldp import datasets
 from sqldp.db import connect, default_home
-from sqldp.engine.spark import local_settings, spark_session
+from sqldp.engine.spark.engine import local_settings, spark_session
 from sqldp.errors import SqldpError
 from sqldp.policy import Policy
-from sqldp.session import Session
 
 
 def main() -> None:
@@ -47,7 +46,8 @@ def main() -> None:
     ap.add_argument(
         "--spark-defaults",
         action="store_true",
-        help="Spark's own settings instead of the ones sqldp gives a local session (sqldp.engine.spark.local_settings)",
+        help="Spark's own settings instead of the ones sqldp gives a local session "
+        "(sqldp.engine.spark.engine.local_settings)",
     )
     args = ap.parse_args()
     started = time.perf_counter()
@@ -69,11 +69,11 @@ def main() -> None:
     sessions = {
         "naples": (
             sqldp.connect(dsn, policy=policy, seed=7),
-            Session(policy=policy, schema=schema, seed=7, spark=spark, spark_tables=views),
+            sqldp.connect(policy=policy, schema=schema, seed=7, spark=spark, spark_tables=views),
         ),
         "rows": (
             sqldp.connect(dsn, policy=rows_policy, seed=7),
-            Session(policy=rows_policy, schema=schema, seed=7, spark=spark, spark_tables=views),
+            sqldp.connect(policy=rows_policy, schema=schema, seed=7, spark=spark, spark_tables=views),
         ),
     }
     listed = [(suite, p) for suite in args.suites for p in sorted((QUERIES / suite).glob("q*.sql"))]

@@ -32,6 +32,8 @@ from typing import Any
 
 import psycopg
 
+import sqldp
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import QUERIES, ROOT, machine, markdown_table, median_time, tpch_database
@@ -248,7 +250,7 @@ def r2t_part(args: argparse.Namespace) -> str:
     version = ""
     for scale in args.scales:
         dsn = tpch_database(scale, args.dsn)
-        sessions = {p.stem: Session(dsn, p) for p in sorted(UNITS.glob("*.toml"))}
+        sessions = {p.stem: sqldp.connect(dsn, p) for p in sorted(UNITS.glob("*.toml"))}
         rows = []
         with psycopg.connect(dsn, autocommit=True) as conn:
             version = conn.execute("SHOW server_version").fetchone()[0]
@@ -291,7 +293,7 @@ def unmodified_part(args: argparse.Namespace) -> str:
     version = ""
     for scale in args.scales:
         dsn = tpch_database(scale, args.dsn)
-        session = Session(dsn, UNITS / "customer.toml")
+        session = sqldp.connect(dsn, UNITS / "customer.toml")
         rows = []
         with psycopg.connect(dsn, autocommit=True) as conn:
             version = conn.execute("SHOW server_version").fetchone()[0]

@@ -597,7 +597,7 @@ def parquet_tables(directory: Path | str) -> dict[str, Path]:
 
 def register_parquet(spark: Any, directory: Path | str) -> dict[str, str]:
     """Register each Parquet table of ``directory`` (:func:`parquet_tables`) as a temporary view of ``spark``
-    named after it; return table → view name (what :class:`sqldp.engine.spark.SparkEngine` reads)."""
+    named after it; return table → view name (what :class:`sqldp.engine.spark.engine.SparkEngine` reads)."""
     views = {}
     for name, path in parquet_tables(directory).items():
         spark.read.parquet(str(path)).createOrReplaceTempView(name)

@@ -163,7 +163,7 @@ def key_expressions(form: AnalysisForm, domains: Sequence[KeyDomain], catalog: C
         first = out[positions[0]]
 
         def over_values(node: exp.Expr) -> exp.Expr:
-            # key j as the statement's column __s.__key<j>: qualified, so that the Spark rule (sqldp.spark_sql)
+            # key j as the statement's column __s.__key<j>: qualified, so that the Spark rule (sqldp.engine.spark.sql)
             # knows its type (sqldp.rewrite gives it key j's), and v / 2 truncates there as in PostgreSQL
             if isinstance(node, exp.Column) and not node.table and node.name.startswith(KEY_PREFIX):
                 return exp.column(node.name, table=DOMAIN_ALIAS)

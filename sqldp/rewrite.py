@@ -12,8 +12,9 @@ rules. None of them changes what a query computes:
 4. ``truncate`` — a table whose declared contribution bound (``max_rows_per``) the plans rely on is read
    through a truncation to τ rows per key. This one does change what a query computes where the data breaks
    the declaration: that is its purpose (docs/truncation.md), and the bound holds on the truncated data;
-5. ``spark`` (the Spark engine only) — the Spark SQL that keeps PostgreSQL's meaning, or a refusal
-   (sqldp.spark_sql); the statements are then written in Spark's dialect instead of PostgreSQL's.
+5. the engine dialect's own rules (sqldp.engine.Dialect.rules): on Spark the Spark SQL that keeps
+   PostgreSQL's meaning, or a refusal (sqldp.engine.spark.sql); the statements are then written in the
+   dialect's SQL (sqldp.engine.Dialect.name) instead of PostgreSQL's.
 
 ``sqldp explain`` prints the statements this module produces. Pure: no database.
 """
@@ -24,7 +25,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
@@ -40,10 +41,10 @@ from sqldp.sensitivity.global_bound import ALL, CUT, IN, OVER, RANK, Truncation
 from sqldp.sensitivity.intervals import domain
 from sqldp.sensitivity.operators import clamped
 from sqldp.sensitivity.plan import Plan
-from sqldp.spark_sql import tables, to_spark
 from sqldp.sqlgen import widen_integers
 
-DIALECTS = ("postgres", "spark")  # the SQL dialects of the engines (sqldp.engine)
+if TYPE_CHECKING:
+    from sqldp.engine import Dialect
 
 
 @dataclass
@@ -58,10 +59,17 @@ class Scope:
     folded: dict[int, tuple[int, int]] = field(default_factory=dict)
     catalog: Catalog | None = None
     truncations: tuple[Truncation, ...] = ()  # the declared bounds the plans rely on (``truncate``)
-    dialect: str = "postgres"  # the engine's SQL dialect (DIALECTS): ``truncate`` writes its order for it
+    # the engine's SQL (sqldp.engine.Dialect): ``truncate`` writes its order for it, ``centred`` asks it
+    dialect: Dialect = field(kw_only=True)
 
 
 Rule = Callable[[exp.Select, Scope], exp.Select]
+
+
+def tables(tree: exp.Expr) -> set[str]:
+    """The catalog tables a statement reads (its FROM and JOIN tables, in subqueries too, CTE names not)."""
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    return {t.name.lower() for t in tree.find_all(exp.Table) if t.name and t.name.lower() not in ctes}
 
 
 def fold(answer: exp.Select, scope: Scope) -> exp.Select:
@@ -190,7 +198,7 @@ def centred(answer: exp.Select, scope: Scope) -> exp.Select:
     other measurement: PostgreSQL computes an aggregate written twice once, so the centred sum costs nothing
     where it cost a subtraction, a cast and a NUMERIC addition per row. PostgreSQL only: Spark's DECIMAL has a
     bounded precision."""
-    if scope.dialect != "postgres":
+    if not scope.dialect.unbounded_numeric:
         return answer
     answer = answer.copy()
     for item in answer.expressions:
@@ -217,10 +225,6 @@ def widen(query: exp.Select, scope: Scope) -> exp.Select:
     return widen_integers(query, scope.kind)  # type: ignore[return-value]
 
 
-def spark(query: exp.Select, scope: Scope) -> exp.Select:
-    return to_spark(query, scope.kind)  # type: ignore[return-value]
-
-
 def truncate(query: exp.Select, scope: Scope) -> exp.Select:
     """Every read of a truncated table t becomes a subquery with the same alias that keeps, per value v of its
     key k (NULL is one value, as PARTITION BY groups NULLs), the first τ rows of the partition P_v in a total
@@ -233,7 +237,7 @@ def truncate(query: exp.Select, scope: Scope) -> exp.Select:
     at most one out and one in — the stability the bounds of :mod:`sqldp.sensitivity.global_bound` are
     computed for (docs/truncation.md). Reading, counting, casting to text and sorting cannot fail, so the
     truncation adds no data-dependent error. On Spark the same rows are kept (:func:`total_order` with
-    ``dialect="spark"``), or the query is refused before anything runs.
+    Spark's dialect), or the query is refused before anything runs.
 
     The SQL (:func:`truncated_read`) ranks only the partitions that are over τ; the others pass whole, which
     is what the window keeps of them. The same rows on every database, and rows of keys under τ need no sort
@@ -257,7 +261,7 @@ def truncate(query: exp.Select, scope: Scope) -> exp.Select:
     return query.transform(replace)  # type: ignore[return-value]
 
 
-def truncated_read(cut: Truncation, catalog: Catalog, dialect: str = "postgres", over: str = OVER) -> exp.Query:
+def truncated_read(cut: Truncation, catalog: Catalog, dialect: Dialect, over: str = OVER) -> exp.Query:
     """The rows of ``cut.table`` that a truncation to ``cut.tau`` rows per ``cut.column`` keeps: those of
     ``ROW_NUMBER() OVER (PARTITION BY k ORDER BY <total order>) <= τ`` over the whole table, computed as ::
 
@@ -338,7 +342,7 @@ def truncated_read(cut: Truncation, catalog: Catalog, dialect: str = "postgres",
     return exp.union(whole, cut_rows, distinct=False).with_(over, as_=counted)
 
 
-def total_order(table: Table, partition: str, catalog: Catalog, dialect: str = "postgres") -> list[exp.Expr]:
+def total_order(table: Table, partition: str, catalog: Catalog, dialect: Dialect) -> list[exp.Expr]:
     """ORDER BY items under which two rows of ``table`` with the same ``partition`` value tie only when they
     are identical — equal under every operator a query may apply — so the rows a truncation keeps depend on
     the multiset of rows alone.
@@ -352,7 +356,8 @@ def total_order(table: Table, partition: str, catalog: Catalog, dialect: str = "
       an unconstrained NUMERIC's 1.0 and 1.00, types without a btree order) by its text in "C" — exact for
       floats under PostgreSQL's default extra_float_digits = 1, which sqldp's connections keep.
 
-    ``dialect="spark"``: the items of the same order in Spark SQL, so that Spark keeps the rows PostgreSQL
+    Another ``dialect`` may write the items of the same order in its SQL (sqldp.engine.Dialect.total_order);
+    Spark's (sqldp.engine.spark.dialect.SparkDialect.total_order), so that Spark keeps the rows PostgreSQL
     keeps (the caller writes NULLS LAST, PostgreSQL's ASC default). Spark enforces no key (its catalog is not
     ``enforced``), so every column is ordered. INTEGER, DATE, BOOLEAN and DECIMAL(p, s) order as in
     PostgreSQL. Text: Spark's default collation UTF8_BINARY compares the UTF-8 bytes, as PostgreSQL's "C"
@@ -364,8 +369,9 @@ def total_order(table: Table, partition: str, catalog: Catalog, dialect: str = "
     engines (Spark prints ``1.0E10`` where PostgreSQL prints ``10000000000``); so is such a partition
     column, whose equality under PARTITION BY (−0 and 0, NaN) is not checked to agree. The refusal depends on
     the catalog only and comes while the statements are written, before anything is charged or read."""
-    if dialect == "spark":
-        return _spark_order(table, partition)
+    own = dialect.total_order(table, partition, catalog)
+    if own is not None:
+        return own
     keys = model_check.keys_of(table) if catalog.enforced else []
     if keys:
         return [exp.column(c, quoted=True) for c in keys[0] if c != partition]
@@ -374,7 +380,7 @@ def total_order(table: Table, partition: str, catalog: Catalog, dialect: str = "
         if c.name == partition:
             continue
         col = exp.column(c.name, quoted=True)
-        if c.kind in ("integer", "date", "boolean") or (c.kind == "numeric" and _scaled(c.type_sql)):
+        if c.kind in ("integer", "date", "boolean") or (c.kind == "numeric" and scaled(c.type_sql)):
             out.append(col)
         elif c.kind == "text":
             out.append(exp.Collate(this=col, expression=exp.column("C", quoted=True)))
@@ -384,28 +390,7 @@ def total_order(table: Table, partition: str, catalog: Catalog, dialect: str = "
     return out
 
 
-def _spark_order(table: Table, partition: str) -> list[exp.Expr]:
-    """:func:`total_order` on Spark (its docstring says why each item means what PostgreSQL's does)."""
-    out: list[exp.Expr] = []
-    for c in table.columns.values():
-        if not (c.kind in ("integer", "date", "boolean", "text") or (c.kind == "numeric" and _scaled(c.type_sql))):
-            raise RefusedError(
-                f"{table.name}.{c.name} ({c.type_sql}): a truncation to a declared contribution bound "
-                f"(max_rows_per) orders the rows of {table.name} by every column, and PostgreSQL orders a column "
-                "of this type by its text, which Spark writes differently, so Spark could keep other rows "
-                "(docs/truncation.md)"
-            )
-        if c.name == partition:
-            continue
-        col = exp.column(c.name, quoted=True)
-        if c.kind == "text" and c.type_sql.upper().split("(")[0].strip() in ("CHAR", "CHARACTER", "BPCHAR", "NCHAR"):
-            out.append(exp.func("RTRIM", col))
-        else:
-            out.append(col)
-    return out
-
-
-def _scaled(type_sql: str) -> bool:
+def scaled(type_sql: str) -> bool:
     """NUMERIC(p, s) or DECIMAL(p, s): every value is stored at scale s."""
     head, _, args = type_sql.upper().replace(" ", "").partition("(")
     return head in ("NUMERIC", "DECIMAL") and bool(args)
@@ -413,7 +398,6 @@ def _scaled(type_sql: str) -> bool:
 
 ANSWER_RULES: tuple[Rule, ...] = (fold, unclamp, centred, groups, widen, truncate)
 QUERY_RULES: tuple[Rule, ...] = (unjoin, unclamp, widen, truncate)
-DIALECT_RULES: dict[str, tuple[Rule, ...]] = {"postgres": (), "spark": (spark,)}
 
 
 @dataclass(frozen=True)
@@ -433,7 +417,7 @@ class Statements:
     # per plan query that is not folded, the columns of its statement's one row that are its own (``merge_scans``
     # ran it with others over the same scan), or None: the statement is the query itself
     columns: tuple[tuple[int, int] | None, ...] = ()
-    dialect: str = "postgres"  # the SQL dialect of the texts (DIALECTS)
+    dialect: str = "postgres"  # the SQL the texts are written in (sqldp.engine.Dialect.name)
     tables: tuple[str, ...] = ()  # the catalog tables the statements read, sorted
     truncations: tuple[Truncation, ...] = ()  # tables read truncated to their declared bound (``truncate``)
     # why the plans do or do not rely on declared bounds (sqldp.release.BoundChoice.to_json), when the query
@@ -452,10 +436,8 @@ def rewrite(
     domains: Sequence[KeyDomain],
     catalog: Catalog,
     policy: Policy,
-    dialect: str = "postgres",
+    dialect: Dialect,
 ) -> Statements:
-    if dialect not in DIALECTS:
-        raise ValueError(f"unknown SQL dialect {dialect!r} (have: {', '.join(DIALECTS)})")
     truncations = tuple(dict.fromkeys(t for p in plans for t in p.declared_truncations))
     kind_of = domain(form, catalog, policy).kind
 
@@ -473,9 +455,9 @@ def rewrite(
 
     def apply(tree: exp.Select, rules: Sequence[Rule]) -> str:
         read.update(tables(tree))
-        for rule in (*rules, *DIALECT_RULES[dialect]):
+        for rule in (*rules, *dialect.rules):
             tree = rule(tree, scope)
-        return tree.sql(dialect=dialect)
+        return tree.sql(dialect=dialect.name)
 
     answer_sql = apply(answer, ANSWER_RULES)  # fold sets scope.folded
     every = [q for plan in plans for q in plan.queries]
@@ -502,7 +484,7 @@ def rewrite(
         answer,
         order,
         columns=columns,
-        dialect=dialect,
+        dialect=dialect.name,
         tables=tuple(sorted(read)),
         truncations=truncations,
     )
@@ -520,7 +502,7 @@ def one_row(q: exp.Expr) -> bool:
     """An aggregate over a scan with no GROUP BY, HAVING, DISTINCT, window, set-returning function, ORDER BY,
     LIMIT or WITH: exactly one row, whatever the scan holds (SQL's aggregate of no rows is one row), each item
     an expression of aggregates over the scan's rows (``merge_scans`` here, the engine's pieces in
-    sqldp.engine.postgres.layout)."""
+    sqldp.engine.postgres.engine.layout)."""
     if not isinstance(q, exp.Select) or q.args.get("from_") is None or not q.expressions:
         return False
     if any(q.args.get(k) for k in ("group", "having", "distinct", "order", "limit", "offset", "with_", "with")):

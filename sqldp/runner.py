@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqldp import release
-from sqldp.engine import Engine, Speed
+from sqldp.engine.base import Engine, Speed
 from sqldp.form import AnalysisForm
 from sqldp.groups import KeyDomain, factors, read_factors
 from sqldp.mechanisms import NoiseSource

@@ -15,20 +15,21 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqldp import budgets, db, strategies
+from sqldp import budgets, strategies
 from sqldp.catalog import Catalog
-from sqldp.context import load_catalog, load_policy
-from sqldp.db import connect, resolve_dsn
-from sqldp.engine import Engine
+from sqldp.context import load_policy
+from sqldp.db import connect
+from sqldp.engine import Dialect
+from sqldp.engine.base import Engine
 from sqldp.errors import BudgetExhaustedError, InputError, RefusedError, SqldpError, TooLargeError
 from sqldp.form import AnalysisForm
 from sqldp.frontend import parse, token_key, too_deep
-from sqldp.limits import DEFAULT_MAX_ESTIMATED_ROWS, DEFAULT_STATEMENT_TIMEOUT
+from sqldp.limits import DEFAULT_MAX_ESTIMATED_ROWS, check_limit
 from sqldp.mechanisms import NoiseSource, zcdp_epsilon
 from sqldp.policy import Policy
 from sqldp.result import Result
@@ -46,61 +47,28 @@ class Session:
 
     def __init__(
         self,
-        dsn: str | None = None,
+        engine: Engine,
         policy: Policy | str | Path | None = None,
         *,
-        schema: Catalog | str | Path | None = None,
-        data_dir: str | Path | None = None,
+        catalog: Catalog,
+        dsn: str | None = None,
         seed: int | None = None,
-        pool: Any = None,
-        analyst_dsn: str | None = None,
-        allow_privileged: bool = False,
         budget: float | None = None,
         delta_budget: float | None = None,
-        spark: Any = None,
-        spark_tables: Mapping[str, str] | None = None,
-        statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT,
         max_estimated_rows: float | None = DEFAULT_MAX_ESTIMATED_ROWS,
     ) -> None:
-        for name, limit in (("statement_timeout", statement_timeout), ("max_estimated_rows", max_estimated_rows)):
-            if limit is not None and not (isinstance(limit, (int, float)) and math.isfinite(limit) and limit >= 0):
-                raise InputError(f"{name} must be a finite number ≥ 0 (0: no limit), got {limit!r}", where=name)
-        # seconds a statement may run on PostgreSQL, and the planner's row estimate a private query may reach
-        # before it is refused uncharged (check); None or 0: no limit
-        self.statement_timeout = statement_timeout or None
+        """A session on a built ``engine`` (sqldp.engine.postgres.open, sqldp.engine.spark.open; sqldp.connect
+        builds one from a DSN or a SparkSession) whose tables ``catalog`` describes. ``dsn``: the owner's
+        PostgreSQL DSN where there is one (the budget ledger, sqldp.commands.budget)."""
+        check_limit("max_estimated_rows", max_estimated_rows)
+        # the planner's row estimate a private query may reach before it is refused uncharged (check); None or
+        # 0: no limit
         self.max_estimated_rows = max_estimated_rows or None
         self.policy = load_policy(policy)
-        self.engine: Engine
-        if spark is not None:
-            # the Spark engine (sqldp.engine.spark): the catalog from the session's tables, the keys from
-            # ``schema`` (a DDL file; Spark enforces none); no PostgreSQL is involved
-            if dsn is not None or pool is not None or analyst_dsn is not None:
-                raise InputError("give either a SparkSession or a PostgreSQL DSN, not both", where="spark")
-            from sqldp.engine.spark import SparkEngine
-
-            keys = load_catalog(schema, None) if schema is not None else None
-            self.catalog = Catalog.from_spark(spark, keys, spark_tables)
-            self.policy.validate(self.catalog)
-            self.dsn = self.analyst_dsn = None
-            self.engine = SparkEngine(spark, spark_tables)
-        else:
-            # ``dsn`` is the owner's: it reads the catalog and grants; analyst statements run on connections to
-            # ``self.analyst_dsn``, a role that may only read the catalog's tables (sqldp.db.analyst_dsn)
-            self.dsn = resolve_dsn(dsn, data_dir)
-            with connect(self.dsn) as owner:
-                self.catalog = load_catalog(schema, owner)
-                self.policy.validate(self.catalog)
-                tables = sorted(t.name for t in self.catalog.tables.values())
-                self.analyst_dsn, first = db.analyst_dsn(
-                    self.dsn, tables, explicit=analyst_dsn, allow_privileged=allow_privileged, owner_conn=owner
-                )
-            # ``pool``: an optional psycopg_pool.ConnectionPool of connections set up by engine.postgres.configure
-            # (the proxy reuses connections: opening one per query costs milliseconds)
-            from sqldp.engine.postgres import PostgresEngine  # with psycopg: only a session on PostgreSQL
-
-            self.engine = PostgresEngine(
-                self.analyst_dsn, pool=pool, first=first, statement_timeout=self.statement_timeout
-            )
+        self.engine = engine
+        self.catalog = catalog
+        self.policy.validate(self.catalog)
+        self.dsn = dsn
         self.noise = NoiseSource.seeded(seed) if seed is not None else NoiseSource()
         # a privacy budget for this session's releases (sequential composition, NR §3.3.10.4): each run is
         # charged its ε (and δ) before anything is read, and refused when the budget does not cover it
@@ -128,17 +96,21 @@ class Session:
         self._ledgers: set[str] = set()  # per-row ledgers known to exist (run_budgeted)
 
     @property
-    def dialect(self) -> str:
-        """The SQL dialect of the session's engine (sqldp.rewrite.DIALECTS)."""
-        return getattr(self.engine, "dialect", "postgres")
+    def dialect(self) -> Dialect:
+        """The SQL of the session's engine and what of PostgreSQL's meaning it keeps (sqldp.engine.Dialect)."""
+        return self.engine.dialect
+
+    @property
+    def analyst_dsn(self) -> str | None:
+        """The DSN the engine's statements run on (the analyst role's, sqldp.db.analyst_dsn), where the engine
+        has one: a PostgreSQL engine's ``dsn``."""
+        dsn = getattr(self.engine, "dsn", None)
+        return dsn if isinstance(dsn, str) else None
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
-        """An autocommit, read-only connection as the analyst role (the PostgreSQL engine's)."""
-        from sqldp.engine.postgres import PostgresEngine
-
-        if not isinstance(self.engine, PostgresEngine):
-            raise InputError("this session runs on Spark; it has no PostgreSQL connection")
+        """An autocommit, read-only connection as the analyst role (sqldp.engine.base.Engine.connection: the
+        PostgreSQL engine's; an InputError on an engine without one)."""
         with self.engine.connection() as conn:
             yield conn
 
@@ -297,7 +269,7 @@ class Session:
         self.check(prepared)
         eps = prepared.params.epsilon
         limit = budgets.limit_on(found.budget, on or dt.datetime.now(dt.UTC).date())
-        from sqldp.engine.postgres import ChargedAnswer, ensure_ledger  # with psycopg: only on PostgreSQL
+        from sqldp.engine.postgres.engine import ChargedAnswer, ensure_ledger  # with psycopg: only on PostgreSQL
 
         name = budgets.ledger_name(found.table)
         if name not in self._ledgers:
@@ -306,7 +278,8 @@ class Session:
             self._ledgers.add(name)
         statement = budgets.charged_statement(prepared.statements.answer, found, eps, limit)
         self._charge(eps, prepared.params.delta or 0.0, prepared.rho, prepared.longest)
-        engine = ChargedAnswer(self.dsn, name, self.statement_timeout)
+        # the PostgreSQL engine's own limit (its ``statement_timeout``, sqldp.engine.postgres.engine.PostgresEngine)
+        engine = ChargedAnswer(self.dsn, name, getattr(self.engine, "statement_timeout", None))
         run = dataclasses.replace(
             prepared, engine=engine, statements=dataclasses.replace(prepared.statements, answer=statement)
         )
@@ -331,7 +304,7 @@ class Session:
         assert prepared.params is not None and prepared.statements is not None
         found = budgets.analyse(prepared.form, prepared.plans, prepared.statements, self.catalog, self.policy)
         limit = budgets.limit_on(found.budget, on or dt.datetime.now(dt.UTC).date())
-        from sqldp.engine.postgres import ensure_ledger, read_counts  # with psycopg: only on PostgreSQL
+        from sqldp.engine.postgres.engine import ensure_ledger, read_counts  # with psycopg: only on PostgreSQL
         from sqldp.mechanisms import laplace
 
         name = budgets.ledger_name(found.table)
@@ -355,12 +328,13 @@ class Session:
 
     def check(self, prepared: Compiled) -> None:
         """Have the engine parse and type the statements a private query will run, without reading a row
-        (:meth:`sqldp.engine.Engine.check`); raises :class:`sqldp.errors.StatementError` for one it rejects.
-        Then, on PostgreSQL, refuse them with :class:`sqldp.errors.TooLargeError` when the planner expects a
-        step of more rows than ``max_estimated_rows`` (EXPLAIN, nothing run). That estimate comes from the
-        statistics of the private tables: an operational guard of whoever holds the session (the data owner's
-        side, docs/output.md "What each output field reveals"), a refusal before any charge, never an analyst's figure.
-        Once per answer text while the session lives (the schema is the one the catalog was read from)."""
+        (:meth:`sqldp.engine.base.Engine.check`); raises :class:`sqldp.errors.StatementError` for one it
+        rejects. Then, where the engine's planner estimates rows (PostgreSQL), refuse them with
+        :class:`sqldp.errors.TooLargeError` when the planner expects a step of more rows than
+        ``max_estimated_rows`` (EXPLAIN, nothing run). That estimate comes from the statistics of the private
+        tables: an operational guard of whoever holds the session (the data owner's side, docs/output.md "What
+        each output field reveals"), a refusal before any charge, never an analyst's figure. Once per answer
+        text while the session lives (the schema is the one the catalog was read from)."""
         statements = prepared.statements
         if statements is None:
             return
@@ -369,10 +343,10 @@ class Session:
                 return
         texts = prepared.checks()  # a workflow's steps run statements of their own first
         self.engine.check(texts)
-        from sqldp.engine.postgres import PostgresEngine  # with psycopg: only a session on PostgreSQL
-
-        if self.max_estimated_rows is not None and isinstance(self.engine, PostgresEngine):
-            rows, at = self.engine.largest_estimate(texts)
+        # an engine without a planner estimate (Spark) has no such guard (sqldp.engine.base.Engine.largest_estimate)
+        estimate = self.engine.largest_estimate(texts) if self.max_estimated_rows is not None else None
+        if estimate is not None and self.max_estimated_rows is not None:
+            rows, at = estimate
             if rows > self.max_estimated_rows:
                 which = "its answer statement" if at == 0 else f"its statement {at + 1} of {len(texts)}"
                 raise TooLargeError(

@@ -16,7 +16,7 @@ All parts of a WITH statement see one snapshot, and the INSERT's changes are inv
 (PostgreSQL manual §7.8.4), so the rows excluded from the answer are exactly the used rows the charge skips:
 the exclusion happens inside the statement, before the answer, and the charge is applied to exactly the rows
 the answer used. Two budgeted queries on one table are serialised by a transaction-level advisory lock taken
-before the statement (sqldp.engine.postgres.ChargedAnswer), so the second reads the first one's charges.
+before the statement (sqldp.engine.postgres.engine.ChargedAnswer), so the second reads the first one's charges.
 """
 
 from __future__ import annotations

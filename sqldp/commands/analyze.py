@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import argparse
 import math
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqldp.cli import common_options, emit, read_query
+from sqldp.engine import DEFAULT_ENGINE, ENGINES, command_line, registered
 from sqldp.errors import InputError
 from sqldp.limits import DEFAULT_MAX_ESTIMATED_ROWS, DEFAULT_STATEMENT_TIMEOUT
 from sqldp.mechanisms import registry
@@ -78,7 +78,7 @@ def engine_options() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("engine")
     g.add_argument(
-        "--engine", choices=("postgres", "spark"), default="postgres", help="where the data is (default postgres)"
+        "--engine", choices=tuple(ENGINES), default=DEFAULT_ENGINE, help=f"where the data is (default {DEFAULT_ENGINE})"
     )
     g.add_argument(
         "--spark-master", metavar="URL", help="Spark master (default local[*]; sc://host:15002 for Spark Connect)"
@@ -107,8 +107,6 @@ def engine_options() -> argparse.ArgumentParser:
 
 def open_session(args: argparse.Namespace) -> Session:
     """The session a command runs on: PostgreSQL (``--dsn``) or Spark (``--engine spark``)."""
-    from sqldp.session import Session  # imported when a command runs: `sqldp --help` stays fast
-
     limits = {}
     for flag, name in (("--statement-timeout", "statement_timeout"), ("--max-estimated-rows", "max_estimated_rows")):
         value = getattr(args, name, None)
@@ -116,20 +114,7 @@ def open_session(args: argparse.Namespace) -> Session:
             if not (math.isfinite(value) and value >= 0):
                 raise InputError(f"must be a finite number ≥ 0 (0: no limit), got {value:g}", where=flag)
             limits[name] = value
-    if getattr(args, "engine", "postgres") != "spark":
-        return Session(args.dsn, args.policy, schema=args.schema, data_dir=args.data_dir, seed=args.seed, **limits)
-    if args.dsn:
-        raise InputError("--dsn is PostgreSQL's; with --engine spark the data comes from --spark-data", where="--dsn")
-    from sqldp import datasets
-    from sqldp.engine.spark import spark_session
-
-    directory = Path(args.spark_data) if args.spark_data else datasets.default_spark_data()
-    tables = datasets.parquet_tables(directory)  # checked before Spark starts (seconds)
-    keys = args.schema or (directory / datasets.SPARK_SCHEMA if (directory / datasets.SPARK_SCHEMA).is_file() else None)
-    spark = spark_session(args.spark_master)
-    views = datasets.register_parquet(spark, directory)
-    assert set(views) == set(tables)
-    return Session(policy=args.policy, schema=keys, seed=args.seed, spark=spark, spark_tables=views)
+    return command_line(getattr(args, "engine", DEFAULT_ENGINE)).open_session(args, limits)
 
 
 def privacy_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -150,9 +135,9 @@ def run(args: argparse.Namespace) -> int:
         from sqldp.commands.budget import read_budget_file
 
         budget = read_budget_file(args.budget)  # before the session: a wrong file costs no connection
-        if args.engine == "spark":  # the ledger is PostgreSQL's (sqldp.proxy.ledger)
+        if not registered(args.engine).DIALECT.has_ledger:  # the ledger is PostgreSQL's (sqldp.proxy.ledger)
             raise InputError(
-                "the budget ledger lives in PostgreSQL; it is not kept for --engine spark", where="--budget"
+                f"the budget ledger lives in PostgreSQL; it is not kept for --engine {args.engine}", where="--budget"
             )
     session = open_session(args)
     from sqldp.commands.policy import note_policy

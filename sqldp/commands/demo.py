@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 from sqldp.cli import emit
 from sqldp.commands.analyze import format_text
 from sqldp.db import connect, resolve_dsn
+from sqldp.engine import DEFAULT_ENGINE, ENGINES, command_line
 from sqldp.errors import InputError, RefusedError
 
 DEMO_QUERIES = (
@@ -135,8 +135,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     lp.add_argument("--reload", action="store_true", help="drop and load again")
     lp.add_argument(
         "--engine",
-        choices=("postgres", "spark"),
-        default="postgres",
+        choices=tuple(ENGINES),
+        default=DEFAULT_ENGINE,
         help="spark: write TPC-H as Parquet (tpchgen-cli) for sqldp run --engine spark",
     )
     lp.add_argument("--spark-data", metavar="DIR", help="spark: the directory to write (default: $SQLDP_HOME/spark)")
@@ -160,36 +160,22 @@ def _check_scale(scale: float) -> None:
 
 def run_load(args: argparse.Namespace) -> int:
     _check_scale(args.scale)
-    if args.engine == "spark":
-        return _load_spark(args)
+    package = command_line(args.engine)
+    if hasattr(package, "load"):  # an engine that loads a data set its own way (Spark: Parquet and its DDL)
+        return int(package.load(args))
     load(resolve_dsn(args.dsn, args.data_dir), args.dataset, args.scale, force=args.reload, strict_scale=True)
     return 0
 
 
-def _load_spark(args: argparse.Namespace) -> int:
-    """TPC-H as Parquet plus its DDL (the keys) in one directory, read back by Spark to check the files."""
-    from sqldp import datasets
-    from sqldp.engine.spark import spark_session
-
-    if args.dataset != "tpch":
-        raise InputError("--engine spark loads tpch only", where="--engine")
-    if args.dsn:
-        raise InputError("--dsn is PostgreSQL's; --engine spark writes Parquet to --spark-data", where="--dsn")
-    directory = Path(args.spark_data) if args.spark_data else datasets.default_spark_data()
-    counts = datasets.load_tpch_spark(spark_session(args.spark_master), args.scale, directory)
-    print(f"TPC-H SF {args.scale:g} as Parquet in {directory}: " + ", ".join(f"{t} {n}" for t, n in counts.items()))
-    return 0
-
-
 def run_demo(args: argparse.Namespace) -> int:
+    import sqldp
     from sqldp.datasets import dataset_path
-    from sqldp.session import Session
 
     _check_scale(args.scale)
     dsn = resolve_dsn(args.dsn, args.data_dir)
     load(dsn, "cafeteria", args.scale, force=args.reload)
     load(dsn, "tpch", args.scale, force=args.reload)
-    sessions = {name: Session(dsn, dataset_path(f"{name}.toml")) for name in ("cafeteria", "tpch")}
+    sessions = {name: sqldp.connect(dsn, dataset_path(f"{name}.toml")) for name in ("cafeteria", "tpch")}
     outputs = []
     for dataset, sql, title in DEMO_QUERIES:
         try:

@@ -14,7 +14,7 @@ import typing
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
-from sqldp.engine.postgres import Running, returning_after
+from sqldp.engine.postgres.engine import Running, returning_after
 from sqldp.errors import SqldpError
 from sqldp.proxy import protocol as pr
 from sqldp.proxy.analysis import Description

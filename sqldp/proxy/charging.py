@@ -22,7 +22,7 @@ import sqlglot
 from sqlglot import exp
 
 from sqldp import budgets
-from sqldp.engine.postgres import Running, watching
+from sqldp.engine.postgres.engine import Running, watching
 from sqldp.errors import DatabaseError, InputError, RefusedError, SqldpError
 from sqldp.form import AnalysisForm
 from sqldp.proxy import ledger, statements
@@ -229,7 +229,7 @@ class PerRow:
 
     def run(self, session: Session, sql: str, privacy: Mapping[str, Any], counts_epsilon: float) -> Result:
         """The counts first (they read the ledger as the answer will: before its charge), then the answer and its
-        charge in one transaction (sqldp.engine.postgres.ChargedAnswer). Both analyse ``sql`` as the proxy
+        charge in one transaction (sqldp.engine.postgres.engine.ChargedAnswer). Both analyse ``sql`` as the proxy
         did, so neither refuses it now."""
         if counts_epsilon > 0:
             self.counts = session.budget_counts(sql, epsilon=counts_epsilon, on=self.on, **privacy)

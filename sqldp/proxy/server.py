@@ -169,7 +169,7 @@ class ProxyServer:
         """Parse and Describe upstream, as the analyst role, on a connection kept for them: no reading
         connection is taken from the pool and reset afterwards (a Parse changes no session state: nothing
         runs), which took 1.6 of a describe's 6 ms on a loaded machine."""
-        from sqldp.engine.postgres import configure
+        from sqldp.engine.postgres.engine import configure
 
         analyst_dsn = self.session.analyst_dsn
         assert analyst_dsn is not None  # a PostgreSQL session: the proxy serves PostgreSQL only

@@ -8,7 +8,7 @@ every returned connection, in the thread returning it, before the pool offers it
 reset, the connection's own set-up is applied again, and the roles are checked. (psycopg_pool's own ``reset``
 callback runs in one of its worker threads: one more thread to wake and hand the GIL to on every use, which
 cost more CPU than the reset itself. The proxy returns a statement's connections after handing its answer to
-the event loop, sqldp.engine.postgres.returning_after, so the reset is off the answer's path all the same.)
+the event loop, sqldp.engine.postgres.engine.returning_after, so the reset is off the answer's path all the same.)
 Every ``check_every``-th reset, and the first of each connection, also compares the whole session state
 (:data:`STATE`) with what it was right after that set-up: the reset clears what it names for certain, and the
 comparison (1-3 ms of catalog reads, more than a small query takes) is there to catch what it might not. A

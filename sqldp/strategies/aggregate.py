@@ -14,6 +14,8 @@ import time
 
 from sqldp import sensitivity
 from sqldp.catalog import Catalog
+from sqldp.engine import Dialect
+from sqldp.engine.postgres.dialect import POSTGRES
 from sqldp.errors import RefusedError
 from sqldp.form import AnalysisForm, single_aggregate
 from sqldp.frontend import ParsedQuery, locate, parse
@@ -27,7 +29,6 @@ from sqldp.runner import Prepared
 from sqldp.sensitivity.global_bound import declared_truncations
 from sqldp.sensitivity.plan import Plan
 from sqldp.sensitivity.units import grouped_answer, histograms
-from sqldp.spark_sql import public_statement
 from sqldp.sqlgen import answer_query
 from sqldp.strategies import nested, owned
 from sqldp.strategies.base import Context, Privacy
@@ -50,8 +51,8 @@ def analysed(parsed: ParsedQuery, context: Context, privacy: Privacy) -> Prepare
     sql, catalog, policy, dialect = parsed.sql, context.catalog, context.policy, context.dialect
     form = normalize(parsed, catalog, policy)
     if isinstance(form, PublicRelease):
-        if dialect == "spark":  # the checked statement in Spark SQL, or refused before anything runs
-            form = dataclasses.replace(form, checked_sql=public_statement(form.checked_sql, catalog, policy))
+        if dialect.translated:  # the checked statement in the engine's SQL, or refused before anything runs
+            form = dataclasses.replace(form, checked_sql=dialect.public_statement(form.checked_sql, catalog, policy))
         return Prepared(context.engine, context.noise, sql, form, None, (), (), None, t0)
     params = resolve_params(policy, outputs=max(1, len(form.aggregates)), **privacy)
     if form.nested is not None:  # a histogram of per-key counts (sqldp.strategies.nested): its own plan and SQL
@@ -77,7 +78,7 @@ def compile_form(
     catalog: Catalog,
     policy: Policy,
     beta: float | None,
-    dialect: str = "postgres",
+    dialect: Dialect = POSTGRES,
     *,
     params: PrivacyParams | None = None,
     truncation: bool | None = None,
@@ -163,8 +164,8 @@ def compile_form(
     if grouped:
         # GROUP BY under a privacy unit: the answer carries the histograms truncated across groups (docs/units.md)
         assert len(grouped) == len(plans)  # one form: every aggregate reads the same unit's tables
-        if dialect != "postgres":  # its rounding argument is PostgreSQL's NUMERIC division (docs/units.md)
-            raise RefusedError("GROUP BY under a privacy unit runs on PostgreSQL only")
+        if not dialect.numeric_division_rounding:  # its rounding argument is PostgreSQL's NUMERIC division
+            raise RefusedError("GROUP BY under a privacy unit runs on PostgreSQL only")  # (docs/units.md)
         answer = grouped_answer(form, grouped)
     statements = rewrite(form, answer, plans, domains, catalog, policy, dialect)
     if choice is not None:

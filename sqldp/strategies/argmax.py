@@ -312,7 +312,7 @@ def _score_sql(
 ) -> tuple[str, str]:
     """Per candidate v, (v, s(v)) ordered by v; and the candidates' own statement (public tables). An
     integer-valued e is summed in NUMERIC: PostgreSQL's SUM(BIGINT) is NUMERIC, Spark's a BIGINT that fails on
-    overflow (sqldp.spark_sql writes the cast DECIMAL(38, 0): the same value). A NUMERIC e's SUM is exact on
+    overflow (sqldp.engine.spark.sql writes the cast DECIMAL(38, 0): the same value). A NUMERIC e's SUM is exact on
     both (Spark's DECIMAL(p + 10, s)); COALESCE gives 0 for a candidate with no row on both."""
     cand = exp.select(exp.alias_(a.copy(), "v")).distinct()
     sources = [t for t in _from_tables(tree) if t.name != view]

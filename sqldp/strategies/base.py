@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sqldp.catalog import Catalog
-from sqldp.engine import Engine
+from sqldp.engine import Dialect
+from sqldp.engine.base import Engine
 from sqldp.frontend import ParsedQuery
 from sqldp.mechanisms import NoiseSource
 from sqldp.params import PrivacyParams
@@ -26,14 +27,15 @@ Privacy = Mapping[str, Any]  # the privacy arguments of a query (epsilon, delta,
 @dataclass(frozen=True)
 class Context:
     """What a strategy compiles against: the session's catalog and policy (as they are when the query is
-    prepared), the engine its statements will run on, in ``dialect`` (sqldp.rewrite.DIALECTS), and the noise
+    prepared), the engine its statements will run on, its ``dialect`` (sqldp.engine.Dialect: what the
+    strategies ask of the engine's SQL, never its name), and the noise
     source of its releases. Strategies read data through nothing else, and only when the compiled query runs."""
 
     catalog: Catalog
     policy: Policy
     engine: Engine
     noise: NoiseSource
-    dialect: str = "postgres"
+    dialect: Dialect
 
 
 class Compiled(Protocol):

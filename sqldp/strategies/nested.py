@@ -66,6 +66,7 @@ import dataclasses
 from sqlglot import exp
 
 from sqldp.catalog import Catalog
+from sqldp.engine import Dialect
 from sqldp.form import BUCKET, AnalysisForm
 from sqldp.groups import KeyDomain
 from sqldp.params import PrivacyParams
@@ -86,7 +87,7 @@ def compile_histogram(
     catalog: Catalog,
     policy: Policy,
     params: PrivacyParams,
-    dialect: str,
+    dialect: Dialect,
 ) -> tuple[AnalysisForm, tuple[KeyDomain, ...], tuple[Plan, ...], Statements]:
     """The plan (a global ℓ1 bound, the module's lemma), the bucket domain (partition selection, or 0 … τ
     under a declared contribution bound) and the SQL of a histogram of per-key counts; refused when neither
@@ -128,7 +129,7 @@ def compile_histogram(
         form = dataclasses.replace(
             form, notes=(*form.notes, f"counts released over {low} … {tau}: {truncations[0]} (declared max_rows_per)")
         )
-    if dialect != "postgres" and params.delta:  # after the refusals that do not depend on the engine
+    if not dialect.histogram_partition_selection and params.delta:  # after the refusals not of the engine
         # the domain 0 … τ runs on Spark (the truncation keeps PostgreSQL's rows, sqldp.rewrite.total_order);
         # partition selection of the counts present has not been compared with PostgreSQL there
         raise refuse("DP partition selection of the counts runs on PostgreSQL only (declare max_rows_per for Spark)")

@@ -84,6 +84,7 @@ from sqlglot import exp
 
 from sqldp import sensitivity
 from sqldp.catalog import Catalog
+from sqldp.engine import Dialect
 from sqldp.errors import RefusedError
 from sqldp.form import Aggregate, AnalysisForm, ColumnRef, Conjunct, SemiJoin, placeholder, single_aggregate
 from sqldp.groups import KeyDomain
@@ -340,7 +341,7 @@ def compile_owned(
     catalog: Catalog,
     policy: Policy,
     beta: float | None,
-    dialect: str,
+    dialect: Dialect,
 ) -> tuple[tuple[Plan, ...], Statements]:
     """The plans and SQL of an owned-groups query: each value's plan from the bound form (run as statements of
     their own, never inside the answer's scan, whose product has the owning rows the bound must not read), the

@@ -62,7 +62,7 @@ from sqlglot import exp
 
 from sqldp import allowlist, mechanisms
 from sqldp.catalog import Catalog, Column
-from sqldp.engine import Speed
+from sqldp.engine.base import Speed
 from sqldp.errors import RefusedError
 from sqldp.frontend import ParsedQuery, conjuncts, position
 from sqldp.mechanisms.registry import LAPLACE
@@ -71,6 +71,7 @@ from sqldp.policy import Policy
 from sqldp.policy.tables import TablePolicy
 from sqldp.result import GLOBAL, Measurement, Result
 from sqldp.rewrite import Statements
+from sqldp.rewrite import tables as statement_tables
 from sqldp.runner import Prepared
 from sqldp.sensitivity.columns import grain
 from sqldp.sensitivity.expressions import column_weights
@@ -425,7 +426,7 @@ def _witness_sql(
     aggregating every row of T (TPC-H Q20: 760 rows of partsupp against a year of lineitem, 150 ms → 6 ms at
     SF 0.1).
 
-    Every construct means the same in PostgreSQL and in Spark SQL as sqldp.spark_sql writes it (checked
+    Every construct means the same in PostgreSQL and in Spark SQL as sqldp.engine.spark.sql writes it (checked
     against PostgreSQL in tests/engine/test_spark.py): a SUM of an integer column is taken in NUMERIC
     (PostgreSQL's SUM(BIGINT) is NUMERIC, Spark's a BIGINT that fails on overflow; the cast is DECIMAL(38, 0)
     there, the same value); the margin is cast to DOUBLE PRECISION before it is divided by h (no integer
@@ -541,7 +542,7 @@ class _Shape(Protocol):
 
 S = TypeVar("S", bound=_Shape)
 # the columns of the statements' own derived tables that appear under arithmetic, with their kinds: the
-# witness statement's L − S reads S = α·SUM(v) or α·COUNT(*) (a number; sqldp.spark_sql.engine_statement)
+# witness statement's L − S reads S = α·SUM(v) or α·COUNT(*) (a number; sqldp.engine.spark.sql.engine_statement)
 _DERIVED = {(_AGG, "s"): "numeric"}
 
 
@@ -550,29 +551,26 @@ class EngineStatement:
     """A shape's one statement as the session's engine runs it."""
 
     text: str  # in the engine's dialect
-    dialect: str  # sqldp.rewrite.DIALECTS
+    dialect: str  # its name (sqldp.engine.Dialect.name)
     tables: tuple[str, ...]  # the catalog tables it reads, sorted (the Spark engine snapshots those)
 
 
 def statement_for(shape: _Shape, context: Context) -> EngineStatement:
     """The shape's statement in the engine's dialect, or RefusedError before anything is read or charged. On
-    Spark: the candidates, a statement over public tables, pass the public path first (on Spark,
-    sqldp.spark_sql.public_statement with its checks); the whole statement, PostgreSQL text parsed back, goes
-    through the rule every other statement goes through (sqldp.spark_sql.to_spark, via engine_statement:
-    the snapshot prefix, integer division, NUMERIC casts, date arithmetic), each column typed from the
-    catalog or :data:`_DERIVED`."""
+    an engine whose SQL is a translation (sqldp.engine.Dialect.translated; Spark): the candidates, a statement
+    over public tables, pass the public path first (on Spark, sqldp.engine.spark.sql.public_statement with its
+    checks); the whole statement, PostgreSQL text parsed back, goes through the rule every other statement goes
+    through (sqldp.engine.Dialect.engine_statement; on Spark sqldp.engine.spark.sql.to_spark: the snapshot
+    prefix, integer division, NUMERIC casts, date arithmetic), each column typed from the catalog or
+    :data:`_DERIVED`."""
     import sqlglot
 
-    from sqldp import spark_sql
-
     dialect = context.dialect
-    tables = tuple(sorted(spark_sql.tables(sqlglot.parse_one(shape.statement, read="postgres"))))
-    if dialect == "postgres":
-        return EngineStatement(shape.statement, dialect, tables)
-    if dialect != "spark":
-        raise RefusedError(f"public rows chosen by private data: no {dialect} SQL is written for them")
+    tables = tuple(sorted(statement_tables(sqlglot.parse_one(shape.statement, read="postgres"))))
+    if not dialect.translated:
+        return EngineStatement(shape.statement, dialect.name, tables)
     public_path(shape.candidates_sql, context)
-    return EngineStatement(spark_sql.engine_statement(shape.statement, context.catalog, _DERIVED), dialect, tables)
+    return EngineStatement(dialect.engine_statement(shape.statement, context.catalog, _DERIVED), dialect.name, tables)
 
 
 def public_path(sql: str, context: Context) -> Prepared:

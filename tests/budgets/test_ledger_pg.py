@@ -12,8 +12,8 @@ import pytest
 import sqldp
 from sqldp.budgets import analysis, sql
 from sqldp.budgets.rule import admit, charge
-from sqldp.engine import Speed
-from sqldp.engine.postgres import ChargedAnswer, ensure_ledger
+from sqldp.engine.base import Speed
+from sqldp.engine.postgres.engine import ChargedAnswer, ensure_ledger
 from sqldp.errors import DatabaseError, RefusedError
 from sqldp.policy import Policy
 from sqldp.rewrite import Statements

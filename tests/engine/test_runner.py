@@ -18,7 +18,7 @@ import pytest
 
 import sqldp
 from sqldp.commands.analyze import _describe_term, format_text
-from sqldp.engine import postgres
+from sqldp.engine.postgres import engine as postgres
 from sqldp.errors import ForbiddenError, RefusedError
 from sqldp.policy import Policy
 

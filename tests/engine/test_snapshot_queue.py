@@ -23,7 +23,8 @@ import pytest
 from sqlglot import exp
 
 import sqldp
-from sqldp.engine import Speed, postgres
+from sqldp.engine.base import Speed
+from sqldp.engine.postgres import engine as postgres
 from sqldp.errors import DatabaseError, RefusedError
 from sqldp.rewrite import Statements
 from sqldp.runner import Prepared

@@ -1,4 +1,4 @@
-"""The Spark engine (sqldp.engine.spark) and the Spark SQL rule (sqldp.spark_sql), against PostgreSQL itself.
+"""The Spark engine (sqldp.engine.spark) and the Spark SQL rule (sqldp.engine.spark.sql), against PostgreSQL itself.
 
 Two oracles, both independent of the code under test: PostgreSQL evaluates an expression as the analyses
 understand it, and Spark must give the same value for the rule's translation (or the rule must refuse); on
@@ -29,12 +29,12 @@ from sqlglot import exp
 
 import sqldp
 from sqldp import datasets
+from sqldp.engine.spark.sql import SNAPSHOT, to_spark
 from sqldp.errors import RefusedError
 from sqldp.form import ColumnRef
 from sqldp.policy import Policy
 from sqldp.sensitivity.global_bound import Truncation
 from sqldp.session import Session
-from sqldp.spark_sql import SNAPSHOT, to_spark
 from sqldp.strategies import argmax, selection
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -520,9 +520,9 @@ def cut_engines(spark: Any, pg_server_dsn: str) -> Iterator[tuple[psycopg.Connec
         drop_database(pg_server_dsn, dsn)
 
 
-def _truncated_reads(session: Session, dialect: str, table: str = "cut", columns: str = "k, s, d, v") -> str:
-    """``SELECT <columns> FROM <table>`` through the rewriter's truncate rule (and on Spark its Spark rule), τ = 2
-    per k."""
+def _truncated_reads(session: Session, table: str = "cut", columns: str = "k, s, d, v") -> str:
+    """``SELECT <columns> FROM <table>`` through the rewriter's truncate rule and the session's dialect's rules
+    (on Spark its Spark rule), τ = 2 per k."""
     from typing import cast
 
     from sqldp.form import AnalysisForm
@@ -530,15 +530,18 @@ def _truncated_reads(session: Session, dialect: str, table: str = "cut", columns
 
     tree = sqlglot.parse_one(f"SELECT {columns} FROM {table}", read="postgres")
     cut = (Truncation(table, "k", 2),)
+    dialect = session.dialect
     scope = Scope(cast(AnalysisForm, None), (), (), _kind, catalog=session.catalog, truncations=cut, dialect=dialect)
     out = truncate(tree, scope)  # type: ignore[arg-type]
-    return (to_spark(out, _kind) if dialect == "spark" else out).sql(dialect=dialect)
+    for rule in dialect.rules:
+        out = rule(out, scope)
+    return out.sql(dialect=dialect.name)
 
 
 def test_truncation_keeps_the_same_rows_on_spark(cut_engines: tuple[psycopg.Connection, Session, Session]) -> None:
     conn, pg, on_spark = cut_engines
     expected = _rows(_kept_by_python(_typed(CUT_ROWS)))
-    pg_sql, spark_sql = _truncated_reads(pg, "postgres"), _truncated_reads(on_spark, "spark")
+    pg_sql, spark_sql = _truncated_reads(pg), _truncated_reads(on_spark)
     assert _rows(conn.execute(pg_sql).fetchall()) == expected
     spark = on_spark.engine.spark  # type: ignore[attr-defined]
     view = spark_sql.replace(f"{SNAPSHOT}cut", "trunc_cut")  # what the engine's snapshot binding does
@@ -575,7 +578,7 @@ def test_truncation_orders_char_as_postgresql_on_spark(spark: Any, pg_server_dsn
                 spark=spark, policy=policy, schema=Catalog.from_ddl(ddl), spark_tables={"ch": "trunc_ch"}
             )
             assert on_spark.catalog.table("ch").column("c").type_sql == "CHAR(4)"
-            text = _truncated_reads(on_spark, "spark", "ch", "k, v").replace(f"{SNAPSHOT}ch", "trunc_ch")
+            text = _truncated_reads(on_spark, "ch", "k, v").replace(f"{SNAPSHOT}ch", "trunc_ch")
             assert "RTRIM" in text
             kept = sorted(r[1] for r in spark.sql(text).collect())  # type: ignore[attr-defined]
             assert sorted(r[1] for r in conn.execute(_truncated_reads(pg, "postgres", "ch", "k, v")).fetchall()) == kept
@@ -619,13 +622,13 @@ def test_truncation_of_a_float_table_refused_on_spark_before_the_charge(
 
 
 def test_engine_statement_types_only_what_it_knows() -> None:
-    """sqldp.spark_sql.engine_statement (the selection statements' rule): a column of a table of the catalog is
+    """sqldp.engine.spark.sql.engine_statement (the selection statements' rule): a column of a table of the catalog is
     typed from it (an integer division is written DIV), a column of sqldp's own derived table from the kinds
     the caller declares (its arithmetic passes), and anything else under arithmetic is refused — also a
     declared alias that the statement gives two derived tables (a mutant that types by the alias alone
     passes it), and a table outside the catalog."""
     from sqldp.catalog import Catalog
-    from sqldp.spark_sql import engine_statement
+    from sqldp.engine.spark.sql import engine_statement
 
     catalog = Catalog.from_ddl(CHOSEN_DDL)
     derived = {("agg", "s"): "numeric"}
@@ -647,7 +650,7 @@ def test_engine_statement_types_only_what_it_knows() -> None:
 def test_snapshot_copies_what_it_cannot_pin(spark: Any, tmp_path: Path) -> None:
     """A table that is not a plain scan of its files (a filtered view over Parquet, an in-memory DataFrame) is
     copied: files rewritten while a query runs, its statements still read the copy taken when it started."""
-    from sqldp.engine.spark import SparkEngine, pin
+    from sqldp.engine.spark.engine import SparkEngine, pin
 
     path = str(tmp_path / "t.parquet")
     spark.range(5).write.parquet(path)
@@ -673,7 +676,7 @@ def test_snapshot_pins_files_and_notices_a_change(spark: Any, tmp_path: Path) ->
     are the same (a mutant that keeps it after they changed reads 5 rows in the second block)."""
     import os
 
-    from sqldp.engine.spark import SnapshotChanged, SparkEngine, pin
+    from sqldp.engine.spark.engine import SnapshotChanged, SparkEngine, pin
 
     path = tmp_path / "t.parquet"
     spark.range(5).write.parquet(str(path))
@@ -717,13 +720,13 @@ def _spark_statements(answer: str, *queries: str, tables: tuple[str, ...]) -> An
 def test_deferred_case_branch_runs_only_when_taken(spark: Any) -> None:
     """PostgreSQL evaluates an uncorrelated subquery in a CASE branch only when a row takes the branch (the
     row-level separator statement's fallback, sqldp.sensitivity.rows._factorised, relies on it); the Spark
-    engine defers such a branch (sqldp.spark_sql.defer_fallbacks). Not taken: a fallback that would fail
+    engine defers such a branch (sqldp.engine.spark.sql.defer_fallbacks). Not taken: a fallback that would fail
     (1 DIV 0) is never run (a mutant that runs the statement as written fails with DIVIDE_BY_ZERO). Taken:
     the value and its type are those of the statement as written, evaluated eagerly (the oracle; a mutant
     binding the wrong branch's value or NULL gives another number)."""
-    from sqldp.engine import Speed
-    from sqldp.engine.spark import SparkEngine, bind
-    from sqldp.spark_sql import defer_fallbacks
+    from sqldp.engine.base import Speed
+    from sqldp.engine.spark.engine import SparkEngine, bind
+    from sqldp.engine.spark.sql import defer_fallbacks
 
     spark.createDataFrame([(1, 2.5), (4, -1.0), (9, 0.25)], "id BIGINT, x DOUBLE").createOrReplaceTempView("defer_t")
     engine = SparkEngine(spark)
@@ -759,8 +762,8 @@ def test_an_error_inside_a_scalar_subquery_is_one_line(spark: Any) -> None:
     """Spark raises an error inside a scalar subquery as py4j's Py4JJavaError (not a PySparkException); it
     reaches the caller as sqldp's one-line DatabaseError naming Spark's error condition, not a Java stack (a
     mutant that recognises PySparkException only lets the Py4JJavaError through)."""
-    from sqldp.engine import Speed
-    from sqldp.engine.spark import SparkEngine
+    from sqldp.engine.base import Speed
+    from sqldp.engine.spark.engine import SparkEngine
     from sqldp.errors import DatabaseError
 
     spark.createDataFrame([(1,), (2,)], "id BIGINT").createOrReplaceTempView("fail_t")
@@ -778,8 +781,8 @@ def test_an_error_inside_a_scalar_subquery_is_one_line(spark: Any) -> None:
 def test_defer_and_bind_leave_everything_else_alone() -> None:
     """A correlated CASE branch is not deferred (its value depends on the row); a statement without such a
     branch is not rewritten; binding replaces whole snapshot names only (``order`` is not part of ``orders``)."""
-    from sqldp.engine.spark import bind
-    from sqldp.spark_sql import defer_fallbacks
+    from sqldp.engine.spark.engine import bind
+    from sqldp.engine.spark.sql import defer_fallbacks
 
     correlated = sqlglot.parse_one(
         f"SELECT CASE WHEN t.a > 0 THEN 1 ELSE (SELECT MAX(u.b) FROM {SNAPSHOT}u AS u WHERE u.b = t.a) END "
@@ -802,8 +805,8 @@ def test_query_reruns_when_its_files_change_and_is_refused_after_three_runs(spar
     import os
     import shutil
 
-    from sqldp.engine import Speed
-    from sqldp.engine.spark import ATTEMPTS, SnapshotChanged, SparkEngine
+    from sqldp.engine.base import Speed
+    from sqldp.engine.spark.engine import ATTEMPTS, SnapshotChanged, SparkEngine
 
     table, other = tmp_path / "t.parquet", tmp_path / "new.parquet"
     spark.range(5).coalesce(1).write.parquet(str(table))
@@ -847,8 +850,8 @@ def test_query_reruns_when_its_files_change_and_is_refused_after_three_runs(spar
 
 
 def test_spark_failure_is_one_line_and_unchecked_public_statements_are_refused(spark: Any) -> None:
-    from sqldp.engine import Speed
-    from sqldp.engine.spark import SparkEngine
+    from sqldp.engine.base import Speed
+    from sqldp.engine.spark.engine import SparkEngine
     from sqldp.errors import DatabaseError
     from sqldp.rewrite import Statements
 
@@ -939,7 +942,7 @@ def test_local_settings_only_for_local_masters(master: str, partitions: str | No
     a cluster's master nothing: its operators size the session."""
     import os
 
-    from sqldp.engine.spark import local_settings
+    from sqldp.engine.spark.engine import local_settings
 
     settings = local_settings(master)
     if partitions == "":
@@ -952,14 +955,14 @@ def test_local_settings_only_for_local_masters(master: str, partitions: str | No
 def test_a_session_sqldp_did_not_start_keeps_its_settings(spark: Any) -> None:
     """The CLI's spark_session in a process that already runs Spark gets that session back (getOrCreate):
     its shuffle partitions and AQE stay the owner's, and the engine running on it changes neither."""
-    from sqldp.engine.spark import spark_session
+    from sqldp.engine.spark.engine import spark_session
 
     keys = ("spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled")
     before = {k: spark.conf.get(k) for k in keys}
     assert before["spark.sql.shuffle.partitions"] == "2"  # tests/conftest.py's, not local_settings' "4"
     assert spark_session("local[2]").sparkContext is spark.sparkContext
     assert {k: spark.conf.get(k) for k in keys} == before
-    from sqldp.engine.spark import SparkEngine
+    from sqldp.engine.spark.engine import SparkEngine
 
     spark.range(3).createOrReplaceTempView("conf_t")
     engine = SparkEngine(spark)
@@ -978,7 +981,7 @@ def test_a_session_sqldp_starts_on_a_local_master_gets_the_local_settings() -> N
     if shutil.which("java") is None and not __import__("os").environ.get("JAVA_HOME"):
         pytest.skip("no Java runtime: Spark cannot start")
     code = (
-        "from sqldp.engine.spark import spark_session\n"
+        "from sqldp.engine.spark.engine import spark_session\n"
         "s = spark_session('local[2]')\n"
         "print(s.conf.get('spark.sql.shuffle.partitions'), s.conf.get('spark.sql.adaptive.enabled'),"
         " s.conf.get('spark.sql.ansi.enabled'))\n"

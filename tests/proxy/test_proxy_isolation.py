@@ -73,7 +73,7 @@ def test_the_reset_is_one_message_and_still_checks_the_role(pg_dsn: str) -> None
     """With its set-up given as SQL the reset sends the reset, the set-up and the role check in one message
     (upstream.Isolation): what a use left is gone afterwards, and a role that differs from the set-up's is
     still caught, by the full comparison and by the per-reset role check alike."""
-    from sqldp.engine.postgres import SETUP, configure
+    from sqldp.engine.postgres.engine import SETUP, configure
 
     iso = upstream.Isolation(configure, check_every=1000, setup_sql=SETUP)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
@@ -107,7 +107,7 @@ def test_a_statements_connections_go_back_and_are_reset_when_its_answer_is_hande
     server._hand_over): inside the block a statement's next use takes the connection it used before (with one
     connection in the pool it would otherwise wait for itself), nothing is reset yet, and when the block ends
     every connection is reset and offered again; one whose use failed is not taken again."""
-    from sqldp.engine.postgres import SETUP, PostgresEngine, configure, returning_after
+    from sqldp.engine.postgres.engine import SETUP, PostgresEngine, configure, returning_after
 
     iso = upstream.Isolation(configure, setup_sql=SETUP)
     pool = upstream.ResettingPool(pg_dsn, isolation=iso, min_size=2, max_size=2, kwargs={"autocommit": True}, open=True)

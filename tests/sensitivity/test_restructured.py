@@ -12,7 +12,7 @@ new text gives other rows), so the comparison is not vacuous.
 * The largest count per value of a key PostgreSQL enforces as a COUNT capped at 1 (sqldp.sensitivity.rows)
   against the GROUP BY it replaces: every figure of the run is the same.
 * A row statement with shared scans run in pieces on the two connections, each distinct piece once
-  (sqldp.engine.postgres.layout): the pieces give the statement's row (the figures of every TPC-H query on one
+  (sqldp.engine.postgres.engine.layout): the pieces give the statement's row (the figures of every TPC-H query on one
   and on two connections are compared in tests/engine/test_snapshot_queue.py).
 * A scalar another term asks again read from the shared scan that computes it (sqldp.sensitivity.rows._twins)
   against the scalar run on its own: every figure of the run is the same.
@@ -37,7 +37,7 @@ from sqldp import rewrite, sqlgen
 from sqldp.catalog import Catalog
 from sqldp.commands.explain import explain
 from sqldp.datasets import dataset_path
-from sqldp.engine import postgres
+from sqldp.engine.postgres import engine as postgres
 from sqldp.form import AnalysisForm, SemiJoin, TableUse
 from sqldp.frontend import parse
 from sqldp.normalize import normalize
@@ -258,7 +258,7 @@ def test_counts_over_an_enforced_key_give_the_figures_of_the_group_by(
     assert _figures(dsn, sql, policy_name) == keyed
 
 
-# -- the row statement's shared scans split into pieces (sqldp.engine.postgres.layout) --------------------------
+# -- the row statement's shared scans split into pieces (sqldp.engine.postgres.engine.layout) --------------------------
 
 
 def test_pieces_of_a_statement_with_shared_scans_give_its_row(pg_dsn: str) -> None:

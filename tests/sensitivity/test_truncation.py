@@ -23,6 +23,7 @@ from oracles import row_neighbours
 
 import sqldp
 from sqldp import rewrite
+from sqldp.engine.postgres.dialect import POSTGRES
 from sqldp.frontend import parse
 from sqldp.normalize import normalize
 from sqldp.params import resolve_params
@@ -346,14 +347,16 @@ def test_the_rows_kept_do_not_depend_on_the_physical_order(pg_dsn: str) -> None:
         c.execute("CREATE TABLE u (k INT, x NUMERIC, f DOUBLE PRECISION, s TEXT)")
         c.execute("CREATE TABLE w (id INT PRIMARY KEY, k INT, x NUMERIC)")
         catalog = Catalog.from_database(c)
-        order = ", ".join(e.sql(dialect="postgres") for e in rewrite.total_order(catalog.table("u"), "k", catalog))
+        order = ", ".join(
+            e.sql(dialect="postgres") for e in rewrite.total_order(catalog.table("u"), "k", catalog, POSTGRES)
+        )
         sql = f"SELECT x::text, f::text FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY {order}) n FROM u) q"
         for perm in itertools.permutations(rows):
             c.execute("DELETE FROM u")
             for r in perm:
                 c.execute("INSERT INTO u VALUES (%s, %s::numeric, %s::float8, %s)", r)
             kept.add(tuple(c.execute(sql + " WHERE n = 1").fetchall()))
-        keyed = [e.sql(dialect="postgres") for e in rewrite.total_order(catalog.table("w"), "k", catalog)]
+        keyed = [e.sql(dialect="postgres") for e in rewrite.total_order(catalog.table("w"), "k", catalog, POSTGRES)]
     assert len(kept) == 1
     assert keyed == ['"id"']
 
@@ -398,11 +401,11 @@ def test_the_truncated_read_keeps_the_rows_of_the_window(pg_dsn: str, nulls: int
         claimed = Catalog.from_ddl("CREATE TABLE u (k INT NOT NULL, x INT, s TEXT);")
         for table, catalog in (("u", enforced), ("n", enforced), ("u", claimed)):
             cut = Truncation(table, "k", tau)
-            text = rewrite.truncated_read(cut, catalog).sql(dialect="postgres")
+            text = rewrite.truncated_read(cut, catalog, POSTGRES).sql(dialect="postgres")
             assert text.count("IS NULL") == (2 if table == "u" else 1)  # NOT k IS NULL, and the NULL branch
             got = sorted(c.execute(f"SELECT * FROM ({text}) AS q").fetchall(), key=repr)
             order = ", ".join(
-                e.sql(dialect="postgres") for e in rewrite.total_order(catalog.table(table), "k", catalog)
+                e.sql(dialect="postgres") for e in rewrite.total_order(catalog.table(table), "k", catalog, POSTGRES)
             )
             window = (
                 f"SELECT k, x, s FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY {order}) AS r "
@@ -432,18 +435,20 @@ def test_spark_truncates_as_postgresql_or_refuses_before_anything_runs() -> None
     column PostgreSQL orders by its text (here DOUBLE PRECISION) is refused on Spark by compile_form, which
     Session.prepare runs before the charge — only when the truncation is chosen."""
     from sqldp.catalog import Catalog
+    from sqldp.engine import Dialect
+    from sqldp.engine.spark.dialect import SPARK
+    from sqldp.engine.spark.sql import SNAPSHOT
     from sqldp.errors import RefusedError
-    from sqldp.spark_sql import SNAPSHOT
 
     sql = "SELECT COUNT(*) FROM lineitem, orders WHERE l_orderkey = o_orderkey"
     policy = Policy.from_toml(BOTH)
 
-    def compiled(catalog: Catalog, dialect: str, policy: Policy = policy) -> Any:
+    def compiled(catalog: Catalog, dialect: Dialect, policy: Policy = policy) -> Any:
         form = normalize(parse(sql, catalog), catalog, policy)
         return compile_form(form, catalog, policy, None, dialect, params=resolve_params(policy, outputs=1))
 
     catalog = Catalog.from_ddl(SPARK_DDL.format(extra=""))
-    (_, pg_plans, pg), (_, spark_plans, spark) = compiled(catalog, "postgres"), compiled(catalog, "spark")
+    (_, pg_plans, pg), (_, spark_plans, spark) = compiled(catalog, POSTGRES), compiled(catalog, SPARK)
     assert pg.truncations == spark.truncations and len(pg.truncations) == 2
     assert pg.choice == spark.choice and pg.choice is not None and pg.choice["chosen"] == "truncated global bound"
     assert [p.bound for p in pg_plans] == [p.bound for p in spark_plans] == [7.0]
@@ -453,9 +458,9 @@ def test_spark_truncates_as_postgresql_or_refuses_before_anything_runs() -> None
     assert "COLLATE" not in spark.answer and f"{SNAPSHOT}orders" in spark.answer
 
     floats = Catalog.from_ddl(SPARK_DDL.format(extra=", l_tax DOUBLE PRECISION"))
-    assert compiled(floats, "postgres")[2].truncations  # PostgreSQL orders l_tax by its text
+    assert compiled(floats, POSTGRES)[2].truncations  # PostgreSQL orders l_tax by its text
     with pytest.raises(RefusedError, match=r"lineitem\.l_tax \(DOUBLE PRECISION\).*Spark could keep other rows"):
-        compiled(floats, "spark")
+        compiled(floats, SPARK)
     # only lineitem declared: orders is unbounded, nothing is truncated, nothing to refuse
     one = Policy.from_toml("[defaults]\nepsilon = 1.0\n[tables.lineitem]\nmax_rows_per = { l_orderkey = 7 }\n")
-    assert not compiled(floats, "spark", one)[2].truncations
+    assert not compiled(floats, SPARK, one)[2].truncations

@@ -1,4 +1,4 @@
-"""The Spark engine: the statements of an analysed query, in Spark SQL (sqldp.spark_sql), on a SparkSession.
+"""The Spark engine: the statements of an analysed query, in Spark SQL (sqldp.engine.spark.sql), on a SparkSession.
 
 One snapshot per query. Spark has no transactions, and a table on a lake (Parquet files, a Hive table) can
 change between two statements, so the answer and its sensitivity would read different data. The engine
@@ -21,7 +21,7 @@ in one of two ways:
 
 The copies and their views are dropped when the query ends. Queries of one engine run one at a time; the
 statements of a query run side by side. A CASE branch whose value is an uncorrelated subquery runs only when
-a row takes it, as on PostgreSQL (sqldp.spark_sql.defer_fallbacks, :meth:`SparkEngine._statement`).
+a row takes it, as on PostgreSQL (sqldp.engine.spark.sql.defer_fallbacks, :meth:`SparkEngine._statement`).
 
 Errors: a statement that fails raises :class:`sqldp.errors.DatabaseError` with Spark's error class only (the
 first line, without the SQL text or values).
@@ -37,13 +37,14 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from sqldp.engine import Fetched, Row, Speed
-from sqldp.errors import DatabaseError, RefusedError
+from sqldp.engine.base import Fetched, Row, Speed
+from sqldp.engine.spark.dialect import SPARK
+from sqldp.engine.spark.sql import SNAPSHOT, defer_fallbacks, raised_fallback
+from sqldp.errors import DatabaseError, InputError, RefusedError
 from sqldp.rewrite import Statements
-from sqldp.spark_sql import SNAPSHOT, defer_fallbacks, raised_fallback
 
 WORKERS = 4  # statements of one query in flight at once
 ATTEMPTS = 3  # runs of a query whose pinned files changed while it ran, before it is refused
@@ -81,7 +82,7 @@ class SparkEngine:
     """Runs Spark SQL statements on ``spark`` (a SparkSession, local or Spark Connect). ``sources`` maps each
     catalog table to the name Spark knows it by (default: the same name), e.g. a qualified ``db.lineitem``."""
 
-    dialect = "spark"
+    dialect = SPARK
 
     def __init__(self, spark: Any, sources: Mapping[str, str] | None = None) -> None:
         self.spark = spark
@@ -161,7 +162,7 @@ class SparkEngine:
         return [tuple(r) for r in self.spark.sql(bind(sql, views)).collect()]
 
     def _statement(self, sql: str, views: Mapping[str, str]) -> list[Row]:
-        """One statement's rows, its deferred CASE branches (sqldp.spark_sql.defer_fallbacks) computed only
+        """One statement's rows, its deferred CASE branches (sqldp.engine.spark.sql.defer_fallbacks) computed only
         when a row takes one: as PostgreSQL, which evaluates such a subquery only then. The statement runs
         with RAISE_ERROR in each branch; when one fires, that branch's subquery runs alone, its value (one
         row, its own type) is bound to a view of this query, and the statement runs again reading it."""
@@ -190,7 +191,7 @@ class SparkEngine:
                 self.spark.catalog.dropTempView(view)
 
     def execute(self, statements: Statements, speed: Speed) -> Fetched:
-        if statements.dialect != self.dialect:
+        if statements.dialect != self.dialect.name:
             raise RefusedError(f"these statements are {statements.dialect} SQL; the Spark engine runs Spark SQL")
         with self._lock:
             for attempt in range(ATTEMPTS):
@@ -240,20 +241,28 @@ class SparkEngine:
         :meth:`execute` runs, where Spark's analyser checks them first. The proxy serves PostgreSQL only; a
         budgeted Session on Spark (sqldp.session.Session.check) charges a statement Spark then rejects."""
 
+    def largest_estimate(self, texts: Sequence[str]) -> None:
+        """Spark's optimizer gives no row estimate before it runs: no guard of that kind here."""
+        return None
+
+    def connection(self) -> AbstractContextManager[Any]:
+        """Spark has no connection a library user could run PostgreSQL statements on."""
+        raise InputError("this session runs on Spark; it has no PostgreSQL connection")
+
     def execute_public(self, sql: str) -> tuple[list[str], list[Row]]:
         """A statement over public tables, in Spark SQL that reads only snapshot names
-        (sqldp.spark_sql.public_statement, which the session applies before the run): its column names (as
+        (sqldp.engine.spark.sql.public_statement, which the session applies before the run): its column names (as
         Spark names them) and rows. A table name without the snapshot prefix is refused: only the tables the
         statement was checked to read are bound."""
         import sqlglot
         from sqlglot import exp
 
-        tree = sqlglot.parse_one(sql, read=self.dialect)
+        tree = sqlglot.parse_one(sql, read=self.dialect.name)
         ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
         names = {t.name for t in tree.find_all(exp.Table) if t.name.lower() not in ctes}
         if any(not n.startswith(SNAPSHOT) for n in names):
             raise RefusedError(
-                "the Spark engine runs public statements only as sqldp.spark_sql.public_statement writes them"
+                "the Spark engine runs public statements only as sqldp.engine.spark.sql.public_statement writes them"
             )
         tables = tuple(sorted(n[len(SNAPSHOT) :] for n in names))
         with self._lock:
@@ -321,7 +330,7 @@ def _listing(frame: Any) -> tuple[str, Any, dict[str, str], FileVersion] | None:
 
 
 def bind(sql: str, views: Mapping[str, str]) -> str:
-    """``sql`` with each snapshot name (``__sqldp_snapshot__<table>``, sqldp.spark_sql) replaced by the view
+    """``sql`` with each snapshot name (``__sqldp_snapshot__<table>``, sqldp.engine.spark.sql) replaced by the view
     the snapshot bound the table to; the longest name first, and only whole names, so ``order`` never
     rewrites part of ``orders``."""
     if not views:
@@ -398,7 +407,7 @@ def local_settings(master: str) -> dict[str, str]:
 
 def spark_session(master: str | None = None) -> Any:
     """A SparkSession for the CLI: ``local[*]`` by default, a cluster's master URL (``spark://…``,
-    ``yarn``, …), or Spark Connect for ``sc://…`` URLs. ANSI mode is required (sqldp.spark_sql relies on
+    ``yarn``, …), or Spark Connect for ``sc://…`` URLs. ANSI mode is required (sqldp.engine.spark.sql relies on
     Spark failing where PostgreSQL fails, e.g. on overflow) and set. A local session sqldp starts gets
     :func:`local_settings`; when this process already runs a SparkContext, ``getOrCreate`` returns the
     session of whoever started it, and its settings are left as they are."""

@@ -91,12 +91,6 @@ def _integral(e: exp.Expr, kind_of: KindOf) -> bool:
     return integer_valued(e, kind_of) or isinstance(e, exp.IntDiv)
 
 
-def tables(tree: exp.Expr) -> set[str]:
-    """The catalog tables a statement reads (its FROM and JOIN tables, in subqueries too, CTE names not)."""
-    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
-    return {t.name.lower() for t in tree.find_all(exp.Table) if t.name and t.name.lower() not in ctes}
-
-
 def to_spark(tree: exp.Expr, kind_of: KindOf) -> exp.Expr:
     """A copy of ``tree`` (PostgreSQL's meaning) whose Spark SQL computes the same values, or RefusedError."""
     ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}

@@ -26,7 +26,8 @@ import sqlglot
 from sqlglot import exp
 
 from sqldp.db import connect
-from sqldp.engine import Fetched, Row, Speed
+from sqldp.engine.base import Fetched, Row, Speed
+from sqldp.engine.postgres.dialect import POSTGRES
 from sqldp.errors import DatabaseError, StatementError
 from sqldp.rewrite import Statements, one_row
 
@@ -277,6 +278,8 @@ class PostgresEngine:
     """Runs statements as the analyst role on ``dsn``: on connections of ``pool`` (a psycopg_pool
     ConnectionPool of connections set up by :func:`configure`) when given, else on a few it keeps open
     (opening one costs ≈ 6 ms, more than many plain queries). ``first`` is an open connection to reuse."""
+
+    dialect = POSTGRES
 
     def __init__(
         self,
@@ -562,7 +565,9 @@ class ChargedAnswer:
     the rows it used) in one transaction on a connection of sqldp's own role, after a transaction-level
     advisory lock on the ledger, so that concurrent budgeted queries on one table charge one after another
     (each statement's snapshot is taken after the lock, PostgreSQL manual §13.2.1). The answer commits with
-    its charge or not at all. An :class:`sqldp.engine.Engine` for one run."""
+    its charge or not at all. An :class:`sqldp.engine.base.Engine` for one run."""
+
+    dialect = POSTGRES
 
     def __init__(self, owner_dsn: str, ledger: str, statement_timeout: float | None = None) -> None:
         self.owner_dsn, self.ledger, self.statement_timeout = owner_dsn, ledger, statement_timeout
@@ -594,6 +599,12 @@ class ChargedAnswer:
 
     def check(self, texts: Sequence[str]) -> None:  # the session checked the statements it derives from
         return None
+
+    def largest_estimate(self, texts: Sequence[str]) -> None:  # the session's check ran on its own engine
+        return None
+
+    def connection(self) -> AbstractContextManager[psycopg.Connection]:
+        raise StatementError("a budgeted run executes one private query", sqlstate="0A000")
 
     def execute_public(self, sql: str) -> tuple[list[str], list[Row]]:
         raise StatementError("a budgeted run executes one private query", sqlstate="0A000")
