@@ -233,7 +233,7 @@ def test_the_statement_timeout_cancels_a_budgeted_answer_and_its_charge(upstream
         # the owner holds the ledger's lock (as a budgeted answer's transaction takes it) for 10 s: without the
         # cancel, the answer would wait and then succeed
         owner = psycopg.connect(upstream, autocommit=True)
-        owner.execute("SELECT pg_advisory_lock(hashtext('sqldp.row_budget_orders'))")
+        owner.execute("SELECT pg_advisory_lock(hashtext(%s))", ("sqldp." + "row_budget_orders",))  # ChargedAnswer's key
         release = threading.Timer(10, owner.close)
         release.start()
         try:

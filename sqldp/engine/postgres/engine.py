@@ -576,7 +576,7 @@ class ChargedAnswer:
     def execute(self, statements: Statements, speed: Speed) -> Fetched:
         t0 = time.perf_counter()
         try:
-            # watched (sqldp.engine.postgres.watching): a CancelRequest or the proxy's statement timeout cancels
+            # watched (:func:`watching`): a CancelRequest or the proxy's statement timeout cancels
             # the lock wait or the statement, and the transaction, charge included, rolls back
             with _watched(connect(self.owner_dsn, autocommit=False), _running.get()) as conn:
                 if self.statement_timeout:
