@@ -71,7 +71,7 @@ def tpcds_database(scale: float, server: str | None = None) -> str:
 
 # -- refusal classes ----------------------------------------------------------------------------------------
 
-_NAMES = re.compile(r"'[^']*'|\"[^\"]*\"|\b[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*\b|\b\d+(\.\d+)?(e[-+]?\d+)?\b")
+_NAMES = re.compile(r"(?<!\w)'[^']*'|\"[^\"]*\"|\b[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*\b|\b\d+(\.\d+)?(e[-+]?\d+)?\b")
 
 
 def refusal_class(message: str) -> str:
