@@ -71,9 +71,7 @@ SUM_NOTE = "SUM(e) of an e ≥ 0 on every row (by the declared ranges) → at le
 
 def counted(e: exp.Expr) -> exp.Expr:
     """GREATEST(0, ROUND(e)): a noisy count as the non-negative integer every count is. Post-processing (Dwork &
-    Roth, Prop. 2.1), and the error bar stays sound: the release step's interval arithmetic
-    (sqldp.release.interval_of) maps the bar through ROUND and GREATEST, which are monotone, and the true count
-    is a non-negative integer, unchanged by both."""
+    Roth, Prop. 2.1); its error bar is the measurement's plus 0.5 for the rounding (sqldp.release.error_bar)."""
     return exp.Greatest(this=number(0), expressions=[exp.Round(this=e)])
 
 

@@ -622,10 +622,28 @@ def error_bar(
         assert noisy is not None
         width = m.calibration.half_width(each)
         boxes[i] = (noisy - width, noisy + width)
+    projected = _projected(output.expr, boxes)
+    if projected is not None:
+        return projected
     span = interval_of(output.expr, boxes)
     if span is None or not all(math.isfinite(x) for x in span):
         return None
     return max(value - span[0], span[1] - value, 0.0)
+
+
+def _projected(e: exp.Expr, boxes: Boxes) -> float | None:
+    """The bar of a released COUNT or SUM of non-negative terms (sqldp.aggregates.counted, sqldp.aggregates.clamp
+    at 0) of one measurement, else None: the measurement's own half-width, plus 0.5 for the rounding. Raising a
+    value to 0 projects it onto [0, ∞), a convex set holding the true value, which moves it no farther from
+    the truth; rounding moves it by at most 0.5. (The interval arithmetic would give 0 when the whole interval
+    is below 0, a bar that reads as exact.)"""
+    if not isinstance(e, exp.Greatest) or len(e.expressions) != 1 or _point(e.this, boxes) != (0.0, 0.0):
+        return None
+    inner, rounding = e.expressions[0], 0.0
+    if isinstance(inner, exp.Round) and inner.args.get("decimals") is None:
+        inner, rounding = inner.this, 0.5
+    box = _box(inner, boxes) if isinstance(inner, exp.Column) else None
+    return None if box is None else (box[1] - box[0]) / 2 + rounding
 
 
 def describe(
