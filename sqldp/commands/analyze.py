@@ -39,6 +39,11 @@ def privacy_group(p: argparse.ArgumentParser, *, advantage: bool = True) -> argp
         choices=[n.value for n in registry.SMOOTHED],
         help="generalized Cauchy (ε-DP) or Laplace ((ε, δ)-DP)",
     )
+    g.add_argument(
+        "--bar-share",
+        type=float,
+        help="share of a smoothed value's ε spent on a DP bound of its noise, for a ± bar (default 0: no bar)",
+    )
     return g
 
 
@@ -46,11 +51,6 @@ def privacy_options() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     g = privacy_group(p)
     g.add_argument("--confidence", type=float, help="confidence level of the reported error (default 0.78)")
-    g.add_argument(
-        "--bar-share",
-        type=float,
-        help="share of a smoothed value's ε spent on a DP bound of its noise, for a ± bar (default 0: no bar)",
-    )
     g.add_argument("--seed", type=int, help="TEST MODE: seed the noise (output is marked test_mode)")
     g.add_argument(
         "--audit",

@@ -164,3 +164,27 @@ def test_every_output_carries_the_bar(session: Session) -> None:
     plain = session.run(QUERIES[0], epsilon=EPSILON, beta=0.05)
     assert not plain.to_json()["errors"] and "no ± bar" in str(plain)
     assert "bar" not in plain.to_json()["measurements"][0][0]
+
+
+def test_the_smoothed_laplace_keeps_delta_at_the_value_share_and_l_its_epsilon_b(session: Session) -> None:
+    """(ε, δ): the value is (ε_v·d, δ) at ε_v = (1 − s)·ε (the hockey-stick divergence, both directions) and L
+    pure ε_b·d, so the pair is (ε·d, δ) by sequential composition."""
+    sql, delta = QUERIES[0], 1e-6
+    values: dict[int, list[tuple[float, float, str]]] = {}
+    logs: dict[int, list[tuple[float, float, str]]] = {}
+    neighbours = list(row_neighbours(DB, ADDED, {"r": 1.0, "s": 2.0}))
+    with psycopg.connect(session.dsn, autocommit=True) as conn:
+        for key, n in [(id(DB), None), *((id(n.db), n) for n in neighbours)]:
+            if n is not None:
+                make, undo = sql_statements(n, COLUMNS)
+                conn.execute(make)
+            m = _measured(session, sql, mechanism="laplace", delta=delta)
+            assert m.mechanism == "laplace" and m.bar is not None and m.true_value is not None
+            values[key] = [(m.true_value, m.noise_scale, "laplace")]
+            logs[key] = [(m.bar.log_scale, smooth_bar.log_noise_scale(m.bar.beta, m.bar.epsilon), "laplace")]
+            if n is not None:
+                conn.execute(undo)
+    value_eps = EPSILON * (1 - SHARE)
+    check_neighbours(DB, neighbours, lambda db: values[id(db)], epsilon=value_eps, delta=delta)
+    worst = check_neighbours(DB, neighbours, lambda db: logs[id(db)], epsilon=EPSILON * SHARE)
+    assert worst.share > 0.99  # ln(scale) moves by exactly β·d somewhere: L's noise is not wasted
