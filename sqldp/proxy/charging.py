@@ -140,7 +140,8 @@ def _charge_and_run(
     types = [v.infer_type([r[i] for r in rows]) for i in range(len(columns))]
     notice_ = b""
     if balance is not None:
-        notice_ = notice(result, balance, spent=eps)
+        # the ledger's charge where it is more than the answer's ε (the noisy counts'); else the answer's, as before
+        notice_ = notice(result, balance, spent=eps if per_row is not None and per_row.counts is not None else None)
         if per_row is not None:
             notice_ += per_row.notice(analyst.name)
     outcome = Outcome(f"SELECT {len(rows)}", list(columns), types, list(rows), notice_, query=sql)

@@ -6,6 +6,7 @@ account with row_budget_fallback), and the ledger is out of the analyst's reach.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -220,3 +221,30 @@ def test_the_proxy_options_are_checked() -> None:
         assert info.value.where is not None and info.value.where.rpartition("proxy.")[2].startswith(key)
     cfg = load(Policy.from_toml(policy_text("row_budget_fallback = true\nrow_counts_epsilon = 0.25")))
     assert cfg.row_budget_fallback is True and cfg.row_counts_epsilon == 0.25
+
+
+def test_the_statement_timeout_cancels_a_budgeted_answer_and_its_charge(upstream: str, tmp_path: Path) -> None:
+    """The budgeted answer's transaction runs on a connection of sqldp's own role; the proxy's statement timeout
+    reaches it too: here it waits for the ledger's advisory lock, held by the owner, and is cancelled after 1 s
+    with the analyst's charge standing and no row charged (the transaction rolled back)."""
+    with start(upstream, tmp_path / "policy.toml", "statement_timeout = 1") as p:
+        ask(p.port, WINDOW)  # creates the ledger (its creation takes the same lock)
+        before = row_ledger(upstream)
+        # the owner holds the ledger's lock (as a budgeted answer's transaction takes it) for 10 s: without the
+        # cancel, the answer would wait and then succeed
+        owner = psycopg.connect(upstream, autocommit=True)
+        owner.execute("SELECT pg_advisory_lock(hashtext(%s))", ("sqldp." + "row_budget_orders",))  # ChargedAnswer's key
+        release = threading.Timer(10, owner.close)
+        release.start()
+        try:
+            with (
+                psycopg.connect(client_dsn(p.port), autocommit=True) as conn,
+                pytest.raises(pg_errors.QueryCanceled) as info,
+            ):
+                conn.execute(WINDOW)
+            assert "statement timeout (1 s" in (info.value.diag.message_primary or "")
+        finally:
+            release.cancel()
+            owner.close()
+    assert row_ledger(upstream) == before
+    assert analyst_spent(upstream) == Decimal("1.0")

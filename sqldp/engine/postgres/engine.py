@@ -576,7 +576,9 @@ class ChargedAnswer:
     def execute(self, statements: Statements, speed: Speed) -> Fetched:
         t0 = time.perf_counter()
         try:
-            with connect(self.owner_dsn, autocommit=False) as conn:
+            # watched (:func:`watching`): a CancelRequest or the proxy's statement timeout cancels
+            # the lock wait or the statement, and the transaction, charge included, rolls back
+            with _watched(connect(self.owner_dsn, autocommit=False), _running.get()) as conn:
                 if self.statement_timeout:
                     conn.execute(f"SET statement_timeout = {max(1, round(self.statement_timeout * 1000))}")
                 conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"sqldp.{self.ledger}",))
@@ -615,7 +617,7 @@ def read_counts(owner_dsn: str, ledger: str, statement: str) -> tuple[int, int]:
     """The exact (charged, excluded) counts of sqldp.budgets.sql.counts_statement, read in one snapshot as
     sqldp's role; they are data-dependent and leave sqldp only with noise."""
     try:
-        with connect(owner_dsn) as conn:
+        with _watched(connect(owner_dsn), _running.get()) as conn:
             row = conn.execute(statement).fetchone()
     except psycopg.Error as exc:
         raise database_error(exc) from exc
