@@ -35,11 +35,13 @@ class Lift:
       None: COUNT(*); ``distinct``: COUNT(DISTINCT arg)),
       measured once per query however often the rules ask for it;
     * ``declared_range(arg)`` — the policy's range [lo, hi] when ``arg`` is a numeric column with one, else None;
+    * ``non_negative(arg)`` — whether ``arg`` is at least 0 on every row by the declared ranges;
     * ``note(text)`` — records a rewrite for ``explain`` and the result's notes;
     * ``refuse(why)`` — the error to raise, placed at the aggregate call."""
 
     measure: Callable[..., exp.Expr]  # (kind, arg, distinct=False)
     declared_range: Callable[[exp.Expr], Range | None]
+    non_negative: Callable[[exp.Expr], bool]
     note: Callable[[str], None]
     refuse: Callable[[str], RefusedError]
 
@@ -63,11 +65,23 @@ def clamp(e: exp.Expr, lo: float, hi: float | None) -> exp.Expr:
     return exp.Greatest(this=number(lo), expressions=[inner])
 
 
+COUNT_NOTE = "COUNT → the nearest integer, at least 0 (post-processing)"
+SUM_NOTE = "SUM(e) of an e ≥ 0 on every row (by the declared ranges) → at least 0 (post-processing)"
+
+
+def counted(e: exp.Expr) -> exp.Expr:
+    """GREATEST(0, ROUND(e)): a noisy count as the non-negative integer every count is. Post-processing (Dwork &
+    Roth, Prop. 2.1), and the error bar stays sound: the release step's interval arithmetic
+    (sqldp.release.interval_of) maps the bar through ROUND and GREATEST, which are monotone, and the true count
+    is a non-negative integer, unchanged by both."""
+    return exp.Greatest(this=number(0), expressions=[exp.Round(this=e)])
+
+
 # -- the rules ---------------------------------------------------------------------------------------------
 
 
 def _primitive(kind: AggKind) -> Rule:
-    """COUNT(e), SUM(e), MIN(e), MAX(e): the primitive aggregate itself."""
+    """SUM(e), MIN(e), MAX(e): the primitive aggregate itself."""
 
     def lift(c: Lift, node: exp.Expr) -> exp.Expr:
         return c.measure(kind, node.this)
@@ -75,14 +89,29 @@ def _primitive(kind: AggKind) -> Rule:
     return lift
 
 
+def _sum(c: Lift, node: exp.Expr) -> exp.Expr:
+    """SUM(e), clamped at 0 when e is at least 0 on every row: the true sum (over e with every column clamped to
+    its declared range, sqldp.sensitivity.intervals) is then at least 0, and moving the noisy value onto
+    [0, ∞), a convex set holding it, never moves it away from the truth (post-processing)."""
+    s = c.measure("sum", node.this)
+    if not c.non_negative(node.this):
+        return s
+    c.note(SUM_NOTE)
+    return clamp(s, 0, None)
+
+
 def _count(c: Lift, node: exp.Expr) -> exp.Expr:
+    """COUNT(*), COUNT(e), COUNT(DISTINCT e), released as non-negative integers (:func:`counted`)."""
     if isinstance(node.this, exp.Distinct):
         args = node.this.expressions
         if len(args) != 1:
             raise c.refuse("COUNT(DISTINCT …) of one expression is supported")
-        return c.measure("count", args[0], True)
-    star = node.this is None or isinstance(node.this, exp.Star)
-    return c.measure("count", None if star else node.this)
+        n = c.measure("count", args[0], True)
+    else:
+        star = node.this is None or isinstance(node.this, exp.Star)
+        n = c.measure("count", None if star else node.this)
+    c.note(COUNT_NOTE)
+    return counted(n)
 
 
 def _avg(c: Lift, node: exp.Expr) -> exp.Expr:
@@ -176,7 +205,7 @@ _SPREAD = (
 
 AGGREGATES: dict[type[exp.Expr], AggregateRule] = {
     exp.Count: AggregateRule("COUNT", "NR §3.3.7.3, §3.3.8.3 (a primitive aggregate)", _count),
-    exp.Sum: AggregateRule("SUM", "NR §3.3.7.3, §3.3.8.3 (a primitive aggregate)", _primitive("sum")),
+    exp.Sum: AggregateRule("SUM", "NR §3.3.7.3, §3.3.8.3 (a primitive aggregate)", _sum),
     exp.Avg: AggregateRule(
         "AVG",
         "NR §3.3.10.4 (SUM and COUNT, two measurements); centred on the declared range as Tumult Analytics and "

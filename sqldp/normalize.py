@@ -19,7 +19,7 @@ from sqldp import aggregates, allowlist, per_key, postprocess, subqueries
 from sqldp import algebra as ra
 from sqldp import groups as groups_mod
 from sqldp.catalog import Catalog
-from sqldp.errors import ForbiddenError, RefusedError
+from sqldp.errors import ForbiddenError, RefusedError, SqldpError
 from sqldp.form import (
     AGG_PREFIX,
     KEY_PREFIX,
@@ -36,6 +36,7 @@ from sqldp.form import (
 )
 from sqldp.frontend import ParsedQuery, position
 from sqldp.policy import EPOCH, Policy
+from sqldp.sensitivity import intervals
 from sqldp.subqueries import Exports, ctes_of, expression_subqueries
 
 
@@ -460,14 +461,21 @@ class Normalizer:
             return rule.lift(context(node), node)
 
         def measure(kind: AggKind, arg: exp.Expr | None, distinct: bool = False) -> exp.Expr:
+            if kind == "count" and not distinct and arg is not None and self._never_null(arg, block):
+                arg = None  # COUNT(x) of a NOT NULL column is COUNT(*): one measurement, not two
             columns = columns_of(arg) if arg is not None else frozenset()
             return self._agg(Aggregate(kind, arg, columns, distinct), aggs, used)
+
+        def note(text: str) -> None:
+            if text not in self.notes:  # once per query, however many aggregates it applies to
+                self.notes.append(text)
 
         def context(node: exp.Expr) -> aggregates.Lift:
             return aggregates.Lift(
                 measure=measure,
                 declared_range=lambda arg: self._declared_range(arg, block),
-                note=self.notes.append,
+                non_negative=lambda arg: self._non_negative(arg, block),
+                note=note,
                 refuse=lambda why: self.refuse(why, node),
             )
 
@@ -510,6 +518,32 @@ class Normalizer:
             return None
         declared = self.policy.table(table).column(arg.name).range
         return None if declared is None else (float(declared[0]), float(declared[1]))
+
+    def _never_null(self, arg: exp.Expr, block: _SPJ) -> bool:
+        """Whether ``arg`` is a column of a table the block reads that is NOT NULL by a catalog the database
+        enforces (read from PostgreSQL; a schema file's NOT NULL is a claim nothing checks) and not on the
+        NULL-extended side of a LEFT JOIN: COUNT(arg) is then COUNT(*) on every database the catalog allows."""
+        if not self.catalog.enforced or not isinstance(arg, exp.Column) or not arg.table:
+            return False
+        if any(j.alias == arg.table for j in self.null_extended):
+            return False
+        table = next((u.table for u in block.uses if u.alias == arg.table), None)
+        if table is None:
+            return False
+        column = self.catalog.table(table).columns.get(arg.name)
+        return column is not None and not column.nullable
+
+    def _non_negative(self, arg: exp.Expr, block: _SPJ) -> bool:
+        """Whether ``arg`` is at least 0 on every row by the declared ranges (sqldp.sensitivity.intervals, over
+        which the answer clamps each column); False where the ranges do not bound it."""
+        tables = {u.alias: u.table for u in block.uses}
+        if any(c.table not in tables for c in arg.find_all(exp.Column)):
+            return False
+        try:
+            lo, _ = intervals.interval(arg, intervals.domain_of(tables.__getitem__, self.catalog, self.policy))
+        except (SqldpError, KeyError):
+            return False
+        return lo >= 0
 
     @staticmethod
     def _agg(agg: Aggregate, aggs: list[Aggregate], used: list[int]) -> exp.Column:

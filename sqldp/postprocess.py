@@ -100,6 +100,20 @@ def _arithmetic(op: Callable[[float, float], float | None]) -> Callable[[exp.Exp
     return apply
 
 
+def nearest(v: float) -> float:
+    """The integer nearest ``v``, halves away from zero as PostgreSQL's ROUND (Python's round takes halves to
+    even)."""
+    return math.copysign(math.floor(abs(v) + 0.5), v)
+
+
+def _round(e: exp.Expr, values: Values) -> float | None:
+    """ROUND(e): to the nearest integer (ROUND(e, digits) is not supported after aggregation)."""
+    if e.args.get("decimals") is not None:
+        raise _not_evaluated(e)
+    v = evaluate(e.this, values)
+    return None if v is None else nearest(v)
+
+
 def _sqrt(e: exp.Expr, values: Values) -> float | None:
     """SQRT of a noisy value; NULL below 0, where PostgreSQL fails (as a noisy 0 divides to NULL)."""
     v = evaluate(e.this, values)
@@ -142,6 +156,7 @@ EVALUATE: dict[type[exp.Expr], Step[float | None]] = {
     exp.Greatest: Step("GREATEST", _extreme(max)),
     exp.Least: Step("LEAST", _extreme(min)),
     exp.Sqrt: Step("SQRT", _sqrt),
+    exp.Round: Step("ROUND", _round),
     exp.Case: Step("CASE", _case),
     exp.If: Step("", _if),  # a CASE's WHEN … THEN …
     exp.Null: Step("NULL", lambda e, values: None),

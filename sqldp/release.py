@@ -23,7 +23,7 @@ from sqldp.mechanisms import NoiseSource, race
 from sqldp.mechanisms.registry import CAUCHY, LAPLACE, R2T_HISTOGRAM
 from sqldp.mechanisms.smooth_bar import SmoothBar
 from sqldp.params import PrivacyParams, check_beta
-from sqldp.postprocess import evaluate, holds
+from sqldp.postprocess import evaluate, holds, nearest
 from sqldp.result import GLOBAL, PUBLIC_SCALE, R2T, UNIT_HISTOGRAM, Measurement, Result
 from sqldp.sensitivity.owned import SHARED_SCALE_GROUPS
 from sqldp.sensitivity.plan import Bound, Plan, Rows
@@ -827,6 +827,12 @@ def _interval_sqrt(e: exp.Expr, boxes: Boxes) -> Interval | None:
     return None if a is None or a[1] < 0 else (math.sqrt(max(a[0], 0.0)), math.sqrt(a[1]))
 
 
+def _interval_round(e: exp.Expr, boxes: Boxes) -> Interval | None:
+    """ROUND is monotone: the rounded ends bound it."""
+    a = interval_of(e.this, boxes)
+    return None if a is None or e.args.get("decimals") is not None else (nearest(a[0]), nearest(a[1]))
+
+
 def _interval_case(e: exp.Expr, boxes: Boxes) -> Interval | None:
     """The union of the branches' intervals: which branch the true values take is unknown, but it is one."""
     branches = [b.args["true"] for b in e.args.get("ifs") or ()]
@@ -851,5 +857,6 @@ INTERVALS: dict[type[exp.Expr], Callable[[exp.Expr, Boxes], Interval | None]] = 
     exp.Greatest: _interval_extreme(max),
     exp.Least: _interval_extreme(min),
     exp.Sqrt: _interval_sqrt,
+    exp.Round: _interval_round,
     exp.Case: _interval_case,
 }

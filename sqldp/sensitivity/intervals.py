@@ -42,12 +42,18 @@ class Domain:
 def domain(form: AnalysisForm, catalog: Catalog, policy: Policy) -> Domain:
     """The policy's ranges and the catalog's kinds of the columns, found through the alias the query reads
     them by."""
+    return domain_of(lambda alias: form.use(alias).table, catalog, policy)
+
+
+def domain_of(table_of: Callable[[str], str], catalog: Catalog, policy: Policy) -> Domain:
+    """:func:`domain` with the table of each alias given by ``table_of`` (the normaliser's blocks, before a form
+    exists)."""
 
     def kind(ref: ColumnRef) -> str:
-        return catalog.table(form.use(ref.alias).table).column(ref.column).kind
+        return catalog.table(table_of(ref.alias)).column(ref.column).kind
 
     def declared(ref: ColumnRef) -> Interval | None:
-        r = policy.table(form.use(ref.alias).table).column(ref.column).range
+        r = policy.table(table_of(ref.alias)).column(ref.column).range
         if r is None or kind(ref) != "integer":
             return r
         lo, hi = math.ceil(r[0]), math.floor(r[1])
@@ -56,7 +62,7 @@ def domain(form: AnalysisForm, catalog: Catalog, policy: Policy) -> Domain:
         return float(lo), float(hi)
 
     def type_sql(ref: ColumnRef) -> str:
-        return catalog.table(form.use(ref.alias).table).column(ref.column).type_sql
+        return catalog.table(table_of(ref.alias)).column(ref.column).type_sql
 
     return Domain(declared, kind, type_sql)
 

@@ -581,7 +581,7 @@ def test_truncation_orders_char_as_postgresql_on_spark(spark: Any, pg_server_dsn
             text = _truncated_reads(on_spark, "ch", "k, v").replace(f"{SNAPSHOT}ch", "trunc_ch")
             assert "RTRIM" in text
             kept = sorted(r[1] for r in spark.sql(text).collect())  # type: ignore[attr-defined]
-            assert sorted(r[1] for r in conn.execute(_truncated_reads(pg, "postgres", "ch", "k, v")).fetchall()) == kept
+            assert sorted(r[1] for r in conn.execute(_truncated_reads(pg, "ch", "k, v")).fetchall()) == kept
             assert kept == [1, 4]  # 'a' and 'ab'
             assert sorted(r[1] for r in spark.sql(text.replace("RTRIM(`c`)", "`c`")).collect()) == [2, 4]  # type: ignore[attr-defined]
             pg.close()

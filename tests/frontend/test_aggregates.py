@@ -8,6 +8,7 @@ import random
 import statistics
 from collections.abc import Iterator
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -260,3 +261,64 @@ def test_released_spreads_stay_in_the_clamp(session: Session) -> None:
     assert all(r["s"] is None or 0.0 <= r["s"] <= 1800.0 for r in runs)
     assert all(r["d"] is None or 0.0 <= r["d"] <= 10.0 * SQRT2 for r in runs)
     assert any(r["p"] in (0.0, 900.0) for r in runs)  # at ε = 0.3 the noise does reach the clamp
+
+
+# -- post-processing what is known: counts are non-negative integers, sums of non-negative terms at least 0 --
+
+
+def test_a_count_is_rounded_and_clamped_and_a_sum_only_where_its_terms_are_non_negative() -> None:
+    form = _form("SELECT COUNT(*) AS n, SUM(t.x) AS sx, SUM(t.y) AS sy, SUM(t.x - 1) AS sd FROM t")
+    n, sx, sy, sd = (o.expr for o in form.outputs)
+    assert postprocess.evaluate(n, [-2.4, 0.0, 0.0, 0.0]) == 0.0 and postprocess.evaluate(n, [7.5, 0, 0, 0]) == 8.0
+    assert postprocess.evaluate(sx, [0.0, -3.5, 0.0, 0.0]) == 0.0  # x ∈ [0, 60]: every term is at least 0
+    # y ∈ [−5, 15] and x − 1 ∈ [−1, 59] may be negative: their sums are released as measured
+    assert sy == exp.column("__agg2") and sd == exp.column("__agg3")
+    assert aggregates.COUNT_NOTE in form.notes and aggregates.SUM_NOTE in form.notes
+
+
+def test_a_count_at_a_tiny_epsilon_is_a_non_negative_integer_whose_bar_covers_the_truth(session: Session) -> None:
+    """400 seeded releases of a count of 3 at ε = 0.05 (Laplace scale 20, so about half the raw draws are
+    negative): every value is a non-negative integer, and the bar, mapped through the rounding and the clamp,
+    covers 3 at least as often as the confidence c (the policy's default, 0.78) says, less 3 binomial standard
+    deviations (√(c(1 − c)/400) ≈ 0.021: failing by chance has probability about 0.1 %)."""
+    _load(session, [(1, None), (2, None), (3, None)])
+    runs = [session.run("SELECT COUNT(*) AS n FROM t", epsilon=0.05) for _ in range(400)]
+    assert runs[0].params is not None
+    c = runs[0].params.confidence
+    values = [r.rows[0]["values"]["n"] for r in runs]
+    bars = [r.rows[0]["errors"]["n"] for r in runs]
+    assert all(v >= 0 and float(v).is_integer() for v in values)
+    assert values.count(0) > 100  # the clamp did act (P(raw < 0.5) ≈ 0.44)
+    covered = sum(abs(v - 3) <= b for v, b in zip(values, bars, strict=True)) / len(values)
+    assert covered >= c - 3 * math.sqrt(c * (1 - c) / 400)
+
+
+def test_a_sum_that_may_be_negative_is_released_negative(session: Session) -> None:
+    """SUM(y) with y ∈ [−5, 15]: the true sum may be negative (here −15), so clamping it at 0 would bias it; a
+    mutant that clamps every SUM fails."""
+    _load(session, [(1, Decimal("-5.00")), (2, Decimal("-5.00")), (3, Decimal("-5.00"))])
+    values = [session.run("SELECT SUM(y) AS s FROM t", epsilon=1.0).rows[0]["values"]["s"] for _ in range(20)]
+    assert sum(v < 0 for v in values) > 10
+
+
+def test_count_of_a_not_null_column_is_count_star_and_a_nullable_ones_is_not(session: Session) -> None:
+    prepared = session.prepare("SELECT COUNT(*) AS a, COUNT(id) AS b, COUNT(x) AS c, AVG(x) AS d FROM t")
+    assert isinstance(prepared.form, AnalysisForm)
+    # id is the primary key (NOT NULL, as PostgreSQL enforces it): COUNT(id) is COUNT(*); x may be NULL, so
+    # COUNT(x) is its own measurement (shared with AVG(x)'s count)
+    assert [a.sql for a in prepared.form.aggregates] == ["COUNT(*)", "COUNT(t.x)", "SUM(t.x - 30)"]
+    assert [o.aggregates for o in prepared.form.outputs] == [(0,), (0,), (1,), (2, 1)]
+
+
+def test_tpch_q1_measures_eight_values_at_an_eighth_of_epsilon_each(tpch_dsn: tuple[str, Any, Any]) -> None:
+    """Q1's three AVGs count l_quantity, l_extendedprice and l_discount, NOT NULL columns: their counts are the
+    query's COUNT(*), so 8 measurements (4 sums, 3 centred sums, 1 count) share ε, not 11."""
+    sql = (Path(__file__).parents[2] / "benchmarks" / "tpch" / "queries" / "q01.sql").read_text(encoding="utf-8")
+    session = sqldp.connect(tpch_dsn[0], policy="tpch_catalog", seed=7)
+    try:
+        plan = session.analyze(sql, epsilon=0.8, audit=False).plan
+    finally:
+        session.close()
+    assert len(plan) == 8
+    assert [step["aggregate"] for step in plan].count("COUNT(*)") == 1
+    assert all(step["epsilon"] == pytest.approx(0.1) for step in plan)
