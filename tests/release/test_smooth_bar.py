@@ -18,7 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from oracles import check_neighbours, product_rows, row_neighbours, sql_statements
+from oracles import check_neighbours, product_rows, row_neighbours, sql_statements, values_changed
 
 import sqldp
 from sqldp import release
@@ -188,3 +188,33 @@ def test_the_smoothed_laplace_keeps_delta_at_the_value_share_and_l_its_epsilon_b
     check_neighbours(DB, neighbours, lambda db: values[id(db)], epsilon=value_eps, delta=delta)
     worst = check_neighbours(DB, neighbours, lambda db: logs[id(db)], epsilon=EPSILON * SHARE)
     assert worst.share > 0.99  # ln(scale) moves by exactly β·d somewhere: L's noise is not wasted
+
+
+VALUE_DDL = "CREATE TABLE v (k INT PRIMARY KEY, b INT, a INT);"
+VALUE_POLICY = '[tables.v]\nrows = "public"\nnorm = "l1(a)"\n'
+VALUE_DB: dict[str, list[Any]] = {"v": [(1, 0, 1), (2, 0, 3), (3, 1, 2)]}
+
+
+def test_a_value_moved_in_its_norm_costs_the_pair_at_most_epsilon_d(pg_dsn: str) -> None:
+    """Values private in an ℓ1 norm (rows public): each value moved by ±1 and ±2 (distance |shift|), the pair
+    (value, L) held to ε·d as for rows."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(VALUE_DDL)
+        _load(conn, VALUE_DB)
+    session = sqldp.connect(pg_dsn, Policy.from_toml(VALUE_POLICY), seed=5)
+    sql = "SELECT SUM(v.a * v.a) FROM v WHERE v.b = 0"
+    neighbours = list(values_changed(VALUE_DB, "v", {2: 1.0}, [1, -1, 2, -2]))
+    truth: dict[int, list[tuple[float, float, str]]] = {}
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        for key, n in [(id(VALUE_DB), None), *((id(n.db), n) for n in neighbours)]:
+            if n is not None:
+                make, undo = sql_statements(n, {"v": ("k", "b", "a")})
+                conn.execute(make)
+            m = _measured(session, sql, beta=0.05)
+            assert m.mechanism == "cauchy" and m.bar is not None and m.true_value is not None
+            lam = smooth_bar.log_noise_scale(m.bar.beta, m.bar.epsilon)
+            truth[key] = [(m.true_value, m.noise_scale, m.mechanism), (m.bar.log_scale, lam, "laplace")]
+            if n is not None:
+                conn.execute(undo)
+    worst = check_neighbours(VALUE_DB, neighbours, lambda db: truth[id(db)], epsilon=EPSILON)
+    assert worst.pairs == 12 and worst.share > 0.2, (worst.pairs, worst.share)  # the pairs do move
