@@ -3,8 +3,9 @@ smoothed bound").
 
 * Brute force (real PostgreSQL, tests/oracles.py): on tiny databases, every row added or removed (tables of
   weight 1 and 2): the exact privacy loss of the released pair (value, L) — generalized Cauchy around the true
-  value at the scale computed on each database, and Laplace around ln(scale) at β/ε_b — is ≤ ε·d. A mutant that
-  releases L at β/ε (the share forgotten) fails it.
+  value at the scale computed on each database, and Laplace around ln(scale) at β/ε_b — is ≤ ε·d; the same for
+  values moved in an ℓ1 norm (distance |shift|); for the smoothed Laplace the value is (ε_v·d, δ) and L ε_b·d.
+  A mutant that releases L at β/ε (the share forgotten) fails it.
 * Coverage: ≥ 200 seeded releases on a fixed database; the share of bars that hold the true value is at least
   the stated confidence − 3 points. A mutant with the shift's sign reversed fails it.
 * The outputs carry the bar: JSON (the noisy U, ε_b), the text's ``±``, to_pandas().
