@@ -29,10 +29,19 @@ class PrivacyParams:
     epsilon_source: str = "epsilon"
     # where a refusal about β points: the flag or the policy key the user set it with (None: chosen by sqldp)
     beta_where: str | None = None
+    # the share of each smoothed measurement's ε spent on a noisy upper bound of its noise scale, for an error
+    # bar (sqldp.mechanisms.smooth_bar); 0: no bar, the value marked "*"
+    bar_share: float = 0.0
+
+    def value_epsilon(self, epsilon: float) -> float:
+        """What a smoothed measurement's value gets of its share ε: ε·(1 − bar_share)."""
+        return epsilon * (1.0 - self.bar_share)
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         del out["beta_where"]
+        if not self.bar_share:  # no bar: the figures as before the share existed
+            del out["bar_share"]
         return out
 
 
@@ -45,6 +54,7 @@ def resolve_params(
     mechanism: str | None = None,
     confidence: float | None = None,
     advantage: float | None = None,
+    bar_share: float | None = None,
     outputs: int = 1,
 ) -> PrivacyParams:
     """Explicit arguments win over the policy's ``[defaults]``; ε may come from an advantage target."""
@@ -85,17 +95,24 @@ def resolve_params(
     beta_where = "--beta" if beta is not None else "defaults.beta" if d.beta is not None else None
     if b is not None and b < 0:
         raise InputError(f"beta must be ≥ 0, got {b}", where=beta_where)
-    return PrivacyParams(epsilon, dlt if mech in NEEDS_DELTA else None, b, mech, conf, advantage, source, beta_where)
+    share = bar_share if bar_share is not None else d.bar_share
+    if not (math.isfinite(share) and 0 <= share < 1):
+        where = "--bar-share" if bar_share is not None else "defaults.bar_share"
+        raise InputError(f"bar share must be in [0, 1), got {share}", where=where)
+    return PrivacyParams(
+        epsilon, dlt if mech in NEEDS_DELTA else None, b, mech, conf, advantage, source, beta_where, share
+    )
 
 
 def check_beta(params: PrivacyParams, shares: Sequence[tuple[float, float | None]]) -> None:
     """Refuse a fixed β that no noise level can match at some measurement's ε (and δ) share — before anything
     is read or charged (the proxy charges between prepare and run). NR Theorem 3.53 (generalized Cauchy) needs
     β < ε/(γ + 1); Theorem 3.56 (Laplace) needs β < ε/(ε − 1 − ln(δ/2)). A β chosen by sqldp (Theorem 3.73)
-    is taken from a grid inside the feasible interval and needs no check."""
+    is taken from a grid inside the feasible interval and needs no check. The value of a smoothed measurement
+    gets ε·(1 − bar_share) of its share (:meth:`PrivacyParams.value_epsilon`), which β must match."""
     if params.beta is None:
         return
-    for eps, delta in shares:
+    for eps, delta in ((params.value_epsilon(e), d) for e, d in shares):
         try:
             if params.mechanism == LAPLACE:
                 mechanisms.laplace_b(eps, delta or 0.0, params.beta)

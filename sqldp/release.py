@@ -21,6 +21,7 @@ from sqldp.form import AGG_PREFIX, AnalysisForm, Output
 from sqldp.groups import all_groups, part_groups
 from sqldp.mechanisms import NoiseSource, race
 from sqldp.mechanisms.registry import CAUCHY, LAPLACE, R2T_HISTOGRAM
+from sqldp.mechanisms.smooth_bar import SmoothBar
 from sqldp.params import PrivacyParams, check_beta
 from sqldp.postprocess import evaluate, holds, nearest
 from sqldp.result import GLOBAL, PUBLIC_SCALE, R2T, UNIT_HISTOGRAM, Measurement, Result
@@ -335,7 +336,8 @@ def _templates(
             cal, bound = mechanisms.calibrate_global(1.0, 1.0), plan.bind(rows)(0.0)
             cal = dataclasses.replace(cal, epsilon=0.0)
         else:
-            cal, bound = calibrate(plan, rows, eps, delta, params)
+            cal, bound = calibrate(plan, rows, bar_value_epsilon(plan, params, eps, joint), delta, params)
+        share_eps = eps
         if joint:  # the whole query's (ε, δ) on one Gaussian vector: this aggregate's coordinates of it
             assert params.delta is not None
             cal = mechanisms.calibrate_gaussian(cal.sensitivity, params.epsilon, params.delta, len(plans), distances)
@@ -351,6 +353,9 @@ def _templates(
                 sensitivity=cal.sensitivity * factor,
                 scale=cal.scale * factor / groups,
             )
+        # after any dilation: L is the log of the scale released (a constant times the smooth bound), at the
+        # bar's share of the ε this measurement spends (the whole histogram's when dilated)
+        bar = smooth_bar(plan, params, share_eps, eps, joint, cal)
         out.append(
             Measurement(
                 aggregate=agg.sql,
@@ -366,9 +371,50 @@ def _templates(
                 bound=plan.bound_source,
                 owned_groups=plan.owned_groups,
                 one_sided=one_sided_count(plan, bound) if i == form.select_by else None,
+                bar=bar,
             )
         )
     return out
+
+
+def _bar_applies(plan: Plan, params: PrivacyParams, joint: bool) -> bool:
+    """Whether the measurement's noise is scaled to a β-smooth bound computed from the data (generalized Cauchy
+    or the smoothed Laplace) and a share of its ε buys a bar (sqldp.mechanisms.smooth_bar): decided from the
+    plan's shape and the parameters only."""
+    if params.bar_share <= 0 or joint or plan.data_independent or not plan.spends_epsilon:
+        return False
+    return plan.mechanism(params.mechanism, False) in (CAUCHY, LAPLACE)
+
+
+def bar_value_epsilon(plan: Plan, params: PrivacyParams, eps: float, joint: bool) -> float:
+    """The ε the value is calibrated at: ε·(1 − bar_share) where a bar is bought, else ε."""
+    return params.value_epsilon(eps) if _bar_applies(plan, params, joint) else eps
+
+
+def smooth_bar(
+    plan: Plan, params: PrivacyParams, share_eps: float, eps: float, joint: bool, cal: mechanisms.Calibration
+) -> SmoothBar | None:
+    """The bar's release for a smoothed measurement (sqldp.mechanisms.smooth_bar), at ε_b = bar_share·ε of the
+    ε the measurement spends (``eps``; ``share_eps`` is the share it was calibrated at, before any dilation);
+    None where no bar is bought. The smoothness of ln(scale) per unit of distance is data-independent: the
+    smoothed Laplace's β (fixed, or sqldp.mechanisms.laplace.laplace_beta of (ε, δ) and the change
+    distances); generalized Cauchy's fixed β, or, where β is chosen per input from the grid (NR Theorem 3.73,
+    a data-dependent choice), the grid's limit ε_v/(γ + 1) at the calibrated share, above every β of the
+    family. ``cal`` is the calibration after any dilation (which multiplies the scale by a constant)."""
+    if not _bar_applies(plan, params, joint):
+        return None
+    if cal.mechanism == LAPLACE or params.beta is not None:
+        beta = cal.beta if cal.mechanism == LAPLACE else float(params.beta or 0.0)
+    else:
+        beta = params.value_epsilon(share_eps) / (mechanisms.GAMMA + 1.0)
+    log_scale = math.log(cal.scale) if cal.scale > 0 else -math.inf
+    return SmoothBar(
+        beta=beta,
+        epsilon=eps * params.bar_share,
+        share=params.bar_share,
+        confidence=params.confidence,
+        log_scale=log_scale,
+    )
 
 
 def measure(
@@ -448,6 +494,8 @@ def release(form: AnalysisForm, result: Result, groups: Sequence[tuple[Any, ...]
         else:
             assert m.true_value is not None
             m.noisy_value = mechanisms.release(m.mechanism, m.true_value, m.noise_scale, noise)
+            if m.bar is not None:
+                m.bar.draw(noise)  # once for every group's copy: they share the bound
 
     chosen = _selection(form, result.measurements, noise) if form.select_by is not None else None
     for index, (g, measured) in enumerate(zip(groups, result.measurements, strict=True)):
@@ -611,7 +659,9 @@ def error_bar(
     (:data:`INTERVALS`), which is sound for every operator there: the true output is the expression at the
     true values, which lie in their intervals."""
     used = [measured[i] for i in output.aggregates]
-    if value is None or confidence is None or not used or any(m.mechanism not in PUBLIC_SCALE for m in used):
+    if value is None or confidence is None or not used:
+        return None
+    if any(m.mechanism not in PUBLIC_SCALE and (m.bar is None or m.bar.noisy_log is None) for m in used):
         return None
     if any(m.calibration is None or m.noisy_value is None for m in used):
         return None
@@ -620,8 +670,7 @@ def error_bar(
     for i in output.aggregates:
         m, noisy = measured[i], measured[i].noisy_value
         assert noisy is not None
-        width = m.calibration.half_width(each)
-        boxes[i] = (noisy - width, noisy + width)
+        boxes[i] = (noisy - (width := measurement_bar(m, each)), noisy + width)
     projected = _projected(output.expr, boxes)
     if projected is not None:
         return projected
@@ -644,6 +693,17 @@ def _projected(e: exp.Expr, boxes: Boxes) -> float | None:
         inner, rounding = inner.this, 0.5
     box = _box(inner, boxes) if isinstance(inner, exp.Column) else None
     return None if box is None else (box[1] - box[0]) / 2 + rounding
+
+
+def measurement_bar(m: Measurement, confidence: float) -> float:
+    """One measurement's half-width at ``confidence``: from its public scale, or, for a smoothed bound with a
+    bar (sqldp.mechanisms.smooth_bar), the noise's half-width at 1 − miss/2 computed with the noisy upper bound
+    U (which holds with probability 1 − miss/2) in place of the scale: both hold with probability ≥ confidence
+    (a union bound). Post-processing of the released value and L."""
+    if m.bar is None or m.mechanism in PUBLIC_SCALE:
+        return float(m.calibration.half_width(confidence))
+    miss = (1.0 - confidence) / 2.0
+    return float(dataclasses.replace(m.calibration, scale=m.bar.upper(miss)).half_width(1.0 - miss))
 
 
 def describe(

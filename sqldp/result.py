@@ -62,6 +62,9 @@ class Measurement:
     # can give a group that exists on one side only, at the change's own distance — from the query and the
     # policy, so released; None for every other measurement
     one_sided: float | None = None
+    # a smoothed measurement's DP error bar (sqldp.mechanisms.smooth_bar.SmoothBar): ε_b, the smoothness and
+    # the noisy log-scale L are released, the true log-scale is not; None: no bar bought (the value is "*")
+    bar: Any = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         """The analyst's view (what :meth:`to_json` gives without audit): a notebook or a log that shows a
@@ -89,9 +92,15 @@ class Measurement:
                     out["bound"] = self.bound
             if self.unit is not None:
                 out["unit"] = dict(self.unit)
+            if self.bar is not None:  # ε_b, β and the noisy L and U: DP (sqldp.mechanisms.smooth_bar)
+                out["bar"] = self.bar.to_json()
             return out
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _UNSERIALISED}
         out["tables"] = self.tables
+        if self.bar is not None:
+            out["bar"] = {**self.bar.to_json(), "log_scale": self.bar.log_scale}
+        else:
+            del out["bar"]
         return out
 
 

@@ -39,6 +39,11 @@ def privacy_group(p: argparse.ArgumentParser, *, advantage: bool = True) -> argp
         choices=[n.value for n in registry.SMOOTHED],
         help="generalized Cauchy (ε-DP) or Laplace ((ε, δ)-DP)",
     )
+    g.add_argument(
+        "--bar-share",
+        type=float,
+        help="share of a smoothed value's ε spent on a DP bound of its noise, for a ± bar (default 0: no bar)",
+    )
     return g
 
 
@@ -125,6 +130,7 @@ def privacy_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "beta": args.beta,
         "mechanism": args.mechanism,
         "confidence": args.confidence,
+        "bar_share": getattr(args, "bar_share", None),
     }
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from sqldp.cli import common_options, emit, read_query
 from sqldp.commands.analyze import privacy_group
 from sqldp.errors import RefusedError
+from sqldp.mechanisms.registry import CAUCHY, LAPLACE
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -120,6 +121,11 @@ def explain(sql: str, catalog: Any, policy: Any) -> dict[str, Any]:
         }
         if bounds:
             out["bounds"] = bounds
+        # the share of ε that buys a smoothed value its DP ± bar (sqldp.mechanisms.smooth_bar), where one is bought
+        share = params.bar_share if params is not None else policy.defaults.bar_share
+        barred = {agg: share for agg, mech in out["mechanisms"].items() if share > 0 and mech in (CAUCHY, LAPLACE)}
+        if barred:
+            out["bar_share"] = barred
         # under a privacy unit: the unit, GS_Q and the number of races (policy and query only); the row-level
         # global sensitivity above is not what protects these tables then
         units = {
@@ -210,6 +216,11 @@ def _text(out: dict[str, Any]) -> str:
         for agg, mech in out.get("mechanisms", {}).items():
             bound = out.get("bounds", {}).get(agg)
             lines.append(f"  noise:      {agg} → {mech}" + (f" (global bound: {bound})" if bound else ""))
+        for agg, share in out.get("bar_share", {}).items():
+            lines.append(
+                f"  bar:        {agg}: {share:g} of its ε buys a noisy bound of its noise scale, for a ± bar "
+                "(docs/privacy.md)"
+            )
         for agg, u in out.get("units", {}).items():
             lines.append(
                 f"  unit:       {agg}: {u['unit']} ({u['table']}.{u['key']}), GS {u['gs']:g}, {u['races']} races "
@@ -292,7 +303,7 @@ def _global(g: dict[str, Any]) -> str:
 def _with_flags(policy: Any, args: argparse.Namespace) -> Any:
     """The policy with the command line's ε, δ, β and mechanism as its defaults, checked as `run` checks
     them (a bad value is the same one-line error)."""
-    flags = {k: getattr(args, k) for k in ("epsilon", "delta", "beta", "mechanism")}
+    flags = {k: getattr(args, k) for k in ("epsilon", "delta", "beta", "mechanism", "bar_share")}
     if all(v is None for v in flags.values()):
         return policy
     from dataclasses import replace
@@ -304,7 +315,10 @@ def _with_flags(policy: Any, args: argparse.Namespace) -> Any:
     nominal = flags["epsilon"] is None and d.epsilon is None and d.advantage is None
     p = resolve_params(policy, **{**flags, "epsilon": 1.0} if nominal else flags)
     epsilon = d.epsilon if nominal else p.epsilon
-    return replace(policy, defaults=replace(d, epsilon=epsilon, delta=p.delta, beta=p.beta, mechanism=p.mechanism))
+    return replace(
+        policy,
+        defaults=replace(d, epsilon=epsilon, delta=p.delta, beta=p.beta, mechanism=p.mechanism, bar_share=p.bar_share),
+    )
 
 
 def run(args: argparse.Namespace) -> int:

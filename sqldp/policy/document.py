@@ -40,7 +40,8 @@ from sqldp.policy.values import positive
 
 SECTIONS = {"defaults", "tables", "goals", "analysts", "proxy", "units", "foreign_keys"}
 # the privacy parameters of one query: [defaults] gives them for everyone, [analysts.NAME] per analyst
-PRIVACY_KEYS = ("mechanism", "epsilon", "delta", "beta", "confidence", "advantage")  # checked in this order
+# checked in this order
+PRIVACY_KEYS = ("mechanism", "epsilon", "delta", "beta", "confidence", "advantage", "bar_share")
 
 
 def parse_privacy(d: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -57,7 +58,8 @@ def parse_privacy(d: Mapping[str, Any], where: str) -> dict[str, Any]:
                 raise PolicyError(f"must be {choices()}, got {v!r}", where=f"{where}.{k}")
             out[k] = name
         else:
-            out[k] = positive(v, f"{where}.{k}", allow_zero=k == "beta", upper=None if k in ("epsilon", "beta") else 1)
+            upper = None if k in ("epsilon", "beta") else 1
+            out[k] = positive(v, f"{where}.{k}", allow_zero=k in ("beta", "bar_share"), upper=upper)
     return out
 
 
@@ -69,6 +71,8 @@ class Defaults:
     mechanism: Name = DEFAULT
     confidence: float = 0.78
     advantage: float | None = None
+    # the share of a smoothed measurement's ε that buys its error bar (sqldp.mechanisms.smooth_bar); 0: none
+    bar_share: float = 0.0
 
 
 def _defaults(d: Any, where: str) -> Defaults:

@@ -205,13 +205,20 @@ def notice(result: Result, balance: ledger.Balance, *, spent: float | None = Non
     else:
         head = f"error bars (± half-width, {confidence:.4g} confidence): "
 
-        def one(row: dict[str, float]) -> str:
-            return ", ".join(f"{name} ± {bar:.6g}" for name, bar in row.items()) or "none"
+        def dominated(i: int, name: str, bar: float) -> str:
+            """Post-processing of the bar and the value: the noise dominates when the bar exceeds |value|."""
+            value = result.rows[i].get("values", {}).get(name)
+            return " (noise dominates)" if isinstance(value, int | float) and bar >= abs(value) else ""
 
-        if all(b == bars[0] for b in bars):
-            detail = head + one(bars[0]) + (" in every row" if len(bars) > 1 else "")
+        def one(i: int, row: dict[str, float]) -> str:
+            return ", ".join(f"{name} ± {bar:.6g}{dominated(i, name, bar)}" for name, bar in row.items()) or "none"
+
+        if all(b == bars[0] for b in bars) and not any(
+            dominated(i, n, w) for i, b in enumerate(bars) for n, w in b.items()
+        ):
+            detail = head + one(0, bars[0]) + (" in every row" if len(bars) > 1 else "")
         else:
-            detail = head + "; ".join(f"row {i}: {one(b)}" for i, b in enumerate(bars, 1))
+            detail = head + "; ".join(f"row {i + 1}: {one(i, b)}" for i, b in enumerate(bars))
     return pr.notice_response(text, detail=detail)
 
 
