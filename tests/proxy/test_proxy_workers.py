@@ -329,13 +329,13 @@ def test_a_statement_is_analysed_once_per_policy_across_connections(
     with ThreadedProxy(build(upstream, policy)) as proxy:
         session = proxy.built.server.session
         compiled: list[str] = []
-        real = session._prepare
+        real = session._compile
 
-        def counting(sql: str, t0: float, **privacy: object) -> object:
+        def counting(sql: str, **privacy: object) -> object:
             compiled.append(sql)
-            return real(sql, t0, **privacy)
+            return real(sql, **privacy)
 
-        monkeypatch.setattr(session, "_prepare", counting)
+        monkeypatch.setattr(session, "_compile", counting)
         query = "SELECT COUNT(*) FROM visits WHERE faculty = 'math'"
         for _ in range(3):
             with psycopg.connect(client_dsn(proxy.port, user="erin"), autocommit=True) as conn:
