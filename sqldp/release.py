@@ -686,7 +686,8 @@ def _projected(e: exp.Expr, boxes: Boxes) -> float | None:
     value to 0 projects it onto [0, ∞), a convex set holding the true value, which moves it no farther from
     the truth; rounding moves it by at most 0.5. (The interval arithmetic would give 0 when the whole interval
     is below 0, a bar that reads as exact.)"""
-    if not isinstance(e, exp.Greatest) or len(e.expressions) != 1 or _point(e.this, boxes) != (0.0, 0.0):
+    zero = isinstance(e, exp.Greatest) and isinstance(e.this, exp.Literal) and not e.this.is_string
+    if not zero or len(e.expressions) != 1 or float(e.this.this) != 0.0:
         return None
     inner, rounding = e.expressions[0], 0.0
     if isinstance(inner, exp.Round) and inner.args.get("decimals") is None:
