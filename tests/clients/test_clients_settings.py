@@ -113,4 +113,4 @@ def test_pgcli_connects_lists_and_queries(proxy: ThreadedProxy, tmp_path: Path) 
     assert listed == {"nation", "visits"}, out.stdout
     assert "this statement spent ε = 1" in out.stdout + out.stderr  # the private answer's NOTICE
     counts = [row[0] for row in lines if len(row) == 1 and row[0].replace(".", "", 1).replace("-", "", 1).isdigit()]
-    assert len(counts) == 1 and float(counts[0]) != 200.0, out.stdout
+    assert len(counts) == 1 and float(counts[0]).is_integer(), out.stdout

@@ -218,7 +218,7 @@ def test_the_proxy_answers_a_set_operation_charged_once(pg_dsn: str, tmp_path: P
         psycopg.connect(client_dsn(proxy.port), autocommit=True) as conn,
     ):
         rows = conn.execute("SELECT COUNT(*) FROM visits UNION ALL SELECT COUNT(*) FROM nation").fetchall()
-    assert len(rows) == 2 and float(rows[1][0]) == 3.0 and float(rows[0][0]) != 200.0
+    assert len(rows) == 2 and float(rows[1][0]) == 3.0 and float(rows[0][0]).is_integer()
     with psycopg.connect(pg_dsn) as conn:
         balance = ledger.balance(conn, "alice")
     assert balance is not None and float(balance.epsilon_spent) == 1.0

@@ -50,7 +50,7 @@ def test_asyncpg(proxy: ThreadedProxy) -> None:
             assert tuple(got) == (Decimal("1.250"), "new year")
             # private answers: noisy float8, charged
             count = await conn.fetchval("SELECT COUNT(*) FROM visits WHERE faculty = $1", "math")
-            assert isinstance(count, float) and count != 100.0
+            assert isinstance(count, float) and count.is_integer()
             groups = await conn.fetch("SELECT faculty, SUM(minutes) FROM visits GROUP BY faculty")
             assert sorted(r[0] for r in groups) == ["cs", "math"] and all(isinstance(r[1], float) for r in groups)
             # a set operation: its keys keep their type, a column noisy in any measured branch is float8 (it was
@@ -156,7 +156,7 @@ def test_jdbc(proxy: ThreadedProxy, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
     assert lines["public"] == "OK public ALGERIA:1,ARGENTINA:2,BRAZIL:3,"
     assert lines["prepared"].endswith(" ARGENTINA")  # key 1 + 7 % 3 = 2, past the prepare threshold
     kind, value = lines["private"].split(" ")[2:]
-    assert kind == "float8" and float(value) != 200.0
+    assert kind == "float8" and float(value).is_integer()
     assert lines["fetchsize"] == "OK fetchsize cs:float8,math:float8,", lines["fetchsize"]
     assert lines["cursor"] == "OK cursor ALGERIA,ARGENTINA,ALGERIA,BRAZIL,", lines["cursor"]
     # catalog discovery, from the shadow database (sqldp's catalog: names, types, NOT NULL, keys)
