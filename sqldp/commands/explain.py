@@ -222,6 +222,13 @@ def _text(out: dict[str, Any]) -> str:
                 "(docs/privacy.md)"
             )
         for agg, u in out.get("units", {}).items():
+            if u.get("bound") == "declared":  # no race: the keys and declared bounds (sqldp.sensitivity.unit_bounds)
+                cuts = "".join(f"; {t}" for t in u["truncations"])
+                lines.append(
+                    f"  unit:       {agg}: {u['unit']} ({u['table']}.{u['key']}), at most "
+                    f"{u['join_rows_per_unit']:g} join rows per unit{cuts}: Laplace at the declared bound, no race"
+                )
+                continue
             lines.append(
                 f"  unit:       {agg}: {u['unit']} ({u['table']}.{u['key']}), GS {u['gs']:g}, {u['races']} races "
                 f"τ = {BASE:g}, {BASE**2:g}, …, {BASE:g}^{u['races']} (R2T, β = {u['beta']:g})"

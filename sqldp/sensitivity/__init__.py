@@ -13,7 +13,8 @@ Analyses:
   with the policy's declared contribution bounds (``max_rows_per``), which the query then enforces by
   truncation (:func:`truncated`; the session chooses per query, docs/truncation.md).
 * :mod:`sqldp.sensitivity.units` — adding/removing one privacy unit with every row referencing it (R2T's
-  truncated answers; the release step runs the race).
+  truncated answers; the release step runs the race); :mod:`sqldp.sensitivity.unit_bounds` the global bound
+  instead, where the keys and declared bounds limit a unit's join rows.
 * :mod:`sqldp.sensitivity.columns` — changing values of sensitive columns (NR §3.3.8), combined with the
   row-level bound when rows are private too (NR §3.3.9); its expression and filter bounds are in
   :mod:`sqldp.sensitivity.expressions` and :mod:`sqldp.sensitivity.filters`.
@@ -38,6 +39,7 @@ from sqldp.sensitivity.global_bound import GlobalPlan, Truncation, global_plan, 
 from sqldp.sensitivity.intervals import domain
 from sqldp.sensitivity.plan import Bound, Plan
 from sqldp.sensitivity.rows import RowPlan, plan_rows, with_key_ranges
+from sqldp.sensitivity.unit_bounds import UnitBoundPlan, declared_plan
 from sqldp.sensitivity.units import UnitPlan, plan_units, unit_tables
 
 __all__ = [
@@ -47,6 +49,7 @@ __all__ = [
     "Plan",
     "RowPlan",
     "Truncation",
+    "UnitBoundPlan",
     "UnitPlan",
     "plan",
     "plan_columns",
@@ -76,7 +79,9 @@ def plan(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | Non
         if distinct:  # R2T truncates per-unit contributions that add up; distinct values do not add up
             raise RefusedError("COUNT(DISTINCT …) under a privacy unit is not supported")
         failures.check(form, domain(form, catalog, policy), bounded_sum=True)
-        return plan_units(form, catalog, policy)
+        raced = plan_units(form, catalog, policy)
+        # a unit whose join rows the keys and declared bounds limit: that global bound, no race (unit_bounds)
+        return declared_plan(raced, catalog, policy) or raced
     # a key column θ leaves free but the policy bounds gets its range in WHERE, so that the row analysis may
     # take its table as determined with a fan-out (sqldp.sensitivity.rows, "key columns a conjunct keeps among
     # a few integers"); a conjunct on a column outside every norm, read by every plan and the answer alike

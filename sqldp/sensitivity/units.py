@@ -118,6 +118,12 @@ class UnitPlan(Releasable):
     # every aggregate's truncated histograms (:func:`grouped_answer`); the release chooses τ by a race on the
     # total and adds Laplace noise to every group (sqldp.mechanisms.race.histogram_release)
     histogram: bool = False
+    # where every join row belongs to one unit: the column holding a join row's unit key, and the joins added to
+    # reach it (uses and their equalities), which a declared bound on a unit's rows reads
+    # (sqldp.sensitivity.unit_bounds)
+    unit_key: ColumnRef | None = None
+    extra_uses: tuple[TableUse, ...] = ()
+    extra_conds: tuple[exp.Expr, ...] = ()
 
     @property
     def change_distances(self) -> frozenset[float]:
@@ -347,6 +353,9 @@ def plan_units(form: AnalysisForm, catalog: Catalog, policy: Policy) -> UnitPlan
             signs=signs,
             query=query,
             joined=joined,
+            unit_key=keys[0][1] if len(keys) == 1 else None,
+            extra_uses=tuple(resolver.extra),
+            extra_conds=tuple(resolver.extra_conds),
             **shape,
         )
 

@@ -26,6 +26,7 @@ from sqldp.policy import Policy
 from sqldp.release import choose_truncation, declared_groups, shares, smoothed
 from sqldp.rewrite import Statements, rewrite
 from sqldp.runner import Prepared
+from sqldp.sensitivity import unit_bounds
 from sqldp.sensitivity.global_bound import declared_truncations
 from sqldp.sensitivity.plan import Plan
 from sqldp.sensitivity.units import grouped_answer, histograms
@@ -171,4 +172,6 @@ def compile_form(
     if choice is not None:
         notes = (choice.note(statements.truncations),) if choice.truncated else ()
         statements = dataclasses.replace(statements, choice=choice.to_json(), notes=notes)
+    if unit_bounds.notes(plans):  # a declared bound under a unit, not R2T's race (sqldp.sensitivity.unit_bounds)
+        statements = dataclasses.replace(statements, notes=(*statements.notes, *unit_bounds.notes(plans)))
     return domains, plans, statements
