@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlglot import exp
@@ -81,6 +81,8 @@ class UnitBoundPlan(GlobalPlan):
 
     unit: Unit | None = None
     join_rows: float = 0.0
+    # R2T's plan, used instead when another aggregate of the query races (agree)
+    raced: UnitPlan | None = field(default=None, compare=False, repr=False)
 
     @property
     def change_distances(self) -> frozenset[float]:
@@ -244,7 +246,9 @@ def declared_plan(plan: UnitPlan, catalog: Catalog, policy: Policy) -> UnitBound
             "method": "NR §3.3.13 under the unit's keys and declared bounds",
         }
     }
-    return UnitBoundPlan(plan.form, agg, bound, terms, False, truncations, source=SOURCE, unit=unit, join_rows=n)
+    return UnitBoundPlan(
+        plan.form, agg, bound, terms, False, truncations, source=SOURCE, unit=unit, join_rows=n, raced=plan
+    )
 
 
 def prefer_declared(plan: UnitPlan, bound: float, largest: float) -> bool:
@@ -263,6 +267,16 @@ def prefer_declared(plan: UnitPlan, bound: float, largest: float) -> bool:
     return (
         math.log(1 / plan.beta) * bound <= race_bound(plan.thresholds, 1.0, plan.beta, largest) * len(plan.signs) ** 2
     )
+
+
+def agree(plans: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The plans of one query's aggregates, all declared bounds or all R2T: they share one answer query (a GROUP
+    BY's truncated histograms, sqldp.sensitivity.units.grouped_answer, cover every aggregate at once), so where
+    one aggregate's rule keeps the race (its M makes R2T's bound the smaller, :func:`prefer_declared`), every
+    aggregate races."""
+    if all(isinstance(p, UnitBoundPlan) for p in plans) or not any(isinstance(p, UnitBoundPlan) for p in plans):
+        return plans
+    return tuple(p.raced if isinstance(p, UnitBoundPlan) else p for p in plans)
 
 
 def notes(plans: tuple[Any, ...]) -> tuple[str, ...]:

@@ -118,6 +118,7 @@ def compile_form(
         if unowned is not None:  # the query's groups are owned rows: why that analysis refused is the reason
             raise unowned from None
         raise
+    plans = unit_bounds.agree(plans)  # a unit's declared bounds for every aggregate, or R2T for all
     choice = None
     # the same on every engine (the choice is data-independent and may not depend on where the data is): Spark
     # keeps the rows PostgreSQL keeps, or refuses the truncation with the reason (sqldp.rewrite.total_order)

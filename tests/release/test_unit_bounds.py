@@ -181,6 +181,18 @@ def test_without_a_declared_bound_the_race_runs(pg_dsn: str, conn: psycopg.Conne
     assert session.analyze("SELECT COUNT(*) FROM c", audit=True).measurements[0][0].mechanism == GLOBAL
 
 
+def test_the_aggregates_of_a_query_agree(pg_dsn: str, conn: psycopg.Connection) -> None:
+    """A GROUP BY's COUNT takes the declared bound (2 ≤ 5.5/0.8) but its SUM of x ≤ 4 would not (8 > 6.9): they
+    share one answer query, so both race (the truncated histogram), rather than an internal error. Mutant: the
+    per-aggregate choice kept (the answer query then mixes a histogram plan and a global one)."""
+    session = sqldp.connect(pg_dsn, Policy.from_toml(POLICY))
+    _load(conn, BASE)
+    r = session.analyze("SELECT o.g, COUNT(*), SUM(o.x) FROM o GROUP BY o.g", audit=True)
+    assert {str(m.mechanism) for group in r.measurements for m in group} == {"r2t-histogram"}
+    alone = session.analyze("SELECT o.g, COUNT(*) FROM o GROUP BY o.g", audit=True)
+    assert {m.mechanism for group in alone.measurements for m in group} == {GLOBAL}
+
+
 def test_the_error_is_at_the_declared_bounds_scale(pg_dsn: str, conn: psycopg.Connection) -> None:
     """COUNT(*) of 1,000 units' rows (one row each) in test mode (seeded): 400 released counts are Laplace at
     1/ε rounded, median |error| ≈ ln 2 and 99th percentile ≈ ln 100 = 4.6, where R2T's race (the same query
