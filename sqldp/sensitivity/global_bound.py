@@ -199,12 +199,25 @@ def _semi_join_rows(form: AnalysisForm, semi: SemiJoin, catalog: Catalog, timeou
     extended = dataclasses.replace(catalog, tables={**catalog.tables, name: derived})
     outer = model_check.from_form(form, grouped=False)
     spj = model_check.SPJ((*outer.uses, model_check.Use(semi.use.alias, name)), (*outer.conditions, *semi.correlation))
-    key = (_schema(extended, {u.table for u in spj.uses}), spj.uses, tuple(c.sql() for c in spj.conditions), name)
-    if key not in _cache:
+    return cached_sensitivity(spj, extended, name, timeout, exact_one_use=False)
+
+
+def cached_sensitivity(
+    spj: model_check.SPJ, catalog: Catalog, table: str, timeout: float, *, exact_one_use: bool = True
+) -> float:
+    """The model checker's join rows per row of ``table`` (NR §3.3.13), first by :func:`one_use` where
+    ``exact_one_use``; cached by schema, query, table and step budget (the search's budget counts solver steps,
+    not seconds: the same answer every time)."""
+    conditions = tuple(c.sql() for c in spj.conditions)
+    key = (_schema(catalog, {u.table for u in spj.uses}), spj.uses, conditions, table, timeout, exact_one_use)
+    n = _cache.get(key)
+    if n is None:
+        found = (exact_one_use and one_use(spj, table)) or model_check.sensitivity(spj, catalog, table, timeout=timeout)
+        n = found.value
         if len(_cache) > 4096:
             _cache.clear()
-        _cache[key] = model_check.sensitivity(spj, extended, name, timeout=timeout).value
-    return _cache[key]
+        _cache[key] = n
+    return n
 
 
 def global_plan(rows: RowPlan, catalog: Catalog, *, timeout: float = TIMEOUT) -> GlobalPlan | None:
@@ -231,14 +244,7 @@ def _join_rows(rows: RowPlan, catalog: Catalog, timeout: float) -> dict[str, flo
     spj = model_check.from_form(rows.form, grouped=False)  # join rows: what a COUNT, and the histogram in ℓ1, move
     out: dict[str, float] = {}
     for table in sorted(rows.private):
-        key = (_schema(catalog, {u.table for u in spj.uses}), spj.uses, tuple(c.sql() for c in spj.conditions), table)
-        n = _cache.get(key)
-        if n is None:
-            found = one_use(spj, table) or model_check.sensitivity(spj, catalog, table, timeout=timeout)
-            n = found.value
-            if len(_cache) > 4096:
-                _cache.clear()
-            _cache[key] = n  # the search's budget counts solver steps, not seconds: the same answer every time
+        n = cached_sensitivity(spj, catalog, table, timeout)
         # each derived table read from this table adds its rows' reach (NR §3.3.13.9 with c_D = 1)
         n += sum(_semi_join_rows(rows.form, s.semi, catalog, timeout) for s in rows.semis if s.semi.use.table == table)
         if not math.isfinite(n):

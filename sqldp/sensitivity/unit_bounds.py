@@ -59,9 +59,8 @@ from sqldp.sensitivity.global_bound import (
     TRUNCATED_TIMEOUT,
     GlobalPlan,
     Truncation,
-    _schema,
     _truncated_catalog,
-    one_use,
+    cached_sensitivity,
 )
 from sqldp.sensitivity.intervals import domain, interval
 from sqldp.sensitivity.rows import equality_classes
@@ -70,8 +69,6 @@ from sqldp.sensitivity.units import UnitPlan
 UNIT_TABLE = "__sqldp_unit"  # the model's table of unit keys (V above); a catalog with a table of that name gets R2T
 UNIT_COLUMN = "k"
 SOURCE = "declared contribution bounds under a privacy unit (docs/units.md)"
-
-_cache: dict[tuple[Any, ...], float] = {}
 
 
 @dataclass(frozen=True)
@@ -168,7 +165,7 @@ def join_rows(plan: UnitPlan, catalog: Catalog, truncations: tuple[Truncation, .
         (*(model_check.Use(u.alias, u.table) for u in uses), model_check.Use(UNIT_TABLE, UNIT_TABLE)),
         (*(c.expr for c in form.conjuncts), *plan.extra_conds, link),
     )
-    n = _sensitivity(spj, with_v, UNIT_TABLE)
+    n = cached_sensitivity(spj, with_v, UNIT_TABLE, TRUNCATED_TIMEOUT)
     return n if math.isfinite(n) else _through(plan, model, cuts)
 
 
@@ -201,20 +198,8 @@ def _through(plan: UnitPlan, model: Catalog, cuts: dict[tuple[str, str], int]) -
                 rows = 1.0
             else:
                 continue
-            best = min(best, rows * _sensitivity(spj, model, use.table))
+            best = min(best, rows * cached_sensitivity(spj, model, use.table, TRUNCATED_TIMEOUT))
     return best
-
-
-def _sensitivity(spj: model_check.SPJ, model: Catalog, table: str) -> float:
-    """The model checker's join rows per row of ``table`` (cached: a budget of solver steps, the same answer on
-    every machine)."""
-    cache_key = (_schema(model, {u.table for u in spj.uses}), spj.uses, tuple(c.sql() for c in spj.conditions), table)
-    if cache_key not in _cache:
-        if len(_cache) > 1024:
-            _cache.clear()
-        found = one_use(spj, table) or model_check.sensitivity(spj, model, table, timeout=TRUNCATED_TIMEOUT)
-        _cache[cache_key] = found.value
-    return _cache[cache_key]
 
 
 def declared_plan(plan: UnitPlan, catalog: Catalog, policy: Policy) -> UnitBoundPlan | None:

@@ -173,6 +173,7 @@ def compile_form(
     if choice is not None:
         notes = (choice.note(statements.truncations),) if choice.truncated else ()
         statements = dataclasses.replace(statements, choice=choice.to_json(), notes=notes)
-    if unit_bounds.notes(plans):  # a declared bound under a unit, not R2T's race (sqldp.sensitivity.unit_bounds)
-        statements = dataclasses.replace(statements, notes=(*statements.notes, *unit_bounds.notes(plans)))
+    declared = unit_bounds.notes(plans)  # a declared bound under a unit, not R2T's race (sensitivity.unit_bounds)
+    if declared:
+        statements = dataclasses.replace(statements, notes=(*statements.notes, *declared))
     return domains, plans, statements
