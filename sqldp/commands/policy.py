@@ -48,6 +48,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="the tables whose rows are private, comma-separated; the others are written public "
         "(default: every table private)",
     )
+    init.add_argument(
+        "--estimate-epsilon",
+        type=float,
+        metavar="E",
+        help="also estimate, with DP from the data (needs --dsn), the ranges, text domains and max_rows_per the "
+        "catalog does not prove, spending E in all; recorded in the file's [estimates] section",
+    )
+    init.add_argument(
+        "--estimate-delta",
+        type=float,
+        metavar="D",
+        default=0.0,
+        help="the δ of those estimates (text domains need D > 0; default 0: ranges and max_rows_per only)",
+    )
     init.add_argument("-o", "--output", metavar="FILE", help="write the policy to FILE (default: standard output)")
     init.add_argument("--force", action="store_true", help="replace FILE if it exists")
     init.set_defaults(func=run_init)
@@ -113,7 +127,8 @@ def run_init(args: argparse.Namespace) -> int:
         raise InputError("exists; give --force to replace it, or another -o FILE", where=str(target))
     catalog, origin = _catalog(args)
     private = _private(args.private, catalog)
-    text = propose(catalog, private, source=origin)
+    estimates = _estimates(args, catalog, private, origin) if args.estimate_epsilon is not None else None
+    text = propose(catalog, private, source=origin, estimates=estimates)
     policy = Policy.from_toml(text, source=str(target or "the proposed policy"))
     policy.validate(catalog)  # what is written loads: a failure here is sqldp's mistake, not the user's
     summary = _summary(policy, catalog)
@@ -130,6 +145,29 @@ def run_init(args: argparse.Namespace) -> int:
             f"next: sqldp policy check --policy {target}" + (f" --schema {args.schema}" if args.schema else "")
         )
     return 0
+
+
+def _estimates(args: argparse.Namespace, catalog: Catalog, private: list[str] | None, origin: str) -> Any:
+    """The DP estimates, read on the owner's connection in one read-only snapshot."""
+    from sqldp.db import connect, resolve_dsn
+    from sqldp.engine.postgres.summaries import Reader
+    from sqldp.mechanisms.source import NoiseSource
+    from sqldp.policy.estimated import run
+
+    if args.schema:
+        raise InputError("estimates read the data: give --dsn, not --schema", where="--estimate-epsilon")
+    if not args.estimate_epsilon > 0:
+        raise InputError(f"must be > 0, got {args.estimate_epsilon:g}", where="--estimate-epsilon")
+    if not 0 <= args.estimate_delta < 1:
+        raise InputError(f"must be in [0, 1), got {args.estimate_delta:g}", where="--estimate-delta")
+    tables = sorted(catalog.tables) if private is None else private
+    with connect(resolve_dsn(args.dsn, args.data_dir), autocommit=False) as conn:
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        out = run(
+            catalog, tables, args.estimate_epsilon, args.estimate_delta, Reader(conn), NoiseSource(), origin=origin
+        )
+        conn.rollback()
+    return out
 
 
 def _summary(policy: Any, catalog: Catalog) -> dict[str, int]:

@@ -3,7 +3,8 @@
 Its sections are ``[tables.T]`` (:mod:`sqldp.policy.tables`), ``[defaults]`` for ε, δ, β, mechanism,
 confidence and a guessing-advantage target (below), ``[[goals]]`` (:mod:`sqldp.policy.goals`), and the
 proxy's ``[proxy]`` and ``[analysts.NAME]`` (:mod:`sqldp.policy.analysts`, read only when a proxy starts), and
-the privacy units ``[units.NAME]`` with ``[[foreign_keys]]`` (:mod:`sqldp.policy.units`).
+the privacy units ``[units.NAME]`` with ``[[foreign_keys]]`` (:mod:`sqldp.policy.units`), and ``[estimates]``,
+the record of the DP estimates ``sqldp policy init`` made (:mod:`sqldp.policy.estimated`).
 Every problem is reported as ``file: key: problem`` and nothing is guessed; every table's keys go through
 :func:`sqldp.policy.keys.check_keys`, which reports a key that does not belong as
 ``file: table: unknown key 'k' (allowed: …)``.
@@ -38,7 +39,7 @@ from sqldp.policy.units import (
 )
 from sqldp.policy.values import positive
 
-SECTIONS = {"defaults", "tables", "goals", "analysts", "proxy", "units", "foreign_keys"}
+SECTIONS = {"defaults", "tables", "goals", "analysts", "proxy", "units", "foreign_keys", "estimates"}
 # the privacy parameters of one query: [defaults] gives them for everyone, [analysts.NAME] per analyst
 # checked in this order
 PRIVACY_KEYS = ("mechanism", "epsilon", "delta", "beta", "confidence", "advantage", "bar_share")
@@ -190,4 +191,8 @@ class Policy:
         goals = tuple(parse_goals(raw["goals"], tables, f"{source}: goals")) if "goals" in raw else ()
         units = parse_units(raw.get("units", {}), f"{source}: units")
         fks = parse_references(raw.get("foreign_keys", []), f"{source}: foreign_keys")
+        if "estimates" in raw:  # the record of what `sqldp policy init` estimated: checked, never used by a query
+            from sqldp.policy.estimated import parse_section
+
+            parse_section(raw["estimates"], f"{source}: estimates")
         return cls(tables, defaults, goals, source, raw, units, fks)

@@ -32,12 +32,16 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+from typing import TYPE_CHECKING
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from sqldp.catalog import Catalog, Column, ForeignKey, Table
+
+if TYPE_CHECKING:
+    from sqldp.policy.estimated import Estimates
 from sqldp.policy.tables import MAX_DOMAIN
 from sqldp.policy.values import MAX_BOUND
 
@@ -400,20 +404,33 @@ def _array(values: Sequence[Value], indent: str = "    ", width: int = 108) -> l
     return lines
 
 
+_HEAD = (
+    "# Every value below is what the schema proves (the comment beside it says how); nothing was read from the",
+    "# data. Which tables are private is the data owner's decision: check it, add a norm where values are",
+)
+_ESTIMATED_HEAD = (
+    "# Every value below is what the schema proves or a DP estimate (the comment beside it says which); only",
+    "# the estimates listed in [estimates] read the data. Which tables are private is the data owner's decision:",
+    "# check it, add a norm where values are",
+)
+
+
 def _fk(fk: ForeignKey) -> str:
     return f"({', '.join(fk.columns)}) → {fk.ref_table}({', '.join(fk.ref_columns) or 'its primary key'})"
 
 
-def propose(catalog: Catalog, private: Iterable[str] | None, *, source: str | None = None) -> str:
+def propose(
+    catalog: Catalog, private: Iterable[str] | None, *, source: str | None = None, estimates: Estimates | None = None
+) -> str:
     """The policy file for ``catalog``: the tables in ``private`` row-private (every table when None, failing
-    closed), the others public; per column the range and domain its type and CHECK constraints prove."""
+    closed), the others public; per column the range and domain its type and CHECK constraints prove, replaced
+    by the DP releases of ``estimates`` where there are some (recorded in its ``[estimates]`` section)."""
     named = None if private is None else {p.lower() for p in private}
     enforced = catalog.enforced
     origin = source or catalog.source
     out = [
         f"# Policy written by `sqldp policy init` from {origin}.",
-        "# Every value below is what the schema proves (the comment beside it says how); nothing was read from the",
-        "# data. Which tables are private is the data owner's decision: check it, add a norm where values are",
+        *(_ESTIMATED_HEAD if estimates is not None and estimates.section else _HEAD),
         "# private (docs/policy.md), tighten ranges the data owner can vouch for, and run `sqldp policy check`.",
     ]
     if not enforced:
@@ -445,6 +462,9 @@ def propose(catalog: Catalog, private: Iterable[str] | None, *, source: str | No
             out.append(_line('rows = "public"', "not in --private: its rows are released exactly, without noise"))
         facts = {c: column_facts(col, enforced) for c, col in table.columns.items()}
         per = rows_per_key(table, facts) if is_private else None
+        if estimates is not None and is_private:
+            facts.update({c: f for (t, c), f in estimates.facts.items() if t == name})
+            per = per or estimates.rows_per.get(name)
         if per is not None:
             k, tau, why = per
             out.append(_line(f"max_rows_per = {{ {toml_key(k)} = {tau} }}", why))
@@ -467,4 +487,6 @@ def propose(catalog: Catalog, private: Iterable[str] | None, *, source: str | No
                     out.append(f"# {f.values_why}")
                     out.append(f"domain = {lines[0]}")
                     out.extend(lines[1:])
+    if estimates is not None:
+        out += estimates.section
     return "\n".join(out) + "\n"
