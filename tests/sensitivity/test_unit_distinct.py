@@ -46,7 +46,6 @@ DATABASES: list[Db] = [
     {1: (0, [(0, [1, 2]), (1, [3])]), 2: (1, [(1, [0])]), 3: (1, [])},
     {1: (1, [(1, [1] * 5), (1, [2] * 4)]), 2: (1, [(1, [3])]), 3: (0, [(0, [])])},
     {1: (0, [(0, [3])] * 6), 2: (0, [(1, [1, 2]), (1, [])]), 3: (1, [(1, [2] * 3)]), 4: (1, [])},
-    {1: (0, []), 2: (1, [(1, [])])},
 ]
 # (query, per unit (g, orders): the groups it is counted in — the independent oracle)
 Counted = Callable[[int, list[tuple[int, list[int]]]], set[int]]
