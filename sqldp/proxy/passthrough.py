@@ -5,8 +5,11 @@ the bytes of each value, never decoded into Python values and encoded again).
 
 What is sent upstream is the statement as sqldp checked it (``PublicRelease.checked_sql``: regenerated from
 the tree the allow-list and the relation check read), never the client's text, exactly as the runner's public
-path sends it (sqldp.runner). It goes as one Parse/Bind/Execute/Sync of the unnamed statement (libpq's
-``PQsendQueryParams``), which PostgreSQL refuses if it holds more than one command.
+path sends it (sqldp.runner). It is prepared on the connection at its first execution there (a Parse, which
+PostgreSQL refuses if the text holds more than one command) and executed as that prepared statement from then
+on, so PostgreSQL parses and plans it once, as a direct client's driver has it do (psycopg prepares from the
+fifth execution): unprepared, the lookup cost PostgreSQL twice the CPU. Protocol-level prepared statements are
+not SQL ones (``pg_prepared_statements.from_sql`` is false) and hold only checked statements.
 
 Session state, the argument of docs/proxy.md ("The public fast path"): the connections are not reset after each
 use. A statement that reaches them is a single ``SELECT`` sqldp's allow-list admitted (sqldp.allowlist: no
@@ -33,7 +36,6 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg import generators, waiting
 from psycopg.pq import ExecStatus, TransactionStatus
 
 from sqldp.engine.postgres.engine import SETUP, Running, database_error
@@ -46,7 +48,10 @@ if typing.TYPE_CHECKING:
     from sqldp.proxy.backend import Backend
     from sqldp.runner import Prepared
 
-CHECK_EVERY = 64  # uses between two comparisons of a connection's whole session state
+# uses between two comparisons of a connection's whole session state: each reads the catalog (pg_settings,
+# information_schema) for a few ms of PostgreSQL's CPU; every 64th use cost more than the lookups themselves
+CHECK_EVERY = 1024
+PREPARED_KEPT = 256  # statements prepared on one connection at most; past that they are all deallocated
 # the client settings under which upstream's text is what the proxy would send itself: extra_float_digits
 # changes how PostgreSQL writes a float, so a client that set it is answered by the runner's path
 NEUTRAL_SETTINGS = frozenset(("application_name", "client_min_messages"))
@@ -63,13 +68,101 @@ class Raw:
 
 
 class Upstream:
-    """One upstream connection of the fast path, its baseline session state and how often it was used."""
+    """One upstream connection of the fast path, driven through libpq directly on the event loop: a reader
+    kept registered on its socket for as long as it is open (one ``epoll_ctl`` per connection, not two per
+    wait), its baseline session state, the statements it has prepared, and how often it was used."""
 
-    def __init__(self, conn: psycopg.AsyncConnection[Any], baseline: tuple[Any, ...]) -> None:
+    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
         self.conn = conn
-        self.baseline = baseline
+        self.pgconn = conn.pgconn
+        self.fd = self.pgconn.socket
+        self.loop = asyncio.get_running_loop()
+        self.waiting: asyncio.Future[None] | None = None
+        self.baseline: tuple[Any, ...] = ()
         self.uses = 0
         self.suspect = False  # an error happened on it: compared before it is used again
+        self.prepared: dict[str, bytes] = {}  # checked statement → name of its protocol-level prepared statement
+        self.loop.add_reader(self.fd, self._readable)
+
+    def _readable(self) -> None:
+        waiting = self.waiting
+        if waiting is not None:
+            if not waiting.done():
+                waiting.set_result(None)
+            return
+        try:  # idle: a notice or the server closing; read it so that the socket is not readable for ever
+            self.pgconn.consume_input()
+        except psycopg.Error:
+            self.close()
+
+    async def _wait(self, *, write: bool = False) -> None:
+        fut = self.waiting = self.loop.create_future()
+        if write:
+            self.loop.add_writer(self.fd, lambda: None if fut.done() else fut.set_result(None))
+        try:
+            await fut
+        finally:
+            self.waiting = None
+            if write:
+                self.loop.remove_writer(self.fd)
+
+    async def _results(self) -> list[Any]:
+        """Every result of the command just sent (libpq in non-blocking mode, as psycopg sets it)."""
+        pg = self.pgconn
+        while pg.flush():
+            await self._wait(write=True)
+        results: list[Any] = []
+        while True:
+            pg.consume_input()
+            while pg.is_busy():
+                await self._wait()
+                pg.consume_input()
+            res = pg.get_result()
+            if res is None:
+                return results
+            results.append(res)
+
+    async def query(self, sql: str) -> Any:
+        """``sql`` as one command (extended protocol, unnamed statement); its last result."""
+        self.pgconn.send_query_params(sql.encode("utf-8"), None, result_format=0)
+        results = await self._results()
+        return results[-1] if results else None
+
+    async def execute(self, sql: str) -> Any:
+        """``sql`` as a statement prepared on this connection at its first execution here (PostgreSQL then
+        parses and plans it once, as a direct client's driver has it do); its last result."""
+        name = self.prepared.get(sql)
+        if name is None:
+            if len(self.prepared) >= PREPARED_KEPT:
+                self.pgconn.send_query(b"DEALLOCATE ALL")
+                await self._results()
+                self.prepared.clear()
+            name = f"sqldp_fast_{len(self.prepared)}".encode()
+            self.pgconn.send_prepare(name, sql.encode("utf-8"), None)
+            results = await self._results()
+            res = results[-1] if results else None
+            if res is None or res.status != ExecStatus.COMMAND_OK:
+                return res
+            self.prepared[sql] = name
+        self.pgconn.send_query_prepared(name, None, None, result_format=0)
+        results = await self._results()
+        return results[-1] if results else None
+
+    async def state(self) -> tuple[Any, ...]:
+        """The whole session state (sqldp.proxy.upstream.STATE), each value as PostgreSQL wrote it."""
+        res = await self.query(STATE)
+        if res is None or res.status != ExecStatus.TUPLES_OK or res.ntuples != 1:
+            raise psycopg.OperationalError("the session state could not be read")
+        return tuple(res.get_value(0, c) for c in range(res.nfields))
+
+    @property
+    def closed(self) -> bool:
+        return self.conn.closed
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.loop.remove_reader(self.fd)
+        self.pgconn.finish()
 
 
 class Pool:
@@ -92,13 +185,16 @@ class Pool:
         try:
             for s in SETUP:
                 await conn.execute(s, prepare=False)
-            cur = await conn.execute(STATE, prepare=False)
-            row = await cur.fetchone()
         except BaseException:
             await conn.close()
             raise
-        assert row is not None
-        return Upstream(conn, tuple(row))
+        up = Upstream(conn)  # from here on driven by libpq calls alone, never by psycopg's own waits
+        try:
+            up.baseline = await up.state()
+        except BaseException:
+            up.close()
+            raise
+        return up
 
     async def acquire(self) -> Upstream:
         while True:
@@ -122,15 +218,13 @@ class Pool:
     async def release(self, up: Upstream) -> None:
         """Back to the idle list, or closed: see the module's doc for when its state is compared."""
         up.uses += 1
-        ok = not self.closed and not up.conn.closed
-        if ok and up.conn.info.transaction_status != TransactionStatus.IDLE:
+        ok = not self.closed and not up.closed
+        if ok and up.pgconn.transaction_status != TransactionStatus.IDLE:
             ok = False
         if ok and (up.suspect or (up.uses - 1) % CHECK_EVERY == 0):
             self.checks += 1
             try:
-                cur = await up.conn.execute(STATE, prepare=False)
-                row = await cur.fetchone()
-                ok = row is not None and tuple(row) == up.baseline
+                ok = await up.state() == up.baseline
             except psycopg.Error:
                 ok = False
             up.suspect = False
@@ -139,18 +233,19 @@ class Pool:
         else:
             self.discarded += 1
             self.open -= 1
-            await up.conn.close()
+            up.close()
         for fut in self.waiters:
             if not fut.done():
                 fut.set_result(None)
                 break
 
     def close(self) -> None:
-        """From any thread, once the loop serves no more: the idle connections' sockets closed."""
+        """Once the loop serves no more: the idle connections' sockets closed."""
         self.closed = True
         idle, self.idle = self.idle, []
         for up in idle:
-            up.conn.pgconn.finish()
+            with contextlib.suppress(Exception):
+                up.pgconn.finish()
 
 
 def usable(b: Backend, prepared: Any) -> bool:
@@ -169,18 +264,15 @@ async def answer(b: Backend, pool: Pool, prepared: Prepared) -> Outcome:
     sql: str = getattr(prepared.form, "checked_sql", "")  # a PublicRelease's: usable() checked it is there
     t0 = time.perf_counter()
     up = await pool.acquire()
-    pgconn = up.conn.pgconn
+    pgconn = up.pgconn
     b.running = _Cancelling(pgconn)  # a CancelRequest from now on cancels the upstream statement
     try:
-        pgconn.send_query_params(sql.encode("utf-8"), None, result_format=0)
-        results = await waiting.wait_async(generators.execute(pgconn), pgconn.socket)
+        res = await up.execute(sql)
     except BaseException:
         up.suspect = True
-        if isinstance(up.conn, psycopg.AsyncConnection) and not up.conn.closed:
-            await up.conn.close()  # cancelled or broken mid-statement: its protocol state is unknown
+        up.close()  # cancelled or broken mid-statement: its protocol state is unknown
         await pool.release(up)
         raise
-    res = results[-1] if results else None
     if res is None or res.status != ExecStatus.TUPLES_OK:
         up.suspect = True
         await pool.release(up)

@@ -14,7 +14,6 @@ import pytest
 from proxy_support import client_dsn, make_tables, write_policy
 
 from sqldp.proxy import ThreadedProxy, build, ledger, passthrough
-from sqldp.proxy.upstream import STATE
 
 PUBLIC = "SELECT n_name, n_nationkey, n_nationkey * 1.5 AS half, NULL::text AS nothing FROM nation ORDER BY 2"
 
@@ -107,14 +106,7 @@ def test_a_setting_of_one_client_does_not_reach_another(proxy: ThreadedProxy, up
         assert b.execute("SHOW extra_float_digits").fetchone() == ("1",)
     # every fast-path connection still has the session state it had after its set-up
     for up in pool(proxy).idle:
-
-        async def state(conn: psycopg.AsyncConnection[Any] = up.conn) -> tuple[Any, ...]:
-            cur = await conn.execute(STATE, prepare=False)
-            row = await cur.fetchone()
-            assert row is not None
-            return tuple(row)
-
-        assert on_loop(proxy, state()) == up.baseline
+        assert on_loop(proxy, up.state()) == up.baseline
     assert pool(proxy).discarded == 0
 
 
@@ -127,7 +119,7 @@ def test_a_connection_whose_state_changed_is_closed(proxy: ThreadedProxy, monkey
         ups = list(pool(proxy).idle)
         assert ups
         for up in ups:
-            on_loop(proxy, up.conn.execute("SET work_mem = '2MB'"))
+            on_loop(proxy, up.query("SET work_mem = '2MB'"))
         monkeypatch.setattr(passthrough, "CHECK_EVERY", 1)
         conn.execute(PUBLIC)
     assert pool(proxy).discarded >= 1
