@@ -70,9 +70,11 @@ SUM_NOTE = "SUM(e) of an e ≥ 0 on every row (by the declared ranges) → at le
 
 
 def counted(e: exp.Expr) -> exp.Expr:
-    """GREATEST(0, ROUND(e)): a noisy count as the non-negative integer every count is. Post-processing (Dwork &
+    """CAST(GREATEST(0, ROUND(e)) AS BIGINT): a noisy count as the non-negative integer every count is, of
+    PostgreSQL's type for COUNT (so that ``COUNT(*) / 2`` truncates, sqldp.postprocess). Post-processing (Dwork &
     Roth, Prop. 2.1); its error bar is the measurement's plus 0.5 for the rounding (sqldp.release.error_bar)."""
-    return exp.Greatest(this=number(0), expressions=[exp.Round(this=e)])
+    rounded = exp.Greatest(this=number(0), expressions=[exp.Round(this=e)])
+    return exp.Cast(this=rounded, to=exp.DataType.build("BIGINT"))
 
 
 # -- the rules ---------------------------------------------------------------------------------------------

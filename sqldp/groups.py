@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -350,38 +351,61 @@ def _public_key(form: AnalysisForm, policy: Policy, catalog: Catalog | None, key
     return _PublicKey(key, aliases, declared, _constant_filter(form, key))
 
 
-def _declared_image(form: AnalysisForm, policy: Policy, catalog: Catalog | None, key: exp.Expr) -> exp.Select | None:
-    """For a key that is an expression of one column c with a declared domain (``GROUP BY age / 10``), the
-    statement of its groups: ``SELECT DISTINCT e(v) FROM (VALUES (CAST(d1 AS T)), …) AS __s(v) WHERE e(v) IS NOT
-    NULL``, the expression's values over c's declared values d1, … as constants of c's type T, computed by
-    PostgreSQL (its arithmetic, its functions); else None.
+# the most combinations of declared values a key over several columns is computed on (the VALUES list PostgreSQL
+# reads; the groups released are its distinct images, fewer or as many)
+DECLARED_PRODUCT_LIMIT = 10_000
 
-    The set is a function of the policy and the query text, as the declared domain is, so releasing a noisy value
-    for each of its values is the declared-domain mechanism (NR §3.3.11: a derived column's domain follows from
-    the constraints on the column it is computed from). A group is every row whose key has that value — PostgreSQL's
-    GROUP BY, also for a row whose c lies outside the declared domain — and a row whose key is outside the set
-    (or NULL) is in no released group; each row is in at most one, as for any key computed from the row."""
+
+def _declared_image(form: AnalysisForm, policy: Policy, catalog: Catalog | None, key: exp.Expr) -> exp.Select | None:
+    """For a key that is an expression of columns c1 … ck with declared domains (``GROUP BY age / 10``,
+    ``GROUP BY age + LENGTH(name)``), the statement of its groups: ``SELECT DISTINCT e(v0, …) FROM (VALUES
+    (CAST(d1 AS T1), …), …) AS __s(v0, …) WHERE e(v0, …) IS NOT NULL``, the expression's values over every
+    combination of the columns' declared values as constants of their types, computed by PostgreSQL (its
+    arithmetic, its functions); else None (a column without a declared domain, more than
+    :data:`DECLARED_PRODUCT_LIMIT` combinations).
+
+    The set is a function of the policy and the query text, as the declared domains are, so releasing a noisy
+    value for each of its values is the declared-domain mechanism (NR §3.3.11: a derived column's domain follows
+    from the constraints on the columns it is computed from). A group is every row whose key has that value —
+    PostgreSQL's GROUP BY, also for a row whose columns lie outside the declared domains — and a row whose key is
+    outside the set (or NULL) is in no released group; each row is in at most one, as for any key computed from
+    the row. The combinations are a superset of those the rows hold: a value no row takes is a group with no rows,
+    as any declared value."""
     if catalog is None or not _derived_key(key):
         return None
-    columns = list(key.find_all(exp.Column))
-    if len({(c.table, c.name) for c in columns}) != 1 or not columns[0].table:
+    columns = sorted({(c.table, c.name) for c in key.find_all(exp.Column)})
+    if not columns or not all(alias for alias, _ in columns):
         return None
-    column = columns[0]
-    try:
-        use = form.use(column.table)
-    except KeyError:
+    domains: list[tuple[object, ...]] = []
+    types: list[exp.DataType] = []
+    for alias, name in columns:
+        try:
+            use = form.use(alias)
+        except KeyError:
+            return None
+        declared = policy.table(use.table).column(name).domain
+        if not declared or not any(u.alias == use.alias for u in form.uses):
+            return None
+        domains.append(tuple(v for v in declared if v is not None))
+        types.append(exp.DataType.build(catalog.table(use.table).column(name).type_sql, dialect="postgres"))
+    if math.prod(len(d) for d in domains) > DECLARED_PRODUCT_LIMIT:
         return None
-    declared = policy.table(use.table).column(column.name).domain
-    if not declared or not any(u.alias == use.alias for u in form.uses):
+    names = _value_names(len(columns))
+    rows = [
+        exp.Tuple(expressions=[exp.Cast(this=_literal(v), to=t.copy()) for v, t in zip(combo, types, strict=True)])
+        for combo in itertools.product(*domains)
+    ]
+    if not rows:
         return None
-    cast = exp.DataType.build(catalog.table(use.table).column(column.name).type_sql, dialect="postgres")
-    rows = [exp.Tuple(expressions=[exp.Cast(this=_literal(v), to=cast.copy())]) for v in declared if v is not None]
+    position = {c: i for i, c in enumerate(columns)}
 
     def over_v(node: exp.Expr) -> exp.Expr:
-        return exp.column("v") if isinstance(node, exp.Column) else node
+        if isinstance(node, exp.Column):
+            return exp.column(names[position[(node.table, node.name)]])
+        return node
 
     image = key.copy().transform(over_v)
-    q = exp.select(image).distinct().from_(exp.Values(expressions=rows, alias=_alias("__s", "v")))
+    q = exp.select(image).distinct().from_(exp.Values(expressions=rows, alias=_alias("__s", *names)))
     return q.where(image.copy().is_(exp.null()).not_())
 
 

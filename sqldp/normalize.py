@@ -309,6 +309,7 @@ class Normalizer:
         for (name, e), o in zip(body.items, outputs, strict=True):
             if not o.is_key:  # computed on the noisy values after the run: refused now, before any charge
                 self._check_post_processed(o.expr, e, f"output {name!r} may combine aggregates and numbers")
+                self.notes.extend(f"output {name!r}: {why}" for why in postprocess.unbarred(o.expr))
         having = None
         key_having: list[int] = []
         if body.having is not None:
@@ -395,6 +396,10 @@ class Normalizer:
                 internal = any(isinstance(x, exp.Column) and x.name.startswith(AGG_PREFIX) for x in node.walk())
                 shown = node.key.upper() if internal else node.sql(dialect="postgres")
                 raise self.refuse(f"{what} ({postprocess.post_processing()}), not {shown}", at)
+        try:
+            postprocess.check(e)
+        except RefusedError as err:
+            raise self.refuse(str(err), at) from None
 
     def _sensitive(self, block: _SPJ, ref: ColumnRef) -> bool:
         table = next(u.table for u in block.uses if u.alias == ref.alias)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -17,13 +17,13 @@ from sqlglot import exp
 
 from sqldp import mechanisms
 from sqldp.errors import RefusedError
-from sqldp.form import AGG_PREFIX, AnalysisForm, Output
+from sqldp.form import AnalysisForm, Output
 from sqldp.groups import all_groups, part_groups
 from sqldp.mechanisms import NoiseSource, race
 from sqldp.mechanisms.registry import CAUCHY, LAPLACE, R2T_HISTOGRAM
 from sqldp.mechanisms.smooth_bar import SmoothBar
 from sqldp.params import PrivacyParams, check_beta
-from sqldp.postprocess import evaluate, holds, nearest
+from sqldp.postprocess import Boxes, Interval, aggregate_box, evaluate, holds, interval_of
 from sqldp.result import GLOBAL, PUBLIC_SCALE, R2T, UNIT_HISTOGRAM, Measurement, Result
 from sqldp.sensitivity.owned import SHARED_SCALE_GROUPS
 from sqldp.sensitivity.plan import Bound, Plan, Rows
@@ -686,13 +686,15 @@ def _projected(e: exp.Expr, boxes: Boxes) -> float | None:
     value to 0 projects it onto [0, ∞), a convex set holding the true value, which moves it no farther from
     the truth; rounding moves it by at most 0.5. (The interval arithmetic would give 0 when the whole interval
     is below 0, a bar that reads as exact.)"""
+    if isinstance(e, exp.Cast) and e.to.is_type(*exp.DataType.INTEGER_TYPES):
+        e = e.this  # a count's BIGINT (sqldp.aggregates.counted): already an integer
     zero = isinstance(e, exp.Greatest) and isinstance(e.this, exp.Literal) and not e.this.is_string
     if not zero or len(e.expressions) != 1 or float(e.this.this) != 0.0:
         return None
     inner, rounding = e.expressions[0], 0.0
     if isinstance(inner, exp.Round) and inner.args.get("decimals") is None:
         inner, rounding = inner.this, 0.5
-    box = _box(inner, boxes) if isinstance(inner, exp.Column) else None
+    box = aggregate_box(inner, boxes) if isinstance(inner, exp.Column) else None
     return None if box is None else (box[1] - box[0]) / 2 + rounding
 
 
@@ -782,100 +784,3 @@ def by_group(rows: Sequence[tuple], sizes: Sequence[int]) -> dict[tuple, tuple]:
 
 def _sort_key(v: Any) -> tuple[int, Any]:
     return (1, 0) if v is None else (0, v)
-
-
-# -- error bars: the post-processing's operators over intervals of the true values -------------------------
-
-Interval = tuple[float, float]
-Boxes = Mapping[int, Interval]  # aggregate index → an interval holding its true value
-
-
-def interval_of(e: exp.Expr, boxes: Boxes) -> Interval | None:
-    """An interval holding the value of ``e`` at every point of the boxes, by the entries of
-    :data:`INTERVALS`; None where an operator has no rule or the result is unbounded (a divisor that may be 0)."""
-    rule = next((INTERVALS[c] for c in type(e).__mro__ if c in INTERVALS), None)
-    return None if rule is None else rule(e, boxes)
-
-
-def _box(e: exp.Expr, boxes: Boxes) -> Interval | None:
-    return boxes.get(int(e.name[len(AGG_PREFIX) :])) if e.name.startswith(AGG_PREFIX) else None
-
-
-def _point(e: exp.Expr, boxes: Boxes) -> Interval | None:
-    return None if e.is_string else (float(e.this), float(e.this))
-
-
-def _both(e: exp.Expr, boxes: Boxes) -> tuple[Interval, Interval] | None:
-    a, b = interval_of(e.this, boxes), interval_of(e.expression, boxes)
-    return None if a is None or b is None else (a, b)
-
-
-def _product(a: Interval, b: Interval) -> Interval:
-    corners = [x * y for x in a for y in b]
-    return min(corners), max(corners)
-
-
-def _interval_arithmetic(
-    op: Callable[[Interval, Interval], Interval | None],
-) -> Callable[[exp.Expr, Boxes], Interval | None]:
-    def apply(e: exp.Expr, boxes: Boxes) -> Interval | None:
-        pair = _both(e, boxes)
-        return None if pair is None else op(*pair)
-
-    return apply
-
-
-def _quotient(a: Interval, b: Interval) -> Interval | None:
-    if b[0] <= 0.0 <= b[1]:
-        return None  # the divisor may be 0: unbounded
-    return _product(a, (1.0 / b[1], 1.0 / b[0]))
-
-
-def _interval_extreme(pick: Callable[[list[float]], float]) -> Callable[[exp.Expr, Boxes], Interval | None]:
-    def apply(e: exp.Expr, boxes: Boxes) -> Interval | None:
-        args = [interval_of(a, boxes) for a in (e.this, *e.expressions)]
-        if any(a is None for a in args):
-            return None
-        return pick([a[0] for a in args if a]), pick([a[1] for a in args if a])  # monotone in every argument
-
-    return apply
-
-
-def _interval_sqrt(e: exp.Expr, boxes: Boxes) -> Interval | None:
-    a = interval_of(e.this, boxes)
-    return None if a is None or a[1] < 0 else (math.sqrt(max(a[0], 0.0)), math.sqrt(a[1]))
-
-
-def _interval_round(e: exp.Expr, boxes: Boxes) -> Interval | None:
-    """ROUND is monotone: the rounded ends bound it."""
-    a = interval_of(e.this, boxes)
-    return None if a is None or e.args.get("decimals") is not None else (nearest(a[0]), nearest(a[1]))
-
-
-def _interval_case(e: exp.Expr, boxes: Boxes) -> Interval | None:
-    """The union of the branches' intervals: which branch the true values take is unknown, but it is one."""
-    branches = [b.args["true"] for b in e.args.get("ifs") or ()]
-    if e.args.get("default") is not None:
-        branches.append(e.args["default"])
-    spans = [interval_of(b, boxes) for b in branches if not isinstance(b, exp.Null)]
-    if not spans or any(s is None for s in spans):
-        return None
-    return min(s[0] for s in spans if s), max(s[1] for s in spans if s)
-
-
-INTERVALS: dict[type[exp.Expr], Callable[[exp.Expr, Boxes], Interval | None]] = {
-    exp.Column: _box,
-    exp.Literal: _point,
-    exp.Paren: lambda e, boxes: interval_of(e.this, boxes),
-    exp.Cast: lambda e, boxes: interval_of(e.this, boxes),
-    exp.Neg: lambda e, boxes: None if (a := interval_of(e.this, boxes)) is None else (-a[1], -a[0]),
-    exp.Add: _interval_arithmetic(lambda a, b: (a[0] + b[0], a[1] + b[1])),
-    exp.Sub: _interval_arithmetic(lambda a, b: (a[0] - b[1], a[1] - b[0])),
-    exp.Mul: _interval_arithmetic(_product),
-    exp.Div: _interval_arithmetic(_quotient),
-    exp.Greatest: _interval_extreme(max),
-    exp.Least: _interval_extreme(min),
-    exp.Sqrt: _interval_sqrt,
-    exp.Round: _interval_round,
-    exp.Case: _interval_case,
-}

@@ -174,6 +174,26 @@ class Session:
                 self._prepared.popitem(last=False)
         return prepared
 
+    def cached(self, sql: str, **privacy: Any) -> Compiled | None:
+        """The analysis :meth:`prepare` kept for exactly this text and these privacy arguments under the current
+        policy and catalog, without parsing anything (a dictionary look-up: the proxy asks on its event loop);
+        None when there is none (or a refusal was kept). The object is the cache's own: read it, never run it
+        twice concurrently with a mutation (a :meth:`prepare` hands out copies). Only the analysis is kept, a
+        function of the text, the arguments, the catalog and the policy: no figure computed from the data."""
+        key = (sql, tuple(sorted(privacy.items())))
+        with self._lock:
+            if self._cached_for[0] is not self.policy or self._cached_for[1] is not self.catalog:
+                return None
+            got = self._prepared.get(key)
+        return None if got is None or isinstance(got, SqldpError) else got
+
+    def invalidate(self) -> None:
+        """Forget every kept analysis and refusal: after a DDL or ``ANALYZE``-visible change the catalog does
+        not show by a new object (replacing :attr:`catalog` or :attr:`policy`, a reload, empties it too)."""
+        with self._lock:
+            self._prepared.clear()
+            self._checked.clear()
+
     def _compile(self, sql: str, **privacy: Any) -> Compiled:
         """The statement compiled by the first strategy that recognises it (sqldp.strategies.compile)."""
         return strategies.compile(parse(sql, self.catalog), self._context(), privacy)

@@ -32,6 +32,8 @@ if typing.TYPE_CHECKING:
 
     from sqldp.proxy.catalog import Shadow
     from sqldp.proxy.config import ProxyConfig
+    from sqldp.proxy.ledger import GroupCommit
+    from sqldp.proxy.passthrough import Pool
     from sqldp.session import Session
     from sqldp.strategies import Compiled
 
@@ -50,12 +52,14 @@ class Server(Protocol):
     settings: dict[str, str]  # the upstream's reported settings (server_version, TimeZone, …)
     shadow: Shadow | None
     ledger_pool: ConnectionPool
+    charges: GroupCommit  # the ledger's charges, concurrent ones in one commit
     executor: ThreadPoolExecutor  # analyses and queries
     front: ThreadPoolExecutor  # lexing, classifying and the answers that need no data
     tls: ssl.SSLContext | None
     cert_pem: str | None
     mock_secret: bytes
     connections: dict[tuple[int, int], Any]  # by (process id, secret key): where a CancelRequest finds one
+    passthrough: Pool  # the public fast path's upstream connections, held by the event loop
 
     @property
     def limits(self) -> Limits: ...

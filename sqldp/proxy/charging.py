@@ -123,8 +123,7 @@ def _charge_and_run(
         counts_eps = server.config.row_counts_epsilon if per_row is not None and per_row.found is not None else 0.0
         # the analyst-level budget stays the outer limit: the answer's ε and the noisy counts' ε, in one charge
         eps += counts_eps
-        with server.ledger_pool.connection() as conn:
-            balance = ledger.charge(conn, analyst.name, eps, delta, fingerprint)
+        balance = server.charges.charge(analyst.name, eps, delta, fingerprint)  # committed with others (group commit)
     deadline = Deadline(running, analyst.statement_timeout)
     try:
         with watching(running), deadline:  # a CancelRequest from now on cancels the upstream queries (cancel)

@@ -15,13 +15,14 @@ import dataclasses
 import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from sqldp.errors import ForbiddenError, SqldpError
-from sqldp.proxy import charging, harmless, statements
+from sqldp.proxy import charging, harmless, passthrough, statements
 from sqldp.proxy import protocol as pr
 from sqldp.proxy.backend import Backend
 from sqldp.proxy.cursors import Cursor, Portal
-from sqldp.proxy.errors import InFailedTransaction
+from sqldp.proxy.errors import InFailedTransaction, locate
 from sqldp.proxy.outcome import BUDGET_SHOW, Outcome
 
 Later = Callable[[], Awaitable[Outcome]]  # the rest of an answer, on the event loop
@@ -32,27 +33,32 @@ class Request:
     sql: str  # the text as the client sent it
     stmt: statements.Statement
     notes: list[bytes]  # messages to send before the answer (ParameterStatus after a SET)
+    raw: bool = False  # the answer may be rows as PostgreSQL sent them (text format; sqldp.proxy.passthrough)
 
 
 Handler = Callable[[Backend, Request], "Outcome | Later"]
 
 
 @typing.overload
-async def answer(b: Backend, sql: str) -> Outcome: ...
+async def answer(b: Backend, sql: str, *, raw: bool = ...) -> Outcome: ...
 @typing.overload
-async def answer(b: Backend, sql: str, *, simple: bool) -> Outcome | None: ...
-async def answer(b: Backend, sql: str, *, simple: bool = False) -> Outcome | None:
+async def answer(b: Backend, sql: str, *, simple: bool, raw: bool = ...) -> Outcome | None: ...
+async def answer(b: Backend, sql: str, *, simple: bool = False, raw: bool = False) -> Outcome | None:
     """The answer to ``sql``: its kind's handler in a worker thread (:func:`answer_now`), then what it left for
-    the event loop. ``simple``: a Query message's text, checked there too (None: no statement in it)."""
+    the event loop. ``simple``: a Query message's text, checked there too (None: no statement in it). ``raw``:
+    the caller sends text-format results and can send a public answer's rows as PostgreSQL sent them
+    (:attr:`Outcome.raw`)."""
     notes: list[bytes] = []
-    now = await b.off(answer_now, b, sql, notes, simple)
+    now = await b.off(answer_now, b, sql, notes, simple, raw)
     b.writer.write(b"".join(notes))
     if now is None or isinstance(now, Outcome):
         return now
     return await now()
 
 
-def answer_now(b: Backend, sql: str, notes: list[bytes], simple: bool = False) -> Outcome | Later | None:
+def answer_now(
+    b: Backend, sql: str, notes: list[bytes], simple: bool = False, raw: bool = False
+) -> Outcome | Later | None:
     """In a worker thread: the statement's kind and its handler's answer. One hand-off per statement: the simple
     protocol's checks are made here too."""
     if simple and not _simple_statements(sql):
@@ -60,7 +66,7 @@ def answer_now(b: Backend, sql: str, notes: list[bytes], simple: bool = False) -
     stmt = statements.classify(sql)
     if b.transaction.failed and stmt.kind not in IN_FAILED_BLOCK:
         raise InFailedTransaction()
-    return KINDS[stmt.kind](b, Request(sql, stmt, notes))
+    return KINDS[stmt.kind](b, Request(sql, stmt, notes, raw))
 
 
 def _simple_statements(sql: str) -> list[str]:
@@ -226,7 +232,22 @@ def select(b: Backend, r: Request) -> Outcome | Later:
         probe = harmless.catalog_select(stmt.sql, lambda name: name in tables)
         if probe is not None:
             return Outcome(probe.tag, probe.columns, probe.types, probe.rows)
+    if r.raw:  # a public statement analysed before: on the event loop, its rows passed on (sqldp.proxy.passthrough)
+        known = b.server.session.cached(stmt.sql, **b.analyst.privacy)
+        if known is not None and passthrough.usable(b, known):
+            return lambda: _passthrough(b, r.sql, stmt.sql, known)
     return lambda: charging.answer(b, r.sql, stmt.sql)
+
+
+async def _passthrough(b: Backend, text: str, statement: str, known: Any) -> Outcome:
+    b.cancel_requested = False
+    try:
+        return await b.cancellable(passthrough.answer(b, b.server.passthrough, known))
+    except SqldpError as err:
+        locate(err, text, statement)
+        raise
+    finally:
+        b.running = None
 
 
 KINDS: dict[str, Handler] = {

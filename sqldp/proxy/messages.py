@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from sqldp.errors import ForbiddenError, RefusedError, SqldpError, SqlSyntaxError
 from sqldp.proxy import kinds, statements
@@ -55,11 +56,14 @@ class Message:
 
 
 async def query(b: Backend, body: bytes) -> None:
-    outcome = await kinds.answer(b, pr.parse_query(body), simple=True)
+    outcome = await kinds.answer(b, pr.parse_query(body), simple=True, raw=True)
     if outcome is None:
         b.writer.write(pr.empty_query())
     else:
-        if outcome.columns is not None:
+        if outcome.raw is not None:  # the public fast path: the rows as PostgreSQL sent them
+            b.writer.write(_raw_description(outcome.raw, outcome.raw.types))
+            b.writer.write(b"".join(outcome.rows))
+        elif outcome.columns is not None:
             types = await _runner_types(b, outcome) if outcome.query is not None else outcome.types or []
             b.writer.write(pr.row_description(_fields(outcome.columns, types)))
             b.writer.write(
@@ -126,7 +130,9 @@ async def describe(b: Backend, body: bytes) -> None:
         return
     portal = b.portals.portal(name)
     outcome = await _outcome(b, portal)
-    if outcome.columns is None:
+    if outcome.raw is not None:
+        b.writer.write(_raw_description(outcome.raw, _result_types(portal, outcome)))
+    elif outcome.columns is None:
         b.writer.write(pr.no_data())
     else:
         fields = _fields(outcome.columns, _result_types(portal, outcome))
@@ -148,7 +154,14 @@ async def execute(b: Backend, body: bytes) -> None:
     if portal.empty:
         b.writer.write(pr.empty_query())
         return
-    if outcome.columns is not None:
+    if outcome.raw is not None:  # DataRow messages already, in text format (the portal asked for text)
+        end = len(outcome.rows) if max_rows <= 0 else min(len(outcome.rows), portal.sent + max_rows)
+        b.writer.write(b"".join(outcome.rows[portal.sent : end]))
+        portal.sent = end
+        if end < len(outcome.rows):
+            b.writer.write(pr.portal_suspended())
+            return
+    elif outcome.columns is not None:
         column_types = _result_types(portal, outcome)
         formats = _formats(portal.result_formats, len(column_types))
         end = len(outcome.rows) if max_rows <= 0 else min(len(outcome.rows), portal.sent + max_rows)
@@ -201,7 +214,9 @@ async def _outcome(b: Backend, portal: Portal) -> Outcome:
     """The portal's answer, computed at its first Describe or Execute and kept for the next ones."""
     if portal.outcome is None:
         try:
-            portal.outcome = Outcome("") if portal.empty else await kinds.answer(b, portal.sql)
+            # rows as PostgreSQL sent them only where every result column is asked for in text
+            text = not any(portal.result_formats)
+            portal.outcome = Outcome("") if portal.empty else await kinds.answer(b, portal.sql, raw=text)
         except SqldpError as err:
             if err.position is not None:  # into the statement as the client wrote it, with its $n
                 err.position = statements.unbound(portal.spans, err.position)
@@ -317,6 +332,19 @@ def _result_types(portal: Portal, outcome: Outcome) -> list[int]:
     if portal.types is not None and outcome.columns is not None and len(portal.types) == len(outcome.columns):
         return list(portal.types)
     return outcome.types or []
+
+
+def _raw_description(raw: Any, types: list[int]) -> bytes:
+    """RowDescription of a fast-path result (sqldp.proxy.passthrough.Raw): upstream's names, sizes and type
+    modifiers, the types announced for the statement where it was described (a client decodes by those), all
+    text. No table oid or column number: the client's catalog is the shadow's, where these would name nothing."""
+    same = len(types) == len(raw.types)
+    fields = [
+        pr.Field(n, types[i] if same else raw.types[i], raw.sizes[i] if not same or types[i] == raw.types[i] else -1,
+                 raw.mods[i] if not same or types[i] == raw.types[i] else -1)
+        for i, n in enumerate(raw.names)
+    ]  # fmt: skip
+    return pr.row_description(fields)
 
 
 def _fields(columns: list[str], types: list[int]) -> list[pr.Field]:

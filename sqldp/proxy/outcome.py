@@ -18,11 +18,14 @@ class Outcome:
     tag: str
     columns: list[str] | None = None
     types: list[int] | None = None
-    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    rows: list[Any] = field(default_factory=list)  # tuples of values; DataRow messages where ``raw`` is set
     notice: bytes = b""  # a NoticeResponse sent with the answer (what a private answer cost, its error bars)
     # the statement the runner answered (None: answered otherwise): its result types are those its Describe
     # announces (ProxyServer.description), which ``types``, read off the Python values, only approximate
     query: str | None = None
+    # the public fast path's result (sqldp.proxy.passthrough.Raw): ``rows`` are then DataRow messages as
+    # PostgreSQL sent them, in text format, and the column facts are upstream's
+    raw: Any = None
 
 
 # SHOW sqldp.budget: the statement's words, and its one row's columns (amounts are numeric, exact as in the ledger)

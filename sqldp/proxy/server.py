@@ -28,7 +28,7 @@ import psycopg
 
 from sqldp.errors import ForbiddenError
 from sqldp.proxy import catalog as shadow_catalog
-from sqldp.proxy import ledger
+from sqldp.proxy import ledger, passthrough
 from sqldp.proxy import protocol as pr
 from sqldp.proxy.analysis import UNKNOWN, Description, Shape, describe, parse_describe
 from sqldp.proxy.backend import drop_result
@@ -75,12 +75,16 @@ class ProxyServer:
         self.shadow = shadow  # answers the catalog queries of clients and BI tools (None: no rows)
         self.config = config
         self.ledger_pool = ledger_pool
+        self.charges = ledger.GroupCommit(ledger_pool)
         self.settings = dict(settings)
         self.executor = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="sqldp-proxy")
         # lexing, classifying and the answers that need no data run here, apart from the analyses and queries
         # above, so that a long analysis does not hold up other clients' connection-time chatter
         self.front = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="sqldp-proxy-front")
         self.connections: dict[tuple[int, int], Connection] = {}
+        analyst_dsn = session.analyst_dsn
+        assert analyst_dsn is not None  # a PostgreSQL session: the proxy serves PostgreSQL only
+        self.passthrough = passthrough.Pool(analyst_dsn, config.pool_size)
         self.mock_secret = secrets.token_bytes(32)
         self.tls: ssl.SSLContext | None = None
         self.cert_pem: str | None = None  # the certificate TLS presents: SCRAM-SHA-256-PLUS binds to it
@@ -289,6 +293,7 @@ class ProxyServer:
         await asyncio.gather(*(tell(c) for c in connections))
 
     def close(self) -> None:
+        self.passthrough.close()
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.front.shutdown(wait=False, cancel_futures=True)
         with self._describing:

@@ -40,6 +40,7 @@ from sqldp.sensitivity.intervals import domain
 from sqldp.sensitivity.plan import Bound, Plan
 from sqldp.sensitivity.rows import RowPlan, plan_rows, with_key_ranges
 from sqldp.sensitivity.unit_bounds import UnitBoundPlan, declared_plan
+from sqldp.sensitivity.unit_distinct import distinct_plan
 from sqldp.sensitivity.units import UnitPlan, plan_units, unit_tables
 
 __all__ = [
@@ -77,7 +78,7 @@ def plan(form: AnalysisForm, catalog: Catalog, policy: Policy, beta: float | Non
     if policy.units and unit_tables(checked, catalog, policy):
         subqueries.refuse_outside_rows(form, "R2T under a privacy unit does not model the derived table")
         if distinct:  # R2T truncates per-unit contributions that add up; distinct values do not add up
-            raise RefusedError("COUNT(DISTINCT …) under a privacy unit is not supported")
+            return distinct_plan(form, catalog, policy)  # the unit's key: a bound of 1 (unit_distinct), or refused
         failures.check(form, domain(form, catalog, policy), bounded_sum=True)
         raced = plan_units(form, catalog, policy)
         # a unit whose join rows the keys and declared bounds limit: that global bound, no race (unit_bounds)

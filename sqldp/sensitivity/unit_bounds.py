@@ -46,6 +46,7 @@ from typing import Any
 from sqlglot import exp
 
 from sqldp.catalog import Catalog, Table
+from sqldp.errors import RefusedError
 from sqldp.form import ColumnRef
 from sqldp.mechanisms.race import SELECT_SHARE, race_bound
 from sqldp.policy import Policy
@@ -261,6 +262,11 @@ def agree(plans: tuple[Any, ...]) -> tuple[Any, ...]:
     aggregate races."""
     if all(isinstance(p, UnitBoundPlan) for p in plans) or not any(isinstance(p, UnitBoundPlan) for p in plans):
         return plans
+    if any(isinstance(p, UnitBoundPlan) and p.raced is None for p in plans):
+        raise RefusedError(
+            "COUNT(DISTINCT unit key) takes a bound of 1 (sqldp.sensitivity.unit_distinct) while another aggregate "
+            "of the query races under R2T, and one query's aggregates share one answer: ask them separately"
+        )
     return tuple(p.raced if isinstance(p, UnitBoundPlan) else p for p in plans)
 
 

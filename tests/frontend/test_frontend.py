@@ -148,7 +148,7 @@ def test_policy_fails_closed_for_unnamed_tables() -> None:
 
 
 def test_an_output_the_release_cannot_compute_is_refused_before_anything_runs(catalog: Catalog) -> None:
-    """ABS of a noisy count is no post-processing the release step has: refused by the normaliser (nothing
+    """SIN of a noisy count is no post-processing the release step has: refused by the normaliser (nothing
     read, nothing charged), naming the operator and what is allowed."""
-    with pytest.raises(RefusedError, match=r"output 'abs' may combine aggregates and numbers \(.*\), not ABS"):
-        normalize(parse("SELECT ABS(COUNT(*)) FROM t", catalog), catalog, Policy())
+    with pytest.raises(RefusedError, match=r"output 'sin' may combine aggregates and numbers \(.*\), not SIN"):
+        normalize(parse("SELECT SIN(COUNT(*)) FROM t", catalog), catalog, Policy())
