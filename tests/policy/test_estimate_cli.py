@@ -75,7 +75,7 @@ def test_estimates_are_recorded_checked_and_answer(pg_server_dsn: str, tmp_path:
         lo, hi = sale["columns"]["amount"]["range"]
         # the values are 0 … 336: every grid point from 400 up ties, the base measure halving each step (past 10⁶:
         # probability below 2⁻³⁰); every point below 300 is ≥ 600 rows off the quantile
-        assert -10**6 <= lo <= 10 and 300 <= hi <= 10**6
+        assert -(10**6) <= lo <= 10 and 300 <= hi <= 10**6
         assert sale["columns"]["day"]["range"][0] <= "2020-01-01" and sale["columns"]["day"]["unit"] == "day"
         assert 1 <= sale["max_rows_per"]["shop_id"] <= 64  # 30 rows per shop
         for line in text.splitlines():  # every estimated declaration says so beside it
