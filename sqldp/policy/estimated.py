@@ -22,7 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal, Protocol
 
@@ -30,7 +30,7 @@ from sqldp.catalog import Catalog, Column, Table
 from sqldp.errors import PolicyError
 from sqldp.mechanisms.source import NoiseSource
 from sqldp.policy import estimate
-from sqldp.policy.init import Facts, column_facts, numeric_precision, rows_per_key, toml_value
+from sqldp.policy.init import Estimates, Facts, column_facts, numeric_precision, rows_per_key, toml_value
 from sqldp.policy.keys import check_keys
 from sqldp.policy.tables import MAX_DOMAIN
 
@@ -58,15 +58,6 @@ class Task:
     table: str
     column: str
     figure: Figure
-
-
-@dataclass
-class Estimates:
-    """The released declarations, ready for :func:`sqldp.policy.init.propose`, and the section's text."""
-
-    facts: dict[tuple[str, str], Facts] = field(default_factory=dict)
-    rows_per: dict[str, tuple[str, int, str]] = field(default_factory=dict)
-    section: list[str] = field(default_factory=list)
 
 
 def _key_columns(table: Table) -> set[str]:

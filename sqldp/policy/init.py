@@ -30,18 +30,14 @@ import datetime as dt
 import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from sqldp.catalog import Catalog, Column, ForeignKey, Table
-
-if TYPE_CHECKING:
-    from sqldp.policy.estimated import Estimates
 from sqldp.policy.tables import MAX_DOMAIN
 from sqldp.policy.values import MAX_BOUND
 
@@ -83,6 +79,16 @@ class Facts:
     range_why: str = ""
     values: tuple[Value, ...] | None = None
     values_why: str = ""
+
+
+@dataclass
+class Estimates:
+    """The released declarations, ready for :func:`propose`, and the section's text (made by
+    :mod:`sqldp.policy.estimated`, kept here so that this module does not import it)."""
+
+    facts: dict[tuple[str, str], Facts] = field(default_factory=dict)
+    rows_per: dict[str, tuple[str, int, str]] = field(default_factory=dict)
+    section: list[str] = field(default_factory=list)
 
 
 # -- what a type proves ---------------------------------------------------------------------------

@@ -45,7 +45,7 @@ from sqldp.proxy.outcome import Outcome
 from sqldp.proxy.upstream import STATE
 
 if typing.TYPE_CHECKING:
-    from sqldp.proxy.backend import Backend
+    from sqldp.proxy.config import Analyst
     from sqldp.runner import Prepared
 
 # uses between two comparisons of a connection's whole session state: each reads the catalog (pg_settings,
@@ -246,6 +246,15 @@ class Pool:
         for up in idle:
             with contextlib.suppress(Exception):
                 up.pgconn.finish()
+
+
+class Backend(typing.Protocol):
+    """What the fast path reads of a client's :class:`sqldp.proxy.backend.Backend` (a protocol, so that the
+    backend, which holds the fast path's :class:`Pool`, and this module do not import each other)."""
+
+    analyst: Analyst
+    settings: dict[str, str]
+    running: Running | None
 
 
 def usable(b: Backend, prepared: Any) -> bool:
