@@ -24,7 +24,7 @@ import sqldp
 from sqldp.errors import SqldpError
 
 SEED = 20261123
-STATEMENTS = 2500
+STATEMENTS = 1500
 
 DDL = """
 CREATE TABLE pub (k INT PRIMARY KEY, name TEXT NOT NULL);
